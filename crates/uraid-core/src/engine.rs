@@ -1,0 +1,579 @@
+//! The data path: one io_uring per engine thread.
+//!
+//! A [`Volume`] is the shared, read-only description of an array (members,
+//! geometry, data offset). Each thread that does I/O makes its own [`Queue`]
+//! from it: its own ring, with the member descriptors registered once. A
+//! logical request is split by the geometry into member pieces; pieces that
+//! are contiguous on one member are merged into one vectored I/O (so a
+//! 1 MiB request on 4 members is 4 member I/Os whatever the chunk size);
+//! the request completes when all its pieces have. There is no lock on this
+//! path and, once the slots have grown to the largest request seen, no
+//! allocation either.
+//!
+//! Emulated ceilings (see [`crate::member::Throttle`]) hold a piece's
+//! completion back until the modelled drive would have finished it.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+use crate::geometry::Geometry;
+use crate::member::{now_ns, Member};
+use crate::{bail, Error, ErrorKind, IoBuf, Result};
+
+/// Largest logical request, in bytes (64 MiB, ATTO's largest transfer).
+pub const MAX_REQUEST: usize = 64 << 20;
+/// Sector size in bytes: offsets and lengths must be multiples of the
+/// volume's block size, itself a multiple of this.
+pub const SECTOR: u64 = 512;
+const IOV_MAX: usize = 1024;
+
+/// A set of members laid out by one geometry: what the engine reads and
+/// writes. Shared (`Arc`) between all the queues that serve it.
+#[derive(Debug)]
+pub struct Volume {
+    members: Arc<Vec<Member>>,
+    geometry: Geometry,
+    data_offset: u64,
+    block_size: u32,
+}
+
+impl Volume {
+    /// A volume over `members` (in role order) with `geometry`, whose data
+    /// area starts `data_offset` bytes into each member.
+    ///
+    /// Errors: `InvalidInput` when the member count differs from the
+    /// geometry's, `TooSmall` when a member cannot hold its data area.
+    pub fn new(members: Arc<Vec<Member>>, geometry: Geometry, data_offset: u64) -> Result<Arc<Volume>> {
+        if members.len() != geometry.members() {
+            bail!(InvalidInput, "geometry wants {} members, {} given", geometry.members(), members.len());
+        }
+        for m in members.iter() {
+            if m.size() < data_offset + geometry.member_size() {
+                bail!(
+                    TooSmall,
+                    "member {} has {} bytes, the layout needs {}",
+                    m.name(),
+                    m.size(),
+                    data_offset + geometry.member_size()
+                );
+            }
+        }
+        let block_size = members.iter().map(|m| m.block_size()).max().unwrap_or(512).max(SECTOR as u32);
+        Ok(Arc::new(Volume { members, geometry, data_offset, block_size }))
+    }
+
+    /// Usable bytes.
+    pub fn capacity(&self) -> u64 {
+        self.geometry.capacity()
+    }
+    /// The layout.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+    /// Members in role order.
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+    /// Byte offset of the data area on each member.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+    /// Smallest I/O unit and alignment in bytes (the largest logical block
+    /// size among the members, at least 512).
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// Makes a queue for the calling thread with room for `depth` logical
+    /// requests in flight. Errors: `Unsupported` when io_uring is missing.
+    pub fn queue(self: &Arc<Self>, depth: usize) -> Result<Queue> {
+        Queue::new(self.clone(), depth)
+    }
+
+    /// Reads `len` bytes at `offset` (blocking; control path and tests).
+    pub fn read_at(self: &Arc<Self>, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let mut q = self.queue(1)?;
+        let c = q.run(Request { op: Op::Read, offset, len, buf: Some(IoBuf::new(len)), tag: 0 });
+        c.result?;
+        Ok(c.buf.map(|b| b.to_vec()).unwrap_or_default())
+    }
+
+    /// Writes `data` at `offset` (blocking; control path and tests).
+    pub fn write_at(self: &Arc<Self>, offset: u64, data: &[u8]) -> Result<()> {
+        let mut q = self.queue(1)?;
+        let mut buf = IoBuf::new(data.len());
+        buf.copy_from_slice(data);
+        q.run(Request { op: Op::Write, offset, len: data.len(), buf: Some(buf), tag: 0 }).result.map(|_| ())
+    }
+
+    /// Makes every completed write durable on every member (blocking).
+    pub fn flush(self: &Arc<Self>) -> Result<()> {
+        let mut q = self.queue(1)?;
+        q.run(Request { op: Op::Flush, offset: 0, len: 0, buf: None, tag: 0 }).result.map(|_| ())
+    }
+}
+
+/// What a request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Read `len` bytes into the buffer.
+    Read,
+    /// Write the first `len` bytes of the buffer.
+    Write,
+    /// Make every write completed before it durable on all members.
+    Flush,
+}
+
+/// One logical I/O on a volume.
+#[derive(Debug)]
+pub struct Request {
+    /// Operation.
+    pub op: Op,
+    /// Byte offset in the volume (multiple of the block size).
+    pub offset: u64,
+    /// Length in bytes (multiple of the block size, at most [`MAX_REQUEST`]).
+    pub len: usize,
+    /// Data buffer, at least `len` bytes; `None` for a flush.
+    pub buf: Option<IoBuf>,
+    /// Caller's tag, returned in the completion.
+    pub tag: u64,
+}
+
+/// The end of a [`Request`].
+#[derive(Debug)]
+pub struct Completion {
+    /// The request's tag.
+    pub tag: u64,
+    /// Bytes transferred, or the first member error.
+    pub result: Result<usize>,
+    /// The request's buffer, handed back.
+    pub buf: Option<IoBuf>,
+}
+
+/// A request the queue would not take, with the reason.
+#[derive(Debug)]
+pub struct Rejected {
+    /// Why.
+    pub error: Error,
+    /// The request, handed back untouched.
+    pub request: Request,
+}
+
+struct Piece {
+    member: u32,
+    /// Absolute byte offset on the member.
+    offset: u64,
+    len: usize,
+    done: usize,
+    iov: Vec<libc::iovec>,
+    iov_first: usize,
+    /// When the emulated drive finishes it (ns), 0 when not throttled.
+    deadline: u64,
+}
+
+struct Slot {
+    tag: u64,
+    op: Op,
+    len: usize,
+    buf: Option<IoBuf>,
+    pieces: Vec<Piece>,
+    npieces: usize,
+    pending: usize,
+    error: Option<Error>,
+}
+
+/// A per-thread submission and completion queue over a [`Volume`].
+pub struct Queue {
+    ring: IoUring,
+    vol: Arc<Volume>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Pieces done by the kernel but held until their emulated deadline.
+    held: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Pieces handed to the ring and not yet completed by the kernel.
+    in_kernel: usize,
+    /// SQEs pushed since the last submit.
+    unsubmitted: usize,
+}
+
+// SAFETY: the raw iovec pointers in the slots point into buffers the queue
+// owns (IoBuf, itself Send); nothing is shared with another thread.
+unsafe impl Send for Queue {}
+
+impl Queue {
+    fn new(vol: Arc<Volume>, depth: usize) -> Result<Queue> {
+        let depth = depth.clamp(1, 4096);
+        let entries = (depth * vol.members().len().min(8)).next_power_of_two().clamp(64, 4096) as u32;
+        let ring = IoUring::builder()
+            .setup_cqsize(entries * 4)
+            .build(entries)
+            .map_err(|e| Error::new(ErrorKind::Unsupported, format!("cannot set up io_uring (needs Linux 5.11 or newer, and io_uring not disabled by sysctl): {e}")))?;
+        let fds: Vec<i32> = vol.members().iter().map(|m| m.file().as_raw_fd()).collect();
+        ring.submitter()
+            .register_files(&fds)
+            .map_err(|e| Error::new(ErrorKind::Unsupported, format!("cannot register member files with io_uring: {e}")))?;
+        // Emulated latencies of tens of µs need timers without the default
+        // 50 µs slack.
+        // SAFETY: prctl with PR_SET_TIMERSLACK takes one integer argument.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+        let slots = (0..depth)
+            .map(|_| Slot { tag: 0, op: Op::Read, len: 0, buf: None, pieces: Vec::new(), npieces: 0, pending: 0, error: None })
+            .collect();
+        Ok(Queue {
+            ring,
+            vol,
+            slots,
+            free: (0..depth as u32).rev().collect(),
+            held: BinaryHeap::with_capacity(depth * 4),
+            in_kernel: 0,
+            unsubmitted: 0,
+        })
+    }
+
+    /// The volume this queue serves.
+    pub fn volume(&self) -> &Arc<Volume> {
+        &self.vol
+    }
+
+    /// Logical requests in flight.
+    pub fn in_flight(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Room for more requests.
+    pub fn has_room(&self) -> bool {
+        !self.free.is_empty()
+    }
+
+    fn check(&self, req: &Request) -> Result<()> {
+        if self.free.is_empty() {
+            bail!(Busy, "queue is full ({} requests in flight); wait for completions first", self.slots.len());
+        }
+        if req.op == Op::Flush {
+            return Ok(());
+        }
+        let bs = self.vol.block_size as u64;
+        let end = req.offset.checked_add(req.len as u64);
+        if end.is_none_or(|e| e > self.vol.capacity()) {
+            return Err(Error::new(
+                ErrorKind::OutOfRange,
+                format!(
+                    "I/O of {} bytes at offset {} goes past the end of the volume ({} bytes)",
+                    req.len,
+                    req.offset,
+                    self.vol.capacity()
+                ),
+            ));
+        }
+        if req.offset % bs != 0 || req.len as u64 % bs != 0 || req.len == 0 || req.len > MAX_REQUEST {
+            bail!(
+                InvalidInput,
+                "I/O of {} bytes at offset {} is not aligned: offset and length must be multiples of \
+                 {bs} bytes, and the length from {bs} to {MAX_REQUEST}",
+                req.len,
+                req.offset
+            );
+        }
+        match &req.buf {
+            Some(b) if b.len() >= req.len => Ok(()),
+            _ => bail!(InvalidInput, "I/O of {} bytes needs a buffer of at least that size", req.len),
+        }
+    }
+
+    /// Queues `req`. Its member I/Os reach the kernel at the next
+    /// [`wait`](Self::wait) or [`submit`](Self::submit).
+    ///
+    /// Errors (the request is handed back): `Busy` when `depth` requests are
+    /// in flight, `OutOfRange` past the end, `InvalidInput` when misaligned.
+    pub fn push(&mut self, req: Request) -> std::result::Result<(), Rejected> {
+        if let Err(error) = self.check(&req) {
+            return Err(Rejected { error, request: req });
+        }
+        let si = self.free.pop().expect("checked") as usize;
+        let data_offset = self.vol.data_offset;
+        let vol = self.vol.clone();
+        let slot = &mut self.slots[si];
+        slot.tag = req.tag;
+        slot.op = req.op;
+        slot.len = req.len;
+        slot.buf = req.buf;
+        slot.error = None;
+        slot.npieces = 0;
+        match req.op {
+            Op::Flush => {
+                for m in 0..vol.members().len() {
+                    let p = next_piece(slot);
+                    p.member = m as u32;
+                    p.offset = 0;
+                    p.len = 0;
+                }
+            }
+            Op::Read | Op::Write => {
+                let base = slot.buf.as_mut().expect("checked").as_mut_ptr();
+                let mut last = [usize::MAX; crate::geometry::MAX_MEMBERS];
+                vol.geometry().for_each_segment(req.offset, req.len, |seg| {
+                    let abs = data_offset + seg.member_offset;
+                    // SAFETY: buf_offset + len <= req.len <= buffer length (checked).
+                    let ptr = unsafe { base.add(seg.buf_offset) };
+                    let li = last[seg.member as usize];
+                    if li != usize::MAX {
+                        let p = &mut slot.pieces[li];
+                        if p.offset + p.len as u64 == abs && p.iov.len() < IOV_MAX {
+                            let tail = p.iov.last_mut().expect("piece has an iovec");
+                            // SAFETY: pointer arithmetic inside the same buffer.
+                            if unsafe { (tail.iov_base as *mut u8).add(tail.iov_len) } == ptr {
+                                tail.iov_len += seg.len;
+                            } else {
+                                p.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: seg.len });
+                            }
+                            p.len += seg.len;
+                            return;
+                        }
+                    }
+                    last[seg.member as usize] = slot.npieces;
+                    let p = next_piece(slot);
+                    p.member = seg.member;
+                    p.offset = abs;
+                    p.len = seg.len;
+                    p.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: seg.len });
+                });
+            }
+        }
+        slot.pending = slot.npieces;
+        let now = if vol.members().iter().any(|m| m.throttle().is_some()) { now_ns() } else { 0 };
+        for pi in 0..self.slots[si].npieces {
+            let p = &mut self.slots[si].pieces[pi];
+            p.deadline = match vol.members()[p.member as usize].throttle() {
+                Some(t) => t.admit(p.len as u64, now),
+                None => 0,
+            };
+            self.push_piece(si, pi);
+        }
+        Ok(())
+    }
+
+    fn push_piece(&mut self, si: usize, pi: usize) {
+        let slot = &self.slots[si];
+        let p = &slot.pieces[pi];
+        let fd = types::Fixed(p.member);
+        let ud = ((si as u64) << 16) | pi as u64;
+        let iov = &p.iov[p.iov_first..];
+        let off = p.offset + p.done as u64;
+        let sqe: squeue::Entry = match slot.op {
+            Op::Flush => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
+            Op::Read if iov.len() == 1 => {
+                opcode::Read::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32).offset(off).build()
+            }
+            Op::Write if iov.len() == 1 => {
+                opcode::Write::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32).offset(off).build()
+            }
+            Op::Read => opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).build(),
+            Op::Write => opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).build(),
+        };
+        let sqe = sqe.user_data(ud);
+        loop {
+            // SAFETY: the buffers and iovecs named by the entry live in the
+            // slot, which is neither reused nor moved until this piece's
+            // completion has been reaped.
+            if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
+                break;
+            }
+            // Submission queue full: hand what we have to the kernel.
+            self.submit_now();
+        }
+        self.unsubmitted += 1;
+        self.in_kernel += 1;
+    }
+
+    fn submit_now(&mut self) {
+        loop {
+            match self.ring.submit() {
+                Ok(_) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                // EBUSY: the completion queue is full; reap happens in wait().
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => break,
+                Err(e) => panic!("io_uring submit failed: {e}"),
+            }
+        }
+        self.unsubmitted = 0;
+    }
+
+    /// Hands every queued member I/O to the kernel without waiting.
+    pub fn submit(&mut self) {
+        if self.unsubmitted > 0 {
+            self.submit_now();
+        }
+    }
+
+    /// Submits what is queued and waits until at least `min` requests have
+    /// completed (or none is left in flight), appending them to `out`.
+    pub fn wait(&mut self, min: usize, out: &mut Vec<Completion>) {
+        let start = out.len();
+        loop {
+            self.reap(out);
+            if !self.held.is_empty() {
+                self.release_held(now_ns(), out);
+            }
+            let got = out.len() - start;
+            if got >= min || self.in_flight() == 0 {
+                self.submit();
+                return;
+            }
+            let next_deadline = self.held.peek().map(|r| r.0 .0);
+            let res = match next_deadline {
+                None => self.ring.submit_and_wait(1),
+                Some(d) => {
+                    let wait_ns = d.saturating_sub(now_ns());
+                    if wait_ns == 0 {
+                        continue;
+                    }
+                    let ts = types::Timespec::new().sec(wait_ns / 1_000_000_000).nsec((wait_ns % 1_000_000_000) as u32);
+                    if self.in_kernel > 0 {
+                        let args = types::SubmitArgs::new().timespec(&ts);
+                        self.ring.submitter().submit_with_args(1, &args)
+                    } else {
+                        self.submit();
+                        std::thread::sleep(std::time::Duration::from_nanos(wait_ns));
+                        Ok(0)
+                    }
+                }
+            };
+            self.unsubmitted = 0;
+            match res {
+                Ok(_) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => {}
+                Err(e) => panic!("io_uring wait failed: {e}"),
+            }
+        }
+    }
+
+    /// Pushes `req` and waits for it alone (blocking convenience; the queue
+    /// must be otherwise idle).
+    pub fn run(&mut self, req: Request) -> Completion {
+        let tag = req.tag;
+        if let Err(r) = self.push(req) {
+            return Completion { tag, result: Err(r.error), buf: r.request.buf };
+        }
+        let mut out = Vec::with_capacity(1);
+        self.wait(1, &mut out);
+        out.pop().expect("one request was in flight")
+    }
+
+    fn reap(&mut self, out: &mut Vec<Completion>) {
+        loop {
+            let Some(cqe) = self.ring.completion().next() else { break };
+            self.in_kernel -= 1;
+            self.on_cqe(cqe.user_data(), cqe.result(), out);
+        }
+    }
+
+    fn on_cqe(&mut self, ud: u64, res: i32, out: &mut Vec<Completion>) {
+        let si = (ud >> 16) as usize;
+        let pi = (ud & 0xffff) as usize;
+        let slot = &mut self.slots[si];
+        let op = slot.op;
+        let p = &mut slot.pieces[pi];
+        if res < 0 {
+            if slot.error.is_none() {
+                let m = &self.vol.members()[p.member as usize];
+                slot.error = Some(Error::from_errno(
+                    format!("{op:?} of {} bytes at offset {} of member {} failed", p.len, p.offset, m.name()),
+                    -res,
+                ));
+            }
+        } else if op != Op::Flush {
+            let n = res as usize;
+            p.done += n;
+            if p.done < p.len {
+                if n == 0 {
+                    if slot.error.is_none() {
+                        let m = &self.vol.members()[p.member as usize];
+                        slot.error = Some(Error::new(
+                            ErrorKind::Io,
+                            format!("member {} ended at offset {} (is it smaller than its superblock says?)", m.name(), p.offset + p.done as u64),
+                        ));
+                    }
+                } else {
+                    advance_iov(p, n);
+                    self.push_piece(si, pi);
+                    return;
+                }
+            }
+        }
+        let deadline = self.slots[si].pieces[pi].deadline;
+        if deadline != 0 && deadline > now_ns() {
+            self.held.push(Reverse((deadline, ud)));
+            return;
+        }
+        self.piece_done(si, out);
+    }
+
+    fn release_held(&mut self, now: u64, out: &mut Vec<Completion>) {
+        while let Some(&Reverse((d, ud))) = self.held.peek() {
+            if d > now {
+                break;
+            }
+            self.held.pop();
+            self.piece_done((ud >> 16) as usize, out);
+        }
+    }
+
+    fn piece_done(&mut self, si: usize, out: &mut Vec<Completion>) {
+        let slot = &mut self.slots[si];
+        slot.pending -= 1;
+        if slot.pending > 0 {
+            return;
+        }
+        let result = match slot.error.take() {
+            Some(e) => Err(e),
+            None => Ok(slot.len),
+        };
+        out.push(Completion { tag: slot.tag, result, buf: slot.buf.take() });
+        self.free.push(si as u32);
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        // The kernel may still write into buffers we own: wait for every
+        // piece before the slots are freed.
+        let mut sink = Vec::new();
+        while self.in_kernel > 0 {
+            let _ = self.ring.submit_and_wait(1);
+            self.reap(&mut sink);
+        }
+    }
+}
+
+fn next_piece(slot: &mut Slot) -> &mut Piece {
+    if slot.npieces == slot.pieces.len() {
+        slot.pieces.push(Piece { member: 0, offset: 0, len: 0, done: 0, iov: Vec::new(), iov_first: 0, deadline: 0 });
+    }
+    let p = &mut slot.pieces[slot.npieces];
+    slot.npieces += 1;
+    p.done = 0;
+    p.iov.clear();
+    p.iov_first = 0;
+    p.deadline = 0;
+    p
+}
+
+/// Drops `n` transferred bytes from the front of a piece's iovecs.
+fn advance_iov(p: &mut Piece, mut n: usize) {
+    while n > 0 {
+        let v = &mut p.iov[p.iov_first];
+        if n >= v.iov_len {
+            n -= v.iov_len;
+            p.iov_first += 1;
+        } else {
+            // SAFETY: stays inside the same buffer region.
+            v.iov_base = unsafe { (v.iov_base as *mut u8).add(n) }.cast();
+            v.iov_len -= n;
+            n = 0;
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! Address mapping: where each logical byte of a volume lives on the members.
+//!
+//! Pure functions, no I/O. RAID 0 (striping) follows Linux md's raid0 with
+//! equal members: logical chunk `c` goes to member `c % n` at member chunk
+//! `c / n`. One member is the identity map, which is how a raw drive is
+//! benchmarked through the same engine as an array.
+
+use crate::{bail, Result};
+
+/// Smallest chunk (stripe unit) accepted, in bytes.
+pub const MIN_CHUNK: u64 = 4 << 10;
+/// Largest chunk accepted, in bytes.
+pub const MAX_CHUNK: u64 = 1 << 20;
+/// Default chunk, in bytes (128 KiB).
+///
+/// Why 128 KiB: it is Intel Matrix RAID 0's default, and it is small enough
+/// that one 1 MiB request (CrystalDiskMark's SEQ1M, a typical large transfer)
+/// spans 8 chunks and so keeps up to 8 members busy even at queue depth 1,
+/// while a 4 KiB random I/O still touches one member only. md's 512 KiB
+/// leaves half of a 4-member array idle for a 1 MiB request at QD1; 16 KiB
+/// (Intel RST) splits every 1 MiB request into 64 pieces for nothing.
+pub const DEFAULT_CHUNK: u64 = 128 << 10;
+/// Most members an array may have.
+pub const MAX_MEMBERS: usize = 32;
+
+/// RAID level of a volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Level {
+    /// Striping without redundancy.
+    Raid0,
+}
+
+impl Level {
+    /// The number md and the CLI use for this level.
+    pub fn number(self) -> u32 {
+        match self {
+            Level::Raid0 => 0,
+        }
+    }
+
+    /// Parses the CLI / superblock number of a level.
+    ///
+    /// Errors: `InvalidInput` for levels this build does not implement.
+    pub fn from_number(n: u32) -> Result<Level> {
+        match n {
+            0 => Ok(Level::Raid0),
+            1 | 5 | 6 | 10 => bail!(
+                Unsupported,
+                "RAID {n} is not implemented yet in this version of uraid; use --level 0"
+            ),
+            _ => bail!(InvalidInput, "unknown RAID level {n}; uraid knows levels 0, 1, 10, 5 and 6"),
+        }
+    }
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "raid{}", self.number())
+    }
+}
+
+/// Checks that `chunk` (bytes) is a power of two from 4 KiB to 1 MiB.
+///
+/// Errors: `InvalidInput` with the accepted range in the message.
+pub fn check_chunk(chunk: u64) -> Result<()> {
+    if !chunk.is_power_of_two() || !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk) {
+        bail!(
+            InvalidInput,
+            "chunk size {chunk} bytes is not valid: it must be a power of two from 4K to 1M \
+             (4K, 8K, 16K, 32K, 64K, 128K, 256K, 512K or 1M)"
+        );
+    }
+    Ok(())
+}
+
+/// One contiguous piece of a logical range on one member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Member index (0-based, the member's role in the array).
+    pub member: u32,
+    /// Byte offset in the member's data area (add the data offset for the
+    /// absolute position on the device).
+    pub member_offset: u64,
+    /// Byte offset of this piece inside the caller's buffer.
+    pub buf_offset: usize,
+    /// Length in bytes; never crosses a chunk boundary.
+    pub len: usize,
+}
+
+/// The layout of one volume over its members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    level: Level,
+    members: u32,
+    chunk: u64,
+    member_size: u64,
+}
+
+impl Geometry {
+    /// RAID 0 over `members` members with `chunk` bytes per chunk and
+    /// `member_size` bytes of data area on each member.
+    ///
+    /// With more than one member, `member_size` is rounded down to whole
+    /// chunks (md does the same). Errors: `InvalidInput` for a bad chunk or
+    /// member count, `TooSmall` when a member holds less than one chunk.
+    pub fn raid0(members: usize, chunk: u64, member_size: u64) -> Result<Geometry> {
+        check_chunk(chunk)?;
+        if members == 0 || members > MAX_MEMBERS {
+            bail!(InvalidInput, "RAID 0 needs 1 to {MAX_MEMBERS} members, {members} given");
+        }
+        let member_size = if members > 1 { member_size / chunk * chunk } else { member_size };
+        if member_size < chunk {
+            bail!(
+                TooSmall,
+                "each member needs at least one chunk ({chunk} bytes) of data area, \
+                 but only {member_size} bytes are available; use larger members or a smaller --chunk"
+            );
+        }
+        Ok(Geometry { level: Level::Raid0, members: members as u32, chunk, member_size })
+    }
+
+    /// The identity layout of one raw device of `size` bytes.
+    pub fn single(size: u64) -> Geometry {
+        Geometry { level: Level::Raid0, members: 1, chunk: MAX_CHUNK, member_size: size }
+    }
+
+    /// RAID level.
+    pub fn level(&self) -> Level {
+        self.level
+    }
+    /// Number of members.
+    pub fn members(&self) -> usize {
+        self.members as usize
+    }
+    /// Chunk (stripe unit) in bytes.
+    pub fn chunk(&self) -> u64 {
+        self.chunk
+    }
+    /// Bytes of data area used on each member.
+    pub fn member_size(&self) -> u64 {
+        self.member_size
+    }
+    /// Usable size of the volume in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.member_size * self.members as u64
+    }
+
+    /// Where logical byte `offset` lives: (member, byte offset in that
+    /// member's data area). `offset` must be below [`capacity`](Self::capacity).
+    pub fn locate(&self, offset: u64) -> (u32, u64) {
+        let n = self.members as u64;
+        let chunk_no = offset / self.chunk;
+        let within = offset % self.chunk;
+        ((chunk_no % n) as u32, (chunk_no / n) * self.chunk + within)
+    }
+
+    /// Inverse of [`locate`](Self::locate): the logical byte stored at
+    /// `member_offset` of `member`.
+    pub fn logical(&self, member: u32, member_offset: u64) -> u64 {
+        let n = self.members as u64;
+        let stripe = member_offset / self.chunk;
+        (stripe * n + member as u64) * self.chunk + member_offset % self.chunk
+    }
+
+    /// Calls `f` for each piece of the logical range `[offset, offset+len)`,
+    /// in logical order; each piece lies inside one chunk of one member.
+    /// The caller has checked that the range is inside the volume.
+    pub fn for_each_segment(&self, offset: u64, len: usize, mut f: impl FnMut(Segment)) {
+        let mut pos = offset;
+        let end = offset + len as u64;
+        while pos < end {
+            let (member, member_offset) = self.locate(pos);
+            let room = if self.members == 1 { end - pos } else { self.chunk - pos % self.chunk };
+            let n = room.min(end - pos);
+            f(Segment { member, member_offset, buf_offset: (pos - offset) as usize, len: n as usize });
+            pos += n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn geom() -> impl Strategy<Value = Geometry> {
+        (1usize..=8, 12u32..=20, 1u64..=16).prop_map(|(n, shift, chunks)| {
+            let chunk = 1u64 << shift;
+            Geometry::raid0(n, chunk, chunks * chunk).unwrap()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn locate_and_logical_are_inverse(g in geom(), frac in 0.0f64..1.0) {
+            let off = ((g.capacity() as f64 * frac) as u64).min(g.capacity() - 1);
+            let (m, mo) = g.locate(off);
+            prop_assert!((m as usize) < g.members());
+            prop_assert!(mo < g.member_size());
+            prop_assert_eq!(g.logical(m, mo), off);
+        }
+
+        #[test]
+        fn segments_cover_range_exactly_once(g in geom(), a in 0.0f64..1.0, b in 0.0f64..1.0) {
+            let cap = g.capacity();
+            let start = (cap as f64 * a) as u64 % cap;
+            let len = (((cap - start) as f64 * b) as u64).max(1) as usize;
+            let mut next_buf = 0usize;
+            let mut seen = std::collections::HashSet::new();
+            g.for_each_segment(start, len, |s| {
+                assert_eq!(s.buf_offset, next_buf, "segments are in logical order without gaps");
+                assert!(s.len > 0);
+                // Inside one chunk of one member (one member is the identity map, never split).
+                if g.members() > 1 { assert_eq!(s.member_offset / g.chunk(), (s.member_offset + s.len as u64 - 1) / g.chunk()); }
+                assert!(s.member_offset + s.len as u64 <= g.member_size());
+                // First and last byte agree with the pointwise map.
+                let l = start + s.buf_offset as u64;
+                assert_eq!(g.locate(l), (s.member, s.member_offset));
+                assert_eq!(g.logical(s.member, s.member_offset + s.len as u64 - 1), l + s.len as u64 - 1);
+                assert!(seen.insert((s.member, s.member_offset)), "place visited twice");
+                next_buf += s.len;
+            });
+            prop_assert_eq!(next_buf, len);
+        }
+    }
+
+    #[test]
+    fn every_byte_maps_to_one_place_small_arrays() {
+        for n in 1..=5 {
+            for shift in [12u32, 13] {
+                let chunk = 1u64 << shift;
+                let g = Geometry::raid0(n, chunk, 3 * chunk).unwrap();
+                let mut hit = vec![vec![false; g.member_size() as usize]; n];
+                for off in 0..g.capacity() {
+                    let (m, mo) = g.locate(off);
+                    assert!(!hit[m as usize][mo as usize], "two logical bytes map to one place");
+                    hit[m as usize][mo as usize] = true;
+                }
+                assert!(hit.iter().all(|v| v.iter().all(|&b| b)), "a member byte is unused");
+            }
+        }
+    }
+
+    #[test]
+    fn chunk_checks() {
+        assert!(check_chunk(4096).is_ok());
+        assert!(check_chunk(1 << 20).is_ok());
+        for bad in [0, 2048, 3 << 12, 2 << 20, 65535] {
+            let e = check_chunk(bad).unwrap_err();
+            assert!(e.to_string().contains("power of two from 4K to 1M"), "{e}");
+        }
+    }
+
+    #[test]
+    fn member_size_rounds_to_chunks() {
+        let g = Geometry::raid0(3, 65536, 65536 * 10 + 100).unwrap();
+        assert_eq!(g.member_size(), 65536 * 10);
+        assert_eq!(g.capacity(), 65536 * 30);
+        assert!(Geometry::raid0(2, 65536, 1000).is_err());
+    }
+}

@@ -1,0 +1,458 @@
+//! Members: the drives an array is made of.
+//!
+//! Three kinds share one type: a regular file, a block device (both opened
+//! with O_DIRECT, falling back to buffered I/O where the filesystem refuses
+//! it) and `mem:` — an emulated drive in RAM (a memfd) with optional
+//! bandwidth, IOPS and latency ceilings, in the spirit of Linux null_blk.
+//! Every kind is a real file descriptor, so the engine drives all of them
+//! through the same io_uring path; a ceiling is a [`Throttle`] that holds a
+//! completion back until the emulated drive would have finished it.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Once, OnceLock};
+use std::time::Instant;
+
+use crate::units::{parse_rate, parse_size};
+use crate::{bail, Error, ErrorKind, Result};
+
+/// How a member was named on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberSpec {
+    /// A regular file or a block device.
+    Path(PathBuf),
+    /// An emulated drive in RAM.
+    Mem(MemSpec),
+}
+
+/// Parameters of an emulated `mem:` drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemSpec {
+    /// Capacity in bytes.
+    pub size: u64,
+    /// Ceilings and latency; all zero means memory speed.
+    pub limits: Limits,
+}
+
+/// Ceilings of an emulated drive (zero = no ceiling of that kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Limits {
+    /// Bandwidth in bytes per second.
+    pub bw: u64,
+    /// I/O operations per second.
+    pub iops: u64,
+    /// Fixed latency added to every I/O, in µs (pipelined: it does not
+    /// consume drive time, as on a real SSD with many dies).
+    pub lat_us: u64,
+}
+
+impl Limits {
+    /// True when no ceiling is set.
+    pub fn is_none(&self) -> bool {
+        self.bw == 0 && self.iops == 0 && self.lat_us == 0
+    }
+}
+
+impl std::str::FromStr for MemberSpec {
+    type Err = Error;
+
+    /// Parses `PATH` or `mem:SIZE[,bw=BYTES_PER_S][,iops=N][,lat=US]`
+    /// (SIZE in powers of 1024, bw and iops in powers of 1000).
+    fn from_str(s: &str) -> Result<MemberSpec> {
+        let Some(rest) = s.strip_prefix("mem:") else {
+            if s.is_empty() {
+                bail!(InvalidInput, "empty member name; give a file, a block device or mem:SIZE");
+            }
+            return Ok(MemberSpec::Path(PathBuf::from(s)));
+        };
+        let mut parts = rest.split(',');
+        let size = parse_size(parts.next().unwrap_or(""), "mem: drive size")?;
+        if size < 2 << 20 {
+            bail!(InvalidInput, "mem: drive of {size} bytes is too small; give at least 2M, e.g. mem:1G");
+        }
+        let mut limits = Limits::default();
+        for p in parts {
+            let Some((k, v)) = p.split_once('=') else {
+                bail!(InvalidInput, "'{p}' in '{s}' is not KEY=VALUE; use bw=250M, iops=25000 or lat=20");
+            };
+            match k {
+                "bw" => limits.bw = parse_rate(v, "bw")?,
+                "iops" => limits.iops = parse_rate(v, "iops")?,
+                "lat" => limits.lat_us = parse_rate(v, "lat")?,
+                _ => bail!(InvalidInput, "unknown mem: option '{k}' in '{s}'; known: bw, iops, lat"),
+            }
+        }
+        Ok(MemberSpec::Mem(MemSpec { size, limits }))
+    }
+}
+
+impl std::fmt::Display for MemberSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MemberSpec::Path(p) => write!(f, "{}", p.display()),
+            MemberSpec::Mem(m) => {
+                write!(f, "mem:{}", crate::units::fmt_size(m.size))?;
+                if m.limits.bw > 0 {
+                    write!(f, ",bw={}", m.limits.bw)?;
+                }
+                if m.limits.iops > 0 {
+                    write!(f, ",iops={}", m.limits.iops)?;
+                }
+                if m.limits.lat_us > 0 {
+                    write!(f, ",lat={}", m.limits.lat_us)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What kind of thing a member is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum MemberKind {
+    /// A regular file.
+    File,
+    /// A block device.
+    BlockDevice,
+    /// An emulated drive in RAM.
+    Mem,
+}
+
+/// Identity of the object behind a path, to catch one drive named twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Identity {
+    /// A file: (st_dev, st_ino).
+    File(u64, u64),
+    /// A block device: st_rdev.
+    Device(u64),
+    /// An emulated drive: unique per process.
+    Mem(u64),
+}
+
+impl MemberSpec {
+    /// What this spec names, without opening it. Errors: `Io` when the path
+    /// does not exist or cannot be inspected.
+    pub fn identity(&self) -> Result<Identity> {
+        match self {
+            MemberSpec::Path(p) => {
+                let md = std::fs::metadata(p).map_err(|e| Error::io("cannot open member", p, e))?;
+                if md.file_type().is_block_device() {
+                    Ok(Identity::Device(md.rdev()))
+                } else {
+                    Ok(Identity::File(md.dev(), md.ino()))
+                }
+            }
+            MemberSpec::Mem(_) => {
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                Ok(Identity::Mem(NEXT.fetch_add(1, Ordering::Relaxed)))
+            }
+        }
+    }
+}
+
+/// How to open a member.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenMode {
+    /// Open for writing too.
+    pub write: bool,
+    /// Take the member for this process alone: an exclusive `flock` on
+    /// every kind, and O_EXCL on block devices (which the kernel also
+    /// refuses while the device is mounted).
+    pub exclusive: bool,
+}
+
+/// An open member.
+#[derive(Debug)]
+pub struct Member {
+    name: String,
+    file: File,
+    kind: MemberKind,
+    size: u64,
+    direct: bool,
+    block_size: u32,
+    throttle: Option<Arc<Throttle>>,
+}
+
+static BUFFERED_WARNING: Once = Once::new();
+
+impl Member {
+    /// Opens the member named by `spec`.
+    ///
+    /// Errors: `Io` when it cannot be opened, `Busy` when another process
+    /// holds it (`exclusive`), `InvalidInput` for something that is neither
+    /// a regular file nor a block device.
+    pub fn open(spec: &MemberSpec, mode: OpenMode) -> Result<Member> {
+        match spec {
+            MemberSpec::Mem(m) => Self::open_mem(m),
+            MemberSpec::Path(p) => Self::open_path(p, mode),
+        }
+    }
+
+    fn open_mem(m: &MemSpec) -> Result<Member> {
+        let name = MemberSpec::Mem(*m).to_string();
+        // SAFETY: memfd_create with a valid NUL-terminated name; the fd is
+        // checked and then owned by the File.
+        let fd = unsafe { libc::memfd_create(c"uraid-mem".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::io("cannot create emulated drive", Path::new(&name), std::io::Error::last_os_error()));
+        }
+        // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.set_len(m.size).map_err(|e| Error::io("cannot size emulated drive", Path::new(&name), e))?;
+        let throttle = (!m.limits.is_none()).then(|| Arc::new(Throttle::new(m.limits)));
+        Ok(Member { name, file, kind: MemberKind::Mem, size: m.size, direct: false, block_size: 512, throttle })
+    }
+
+    fn open_path(p: &Path, mode: OpenMode) -> Result<Member> {
+        let md = std::fs::metadata(p).map_err(|e| Error::io("cannot open member", p, e))?;
+        let ft = md.file_type();
+        let kind = if ft.is_block_device() {
+            MemberKind::BlockDevice
+        } else if ft.is_file() {
+            MemberKind::File
+        } else {
+            bail!(InvalidInput, "member {} is neither a regular file nor a block device", p.display());
+        };
+        let open = |direct: bool| {
+            let mut o = OpenOptions::new();
+            o.read(true).write(mode.write);
+            let mut flags = libc::O_CLOEXEC;
+            if direct {
+                flags |= libc::O_DIRECT;
+            }
+            if mode.exclusive && kind == MemberKind::BlockDevice {
+                flags |= libc::O_EXCL;
+            }
+            o.custom_flags(flags).open(p)
+        };
+        let (file, direct) = match open(true) {
+            Ok(f) => (f, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                BUFFERED_WARNING.call_once(|| {
+                    eprintln!(
+                        "uraid: warning: the filesystem of {} refuses O_DIRECT; using buffered I/O \
+                         with fdatasync on flush (figures include the page cache)",
+                        p.display()
+                    )
+                });
+                (open(false).map_err(|e| Error::io("cannot open member", p, e))?, false)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => bail!(
+                Busy,
+                "member {} is in use (mounted, or held by another uraid process or an md/dm \
+                 device); unmount it or stop that process first",
+                p.display()
+            ),
+            Err(e) => return Err(Error::io("cannot open member", p, e)),
+        };
+        let (size, block_size) = if kind == MemberKind::BlockDevice {
+            block_device_geometry(&file, p)?
+        } else {
+            (md.len(), 512)
+        };
+        let m = Member {
+            name: p.display().to_string(),
+            file,
+            kind,
+            size,
+            direct,
+            block_size,
+            throttle: None,
+        };
+        if mode.exclusive {
+            m.lock()?;
+        }
+        Ok(m)
+    }
+
+    fn lock(&self) -> Result<()> {
+        // SAFETY: flock on a valid open descriptor.
+        let r = unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                bail!(
+                    Busy,
+                    "member {} is in use by another uraid process (it holds the member's lock); \
+                     stop that process first, or pick another member",
+                    self.name
+                );
+            }
+            return Err(Error::io("cannot lock member", Path::new(&self.name), e));
+        }
+        Ok(())
+    }
+
+    /// Adds emulated ceilings to this member (used by `uraid demo --dir` to
+    /// make sparse files behave like the emulated drives).
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.throttle = (!limits.is_none()).then(|| Arc::new(Throttle::new(limits)));
+    }
+
+    /// Name as given (path or `mem:` spec).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Kind of member.
+    pub fn kind(&self) -> MemberKind {
+        self.kind
+    }
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    /// True when opened with O_DIRECT.
+    pub fn direct(&self) -> bool {
+        self.direct
+    }
+    /// Logical block size in bytes (smallest aligned I/O).
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+    /// The open file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+    /// The emulated ceilings, if any.
+    pub fn throttle(&self) -> Option<&Arc<Throttle>> {
+        self.throttle.as_ref()
+    }
+
+    /// Reads exactly `buf.len()` bytes at byte `offset` (control path:
+    /// superblocks and signatures). `buf` must be an aligned [`crate::IoBuf`]
+    /// region when the member is O_DIRECT.
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| Error::io(&format!("cannot read {} bytes at offset {offset} of", buf.len()), Path::new(&self.name), e))
+    }
+
+    /// Writes all of `buf` at byte `offset` and makes it durable (control
+    /// path). Same alignment rule as [`read_exact_at`](Self::read_exact_at).
+    pub fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .write_all_at(buf, offset)
+            .and_then(|_| self.file.sync_data())
+            .map_err(|e| Error::io(&format!("cannot write {} bytes at offset {offset} of", buf.len()), Path::new(&self.name), e))
+    }
+}
+
+fn block_device_geometry(file: &File, p: &Path) -> Result<(u64, u32)> {
+    // From <linux/fs.h>: BLKGETSIZE64 = _IOR(0x12, 114, size_t), BLKSSZGET = _IO(0x12, 104).
+    const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+    const BLKSSZGET: libc::c_ulong = 0x1268;
+    let mut size: u64 = 0;
+    let mut ssz: libc::c_int = 0;
+    // SAFETY: both ioctls write one integer of the given type through the pointer.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size as *mut u64) };
+    if r != 0 {
+        return Err(Error::io("cannot get the size of", p, std::io::Error::last_os_error()));
+    }
+    // SAFETY: as above.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), BLKSSZGET, &mut ssz as *mut libc::c_int) };
+    if r != 0 || ssz <= 0 {
+        ssz = 512;
+    }
+    Ok((size, ssz as u32))
+}
+
+/// Nanoseconds on the monotonic clock since the first call in this process.
+pub fn now_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// The service model of an emulated drive: one queue, served in order,
+/// where each I/O takes `max(1/iops, bytes/bw)` of drive time, plus a fixed
+/// pipelined latency. Shared by every engine thread that uses the member.
+#[derive(Debug)]
+pub struct Throttle {
+    ns_per_io: u64,
+    bw: u64,
+    lat_ns: u64,
+    next_free_ns: AtomicU64,
+}
+
+impl Throttle {
+    /// A model with `limits`.
+    pub fn new(limits: Limits) -> Throttle {
+        Throttle {
+            ns_per_io: if limits.iops > 0 { 1_000_000_000 / limits.iops } else { 0 },
+            bw: limits.bw,
+            lat_ns: limits.lat_us * 1000,
+            next_free_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Admits an I/O of `bytes` issued at `now` (ns, [`now_ns`]) and returns
+    /// the time its completion may be delivered.
+    pub fn admit(&self, bytes: u64, now: u64) -> u64 {
+        let xfer = if self.bw > 0 { (bytes as u128 * 1_000_000_000 / self.bw as u128) as u64 } else { 0 };
+        let service = self.ns_per_io.max(xfer);
+        let mut cur = self.next_free_ns.load(Ordering::Relaxed);
+        loop {
+            let start = cur.max(now);
+            let end = start + service;
+            match self.next_free_ns.compare_exchange_weak(cur, end, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return end + self.lat_ns,
+                Err(c) => cur = c,
+            }
+        }
+    }
+}
+
+/// Checks that no drive is named twice in `specs`.
+///
+/// Errors: `InvalidInput` naming both spellings of the duplicate.
+pub fn check_distinct(specs: &[MemberSpec]) -> Result<Vec<Identity>> {
+    let mut ids: Vec<Identity> = Vec::with_capacity(specs.len());
+    for (i, s) in specs.iter().enumerate() {
+        let id = s.identity()?;
+        if let Some(j) = ids.iter().position(|x| *x == id) {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("member {} is given twice (also as {}); name each drive once", s, specs[j]),
+            ));
+        }
+        ids.push(id);
+        let _ = i;
+    }
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_mem_spec() {
+        let s: MemberSpec = "mem:1G,bw=250M,iops=25000,lat=20".parse().unwrap();
+        assert_eq!(
+            s,
+            MemberSpec::Mem(MemSpec { size: 1 << 30, limits: Limits { bw: 250_000_000, iops: 25_000, lat_us: 20 } })
+        );
+        assert_eq!(s.to_string(), "mem:1G,bw=250000000,iops=25000,lat=20");
+        assert!("mem:1G,foo=1".parse::<MemberSpec>().unwrap_err().to_string().contains("unknown mem: option 'foo'"));
+        assert!("mem:1K".parse::<MemberSpec>().is_err());
+        assert!("mem:".parse::<MemberSpec>().is_err());
+        assert!("".parse::<MemberSpec>().is_err());
+    }
+
+    #[test]
+    fn throttle_serialises_service_time() {
+        let t = Throttle::new(Limits { bw: 0, iops: 1000, lat_us: 5 });
+        // 1 ms per I/O: three I/Os issued at once finish 1, 2 and 3 ms later (+5 µs).
+        assert_eq!(t.admit(4096, 0), 1_005_000);
+        assert_eq!(t.admit(4096, 0), 2_005_000);
+        assert_eq!(t.admit(4096, 0), 3_005_000);
+        // An idle drive starts at `now`.
+        assert_eq!(t.admit(4096, 10_000_000), 11_005_000);
+        let b = Throttle::new(Limits { bw: 1_000_000, iops: 0, lat_us: 0 });
+        assert_eq!(b.admit(1000, 0), 1_000_000);
+    }
+}
