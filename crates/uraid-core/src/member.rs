@@ -292,6 +292,21 @@ impl Member {
         self.throttle = (!limits.is_none()).then(|| Arc::new(Throttle::new(limits)));
     }
 
+    /// A second handle on the same member (same drive, same lock, same
+    /// emulated ceilings), so that several volumes can be built over it in
+    /// one process, one after the other.
+    pub fn try_clone(&self) -> Result<Member> {
+        Ok(Member {
+            name: self.name.clone(),
+            file: self.file.try_clone().map_err(|e| Error::io("cannot duplicate handle of", Path::new(&self.name), e))?,
+            kind: self.kind,
+            size: self.size,
+            direct: self.direct,
+            block_size: self.block_size,
+            throttle: self.throttle.clone(),
+        })
+    }
+
     /// Name as given (path or `mem:` spec).
     pub fn name(&self) -> &str {
         &self.name

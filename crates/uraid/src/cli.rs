@@ -1,0 +1,505 @@
+//! Argument parsing and output of every subcommand.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use uraid_bench::compare::{compare, default_counts, CompareOptions};
+use uraid_bench::profile::{self, Dir, Test};
+use uraid_bench::report::{bench_table, Comparison};
+use uraid_bench::suite::{run_suite, Progress, SuiteOptions};
+use uraid_bench::{Fill, TestResult};
+use uraid_core::array::{self, CreateOptions, Examination};
+use uraid_core::superblock::{fmt_uuid, Superblock};
+use uraid_core::units::{fmt_size, parse_size};
+use uraid_core::{Geometry, Member, MemberSpec, Volume};
+
+/// uraid: software RAID for NVMe drives in user space, with the reviewers'
+/// benchmark suite built in.
+#[derive(Parser)]
+#[command(name = "uraid", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create an array: write a superblock on every member.
+    Create(CreateArgs),
+    /// Show the superblock (or other signature) on each member.
+    Examine(ExamineArgs),
+    /// Check that the members form a complete array and open it.
+    Assemble(AssembleArgs),
+    /// Run the CrystalDiskMark profiles on a drive, a file or an array.
+    Bench(BenchArgs),
+    /// One drive alone against RAID 0 arrays of N such drives.
+    Compare(CompareArgs),
+    /// Compare 1, 2 and 4 emulated NVMe drives (no hardware needed).
+    Demo(DemoArgs),
+}
+
+#[derive(Args)]
+struct CreateArgs {
+    /// RAID level (this version: 0).
+    #[arg(long, default_value_t = 0)]
+    level: u32,
+    /// Chunk (stripe unit, "stripe size" in Windows): a power of two from 4K to 1M.
+    #[arg(long, default_value = "128K")]
+    chunk: String,
+    /// Array name (letters, digits, - _ .; up to 32).
+    #[arg(long)]
+    name: String,
+    /// Overwrite members that hold a filesystem or another array.
+    #[arg(long)]
+    force: bool,
+    /// Members: files, block devices or mem:SIZE[,bw=B/s][,iops=N][,lat=µs].
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+#[derive(Args)]
+struct ExamineArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Members to look at.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+#[derive(Args)]
+struct AssembleArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Every member of the array, in any order.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FillArg {
+    /// Incompressible random data.
+    Random,
+    /// All 0x00.
+    Zero,
+}
+
+#[derive(Args, Clone)]
+struct SuiteArgs {
+    /// Profiles to run (comma-separated): SEQ1M-Q8T1, SEQ1M-Q1T1, RND4K-Q32T1, RND4K-Q1T1.
+    #[arg(long, value_delimiter = ',')]
+    profile: Vec<String>,
+    /// Run only read tests (nothing is written).
+    #[arg(long, conflicts_with = "write_only")]
+    read_only: bool,
+    /// Run only write tests.
+    #[arg(long)]
+    write_only: bool,
+    /// Test area (CrystalDiskMark's test size).
+    #[arg(long, default_value = "1G")]
+    size: String,
+    /// Timed runs per test; the best is the headline, the median and spread are shown too.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 5.0)]
+    time: f64,
+    /// Seconds of discarded warm-up before each test.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Data written: random (incompressible) or zero.
+    #[arg(long, value_enum, default_value = "random")]
+    fill: FillArg,
+    /// Allow writing to a target that holds a filesystem or a uraid superblock.
+    #[arg(long)]
+    overwrite: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// No progress display.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    suite: SuiteArgs,
+    /// Treat targets as raw drives even if they hold a uraid superblock.
+    #[arg(long)]
+    raw: bool,
+    /// Chunk of the temporary RAID 0 made when several raw targets are given.
+    #[arg(long, default_value = "128K")]
+    chunk: String,
+    /// A file, block device or mem: drive; several uraid members = their array;
+    /// several raw drives = a temporary RAID 0 over them (nothing persisted).
+    #[arg(required = true)]
+    targets: Vec<String>,
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    #[command(flatten)]
+    suite: SuiteArgs,
+    /// Array sizes in drives (default: 1, 2, 4, ... up to the members given).
+    #[arg(long, value_delimiter = ',')]
+    counts: Vec<usize>,
+    /// Chunk sizes of the arrays (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "128K")]
+    chunk: Vec<String>,
+    /// The drives (all of the same kind); the first one is the single drive.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct DemoArgs {
+    /// Use sparse files under this directory (real storage) instead of RAM.
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress display.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Entry point of the CLI.
+pub fn run() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Create(a) => cmd_create(a),
+        Cmd::Examine(a) => cmd_examine(a),
+        Cmd::Assemble(a) => cmd_assemble(a),
+        Cmd::Bench(a) => cmd_bench(a),
+        Cmd::Compare(a) => cmd_compare(a),
+        Cmd::Demo(a) => crate::demo::run(a),
+    }
+}
+
+pub(crate) fn specs(names: &[String]) -> Result<Vec<MemberSpec>> {
+    names.iter().map(|n| n.parse::<MemberSpec>().map_err(Into::into)).collect()
+}
+
+fn cmd_create(a: CreateArgs) -> Result<()> {
+    let chunk = parse_size(&a.chunk, "chunk size")?;
+    let specs = specs(&a.members)?;
+    let arr = array::create(&specs, &CreateOptions { level: a.level, chunk, name: a.name, force: a.force })?;
+    for w in arr.warnings() {
+        eprintln!("uraid: warning: {w}");
+    }
+    let v = arr.volume().clone();
+    println!(
+        "created array '{}' ({}): RAID {} over {} members, chunk {}, capacity {} bytes ({})",
+        arr.name(),
+        arr.uuid(),
+        v.geometry().level().number(),
+        v.members().len(),
+        fmt_size(v.geometry().chunk()),
+        v.capacity(),
+        fmt_size(v.capacity())
+    );
+    arr.stop()?;
+    Ok(())
+}
+
+fn print_superblock(name: &str, sb: &Superblock) {
+    println!("{name}:");
+    println!("          magic : uraid superblock, version {}", uraid_core::superblock::VERSION);
+    println!("     array uuid : {}", fmt_uuid(&sb.array_uuid));
+    println!("           name : {}", sb.name);
+    println!("          level : raid{}", sb.level);
+    println!("     chunk size : {}", fmt_size(sb.chunk));
+    println!("        members : {}", sb.member_count);
+    println!("    this member : role {} ({})", sb.member_index, fmt_uuid(&sb.member_uuid));
+    println!("    data offset : {} bytes", sb.data_offset);
+    println!("      data size : {} bytes per member", sb.data_size);
+    println!("  array capacity: {} bytes ({})", sb.data_size * sb.member_count as u64, fmt_size(sb.data_size * sb.member_count as u64));
+    println!("  creation time : {} (unix)", sb.ctime);
+    println!("    update time : {} (unix)", sb.utime);
+    println!("         events : {}", sb.events);
+    println!("          state : {:?}", sb.state);
+}
+
+fn cmd_examine(a: ExamineArgs) -> Result<()> {
+    let mut json = Vec::new();
+    let mut bad = 0;
+    for (name, spec) in a.members.iter().zip(specs(&a.members)?) {
+        let ex = array::examine(&spec)?;
+        if a.json {
+            json.push(match &ex {
+                Examination::Member(sb) => serde_json::json!({"member": name, "superblock": sb}),
+                Examination::Corrupt(why) => serde_json::json!({"member": name, "error": why}),
+                Examination::Foreign(sig) => serde_json::json!({"member": name, "holds": sig}),
+                Examination::Empty => serde_json::json!({"member": name, "holds": null}),
+            });
+            if matches!(ex, Examination::Corrupt(_)) {
+                bad += 1;
+            }
+            continue;
+        }
+        match ex {
+            Examination::Member(sb) => print_superblock(name, &sb),
+            Examination::Corrupt(why) => {
+                println!("{name}: damaged uraid superblock: {why}");
+                bad += 1;
+            }
+            Examination::Foreign(sig) => println!("{name}: no uraid superblock; holds {sig}"),
+            Examination::Empty => println!("{name}: no uraid superblock, no known signature"),
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    }
+    if bad > 0 {
+        bail!("{bad} member(s) have a damaged superblock");
+    }
+    Ok(())
+}
+
+fn cmd_assemble(a: AssembleArgs) -> Result<()> {
+    let arr = array::assemble(&specs(&a.members)?)?;
+    let v = arr.volume().clone();
+    if a.json {
+        let members: Vec<_> = v.members().iter().enumerate().map(|(i, m)| serde_json::json!({"role": i, "member": m.name()})).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "name": arr.name(), "uuid": arr.uuid(), "level": v.geometry().level().number(),
+                "chunk": v.geometry().chunk(), "capacity": v.capacity(), "events": arr.superblocks()[0].events,
+                "members": members,
+            }))?
+        );
+    } else {
+        println!(
+            "assembled array '{}' ({}): RAID {}, chunk {}, capacity {} bytes ({}), events {}",
+            arr.name(),
+            arr.uuid(),
+            v.geometry().level().number(),
+            fmt_size(v.geometry().chunk()),
+            v.capacity(),
+            fmt_size(v.capacity()),
+            arr.superblocks()[0].events
+        );
+        for (i, m) in v.members().iter().enumerate() {
+            println!("  role {i}: {}", m.name());
+        }
+    }
+    drop(v);
+    arr.stop()?;
+    Ok(())
+}
+
+fn suite_options(a: &SuiteArgs) -> Result<SuiteOptions> {
+    let profiles: Vec<profile::Profile> = if a.profile.is_empty() {
+        profile::CDM_DEFAULT.to_vec()
+    } else {
+        a.profile
+            .iter()
+            .map(|n| {
+                profile::by_name(n).with_context(|| {
+                    format!("unknown profile '{n}'; known: SEQ1M-Q8T1, SEQ1M-Q1T1, RND4K-Q32T1, RND4K-Q1T1")
+                })
+            })
+            .collect::<Result<_>>()?
+    };
+    let mut tests = Vec::new();
+    for p in profiles {
+        if !a.write_only {
+            tests.push(Test { profile: p, dir: Dir::Read });
+        }
+        if !a.read_only {
+            tests.push(Test { profile: p, dir: Dir::Write });
+        }
+    }
+    if !(a.time > 0.0 && a.time <= 3600.0) || !(0.0..=3600.0).contains(&a.warmup) {
+        bail!("--time must be from 0 to 3600 seconds (not 0) and --warmup from 0 to 3600");
+    }
+    if a.runs == 0 || a.runs > 100 {
+        bail!("--runs must be from 1 to 100");
+    }
+    Ok(SuiteOptions {
+        tests,
+        area: parse_size(&a.size, "test size")?,
+        runs: a.runs,
+        duration: Duration::from_secs_f64(a.time),
+        warmup: Duration::from_secs_f64(a.warmup),
+        fill: match a.fill {
+            FillArg::Random => Fill::Random,
+            FillArg::Zero => Fill::Zero,
+        },
+        prepare: !a.read_only,
+    })
+}
+
+/// A progress bar over every run of a suite (hidden when stderr is not a
+/// terminal, or with --quiet).
+pub(crate) struct Bar {
+    bar: ProgressBar,
+}
+
+impl Bar {
+    pub(crate) fn new(total_runs: u64, quiet: bool) -> Bar {
+        let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(total_runs) };
+        bar.set_style(
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        Bar { bar }
+    }
+    pub(crate) fn update(&self, label: &str, p: Progress) {
+        match p {
+            Progress::Preparing(bytes) => self.bar.set_message(format!("{label}: writing the {} test area", fmt_size(bytes))),
+            Progress::Running { test, run, runs, .. } => {
+                if run == 0 {
+                    self.bar.set_message(format!("{label}: {test} warm-up"));
+                } else {
+                    self.bar.inc(1);
+                    self.bar.set_message(format!("{label}: {test} run {run}/{runs}"));
+                }
+            }
+        }
+    }
+    pub(crate) fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Refuses write tests on a target that holds something, unless allowed.
+fn guard_writes(opts: &SuiteOptions, overwrite: bool, what: &str, found: Option<&str>) -> Result<()> {
+    let writes = opts.prepare || opts.tests.iter().any(|t| t.dir == Dir::Write);
+    if let (true, false, Some(sig)) = (writes, overwrite, found) {
+        bail!(
+            "{what} holds {sig}; the write tests would destroy it. Nothing was written. \
+             Use --read-only, or --overwrite if you mean it"
+        );
+    }
+    Ok(())
+}
+
+fn describe(v: &Volume) -> String {
+    let kinds: Vec<String> = v
+        .members()
+        .iter()
+        .map(|m| format!("{}{}", m.name(), if m.direct() || m.kind() == uraid_core::member::MemberKind::Mem { "" } else { " (buffered)" }))
+        .collect();
+    if v.members().len() == 1 {
+        format!("{} ({} bytes)", kinds[0], v.capacity())
+    } else {
+        format!(
+            "RAID {} over {} members, chunk {}, {} bytes: {}",
+            v.geometry().level().number(),
+            v.members().len(),
+            fmt_size(v.geometry().chunk()),
+            v.capacity(),
+            kinds.join(" ")
+        )
+    }
+}
+
+fn cmd_bench(a: BenchArgs) -> Result<()> {
+    let opts = suite_options(&a.suite)?;
+    let specs = specs(&a.targets)?;
+    let mut assembled = None;
+    let vol: Arc<Volume> = {
+        let all_members = !a.raw
+            && specs.iter().all(|s| matches!(array::examine(s), Ok(Examination::Member(_))));
+        if all_members {
+            let arr = array::assemble(&specs)?;
+            let v = arr.volume().clone();
+            let head = v.read_at(0, (uraid_core::signature::PROBE_LEN as u64).min(v.capacity()) as usize & !4095)?;
+            guard_writes(&opts, a.suite.overwrite, &format!("array '{}'", arr.name()), uraid_core::signature::detect(&head))?;
+            assembled = Some(arr);
+            v
+        } else {
+            let members = array::open_members(&specs, !a.suite.read_only, true)?;
+            for m in &members {
+                guard_writes(&opts, a.suite.overwrite, m.name(), array::probe(m)?)?;
+            }
+            if members.len() == 1 {
+                let m = members.into_iter().next().expect("one");
+                let size = m.size();
+                Volume::new(Arc::new(vec![m]), Geometry::single(size), 0)?
+            } else {
+                let (v, warn) = array::temporary(members, parse_size(&a.chunk, "chunk size")?)?;
+                if let Some(w) = warn {
+                    eprintln!("uraid: warning: {w}");
+                }
+                v
+            }
+        }
+    };
+    if !a.suite.json && !a.suite.quiet {
+        eprintln!("target: {}", describe(&vol));
+    }
+    let bar = Bar::new((opts.tests.len() * opts.runs) as u64, a.suite.quiet || a.suite.json);
+    let results = run_suite(&vol, &opts, &mut |p| bar.update("bench", p));
+    bar.finish();
+    let results = results?;
+    print_bench(&vol, &results, a.suite.json)?;
+    drop(vol);
+    if let Some(arr) = assembled {
+        arr.stop()?;
+    }
+    Ok(())
+}
+
+fn print_bench(vol: &Volume, results: &[TestResult], json: bool) -> Result<()> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "target": describe(vol), "capacity": vol.capacity(), "results": results,
+            }))?
+        );
+    } else {
+        println!("{}", bench_table(results));
+        println!("MB/s = 10^6 bytes/s; figures are the best of the runs (CrystalDiskMark), median and spread beside; CPU % of one core.");
+    }
+    Ok(())
+}
+
+pub(crate) fn print_comparison(c: &Comparison, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(c)?);
+    } else {
+        println!("{}", c.table());
+        println!(
+            "SEQ in MB/s (10^6 bytes/s), RND in IOPS; best of the runs. diff = gain over one drive; \
+             of Nx = share of N times one drive (the ideal)."
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn run_compare(members: &[Member], opts: &CompareOptions, quiet: bool) -> Result<Comparison> {
+    let configs: usize = opts.counts.iter().map(|&k| if k == 1 { 1 } else { opts.chunks.len() }).sum::<usize>()
+        + usize::from(!opts.counts.contains(&1));
+    let bar = Bar::new((configs * opts.suite.tests.len() * opts.suite.runs) as u64, quiet);
+    let r = compare(members, opts, &mut |label, p| bar.update(label, p));
+    bar.finish();
+    Ok(r?)
+}
+
+fn cmd_compare(a: CompareArgs) -> Result<()> {
+    let suite = suite_options(&a.suite)?;
+    let specs = specs(&a.members)?;
+    let members = array::open_members(&specs, !a.suite.read_only, true)?;
+    for m in &members {
+        guard_writes(&suite, a.suite.overwrite, m.name(), array::probe(m)?)?;
+    }
+    let counts = if a.counts.is_empty() { default_counts(members.len()) } else { a.counts.clone() };
+    let chunks = a.chunk.iter().map(|c| parse_size(c, "chunk size")).collect::<Result<Vec<_>, _>>()?;
+    for &c in &chunks {
+        uraid_core::geometry::check_chunk(c)?;
+    }
+    let opts = CompareOptions { counts, chunks, suite };
+    let c = run_compare(&members, &opts, a.suite.quiet || a.suite.json)?;
+    print_comparison(&c, a.suite.json)
+}
