@@ -177,6 +177,8 @@ pub struct Member {
 }
 
 static BUFFERED_WARNING: Once = Once::new();
+/// Retries of 20 ms for a member that is busy (about half a second).
+const BUSY_RETRIES: u32 = 25;
 
 impl Member {
     /// Opens the member named by `spec`.
@@ -228,6 +230,21 @@ impl Member {
             }
             o.custom_flags(flags).open(p)
         };
+        // A process that just exited may still hold the device for a few
+        // milliseconds while the kernel tears its io_uring down: retry a
+        // busy device briefly before calling it in use.
+        let open = |direct: bool| {
+            let mut tries = 0;
+            loop {
+                match open(direct) {
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < BUSY_RETRIES => {
+                        tries += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    r => return r,
+                }
+            }
+        };
         let (file, direct) = match open(true) {
             Ok(f) => (f, true),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -269,10 +286,20 @@ impl Member {
     }
 
     fn lock(&self) -> Result<()> {
-        // SAFETY: flock on a valid open descriptor.
-        let r = unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if r != 0 {
+        let mut tries = 0;
+        loop {
+            // SAFETY: flock on a valid open descriptor.
+            let r = unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if r == 0 {
+                return Ok(());
+            }
             let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) && tries < BUSY_RETRIES {
+                // See the retry in open_path: the holder may be exiting.
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                continue;
+            }
             if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 bail!(
                     Busy,
@@ -283,7 +310,6 @@ impl Member {
             }
             return Err(Error::io("cannot lock member", Path::new(&self.name), e));
         }
-        Ok(())
     }
 
     /// Adds emulated ceilings to this member (used by `uraid demo --dir` to

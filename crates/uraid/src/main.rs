@@ -7,6 +7,10 @@ mod demo;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Behave like other command-line tools when the reader of our output
+    // goes away (`uraid examine ... | head`): end quietly on SIGPIPE.
+    // SAFETY: setting a signal disposition to the default before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     match cli::run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
