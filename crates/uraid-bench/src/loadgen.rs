@@ -214,7 +214,7 @@ fn thread_main(
         let buf = bufs.pop().expect("qd buffers");
         sub_at[tag] = now_ns();
         let offset = offset_of(&mut rng);
-        if let Err(r) = q.push(Request { op, offset, len: p.block, buf: Some(buf), tag: tag as u64 }) {
+        if let Err(r) = q.push(Request { op, offset, len: p.block, buf: Some(buf), tag: tag as u64, fua: false }) {
             return Err(r.error);
         }
     }
@@ -236,7 +236,7 @@ fn thread_main(
             if now < deadline && error.is_none() {
                 sub_at[tag] = now;
                 let offset = offset_of(&mut rng);
-                if let Err(r) = q.push(Request { op, offset, len: p.block, buf: c.buf, tag: tag as u64 }) {
+                if let Err(r) = q.push(Request { op, offset, len: p.block, buf: c.buf, tag: tag as u64, fua: false }) {
                     error.get_or_insert(r.error);
                 }
             }
@@ -275,7 +275,7 @@ pub fn prepare(vol: &Arc<Volume>, area: u64, fill: Fill) -> Result<()> {
                 free.push(buf);
                 break;
             }
-            if let Err(r) = q.push(Request { op: Op::Write, offset: pos, len, buf: Some(buf), tag: 0 }) {
+            if let Err(r) = q.push(Request { op: Op::Write, offset: pos, len, buf: Some(buf), tag: 0, fua: false }) {
                 return Err(r.error);
             }
             pos += len as u64;

@@ -15,13 +15,13 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
 use crate::geometry::Geometry;
-use crate::member::{now_ns, Member};
+use crate::member::{now_ns, Member, MemberKind};
 use crate::{bail, Error, ErrorKind, IoBuf, Result};
 
 /// Largest logical request, in bytes (64 MiB, ATTO's largest transfer).
@@ -97,7 +97,7 @@ impl Volume {
     /// Reads `len` bytes at `offset` (blocking; control path and tests).
     pub fn read_at(self: &Arc<Self>, offset: u64, len: usize) -> Result<Vec<u8>> {
         let mut q = self.queue(1)?;
-        let c = q.run(Request { op: Op::Read, offset, len, buf: Some(IoBuf::new(len)), tag: 0 });
+        let c = q.run(Request { op: Op::Read, offset, len, buf: Some(IoBuf::new(len)), tag: 0, fua: false });
         c.result?;
         Ok(c.buf.map(|b| b.to_vec()).unwrap_or_default())
     }
@@ -107,13 +107,13 @@ impl Volume {
         let mut q = self.queue(1)?;
         let mut buf = IoBuf::new(data.len());
         buf.copy_from_slice(data);
-        q.run(Request { op: Op::Write, offset, len: data.len(), buf: Some(buf), tag: 0 }).result.map(|_| ())
+        q.run(Request { op: Op::Write, offset, len: data.len(), buf: Some(buf), tag: 0, fua: false }).result.map(|_| ())
     }
 
     /// Makes every completed write durable on every member (blocking).
     pub fn flush(self: &Arc<Self>) -> Result<()> {
         let mut q = self.queue(1)?;
-        q.run(Request { op: Op::Flush, offset: 0, len: 0, buf: None, tag: 0 }).result.map(|_| ())
+        q.run(Request { op: Op::Flush, offset: 0, len: 0, buf: None, tag: 0, fua: false }).result.map(|_| ())
     }
 }
 
@@ -126,6 +126,24 @@ pub enum Op {
     Write,
     /// Make every write completed before it durable on all members.
     Flush,
+    /// Discard (TRIM) the range: the members may drop it; on files and
+    /// `mem:` drives it reads back as zeros afterwards (a punched hole),
+    /// on block devices it becomes a discard. No buffer.
+    Discard,
+    /// Make the range read back as zeros without sending zero bytes: a
+    /// punched hole on files, a zero-out on block devices; with `no_hole`
+    /// the range stays allocated (NBD's NO_HOLE). No buffer.
+    WriteZeroes {
+        /// Keep the range provisioned.
+        no_hole: bool,
+    },
+}
+
+impl Op {
+    /// True for the operations that carry no data buffer but a range.
+    pub fn is_range_only(self) -> bool {
+        matches!(self, Op::Discard | Op::WriteZeroes { .. })
+    }
 }
 
 /// One logical I/O on a volume.
@@ -141,6 +159,24 @@ pub struct Request {
     pub buf: Option<IoBuf>,
     /// Caller's tag, returned in the completion.
     pub tag: u64,
+    /// Force unit access: a write is durable on the members when it
+    /// completes (RWF_DSYNC on each member write, like REQ_FUA).
+    pub fua: bool,
+}
+
+impl Request {
+    /// A read of `len` bytes at `offset` into `buf`.
+    pub fn read(offset: u64, len: usize, buf: IoBuf, tag: u64) -> Request {
+        Request { op: Op::Read, offset, len, buf: Some(buf), tag, fua: false }
+    }
+    /// A write of the first `len` bytes of `buf` at `offset`.
+    pub fn write(offset: u64, len: usize, buf: IoBuf, tag: u64) -> Request {
+        Request { op: Op::Write, offset, len, buf: Some(buf), tag, fua: false }
+    }
+    /// A flush.
+    pub fn flush(tag: u64) -> Request {
+        Request { op: Op::Flush, offset: 0, len: 0, buf: None, tag, fua: false }
+    }
 }
 
 /// The end of a [`Request`].
@@ -178,6 +214,7 @@ struct Piece {
 struct Slot {
     tag: u64,
     op: Op,
+    fua: bool,
     len: usize,
     buf: Option<IoBuf>,
     pieces: Vec<Piece>,
@@ -200,7 +237,16 @@ pub struct Queue {
     in_kernel: usize,
     /// SQEs pushed since the last submit.
     unsubmitted: usize,
+    /// A poll on the caller's descriptor is in the ring.
+    poll_armed: bool,
+    /// That poll fired and was not reported yet.
+    poll_ready: bool,
 }
+
+/// user_data of the poll armed by [`Queue::wait_event`].
+const POLL_TAG: u64 = u64::MAX;
+/// user_data of the removal of that poll.
+const CANCEL_TAG: u64 = u64::MAX - 1;
 
 
 impl Queue {
@@ -227,7 +273,7 @@ impl Queue {
         // SAFETY: prctl with PR_SET_TIMERSLACK takes one integer argument.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
         let slots = (0..depth)
-            .map(|_| Slot { tag: 0, op: Op::Read, len: 0, buf: None, pieces: Vec::new(), npieces: 0, pending: 0, error: None })
+            .map(|_| Slot { tag: 0, op: Op::Read, fua: false, len: 0, buf: None, pieces: Vec::new(), npieces: 0, pending: 0, error: None })
             .collect();
         Ok(Queue {
             ring,
@@ -237,6 +283,8 @@ impl Queue {
             held: BinaryHeap::with_capacity(depth * 4),
             in_kernel: 0,
             unsubmitted: 0,
+            poll_armed: false,
+            poll_ready: false,
         })
     }
 
@@ -262,6 +310,7 @@ impl Queue {
         if req.op == Op::Flush {
             return Ok(());
         }
+        let range_only = req.op.is_range_only();
         let bs = self.vol.block_size as u64;
         let end = req.offset.checked_add(req.len as u64);
         if end.is_none_or(|e| e > self.vol.capacity()) {
@@ -275,7 +324,8 @@ impl Queue {
                 ),
             ));
         }
-        if req.offset % bs != 0 || req.len as u64 % bs != 0 || req.len == 0 || req.len > MAX_REQUEST {
+        let max = if range_only { usize::MAX } else { MAX_REQUEST };
+        if req.offset % bs != 0 || req.len as u64 % bs != 0 || req.len == 0 || req.len > max {
             bail!(
                 InvalidInput,
                 "I/O of {} bytes at offset {} is not aligned: offset and length must be multiples of \
@@ -285,6 +335,7 @@ impl Queue {
             );
         }
         match &req.buf {
+            _ if range_only => Ok(()),
             Some(b) if b.len() >= req.len => Ok(()),
             _ => bail!(InvalidInput, "I/O of {} bytes needs a buffer of at least that size", req.len),
         }
@@ -305,6 +356,7 @@ impl Queue {
         let slot = &mut self.slots[si];
         slot.tag = req.tag;
         slot.op = req.op;
+        slot.fua = req.fua;
         slot.len = req.len;
         slot.buf = req.buf;
         slot.error = None;
@@ -317,6 +369,25 @@ impl Queue {
                     p.offset = 0;
                     p.len = 0;
                 }
+            }
+            Op::Discard | Op::WriteZeroes { .. } => {
+                let mut last = [usize::MAX; crate::geometry::MAX_MEMBERS];
+                vol.geometry().for_each_segment(req.offset, req.len, |seg| {
+                    let abs = data_offset + seg.member_offset;
+                    let li = last[seg.member as usize];
+                    if li != usize::MAX {
+                        let p = &mut slot.pieces[li];
+                        if p.offset + p.len as u64 == abs {
+                            p.len += seg.len;
+                            return;
+                        }
+                    }
+                    last[seg.member as usize] = slot.npieces;
+                    let p = next_piece(slot);
+                    p.member = seg.member;
+                    p.offset = abs;
+                    p.len = seg.len;
+                });
             }
             Op::Read | Op::Write => {
                 let base = slot.buf.as_mut().expect("checked").as_mut_ptr();
@@ -369,22 +440,36 @@ impl Queue {
         let ud = ((si as u64) << 16) | pi as u64;
         let iov = &p.iov[p.iov_first..];
         let off = p.offset + p.done as u64;
+        let rw_flags = if slot.fua { libc::RWF_DSYNC } else { 0 };
+        let kind = self.vol.members()[p.member as usize].kind();
         let sqe: squeue::Entry = match slot.op {
             Op::Flush => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
+            Op::Discard | Op::WriteZeroes { .. } => {
+                let mode = fallocate_mode(slot.op, kind, p.done > 0);
+                opcode::Fallocate::new(fd, p.len as u64).offset(p.offset).mode(mode).build()
+            }
             Op::Read if iov.len() == 1 => {
                 opcode::Read::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32).offset(off).build()
             }
             Op::Write if iov.len() == 1 => {
-                opcode::Write::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32).offset(off).build()
+                opcode::Write::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32).offset(off).rw_flags(rw_flags).build()
             }
             Op::Read => opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).build(),
-            Op::Write => opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).build(),
+            Op::Write => opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).rw_flags(rw_flags).build(),
         };
-        let sqe = sqe.user_data(ud);
+        // SAFETY: the buffers and iovecs named by the entry live in the
+        // slot, which is neither reused nor moved until this piece's
+        // completion has been reaped.
+        unsafe { self.push_sqe(sqe.user_data(ud)) };
+    }
+
+    /// Pushes one entry, submitting first when the submission queue is full.
+    ///
+    /// # Safety
+    /// Every pointer in `sqe` must stay valid until its completion is reaped.
+    unsafe fn push_sqe(&mut self, sqe: squeue::Entry) {
         loop {
-            // SAFETY: the buffers and iovecs named by the entry live in the
-            // slot, which is neither reused nor moved until this piece's
-            // completion has been reaped.
+            // SAFETY: guaranteed by the caller.
             if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
                 break;
             }
@@ -393,6 +478,53 @@ impl Queue {
         }
         self.unsubmitted += 1;
         self.in_kernel += 1;
+    }
+
+    /// Like [`wait`](Self::wait) for one completion, but also returns when
+    /// `fd` becomes readable (the result is then true) or after `timeout`.
+    /// Lets one thread serve a socket and the drives with a single wait;
+    /// the poll stays armed across calls until it fires.
+    pub fn wait_event(&mut self, out: &mut Vec<Completion>, fd: Option<RawFd>, timeout: std::time::Duration) -> bool {
+        if let (Some(fd), false) = (fd, self.poll_armed) {
+            let sqe = opcode::PollAdd::new(types::Fd(fd), (libc::POLLIN | libc::POLLRDHUP) as u32).build().user_data(POLL_TAG);
+            // SAFETY: a poll names no memory.
+            unsafe { self.push_sqe(sqe) };
+            self.poll_armed = true;
+        }
+        let start = out.len();
+        let deadline = now_ns() + timeout.as_nanos() as u64;
+        loop {
+            self.reap(out);
+            if !self.held.is_empty() {
+                self.release_held(now_ns(), out);
+            }
+            if out.len() > start || self.poll_ready {
+                self.submit();
+                return std::mem::take(&mut self.poll_ready);
+            }
+            let now = now_ns();
+            if now >= deadline {
+                self.submit();
+                return false;
+            }
+            let until = self.held.peek().map_or(deadline, |r| r.0 .0.min(deadline));
+            let wait_ns = until.saturating_sub(now).max(1);
+            let ts = types::Timespec::new().sec(wait_ns / 1_000_000_000).nsec((wait_ns % 1_000_000_000) as u32);
+            let res = if self.in_kernel > 0 {
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            } else {
+                self.submit();
+                std::thread::sleep(std::time::Duration::from_nanos(wait_ns));
+                Ok(0)
+            };
+            self.unsubmitted = 0;
+            match res {
+                Ok(_) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => {}
+                Err(e) => panic!("io_uring wait failed: {e}"),
+            }
+        }
     }
 
     fn submit_now(&mut self) {
@@ -478,6 +610,14 @@ impl Queue {
     }
 
     fn on_cqe(&mut self, ud: u64, res: i32, out: &mut Vec<Completion>) {
+        if ud == POLL_TAG {
+            self.poll_armed = false;
+            self.poll_ready = res >= 0 || res == -libc::ECANCELED;
+            return;
+        }
+        if ud == CANCEL_TAG {
+            return;
+        }
         let si = (ud >> 16) as usize;
         let pi = (ud & 0xffff) as usize;
         let slot = &mut self.slots[si];
@@ -491,7 +631,16 @@ impl Queue {
                     -res,
                 ));
             }
-        } else if op != Op::Flush {
+        } else if let Op::WriteZeroes { no_hole: true } = op {
+            // On files the zeroing is a punched hole, then an allocation
+            // (two steps: tmpfs and others have no ZERO_RANGE).
+            let kind = self.vol.members()[p.member as usize].kind();
+            if kind != MemberKind::BlockDevice && p.done == 0 {
+                p.done = 1;
+                self.push_piece(si, pi);
+                return;
+            }
+        } else if op == Op::Read || op == Op::Write {
             let n = res as usize;
             p.done += n;
             if p.done < p.len {
@@ -548,6 +697,11 @@ impl Drop for Queue {
         // The kernel may still write into buffers we own: wait for every
         // piece before the slots are freed.
         let mut sink = Vec::new();
+        if self.poll_armed {
+            let sqe = opcode::PollRemove::new(POLL_TAG).build().user_data(CANCEL_TAG);
+            // SAFETY: names no memory.
+            unsafe { self.push_sqe(sqe) };
+        }
         while self.in_kernel > 0 {
             let _ = self.ring.submit_and_wait(1);
             self.reap(&mut sink);
@@ -555,6 +709,19 @@ impl Drop for Queue {
         // Release the members now rather than when the kernel gets round to
         // tearing the ring down, so the next opener does not find them busy.
         let _ = self.ring.submitter().unregister_files();
+    }
+}
+
+/// The fallocate(2) mode that does `op` on a member of `kind`; `second` is
+/// the allocation step of a NO_HOLE zeroing on a file.
+fn fallocate_mode(op: Op, kind: MemberKind, second: bool) -> i32 {
+    use libc::{FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH, FALLOC_FL_ZERO_RANGE as ZERO};
+    match (op, kind) {
+        // On a block device, PUNCH_HOLE|KEEP_SIZE is a zero-out that may
+        // unmap (blkdev_fallocate), ZERO_RANGE|KEEP_SIZE one that must not.
+        (Op::WriteZeroes { no_hole: true }, MemberKind::BlockDevice) => ZERO | KEEP,
+        (Op::WriteZeroes { no_hole: true }, _) if second => KEEP,
+        _ => PUNCH | KEEP,
     }
 }
 

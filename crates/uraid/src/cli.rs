@@ -39,6 +39,8 @@ enum Cmd {
     Compare(CompareArgs),
     /// Compare 1, 2 and 4 emulated NVMe drives (no hardware needed).
     Demo(DemoArgs),
+    /// Export the array over NBD (unix socket by default) until SIGINT/SIGTERM.
+    Serve(crate::serve::ServeArgs),
 }
 
 #[derive(Args)]
@@ -179,6 +181,7 @@ pub fn run() -> Result<()> {
         Cmd::Bench(a) => cmd_bench(a),
         Cmd::Compare(a) => cmd_compare(a),
         Cmd::Demo(a) => crate::demo::run(a),
+        Cmd::Serve(a) => crate::serve::run(a),
     }
 }
 

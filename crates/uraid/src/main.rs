@@ -3,6 +3,7 @@
 
 mod cli;
 mod demo;
+mod serve;
 
 use std::process::ExitCode;
 

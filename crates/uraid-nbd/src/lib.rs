@@ -1,0 +1,14 @@
+//! uraid-nbd: exports uraid volumes over the NBD protocol, so that any
+//! Linux tool (qemu, nbdfuse + losetup, nbdcopy, fio's nbd engine,
+//! nbd-client where the kernel has nbd) can use them as block devices.
+//!
+//! - [`proto`]: the wire format, as pure parsers and encoders.
+//! - [`server`]: listening, the fixed newstyle handshake, and the
+//!   transmission phase, one thread and one engine queue per connection.
+//!
+//! Source: NetworkBlockDevice/nbd, doc/proto.md.
+
+pub mod proto;
+pub mod server;
+
+pub use server::{Export, Listener, Server, ServerOptions};

@@ -1,0 +1,703 @@
+//! The NBD server: listening, the fixed newstyle handshake and the
+//! transmission phase.
+//!
+//! One thread per connection, each with its own engine [`Queue`] (its own
+//! io_uring). The thread reads requests from the socket without blocking,
+//! hands them to the queue, and writes each reply as its I/O completes, so
+//! many requests are in flight and replies go out of order. The socket's
+//! readiness is one more event on the same ring (a poll), so one wait
+//! covers both the client and the drives.
+//!
+//! Flush semantics hold across connections (`NBD_FLAG_CAN_MULTI_CONN`): a
+//! FLUSH on any connection syncs every member, which covers every write
+//! any connection has completed.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use uraid_core::engine::Op;
+use uraid_core::{Completion, IoBuf, Queue, Request, Volume};
+
+use crate::proto::*;
+
+/// One export: a volume under a name.
+#[derive(Debug, Clone)]
+pub struct Export {
+    /// Export name, as clients ask for it (`nbd+unix:///NAME?socket=...`).
+    pub name: String,
+    /// Human-readable description (shown by `nbdinfo --list`).
+    pub description: String,
+    /// The volume.
+    pub volume: Arc<Volume>,
+}
+
+/// Server settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerOptions {
+    /// Refuse writes, trims and zeroing (EPERM), and say so in the flags.
+    pub read_only: bool,
+    /// Requests in flight per connection.
+    pub queue_depth: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions { read_only: false, queue_depth: 64 }
+    }
+}
+
+/// Where the server listens.
+#[derive(Debug)]
+pub enum Listener {
+    /// A unix socket (the default; its file is removed when the server stops).
+    Unix(UnixListener, PathBuf),
+    /// A TCP socket.
+    Tcp(TcpListener),
+}
+
+/// The server: exports, options and a shutdown flag that a signal handler
+/// may set.
+#[derive(Debug)]
+pub struct Server {
+    exports: Arc<Vec<Export>>,
+    opts: ServerOptions,
+    shutdown: Arc<AtomicBool>,
+    connections: Arc<AtomicUsize>,
+}
+
+/// How long a client may take to send one handshake message.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often idle connections look at the shutdown flag.
+const TICK: Duration = Duration::from_millis(100);
+
+impl Server {
+    /// A server for `exports` (the first one is the default export, used
+    /// when a client asks for the empty name).
+    pub fn new(exports: Vec<Export>, opts: ServerOptions) -> Server {
+        Server {
+            exports: Arc::new(exports),
+            opts,
+            shutdown: Arc::new(AtomicBool::new(false)),
+            connections: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// The flag that stops the server: set it (from a signal handler or
+    /// another thread) and [`run`](Self::run) returns once every request in
+    /// flight is answered.
+    pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
+        self.shutdown.clone()
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Accepts connections until the shutdown flag is set, then waits for
+    /// every connection to finish its requests in flight.
+    ///
+    /// Errors: a failure of the listening socket itself.
+    pub fn run(&self, listener: &Listener) -> io::Result<()> {
+        let lfd = match listener {
+            Listener::Unix(l, _) => {
+                l.set_nonblocking(true)?;
+                l.as_raw_fd()
+            }
+            Listener::Tcp(l) => {
+                l.set_nonblocking(true)?;
+                l.as_raw_fd()
+            }
+        };
+        let mut threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
+        while !self.shutdown.load(Ordering::Relaxed) {
+            let mut pfd = libc::pollfd { fd: lfd, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd, count 1.
+            unsafe { libc::poll(&mut pfd, 1, TICK.as_millis() as i32) };
+            threads.retain(|t| !t.is_finished());
+            let spawned = match listener {
+                Listener::Unix(l, _) => match l.accept() {
+                    Ok((s, _)) => self.spawn(s, |s| {
+                        s.set_nonblocking(false)?;
+                        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+                        s.set_write_timeout(Some(HANDSHAKE_TIMEOUT))
+                    }),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+                    Err(e) => return Err(e),
+                },
+                Listener::Tcp(l) => match l.accept() {
+                    Ok((s, _)) => self.spawn(s, |s: &TcpStream| {
+                        s.set_nonblocking(false)?;
+                        s.set_nodelay(true)?;
+                        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+                        s.set_write_timeout(Some(HANDSHAKE_TIMEOUT))
+                    }),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+                    Err(e) => return Err(e),
+                },
+            };
+            threads.extend(spawned);
+        }
+        for t in threads {
+            let _ = t.join();
+        }
+        Ok(())
+    }
+
+    fn spawn<S>(&self, s: S, setup: impl FnOnce(&S) -> io::Result<()>) -> Option<std::thread::JoinHandle<()>>
+    where
+        S: Read + Write + AsRawFd + Send + 'static,
+    {
+        setup(&s).ok()?;
+        let exports = self.exports.clone();
+        let opts = self.opts;
+        let shutdown = self.shutdown.clone();
+        let conns = self.connections.clone();
+        conns.fetch_add(1, Ordering::Relaxed);
+        std::thread::Builder::new()
+            .name("uraid-nbd-conn".into())
+            .spawn(move || {
+                let _ = connection(s, &exports, opts, &shutdown);
+                conns.fetch_sub(1, Ordering::Relaxed);
+            })
+            .ok()
+    }
+}
+
+fn read_u32<S: Read>(s: &mut S) -> io::Result<u32> {
+    let mut b = [0u8; 4];
+    s.read_exact(&mut b)?;
+    Ok(u32::from_be_bytes(b))
+}
+
+/// Transmission flags of an export.
+pub fn transmission_flags(read_only: bool) -> u16 {
+    let mut f = TF_HAS_FLAGS
+        | TF_SEND_FLUSH
+        | TF_SEND_FUA
+        | TF_SEND_TRIM
+        | TF_SEND_WRITE_ZEROES
+        | TF_SEND_FAST_ZERO
+        | TF_CAN_MULTI_CONN;
+    if read_only {
+        f |= TF_READ_ONLY;
+    }
+    f
+}
+
+fn find<'a>(exports: &'a [Export], name: &str) -> Option<&'a Export> {
+    if name.is_empty() {
+        return exports.first();
+    }
+    exports.iter().find(|e| e.name == name)
+}
+
+fn info_replies(option: u32, e: &Export, items: &[u16], read_only: bool) -> Vec<u8> {
+    let mut v = Vec::new();
+    let mut export = Vec::with_capacity(12);
+    export.extend_from_slice(&INFO_EXPORT.to_be_bytes());
+    export.extend_from_slice(&e.volume.capacity().to_be_bytes());
+    export.extend_from_slice(&transmission_flags(read_only).to_be_bytes());
+    v.extend(option_reply(option, REP_INFO, &export));
+    // The spec lets a server send block sizes unasked; clients that honour
+    // them (qemu, libnbd) then never send misaligned requests.
+    let min = e.volume.block_size();
+    let mut bs = Vec::with_capacity(14);
+    bs.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+    bs.extend_from_slice(&min.to_be_bytes());
+    bs.extend_from_slice(&min.max(4096).to_be_bytes());
+    bs.extend_from_slice(&MAX_PAYLOAD.to_be_bytes());
+    v.extend(option_reply(option, REP_INFO, &bs));
+    if items.contains(&INFO_NAME) {
+        let mut n = INFO_NAME.to_be_bytes().to_vec();
+        n.extend_from_slice(e.name.as_bytes());
+        v.extend(option_reply(option, REP_INFO, &n));
+    }
+    if items.contains(&INFO_DESCRIPTION) {
+        let mut d = INFO_DESCRIPTION.to_be_bytes().to_vec();
+        d.extend_from_slice(e.description.as_bytes());
+        v.extend(option_reply(option, REP_INFO, &d));
+    }
+    v.extend(option_reply(option, REP_ACK, &[]));
+    v
+}
+
+/// The outcome of a successful handshake: which export, and whether
+/// structured replies were negotiated.
+struct Negotiated<'a> {
+    export: &'a Export,
+    structured: bool,
+}
+
+/// Fixed newstyle negotiation. `Ok(None)` ends the connection (abort, a
+/// client that does not speak fixed newstyle, an unknown export named with
+/// EXPORT_NAME, a bad option magic).
+fn handshake<'a, S: Read + Write>(
+    s: &mut S,
+    exports: &'a [Export],
+    opts: ServerOptions,
+    shutdown: &AtomicBool,
+) -> io::Result<Option<Negotiated<'a>>> {
+    let mut hello = Vec::with_capacity(18);
+    hello.extend_from_slice(&NBDMAGIC.to_be_bytes());
+    hello.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    hello.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    s.write_all(&hello)?;
+    let cflags = read_u32(s)?;
+    if cflags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+        return Ok(None); // unknown client flags: the spec says to close
+    }
+    let no_zeroes = cflags & FLAG_C_NO_ZEROES != 0;
+    let mut structured = false;
+    loop {
+        let mut h = [0u8; 16];
+        s.read_exact(&mut h)?;
+        let Some(opt) = parse_option_header(&h) else { return Ok(None) };
+        if opt.len > MAX_OPTION_LEN {
+            if opt.len > MAX_OPTION_SKIP {
+                return Ok(None);
+            }
+            io::copy(&mut Read::by_ref(s).take(opt.len as u64), &mut io::sink())?;
+            s.write_all(&option_reply(opt.option, REP_ERR_TOO_BIG, b"option data too large"))?;
+            continue;
+        }
+        let mut data = vec![0u8; opt.len as usize];
+        s.read_exact(&mut data)?;
+        if shutdown.load(Ordering::Relaxed) && opt.option != OPT_ABORT {
+            s.write_all(&option_reply(opt.option, REP_ERR_SHUTDOWN, b"server is shutting down"))?;
+            continue;
+        }
+        match opt.option {
+            OPT_EXPORT_NAME => {
+                let Ok(name) = std::str::from_utf8(&data) else { return Ok(None) };
+                let Some(e) = find(exports, name) else { return Ok(None) };
+                let mut r = Vec::with_capacity(134);
+                r.extend_from_slice(&e.volume.capacity().to_be_bytes());
+                r.extend_from_slice(&transmission_flags(opts.read_only).to_be_bytes());
+                if !no_zeroes {
+                    r.extend_from_slice(&[0u8; 124]);
+                }
+                s.write_all(&r)?;
+                return Ok(Some(Negotiated { export: e, structured }));
+            }
+            OPT_ABORT => {
+                let _ = s.write_all(&option_reply(opt.option, REP_ACK, &[]));
+                return Ok(None);
+            }
+            OPT_LIST => {
+                if !data.is_empty() {
+                    s.write_all(&option_reply(opt.option, REP_ERR_INVALID, b"LIST takes no data"))?;
+                    continue;
+                }
+                let mut r = Vec::new();
+                for e in exports {
+                    let mut d = (e.name.len() as u32).to_be_bytes().to_vec();
+                    d.extend_from_slice(e.name.as_bytes());
+                    d.extend_from_slice(e.description.as_bytes());
+                    r.extend(option_reply(opt.option, REP_SERVER, &d));
+                }
+                r.extend(option_reply(opt.option, REP_ACK, &[]));
+                s.write_all(&r)?;
+            }
+            OPT_STARTTLS => {
+                s.write_all(&option_reply(
+                    opt.option,
+                    REP_ERR_POLICY,
+                    b"TLS is not configured on this server (it listens on a unix socket or loopback)",
+                ))?;
+            }
+            OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    s.write_all(&option_reply(opt.option, REP_ERR_INVALID, b"STRUCTURED_REPLY takes no data"))?;
+                    continue;
+                }
+                structured = true;
+                s.write_all(&option_reply(opt.option, REP_ACK, &[]))?;
+            }
+            OPT_INFO | OPT_GO => {
+                let Some(req) = parse_info_request(&data) else {
+                    s.write_all(&option_reply(opt.option, REP_ERR_INVALID, b"malformed INFO/GO request"))?;
+                    continue;
+                };
+                let Some(e) = find(exports, &req.name) else {
+                    let known: Vec<&str> = exports.iter().map(|e| e.name.as_str()).collect();
+                    let msg = format!("no export named '{}'; exports: {}", req.name, known.join(", "));
+                    s.write_all(&option_reply(opt.option, REP_ERR_UNKNOWN, msg.as_bytes()))?;
+                    continue;
+                };
+                s.write_all(&info_replies(opt.option, e, &req.items, opts.read_only))?;
+                if opt.option == OPT_GO {
+                    return Ok(Some(Negotiated { export: e, structured }));
+                }
+            }
+            _ => {
+                s.write_all(&option_reply(opt.option, REP_ERR_UNSUP, b"option not supported"))?;
+            }
+        }
+    }
+}
+
+fn connection<S: Read + Write + AsRawFd>(
+    mut s: S,
+    exports: &[Export],
+    opts: ServerOptions,
+    shutdown: &AtomicBool,
+) -> io::Result<()> {
+    let Some(n) = handshake(&mut s, exports, opts, shutdown)? else { return Ok(()) };
+    Transmission::new(&mut s, n.export.volume.clone(), n.structured, opts)?.run(shutdown);
+    Ok(())
+}
+
+/// What one request in flight is waiting for.
+#[derive(Clone, Copy)]
+struct Pending {
+    handle: u64,
+    cmd: u16,
+    offset: u64,
+    /// A FUA trim or zeroing: flush before replying.
+    then_flush: bool,
+}
+
+struct Transmission<'s, S: Write + AsRawFd> {
+    s: &'s mut S,
+    fd: RawFd,
+    vol: Arc<Volume>,
+    q: Queue,
+    structured: bool,
+    read_only: bool,
+    slots: Vec<Option<Pending>>,
+    free: Vec<usize>,
+    pool: Vec<IoBuf>,
+    /// Bytes of the request header read so far.
+    hdr: [u8; REQUEST_LEN],
+    have: usize,
+    /// A WRITE whose payload is being read: header, buffer, bytes read.
+    payload: Option<(RequestHeader, IoBuf, usize)>,
+    /// Still reading requests (false after DISC, EOF, a protocol error or
+    /// a shutdown).
+    reading: bool,
+    /// The socket failed: no more replies can be sent.
+    broken: bool,
+}
+
+enum Recv {
+    Got(usize),
+    Again,
+    Closed,
+}
+
+fn recv(fd: RawFd, buf: &mut [u8]) -> Recv {
+    // SAFETY: buf is valid for writes of buf.len() bytes.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    if n > 0 {
+        Recv::Got(n as usize)
+    } else if n == 0 {
+        Recv::Closed
+    } else {
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) => Recv::Again,
+            _ => Recv::Closed,
+        }
+    }
+}
+
+fn write_all_vectored<S: Write>(s: &mut S, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+    while !bufs.is_empty() {
+        match s.write_vectored(bufs) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl<'s, S: Write + AsRawFd> Transmission<'s, S> {
+    fn new(s: &'s mut S, vol: Arc<Volume>, structured: bool, opts: ServerOptions) -> io::Result<Self> {
+        let depth = opts.queue_depth.max(1);
+        let q = vol.queue(depth).map_err(|e| io::Error::other(e.to_string()))?;
+        let fd = s.as_raw_fd();
+        // Replies are written with blocking writes and no time limit: a slow
+        // reader slows its own connection only.
+        // SAFETY: SO_SNDTIMEO with a zero timeval on a valid socket.
+        unsafe {
+            let tv = libc::timeval { tv_sec: 0, tv_usec: 0 };
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
+        }
+        Ok(Transmission {
+            s,
+            fd,
+            vol,
+            q,
+            structured,
+            read_only: opts.read_only,
+            slots: vec![None; depth],
+            free: (0..depth).rev().collect(),
+            pool: Vec::new(),
+            hdr: [0; REQUEST_LEN],
+            have: 0,
+            payload: None,
+            reading: true,
+            broken: false,
+        })
+    }
+
+    fn run(mut self, shutdown: &AtomicBool) {
+        let mut out: Vec<Completion> = Vec::with_capacity(self.slots.len());
+        loop {
+            if shutdown.load(Ordering::Relaxed) {
+                // Stop taking requests; answer those in flight, then close.
+                self.reading = false;
+            }
+            self.read_requests();
+            if !self.reading && self.q.in_flight() == 0 {
+                break;
+            }
+            let poll = (self.reading && !self.free.is_empty()).then_some(self.fd);
+            self.q.wait_event(&mut out, poll, TICK);
+            for c in out.drain(..) {
+                self.complete(c);
+            }
+        }
+    }
+
+    fn take_buf(&mut self, len: usize) -> IoBuf {
+        let class = len.next_power_of_two().max(4096);
+        match self.pool.iter().position(|b| b.len() == class) {
+            Some(i) => self.pool.swap_remove(i),
+            None => IoBuf::new(class),
+        }
+    }
+
+    fn give_buf(&mut self, b: IoBuf) {
+        if self.pool.len() < self.slots.len() {
+            self.pool.push(b);
+        }
+    }
+
+    /// Reads and dispatches requests until the socket has no more data, the
+    /// queue is full, or reading stopped.
+    fn read_requests(&mut self) {
+        while self.reading && !self.free.is_empty() {
+            if let Some((h, mut buf, got)) = self.payload.take() {
+                let want = h.len as usize;
+                match recv(self.fd, &mut buf[got..want]) {
+                    Recv::Got(n) if got + n == want => self.dispatch(h, Some(buf)),
+                    Recv::Got(n) => self.payload = Some((h, buf, got + n)),
+                    Recv::Again => {
+                        self.payload = Some((h, buf, got));
+                        return;
+                    }
+                    Recv::Closed => self.reading = false,
+                }
+                continue;
+            }
+            let have = self.have;
+            match recv(self.fd, &mut self.hdr[have..]) {
+                Recv::Got(n) => {
+                    self.have += n;
+                    if self.have == REQUEST_LEN {
+                        self.have = 0;
+                        let hdr = self.hdr;
+                        self.on_header(&hdr);
+                    }
+                }
+                Recv::Again => return,
+                Recv::Closed => self.reading = false,
+            }
+        }
+    }
+
+    fn on_header(&mut self, raw: &[u8; REQUEST_LEN]) {
+        let Some(h) = parse_request(raw) else {
+            // Out of sync with the client: a hard disconnect, as the spec allows.
+            self.reading = false;
+            return;
+        };
+        match h.cmd {
+            CMD_DISC => self.reading = false,
+            CMD_WRITE if h.len > MAX_PAYLOAD => {
+                // We cannot take (or skip safely) a payload that large.
+                self.reading = false;
+            }
+            CMD_WRITE if h.len > 0 => {
+                let buf = self.take_buf(h.len as usize);
+                self.payload = Some((h, buf, 0));
+            }
+            _ => self.dispatch(h, None),
+        }
+    }
+
+    fn check(&self, h: &RequestHeader) -> Result<(), (u32, &'static str)> {
+        let mut allowed = CMD_FLAG_FUA;
+        if h.cmd == CMD_WRITE_ZEROES {
+            allowed |= CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO;
+        }
+        if h.flags & !allowed != 0 {
+            return Err((EINVAL, "unknown or inapplicable command flag"));
+        }
+        let writes = matches!(h.cmd, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+        if writes && self.read_only {
+            return Err((EPERM, "export is read-only"));
+        }
+        if matches!(h.cmd, CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES) {
+            let end = h.offset.checked_add(h.len as u64);
+            if end.is_none_or(|e| e > self.vol.capacity()) {
+                let err = if matches!(h.cmd, CMD_WRITE | CMD_WRITE_ZEROES) { ENOSPC } else { EINVAL };
+                return Err((err, "request goes past the end of the export"));
+            }
+            if h.len > MAX_PAYLOAD && matches!(h.cmd, CMD_READ) {
+                return Err((EINVAL, "request larger than the maximum block size"));
+            }
+            let bs = self.vol.block_size() as u64;
+            if h.cmd != CMD_TRIM && (h.offset % bs != 0 || h.len as u64 % bs != 0) {
+                return Err((EINVAL, "request not aligned to the minimum block size"));
+            }
+        }
+        Ok(())
+    }
+
+    fn dispatch(&mut self, h: RequestHeader, buf: Option<IoBuf>) {
+        if let Err((err, msg)) = self.check(&h) {
+            if let Some(b) = buf {
+                self.give_buf(b);
+            }
+            self.reply_error(h.handle, err, msg);
+            return;
+        }
+        let fua = h.flags & CMD_FLAG_FUA != 0;
+        let (op, offset, len, buf, then_flush) = match h.cmd {
+            CMD_READ | CMD_WRITE if h.len == 0 => {
+                if let Some(b) = buf {
+                    self.give_buf(b);
+                }
+                self.reply_ok(h.handle, h.cmd, h.offset, None);
+                return;
+            }
+            CMD_READ => (Op::Read, h.offset, h.len as usize, Some(self.take_buf(h.len as usize)), false),
+            CMD_WRITE => (Op::Write, h.offset, h.len as usize, buf, false),
+            CMD_FLUSH => (Op::Flush, 0, 0, None, false),
+            CMD_TRIM => {
+                // Round inwards to whole blocks, as the spec allows for TRIM.
+                let bs = self.vol.block_size() as u64;
+                let start = h.offset.next_multiple_of(bs);
+                let end = (h.offset + h.len as u64) / bs * bs;
+                if end <= start {
+                    self.reply_ok(h.handle, h.cmd, h.offset, None);
+                    return;
+                }
+                (Op::Discard, start, (end - start) as usize, None, fua)
+            }
+            CMD_WRITE_ZEROES if h.len == 0 => {
+                self.reply_ok(h.handle, h.cmd, h.offset, None);
+                return;
+            }
+            CMD_WRITE_ZEROES => {
+                let op = Op::WriteZeroes { no_hole: h.flags & CMD_FLAG_NO_HOLE != 0 };
+                (op, h.offset, h.len as usize, None, fua)
+            }
+            _ => {
+                self.reply_error(h.handle, EINVAL, "unknown command");
+                return;
+            }
+        };
+        let tag = self.free.pop().expect("room was checked before reading");
+        self.slots[tag] = Some(Pending { handle: h.handle, cmd: h.cmd, offset: h.offset, then_flush });
+        let req = Request { op, offset, len, buf, tag: tag as u64, fua: fua && h.cmd == CMD_WRITE };
+        if let Err(r) = self.q.push(req) {
+            self.slots[tag] = None;
+            self.free.push(tag);
+            if let Some(b) = r.request.buf {
+                self.give_buf(b);
+            }
+            self.reply_error(h.handle, nbd_errno(r.error.errno()), "request refused by the engine");
+        }
+    }
+
+    fn complete(&mut self, c: Completion) {
+        let tag = c.tag as usize;
+        let Some(p) = self.slots[tag] else { return };
+        match c.result {
+            Ok(_) if p.then_flush => {
+                // FUA on a trim or zeroing: make it durable before replying.
+                self.slots[tag] = Some(Pending { then_flush: false, ..p });
+                let req = Request { op: Op::Flush, offset: 0, len: 0, buf: None, tag: c.tag, fua: false };
+                if let Err(r) = self.q.push(req) {
+                    self.slots[tag] = None;
+                    self.free.push(tag);
+                    self.reply_error(p.handle, nbd_errno(r.error.errno()), "flush refused by the engine");
+                }
+                return;
+            }
+            Ok(_) => self.reply_ok(p.handle, p.cmd, p.offset, c.buf.as_deref()),
+            // TRIM is a hint: a member that cannot discard is not an error.
+            Err(e) if p.cmd == CMD_TRIM && e.errno() == libc::EOPNOTSUPP => self.reply_ok(p.handle, p.cmd, p.offset, None),
+            Err(e) => {
+                let msg = e.to_string();
+                self.reply_error(p.handle, nbd_errno(e.errno()), &msg);
+            }
+        }
+        self.slots[tag] = None;
+        self.free.push(tag);
+        if let Some(b) = c.buf {
+            self.give_buf(b);
+        }
+    }
+
+    fn send(&mut self, parts: &mut [IoSlice<'_>]) {
+        if self.broken {
+            return;
+        }
+        if write_all_vectored(self.s, parts).is_err() {
+            // The client went away: finish what is in flight, send nothing.
+            self.broken = true;
+            self.reading = false;
+        }
+    }
+
+    fn reply_ok(&mut self, handle: u64, cmd: u16, offset: u64, data: Option<&[u8]>) {
+        let data = if cmd == CMD_READ { data } else { None };
+        if self.structured {
+            match data {
+                Some(d) => {
+                    let h = structured_header(handle, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, 8 + d.len() as u32);
+                    let off = offset.to_be_bytes();
+                    self.send(&mut [IoSlice::new(&h), IoSlice::new(&off), IoSlice::new(d)]);
+                }
+                None => {
+                    let h = structured_header(handle, REPLY_FLAG_DONE, REPLY_TYPE_NONE, 0);
+                    self.send(&mut [IoSlice::new(&h)]);
+                }
+            }
+        } else {
+            let h = simple_reply(handle, 0);
+            match data {
+                Some(d) => self.send(&mut [IoSlice::new(&h), IoSlice::new(d)]),
+                None => self.send(&mut [IoSlice::new(&h)]),
+            }
+        }
+    }
+
+    fn reply_error(&mut self, handle: u64, err: u32, msg: &str) {
+        if self.structured {
+            let b = structured_error(handle, err, msg);
+            self.send(&mut [IoSlice::new(&b)]);
+        } else {
+            let h = simple_reply(handle, err);
+            self.send(&mut [IoSlice::new(&h)]);
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! `uraid serve`: export an array's volume over NBD until SIGINT/SIGTERM.
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use uraid_core::array;
+use uraid_core::array::Examination;
+use uraid_core::member::MemberKind;
+use uraid_core::units::parse_size;
+use uraid_nbd::{Export, Listener, Server, ServerOptions};
+
+use crate::cli::specs;
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    /// Unix socket to listen on (default: /run/uraid/NAME.sock).
+    #[arg(long, conflicts_with = "tcp")]
+    socket: Option<PathBuf>,
+    /// Listen on TCP instead, at ADDR:PORT (default 127.0.0.1:10809).
+    #[arg(long, num_args = 0..=1, default_missing_value = "127.0.0.1:10809")]
+    tcp: Option<String>,
+    /// Allow a TCP address that is not loopback without TLS (data and
+    /// commands travel in clear and anyone who can connect can write).
+    #[arg(long)]
+    insecure: bool,
+    /// Export read-only.
+    #[arg(long)]
+    read_only: bool,
+    /// Requests in flight per connection.
+    #[arg(long, default_value_t = 64)]
+    queue_depth: usize,
+    /// Chunk of the temporary RAID 0 when every member is a `mem:` drive.
+    #[arg(long, default_value = "128K")]
+    chunk: String,
+    /// The members of an array (any order); or `mem:` drives for a
+    /// temporary in-memory array named "mem".
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a zeroed sigaction with a handler that only stores to an
+        // atomic (async-signal-safe); sa_mask empty, no SA_RESTART so that
+        // blocking calls return EINTR.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+pub(crate) fn run(a: ServeArgs) -> Result<()> {
+    let specs = specs(&a.members)?;
+    let all_mem = specs.iter().all(|s| matches!(s, uraid_core::MemberSpec::Mem(_)));
+    let (name, volume, arr) = if all_mem {
+        let members = array::open_members(&specs, true, true)?;
+        let (v, _) = array::temporary(members, parse_size(&a.chunk, "chunk size")?)?;
+        ("mem".to_string(), v, None)
+    } else {
+        for s in &specs {
+            if !matches!(array::examine(s)?, Examination::Member(_)) {
+                bail!("{s} is not a uraid member; create an array first (uraid create --level 0 --name NAME MEMBER...)");
+            }
+        }
+        let arr = array::assemble(&specs)?;
+        (arr.name().to_string(), arr.volume().clone(), Some(arr))
+    };
+    let (listener, uri) = match &a.tcp {
+        Some(addr) => {
+            let sa: SocketAddr = addr
+                .parse()
+                .or_else(|_| format!("{addr}:10809").parse())
+                .with_context(|| format!("'{addr}' is not an address like 127.0.0.1:10809"))?;
+            if !is_loopback(sa.ip()) && !a.insecure {
+                bail!(
+                    "{sa} is not a loopback address: NBD without TLS sends data in clear and lets anyone who can \
+                     connect write to the array. This build has no TLS yet; use a unix socket, 127.0.0.1, or \
+                     add --insecure if the network is trusted"
+                );
+            }
+            let l = TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa}"))?;
+            (Listener::Tcp(l), format!("nbd://{sa}/{name}"))
+        }
+        None => {
+            let path = a.socket.clone().unwrap_or_else(|| PathBuf::from(format!("/run/uraid/{name}.sock")));
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            }
+            // We hold the members' locks, so a socket file left here is stale.
+            if path.exists() {
+                if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+                    bail!("{} is in use by another server; pick another --socket", path.display());
+                }
+                std::fs::remove_file(&path).with_context(|| format!("cannot remove stale {}", path.display()))?;
+            }
+            let l = UnixListener::bind(&path).with_context(|| format!("cannot listen on {}", path.display()))?;
+            let uri = format!("nbd+unix:///{name}?socket={}", path.display());
+            (Listener::Unix(l, path), uri)
+        }
+    };
+    let kinds: Vec<String> = volume
+        .members()
+        .iter()
+        .map(|m| format!("{}{}", m.name(), if m.kind() == MemberKind::Mem { " (in RAM)" } else { "" }))
+        .collect();
+    let description = format!(
+        "uraid RAID {} over {} members, chunk {}",
+        volume.geometry().level().number(),
+        volume.members().len(),
+        uraid_core::units::fmt_size(volume.geometry().chunk())
+    );
+    let server = Server::new(
+        vec![Export { name: name.clone(), description: description.clone(), volume: volume.clone() }],
+        ServerOptions { read_only: a.read_only, queue_depth: a.queue_depth.clamp(1, 1024) },
+    );
+    install_signal_handlers();
+    println!("serving '{name}' ({description}, {} bytes{}) on {uri}", volume.capacity(), if a.read_only { ", read-only" } else { "" });
+    println!("members: {}", kinds.join(" "));
+    println!("to put a filesystem on it (kernel without nbd: FUSE + a loop device):");
+    println!("  mkdir -p /mnt/{name}-nbd /mnt/{name} && nbdfuse /mnt/{name}-nbd '{uri}' &");
+    println!("  LOOP=$(losetup -f --show --direct-io=on /mnt/{name}-nbd/nbd)");
+    println!("  mkfs.ext4 $LOOP    # first time only");
+    println!("  mount $LOOP /mnt/{name}");
+    println!("with the kernel's nbd module: nbd-client -N {name} {} /dev/nbd0", match &a.tcp {
+        Some(_) => uri.trim_start_matches("nbd://").split('/').next().unwrap_or("").replace(':', " "),
+        None => format!("-unix {}", uri.split("socket=").nth(1).unwrap_or("")),
+    });
+    println!("stop with Ctrl-C (SIGINT) or SIGTERM: requests in flight finish, members are flushed and marked clean.");
+    let flag = server.shutdown_flag();
+    let watcher = {
+        let flag = flag.clone();
+        std::thread::spawn(move || {
+            while !STOP.load(Ordering::Relaxed) && !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            flag.store(true, Ordering::Relaxed);
+        })
+    };
+    let res = server.run(&listener);
+    flag.store(true, Ordering::Relaxed);
+    let _ = watcher.join();
+    if let Listener::Unix(_, p) = &listener {
+        let _ = std::fs::remove_file(p);
+    }
+    res.context("the listening socket failed")?;
+    volume.flush().context("final flush failed")?;
+    drop(volume);
+    if let Some(arr) = arr {
+        arr.stop()?;
+    }
+    eprintln!("uraid serve: stopped cleanly");
+    Ok(())
+}
+
+fn is_loopback(ip: IpAddr) -> bool {
+    ip.is_loopback()
+}
