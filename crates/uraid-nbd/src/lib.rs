@@ -10,5 +10,7 @@
 
 pub mod proto;
 pub mod server;
+pub mod wire;
 
 pub use server::{Export, Listener, Server, ServerOptions};
+pub use wire::tls_config;

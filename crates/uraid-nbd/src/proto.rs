@@ -54,6 +54,8 @@ pub const REP_ERR_UNSUP: u32 = 0x8000_0001;
 pub const REP_ERR_POLICY: u32 = 0x8000_0002;
 /// Option error: malformed option.
 pub const REP_ERR_INVALID: u32 = 0x8000_0003;
+/// Option error: TLS required first.
+pub const REP_ERR_TLS_REQD: u32 = 0x8000_0005;
 /// Option error: no such export.
 pub const REP_ERR_UNKNOWN: u32 = 0x8000_0006;
 /// Option error: server shutting down.

@@ -25,6 +25,7 @@ use uraid_core::engine::Op;
 use uraid_core::{Completion, IoBuf, Queue, Request, Volume};
 
 use crate::proto::*;
+use crate::wire::{Recv, Wire};
 
 /// One export: a volume under a name.
 #[derive(Debug, Clone)]
@@ -38,17 +39,21 @@ pub struct Export {
 }
 
 /// Server settings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ServerOptions {
     /// Refuse writes, trims and zeroing (EPERM), and say so in the flags.
     pub read_only: bool,
     /// Requests in flight per connection.
     pub queue_depth: usize,
+    /// With a TLS configuration the server runs in FORCEDTLS mode (the NBD
+    /// spec's name): every option but STARTTLS and ABORT is refused with
+    /// NBD_REP_ERR_TLS_REQD until the client has upgraded.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions { read_only: false, queue_depth: 64 }
+        ServerOptions { read_only: false, queue_depth: 64, tls: None }
     }
 }
 
@@ -156,7 +161,7 @@ impl Server {
     {
         setup(&s).ok()?;
         let exports = self.exports.clone();
-        let opts = self.opts;
+        let opts = self.opts.clone();
         let shutdown = self.shutdown.clone();
         let conns = self.connections.clone();
         conns.fetch_add(1, Ordering::Relaxed);
@@ -170,7 +175,7 @@ impl Server {
     }
 }
 
-fn read_u32<S: Read>(s: &mut S) -> io::Result<u32> {
+fn read_u32<R: Read>(s: &mut R) -> io::Result<u32> {
     let mut b = [0u8; 4];
     s.read_exact(&mut b)?;
     Ok(u32::from_be_bytes(b))
@@ -238,10 +243,10 @@ struct Negotiated<'a> {
 /// Fixed newstyle negotiation. `Ok(None)` ends the connection (abort, a
 /// client that does not speak fixed newstyle, an unknown export named with
 /// EXPORT_NAME, a bad option magic).
-fn handshake<'a, S: Read + Write>(
-    s: &mut S,
+fn handshake<'a, S: Read + Write + AsRawFd>(
+    s: &mut Wire<S>,
     exports: &'a [Export],
-    opts: ServerOptions,
+    opts: &ServerOptions,
     shutdown: &AtomicBool,
 ) -> io::Result<Option<Negotiated<'a>>> {
     let mut hello = Vec::with_capacity(18);
@@ -271,6 +276,13 @@ fn handshake<'a, S: Read + Write>(
         s.read_exact(&mut data)?;
         if shutdown.load(Ordering::Relaxed) && opt.option != OPT_ABORT {
             s.write_all(&option_reply(opt.option, REP_ERR_SHUTDOWN, b"server is shutting down"))?;
+            continue;
+        }
+        if opts.tls.is_some() && !s.is_tls() && !matches!(opt.option, OPT_STARTTLS | OPT_ABORT) {
+            if opt.option == OPT_EXPORT_NAME {
+                return Ok(None); // cannot be refused politely: the spec says to close
+            }
+            s.write_all(&option_reply(opt.option, REP_ERR_TLS_REQD, b"this server requires TLS: send STARTTLS first"))?;
             continue;
         }
         match opt.option {
@@ -305,13 +317,20 @@ fn handshake<'a, S: Read + Write>(
                 r.extend(option_reply(opt.option, REP_ACK, &[]));
                 s.write_all(&r)?;
             }
-            OPT_STARTTLS => {
-                s.write_all(&option_reply(
+            OPT_STARTTLS => match &opts.tls {
+                None => s.write_all(&option_reply(
                     opt.option,
                     REP_ERR_POLICY,
-                    b"TLS is not configured on this server (it listens on a unix socket or loopback)",
-                ))?;
-            }
+                    b"TLS is not configured on this server (start it with --tls-cert and --tls-key)",
+                ))?,
+                Some(_) if s.is_tls() || !data.is_empty() => {
+                    s.write_all(&option_reply(opt.option, REP_ERR_INVALID, b"TLS is already up, or STARTTLS had data"))?
+                }
+                Some(cfg) => {
+                    s.write_all(&option_reply(opt.option, REP_ACK, &[]))?;
+                    s.start_tls(cfg.clone())?;
+                }
+            },
             OPT_STRUCTURED_REPLY => {
                 if !data.is_empty() {
                     s.write_all(&option_reply(opt.option, REP_ERR_INVALID, b"STRUCTURED_REPLY takes no data"))?;
@@ -344,13 +363,14 @@ fn handshake<'a, S: Read + Write>(
 }
 
 fn connection<S: Read + Write + AsRawFd>(
-    mut s: S,
+    s: S,
     exports: &[Export],
     opts: ServerOptions,
     shutdown: &AtomicBool,
 ) -> io::Result<()> {
-    let Some(n) = handshake(&mut s, exports, opts, shutdown)? else { return Ok(()) };
-    Transmission::new(&mut s, n.export.volume.clone(), n.structured, opts)?.run(shutdown);
+    let mut w = Wire::Plain(s);
+    let Some(n) = handshake(&mut w, exports, &opts, shutdown)? else { return Ok(()) };
+    Transmission::new(&mut w, n.export.volume.clone(), n.structured, &opts)?.run(shutdown);
     Ok(())
 }
 
@@ -364,8 +384,8 @@ struct Pending {
     then_flush: bool,
 }
 
-struct Transmission<'s, S: Write + AsRawFd> {
-    s: &'s mut S,
+struct Transmission<'s, S: Read + Write + AsRawFd> {
+    s: &'s mut Wire<S>,
     fd: RawFd,
     vol: Arc<Volume>,
     q: Queue,
@@ -386,44 +406,11 @@ struct Transmission<'s, S: Write + AsRawFd> {
     broken: bool,
 }
 
-enum Recv {
-    Got(usize),
-    Again,
-    Closed,
-}
-
-fn recv(fd: RawFd, buf: &mut [u8]) -> Recv {
-    // SAFETY: buf is valid for writes of buf.len() bytes.
-    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-    if n > 0 {
-        Recv::Got(n as usize)
-    } else if n == 0 {
-        Recv::Closed
-    } else {
-        match io::Error::last_os_error().raw_os_error() {
-            Some(libc::EAGAIN) | Some(libc::EINTR) => Recv::Again,
-            _ => Recv::Closed,
-        }
-    }
-}
-
-fn write_all_vectored<S: Write>(s: &mut S, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-    while !bufs.is_empty() {
-        match s.write_vectored(bufs) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-impl<'s, S: Write + AsRawFd> Transmission<'s, S> {
-    fn new(s: &'s mut S, vol: Arc<Volume>, structured: bool, opts: ServerOptions) -> io::Result<Self> {
+impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
+    fn new(s: &'s mut Wire<S>, vol: Arc<Volume>, structured: bool, opts: &ServerOptions) -> io::Result<Self> {
         let depth = opts.queue_depth.max(1);
         let q = vol.queue(depth).map_err(|e| io::Error::other(e.to_string()))?;
-        let fd = s.as_raw_fd();
+        let fd = s.raw_fd();
         // Replies are written with blocking writes and no time limit: a slow
         // reader slows its own connection only.
         // SAFETY: SO_SNDTIMEO with a zero timeval on a valid socket.
@@ -494,7 +481,7 @@ impl<'s, S: Write + AsRawFd> Transmission<'s, S> {
         while self.reading && !self.free.is_empty() {
             if let Some((h, mut buf, got)) = self.payload.take() {
                 let want = h.len as usize;
-                match recv(self.fd, &mut buf[got..want]) {
+                match self.s.recv_nb(&mut buf[got..want]) {
                     Recv::Got(n) if got + n == want => self.dispatch(h, Some(buf)),
                     Recv::Got(n) => self.payload = Some((h, buf, got + n)),
                     Recv::Again => {
@@ -506,7 +493,7 @@ impl<'s, S: Write + AsRawFd> Transmission<'s, S> {
                 continue;
             }
             let have = self.have;
-            match recv(self.fd, &mut self.hdr[have..]) {
+            match self.s.recv_nb(&mut self.hdr[have..]) {
                 Recv::Got(n) => {
                     self.have += n;
                     if self.have == REQUEST_LEN {
@@ -661,7 +648,7 @@ impl<'s, S: Write + AsRawFd> Transmission<'s, S> {
         if self.broken {
             return;
         }
-        if write_all_vectored(self.s, parts).is_err() {
+        if self.s.send_all(parts).is_err() {
             // The client went away: finish what is in flight, send nothing.
             self.broken = true;
             self.reading = false;

@@ -1,6 +1,6 @@
 //! `uraid serve`: export an array's volume over NBD until SIGINT/SIGTERM.
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +27,13 @@ pub(crate) struct ServeArgs {
     /// commands travel in clear and anyone who can connect can write).
     #[arg(long)]
     insecure: bool,
+    /// TLS certificate chain (PEM); with --tls-key, clients must upgrade
+    /// with STARTTLS before anything else (nbds:// URIs).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Export read-only.
     #[arg(long)]
     read_only: bool,
@@ -78,21 +85,28 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         let arr = array::assemble(&specs)?;
         (arr.name().to_string(), arr.volume().clone(), Some(arr))
     };
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(c), Some(k)) => Some(uraid_nbd::tls_config(c, k).map_err(anyhow::Error::msg)?),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "nbds" } else { "nbd" };
     let (listener, uri) = match &a.tcp {
         Some(addr) => {
             let sa: SocketAddr = addr
                 .parse()
                 .or_else(|_| format!("{addr}:10809").parse())
                 .with_context(|| format!("'{addr}' is not an address like 127.0.0.1:10809"))?;
-            if !is_loopback(sa.ip()) && !a.insecure {
+            if !sa.ip().is_loopback() && !a.insecure && tls.is_none() {
                 bail!(
                     "{sa} is not a loopback address: NBD without TLS sends data in clear and lets anyone who can \
-                     connect write to the array. This build has no TLS yet; use a unix socket, 127.0.0.1, or \
-                     add --insecure if the network is trusted"
+                     connect write to the array. Give --tls-cert and --tls-key, use a unix socket or 127.0.0.1, \
+                     or add --insecure if the network is trusted"
                 );
             }
             let l = TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa}"))?;
-            (Listener::Tcp(l), format!("nbd://{sa}/{name}"))
+            // With port 0 the kernel picks one: print the real address.
+            let sa = l.local_addr().unwrap_or(sa);
+            (Listener::Tcp(l), format!("{scheme}://{sa}/{name}"))
         }
         None => {
             let path = a.socket.clone().unwrap_or_else(|| PathBuf::from(format!("/run/uraid/{name}.sock")));
@@ -107,7 +121,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
                 std::fs::remove_file(&path).with_context(|| format!("cannot remove stale {}", path.display()))?;
             }
             let l = UnixListener::bind(&path).with_context(|| format!("cannot listen on {}", path.display()))?;
-            let uri = format!("nbd+unix:///{name}?socket={}", path.display());
+            let uri = format!("{scheme}+unix:///{name}?socket={}", path.display());
             (Listener::Unix(l, path), uri)
         }
     };
@@ -124,7 +138,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     );
     let server = Server::new(
         vec![Export { name: name.clone(), description: description.clone(), volume: volume.clone() }],
-        ServerOptions { read_only: a.read_only, queue_depth: a.queue_depth.clamp(1, 1024) },
+        ServerOptions { read_only: a.read_only, queue_depth: a.queue_depth.clamp(1, 1024), tls },
     );
     install_signal_handlers();
     println!("serving '{name}' ({description}, {} bytes{}) on {uri}", volume.capacity(), if a.read_only { ", read-only" } else { "" });
@@ -135,7 +149,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     println!("  mkfs.ext4 $LOOP    # first time only");
     println!("  mount $LOOP /mnt/{name}");
     println!("with the kernel's nbd module: nbd-client -N {name} {} /dev/nbd0", match &a.tcp {
-        Some(_) => uri.trim_start_matches("nbd://").split('/').next().unwrap_or("").replace(':', " "),
+        Some(_) => uri.trim_start_matches("nbds://").trim_start_matches("nbd://").split('/').next().unwrap_or("").replace(':', " "),
         None => format!("-unix {}", uri.split("socket=").nth(1).unwrap_or("")),
     });
     println!("stop with Ctrl-C (SIGINT) or SIGTERM: requests in flight finish, members are flushed and marked clean.");
@@ -163,8 +177,4 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     }
     eprintln!("uraid serve: stopped cleanly");
     Ok(())
-}
-
-fn is_loopback(ip: IpAddr) -> bool {
-    ip.is_loopback()
 }

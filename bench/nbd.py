@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""NBD export speed on the shared testbed: fio's nbd engine against a uraid RAID 0 export.
+
+Prints figures and ratios from ONE run. Issue 4's targets:
+
+  part 1 (4 drives at 250 MB/s and 25k IOPS each): fio --ioengine=nbd against
+    a RAID 0 export (128K chunk): SEQ1M Q8T1 read and write >= 90% of 4 x one
+    drive, RND4K Q32T1 read >= 85% of 4 x one drive; beside it uraid's own
+    in-process benchmark of the same array and btrfs raid0 (fio) on the same
+    drives, with ratios.
+  part 2 (no ceilings): the export's RND4K Q32T1 read IOPS and CPU seconds
+    per GB (server and client) next to the in-process engine's.
+
+Needs root, the testbed (../shared/testbed), fio, libnbd-bin and btrfs-progs
+(installed with apt-get when missing). Usage: python3 bench/nbd.py [--runs N] [--time S]
+"""
+import argparse, json, os, shutil, signal, socket, subprocess, sys, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TESTBED = os.path.join(ROOT, "..", "shared", "testbed")
+DRIVES = os.path.join(TESTBED, "drives")
+PEER = os.path.join(TESTBED, "peer-btrfs")
+URAID = os.path.join(ROOT, "target", "release", "uraid")
+SOCK = "/tmp/uraid-bench-nbd.sock"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def sh(*args, capture=True):
+    r = subprocess.run(args, capture_output=capture, text=True)
+    if r.returncode != 0:
+        sys.exit(f"command failed ({r.returncode}): {' '.join(args)}\n{r.stderr}")
+    return r.stdout
+
+
+def need_tools():
+    missing = [p for p, t in (("fio", "fio"), ("btrfs-progs", "mkfs.btrfs"), ("libnbd-bin", "nbdinfo")) if not shutil.which(t)]
+    if missing:
+        sh("apt-get", "update", "-qq")
+        sh("apt-get", "install", "-y", "-qq", *missing)
+
+
+def proc_cpu(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / TICK
+
+
+class Serve:
+    def __init__(self, devs, throttled):
+        if os.path.exists(SOCK):
+            os.unlink(SOCK)
+        cmd = [URAID, "serve", "--socket", SOCK, *devs]
+        if throttled:
+            cmd = [DRIVES, "run", "--"] + cmd
+        self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for _ in range(400):
+            try:
+                s = socket.socket(socket.AF_UNIX); s.connect(SOCK); s.close(); break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            sys.exit("uraid serve did not come up: " + self.p.stderr.read())
+        self.uri = f"nbd+unix:///bench?socket={SOCK}"
+
+    def cpu(self):
+        return proc_cpu(self.p.pid)
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        self.p.wait(30)
+
+
+def fio(args, rw, bs, qd, target, nbd=False, size="1G"):
+    best = None
+    for _ in range(args.runs):
+        cmd = ["fio", "--name=t", f"--rw={rw}", f"--bs={bs}", f"--iodepth={qd}", f"--size={size}",
+               "--time_based", f"--runtime={args.time}", "--ramp_time=1", "--norandommap",
+               "--randrepeat=0", "--output-format=json"]
+        if nbd:
+            cmd += ["--ioengine=nbd", f"--uri={target}"]
+        else:
+            cmd = [DRIVES, "run", "--"] + cmd + ["--ioengine=io_uring", "--direct=1", f"--filename={target}"]
+        out = subprocess.run(cmd, capture_output=True, text=True).stdout
+        j = json.loads(out[out.index("{"):])["jobs"][0]
+        d = j["read"] if "read" in rw else j["write"]
+        r = {"mbps": d["bw_bytes"] / 1e6, "iops": d["iops"], "bytes": d["io_bytes"],
+             "client_cpu": (j["usr_cpu"] + j["sys_cpu"]) / 100.0 * d["runtime"] / 1000.0}
+        if best is None or r["mbps"] > best["mbps"]:
+            best = r
+    return best
+
+
+def uraid_bench(args, targets, profiles, read_only=False):
+    cmd = [DRIVES, "run", "--", URAID, "bench", "--json", "--quiet", "--overwrite", "--profile",
+           ",".join(profiles), "--runs", str(args.runs), "--time", str(args.time), "--warmup", "1",
+           "--size", "1G"] + (["--read-only"] if read_only else []) + targets
+    out = json.loads(sh(*cmd))
+    return {(r["test"]["profile"]["name"], r["test"]["dir"].lower()): r["best"] for r in out["results"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--time", type=float, default=5)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root")
+    need_tools()
+    sh("cargo", "build", "--release", "-q", "-p", "uraid", capture=False)
+    subprocess.run([PEER, "down"], capture_output=True)
+    subprocess.run([DRIVES, "down"], capture_output=True)
+
+    devs = sh(DRIVES, "up", "4").split()
+    limits = dict(kv.split("=") for kv in sh(DRIVES, "limits").split())
+    bw, iops = int(limits["bw_bytes_per_s"]), int(limits["iops"])
+    print(f"testbed: 4 drives, each {bw/1e6:.0f} MB/s and {iops} IOPS; runs={args.runs} x {args.time}s, best run kept")
+    tests = [("SEQ1M Q8T1", "read", True, "read", "1M", 8, 0.90), ("SEQ1M Q8T1", "write", True, "write", "1M", 8, 0.90),
+             ("RND4K Q32T1", "read", False, "randread", "4k", 32, 0.85), ("RND4K Q32T1", "write", False, "randwrite", "4k", 32, None)]
+    single = uraid_bench(args, [devs[0]], ["SEQ1M-Q8T1", "RND4K-Q32T1"])
+    sh(URAID, "create", "--level", "0", "--chunk", "128K", "--name", "bench", "--force", *devs)
+    inproc = uraid_bench(args, devs, ["SEQ1M-Q8T1", "RND4K-Q32T1"])
+    srv = Serve(devs, throttled=True)
+    # fill the first GiB so reads read data
+    subprocess.run(["fio", "--name=fill", "--ioengine=nbd", f"--uri={srv.uri}", "--rw=write", "--bs=1M",
+                    "--iodepth=8", "--size=1G"], capture_output=True)
+    export = {(n, d): fio(args, rw, bs, qd, srv.uri, nbd=True) for n, d, _, rw, bs, qd, _ in tests}
+    srv.stop()
+    testfile = sh(PEER, "up").strip()
+    btrfs = {(n, d): fio(args, rw, bs, qd, testfile) for n, d, _, rw, bs, qd, _ in tests}
+    sh(PEER, "down")
+
+    print()
+    print(f"{'test':<18} {'1 drive':>9} {'NBD export':>11} {'/ 4x1 drive':>12} {'/ 4x ceil':>10} {'target':>7}"
+          f" {'in-process':>11} {'NBD/inproc':>11} {'btrfs':>9} {'NBD/btrfs':>10}  unit")
+    for n, d, seq, _, _, _, target in tests:
+        key = "mbps" if seq else "iops"
+        s, e, i, b = single[(n, d)][key], export[(n, d)][key], inproc[(n, d)][key], btrfs[(n, d)][key]
+        ceil = 4 * (bw / 1e6 if seq else iops)
+        r1, r2 = e / (4 * s), e / ceil
+        verdict = "-" if target is None else ("MET" if min(r1, r2) >= target else "NOT MET")
+        tgt = "-" if target is None else f">={target:.0%}"
+        print(f"{n + ' ' + d:<18} {s:>9.1f} {e:>11.1f} {r1:>12.1%} {r2:>10.1%} {tgt:>7} {i:>11.1f}"
+              f" {e / i:>11.2f} {b:>9.1f} {e / b:>10.2f}  {'MB/s' if seq else 'IOPS'} {verdict}")
+    sh(DRIVES, "down")
+
+    # part 2: no ceilings
+    devs = sh(DRIVES, "up", "4", "--bw", "0", "--iops", "0").split()
+    sh(URAID, "create", "--level", "0", "--chunk", "128K", "--name", "bench", "--force", *devs)
+    inproc = uraid_bench(args, devs, ["RND4K-Q32T1"])[("RND4K Q32T1", "read")]
+    srv = Serve(devs, throttled=True)
+    c0 = srv.cpu()
+    r = fio(args, "randread", "4k", 32, srv.uri, nbd=True)
+    server_cpu = (srv.cpu() - c0) / args.runs  # per run (each run includes 1 s ramp)
+    srv.stop()
+    gb = r["bytes"] / 1e9
+    print()
+    print("no ceilings, RND4K Q32T1 read over 4 memory-speed drives:")
+    print(f"  in-process engine:      {inproc['iops']:>9.0f} IOPS  {inproc['cpu_secs_per_gb']:.2f} CPU s/GB")
+    print(f"  NBD export (fio nbd):   {r['iops']:>9.0f} IOPS  server {server_cpu / gb:.2f} + client {r['client_cpu'] / gb:.2f}"
+          f" = {(server_cpu + r['client_cpu']) / gb:.2f} CPU s/GB (server CPU includes the ramp-up second)")
+    print(f"  export / in-process IOPS: {r['iops'] / inproc['iops']:.1%}")
+    sh(DRIVES, "down")
+
+
+if __name__ == "__main__":
+    main()
