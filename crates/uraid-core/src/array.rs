@@ -189,13 +189,24 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
     Ok(Array { superblocks, volume, warnings: warning.into_iter().collect() })
 }
 
-/// Assembles the array whose members are `specs`, given in any order.
+/// Assembles the array whose members are `specs`, given in any order, and
+/// marks it active (event counter + 1, as md does on assemble).
 ///
 /// Errors, all before anything is written: `InvalidInput` (a drive named
 /// twice), `Busy` (in use), `Superblock` (no superblock, a corrupt one, a
 /// member of another array, a stale member), `Membership` (a member
 /// missing, two members claiming one role), `TooSmall` (a member shrank).
 pub fn assemble(specs: &[MemberSpec]) -> Result<Array> {
+    let mut a = open(specs)?;
+    a.activate()?;
+    Ok(a)
+}
+
+/// Like [`assemble`], but writes nothing: the members are checked and held
+/// exclusively, the superblocks are left as they are. Use
+/// [`Array::activate`] before writing data, or [`Array::release`] to let go
+/// without a trace (a read-only benchmark).
+pub fn open(specs: &[MemberSpec]) -> Result<Array> {
     if specs.is_empty() {
         bail!(InvalidInput, "assemble needs the members of the array");
     }
@@ -319,13 +330,7 @@ pub fn assemble(specs: &[MemberSpec]) -> Result<Array> {
         ordered.push(m);
         superblocks.push(sb);
     }
-    let mut array = Array {
-        superblocks,
-        volume: Volume::new(Arc::new(ordered), geometry, data_offset)?,
-        warnings: Vec::new(),
-    };
-    array.update(State::Active)?;
-    Ok(array)
+    Ok(Array { superblocks, volume: Volume::new(Arc::new(ordered), geometry, data_offset)?, warnings: Vec::new() })
 }
 
 impl Array {
@@ -360,6 +365,14 @@ impl Array {
         }
         Ok(())
     }
+
+    /// Marks the array active in every superblock (event counter + 1).
+    pub fn activate(&mut self) -> Result<()> {
+        self.update(State::Active)
+    }
+
+    /// Lets go of the members without writing anything.
+    pub fn release(self) {}
 
     /// Flushes the members, marks the array clean in every superblock and
     /// releases the members.

@@ -697,13 +697,28 @@ impl Drop for Queue {
         // The kernel may still write into buffers we own: wait for every
         // piece before the slots are freed.
         let mut sink = Vec::new();
+        // The poll and its removal name no memory of ours: once only they
+        // are left, waiting for them is a courtesy, bounded in time.
+        let mut polls = 0;
         if self.poll_armed {
             let sqe = opcode::PollRemove::new(POLL_TAG).build().user_data(CANCEL_TAG);
             // SAFETY: names no memory.
             unsafe { self.push_sqe(sqe) };
+            polls = 2;
         }
+        let mut grace = 10;
         while self.in_kernel > 0 {
-            let _ = self.ring.submit_and_wait(1);
+            if self.in_kernel <= polls {
+                if grace == 0 {
+                    break;
+                }
+                grace -= 1;
+                let ts = types::Timespec::new().nsec(10_000_000);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                let _ = self.ring.submitter().submit_with_args(1, &args);
+            } else {
+                let _ = self.ring.submit_and_wait(1);
+            }
             self.reap(&mut sink);
         }
         // Release the members now rather than when the kernel gets round to

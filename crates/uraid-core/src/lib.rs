@@ -15,6 +15,7 @@ pub mod engine;
 pub mod error;
 pub mod geometry;
 pub mod member;
+pub mod parity;
 pub mod signature;
 pub mod superblock;
 pub mod units;

@@ -380,6 +380,8 @@ struct Pending {
     handle: u64,
     cmd: u16,
     offset: u64,
+    /// Bytes of data a READ returns (its buffer may be larger).
+    len: usize,
     /// A FUA trim or zeroing: flush before replying.
     then_flush: bool,
 }
@@ -459,6 +461,15 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
                 self.complete(c);
             }
         }
+        // Tell the client now, before the queue (whose ring may still poll
+        // the socket) is dropped: the hang-up also ends that poll at once.
+        if let Wire::Tls { tls, .. } = &mut *self.s {
+            tls.conn.send_close_notify();
+            let rustls::StreamOwned { conn, sock } = &mut **tls;
+            let _ = conn.write_tls(sock);
+        }
+        // SAFETY: shutdown(2) on the connection's own, still open socket.
+        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
     }
 
     fn take_buf(&mut self, len: usize) -> IoBuf {
@@ -602,7 +613,7 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
             }
         };
         let tag = self.free.pop().expect("room was checked before reading");
-        self.slots[tag] = Some(Pending { handle: h.handle, cmd: h.cmd, offset: h.offset, then_flush });
+        self.slots[tag] = Some(Pending { handle: h.handle, cmd: h.cmd, offset: h.offset, len: h.len as usize, then_flush });
         let req = Request { op, offset, len, buf, tag: tag as u64, fua: fua && h.cmd == CMD_WRITE };
         if let Err(r) = self.q.push(req) {
             self.slots[tag] = None;
@@ -629,7 +640,10 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
                 }
                 return;
             }
-            Ok(_) => self.reply_ok(p.handle, p.cmd, p.offset, c.buf.as_deref()),
+            Ok(_) => {
+                let data = c.buf.as_deref().map(|b| &b[..p.len.min(b.len())]);
+                self.reply_ok(p.handle, p.cmd, p.offset, data)
+            }
             // TRIM is a hint: a member that cannot discard is not an error.
             Err(e) if p.cmd == CMD_TRIM && e.errno() == libc::EOPNOTSUPP => self.reply_ok(p.handle, p.cmd, p.offset, None),
             Err(e) => {

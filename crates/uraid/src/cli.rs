@@ -414,10 +414,15 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         let all_members = !a.raw
             && specs.iter().all(|s| matches!(array::examine(s), Ok(Examination::Member(_))));
         if all_members {
-            let arr = array::assemble(&specs)?;
+            // Check before anything is written: assembling for real bumps
+            // the event counter, which a refused or read-only run must not.
+            let mut arr = array::open(&specs)?;
             let v = arr.volume().clone();
             let head = v.read_at(0, (uraid_core::signature::PROBE_LEN as u64).min(v.capacity()) as usize & !4095)?;
             guard_writes(&opts, a.suite.overwrite, &format!("array '{}'", arr.name()), uraid_core::signature::detect(&head))?;
+            if !a.suite.read_only {
+                arr.activate()?;
+            }
             assembled = Some(arr);
             v
         } else {
@@ -447,8 +452,10 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
     let results = results?;
     print_bench(&vol, &results, a.suite.json)?;
     drop(vol);
-    if let Some(arr) = assembled {
-        arr.stop()?;
+    match assembled {
+        Some(arr) if a.suite.read_only => arr.release(),
+        Some(arr) => arr.stop()?,
+        None => {}
     }
     Ok(())
 }

@@ -1,0 +1,26 @@
+//! End-to-end tests of the RAID 0 foundation: the engine, the control path
+//! (create, examine, assemble) and the `uraid` command, on every kind of
+//! member (emulated `mem:` drives, regular files, loop block devices), with
+//! real clients (fio, mkfs.ext4, losetup) where the test needs them.
+//!
+//! Tests that need an external tool fail with a message naming it when it is
+//! missing (CI installs fio, e2fsprogs and util-linux); none is skipped.
+//! Random workloads print their seed; set `URAID_E2E_SEED` to replay one.
+
+#[path = "e2e/util.rs"]
+mod util;
+
+#[path = "e2e/data.rs"]
+mod data;
+
+#[path = "e2e/errors.rs"]
+mod errors;
+
+#[path = "e2e/examine.rs"]
+mod examine;
+
+#[path = "e2e/bench.rs"]
+mod bench;
+
+#[path = "e2e/nbd.rs"]
+mod nbd;

@@ -1,0 +1,234 @@
+//! `uraid bench`: its figures agree with fio's on the same raw file, and it
+//! never writes over a filesystem or a uraid superblock without --overwrite.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+
+use rand::RngCore;
+use serde_json::Value;
+
+use crate::util::*;
+
+const MIB: u64 = 1 << 20;
+/// Largest relative difference allowed between uraid's and fio's MB/s.
+const TOLERANCE: f64 = 0.10;
+/// Rounds of (uraid best of 3, fio best of 3), alternating which goes first;
+/// more rounds only while the figures disagree. Each side keeps its best.
+const MAX_ROUNDS: usize = 3;
+
+/// Best-of-3 MB/s of `uraid bench` (2 s runs after a 1 s warm-up).
+fn uraid_mbps(file: &Path, profile: &str) -> (f64, Vec<f64>) {
+    let o = uraid_ok(&[
+        "bench", "--json", "--quiet", "--profile", profile, "--read-only", "--runs", "3", "--time", "2", "--warmup", "1", "--size", "1G",
+        s(file),
+    ]);
+    let j: Value = serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("bench --json: {e}:\n{}", o.stdout));
+    let target = j["target"].as_str().unwrap_or_default();
+    assert!(target.contains(s(file)), "bench ran on {target:?}");
+    assert!(!target.contains("buffered"), "uraid fell back to buffered I/O on {target}; fio runs with --direct=1");
+    let results = j["results"].as_array().expect("results");
+    assert_eq!(results.len(), 1, "--read-only with one profile runs one test: {j}");
+    let r = &results[0];
+    assert_eq!(r["test"]["dir"], "Read");
+    assert_eq!(r["test"]["profile"]["name"].as_str().unwrap().replace(' ', "-"), profile);
+    let runs: Vec<f64> = r["runs"].as_array().unwrap().iter().map(|x| x["mbps"].as_f64().unwrap()).collect();
+    assert_eq!(runs.len(), 3);
+    let best = r["best"]["mbps"].as_f64().unwrap();
+    assert!(best > 0.0 && runs.iter().all(|&m| m <= best), "best {best} is not the best of {runs:?}");
+    (best, runs)
+}
+
+/// Best-of-3 MB/s (bw_bytes / 1e6) of fio with the same load (the first run
+/// after a 1 s ramp, as uraid's warm-up).
+fn fio_mbps(file: &Path, load: &[&str]) -> (f64, Vec<f64>) {
+    let mut runs = Vec::new();
+    for i in 0..3 {
+        let mut cmd = Command::new("fio");
+        cmd.args(["--name=e2e", "--readonly", "--size=1G", "--ioengine=io_uring", "--direct=1", "--numjobs=1"])
+            .arg(format!("--filename={}", s(file)))
+            .args(load)
+            .args(["--time_based", "--runtime=2", "--output-format=json"]);
+        if i == 0 {
+            cmd.arg("--ramp_time=1");
+        }
+        let out = run_tool(&mut cmd);
+        let j: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("fio printed no JSON ({e}):\n{out}"));
+        let job = &j["jobs"][0];
+        assert_eq!(job["error"], 0, "fio reported an error: {job}");
+        let bw = job["read"]["bw_bytes"].as_f64().unwrap_or_else(|| panic!("no read.bw_bytes in fio's output: {job}"));
+        assert!(bw > 0.0, "fio read nothing: {job}");
+        runs.push(bw / 1e6);
+    }
+    (runs.iter().cloned().fold(0.0, f64::max), runs)
+}
+
+/// A file of `size` bytes written in full with random data (no holes).
+fn written_file(dir: &Path, size: u64) -> std::path::PathBuf {
+    let p = dir.join("target.img");
+    let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&p).unwrap());
+    let mut rng = rng("bench target fill");
+    let mut block = vec![0u8; 1 << 20];
+    for _ in 0..size >> 20 {
+        rng.fill_bytes(&mut block);
+        f.write_all(&block).unwrap();
+    }
+    f.into_inner().unwrap().sync_all().unwrap();
+    p
+}
+
+#[test]
+fn bench_agrees_with_fio() {
+    require_tool("fio", "fio");
+    // No other test of this binary runs meanwhile.
+    let _g = exclusive();
+    // In RAM by default (/dev/shm); URAID_E2E_BENCH_DIR puts the file on
+    // another filesystem (a real disk) instead.
+    let dir = match std::env::var_os("URAID_E2E_BENCH_DIR") {
+        Some(d) => tempfile::Builder::new().prefix("uraid-e2e-").tempdir_in(d).expect("cannot use URAID_E2E_BENCH_DIR"),
+        None => shm_tmpdir(),
+    };
+    let file = written_file(dir.path(), 1 << 30);
+    let loads: [(&str, &[&str]); 2] = [
+        ("SEQ1M-Q8T1", &["--rw=read", "--bs=1M", "--iodepth=8"]),
+        ("RND4K-Q32T1", &["--rw=randread", "--bs=4k", "--iodepth=32", "--norandommap"]),
+    ];
+    let mut report = Vec::new();
+    let mut failed = false;
+    for (profile, load) in loads {
+        let (mut best_u, mut best_f) = (0.0f64, 0.0f64);
+        let mut log = Vec::new();
+        for round in 0..MAX_ROUNDS {
+            let (u, f) = if round % 2 == 0 {
+                let u = uraid_mbps(&file, profile);
+                (u, fio_mbps(&file, load))
+            } else {
+                let f = fio_mbps(&file, load);
+                (uraid_mbps(&file, profile), f)
+            };
+            best_u = best_u.max(u.0);
+            best_f = best_f.max(f.0);
+            log.push(format!("round {}: uraid runs {:.0?} MB/s, fio runs {:.0?} MB/s", round + 1, u.1, f.1));
+            if (best_u / best_f - 1.0).abs() <= TOLERANCE {
+                break;
+            }
+        }
+        let diff = best_u / best_f - 1.0;
+        let ok = diff.abs() <= TOLERANCE;
+        failed |= !ok;
+        report.push(format!(
+            "{profile}: uraid {best_u:.1} MB/s, fio {best_f:.1} MB/s, uraid/fio = {:.3} ({:+.1}%, limit ±{:.0}%) {}\n    {}",
+            best_u / best_f,
+            diff * 100.0,
+            TOLERANCE * 100.0,
+            if ok { "ok" } else { "DISAGREE" },
+            log.join("\n    ")
+        ));
+    }
+    let report = report.join("\n");
+    eprintln!("bench vs fio on a 1 GiB file in {}:\n{report}", dir.path().display());
+    assert!(!failed, "uraid bench and fio disagree by more than {:.0}%:\n{report}", TOLERANCE * 100.0);
+}
+
+const QUICK: [&str; 10] = ["--profile", "RND4K-Q1T1", "--runs", "1", "--time", "0.2", "--warmup", "0", "--size", "4M"];
+
+fn bench_args<'a>(extra: &[&'a str], targets: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["bench"];
+    a.extend_from_slice(&QUICK);
+    a.extend_from_slice(extra);
+    a.extend_from_slice(targets);
+    a
+}
+
+#[test]
+fn bench_refuses_writes_on_filesystem_or_superblock() {
+    let _g = shared();
+    let dir = tmpdir();
+
+    // A raw file holding ext4.
+    let ext4 = sparse_file(dir.path(), "ext4.img", 16 * MIB);
+    mkfs_ext4(&ext4);
+    let snap = Snapshot::take(&[&ext4]);
+    let needles = [s(&ext4), "holds an ext2/ext3/ext4 filesystem", "write tests would destroy it", "Nothing was written", "--overwrite"];
+    for extra in [&[][..], &["--write-only"], &["--json"], &["--raw"]] {
+        uraid_fails(&bench_args(extra, &[s(&ext4)]), &needles);
+        snap.assert_unchanged(&format!("bench {extra:?} on ext4"));
+    }
+    // Read tests are allowed and write nothing.
+    let o = uraid_ok(&bench_args(&["--read-only", "--json"], &[s(&ext4)]));
+    let j: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(j["results"].as_array().map(Vec::len), Some(1), "{j}");
+    assert!(j["results"][0]["best"]["ios"].as_u64().unwrap() > 0, "the read test read nothing: {j}");
+    snap.assert_unchanged("bench --read-only on ext4");
+
+    // Members of an array, benchmarked as raw drives: they hold superblocks.
+    let m = sparse_files(dir.path(), "m", 2, 16 * MIB);
+    uraid_ok(&["create", "--level", "0", "--chunk", "64K", "--name", "members", s(&m[0]), s(&m[1])]);
+    let snap = Snapshot::take(&m);
+    let needles = ["holds a uraid superblock", "write tests would destroy it", "Nothing was written", "--overwrite"];
+    uraid_fails(&bench_args(&["--raw"], &[s(&m[0])]), &needles);
+    uraid_fails(&bench_args(&["--raw", "--write-only"], &[s(&m[1]), s(&m[0])]), &needles);
+    snap.assert_unchanged("bench --raw on uraid members");
+    uraid_ok(&bench_args(&["--raw", "--read-only"], &[s(&m[0])]));
+    snap.assert_unchanged("bench --raw --read-only on a uraid member");
+
+    // Read tests on the array itself read through the engine and leave
+    // the data area alone. (Assembling updates the superblocks' event
+    // counter, so only the bytes after them are compared.)
+    uraid_ok(&bench_args(&["--read-only"], &[s(&m[1]), s(&m[0])]));
+    for (i, f) in m.iter().enumerate() {
+        let now = std::fs::read(f).unwrap();
+        assert!(now[SB_SIZE..] == snap.bytes(i)[SB_SIZE..], "bench --read-only wrote into the data area of {}", f.display());
+    }
+
+    // With --overwrite the write tests run: the refusals above were the
+    // guard at work, not a failure to write.
+    let o = uraid_ok(&bench_args(&["--overwrite", "--json"], &[s(&ext4)]));
+    let j: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(j["results"].as_array().map(Vec::len), Some(2), "read and write tests: {j}");
+    let now = std::fs::read(&ext4).unwrap();
+    assert_ne!(&now[1080..1082], &[0x53, 0xEF], "bench --overwrite did not write the test area");
+    // (Sequential, so the first write lands on offset 0 whatever the speed.)
+    uraid_ok(&["bench", "--raw", "--overwrite", "--write-only", "--profile", "SEQ1M-Q1T1", "--runs", "1", "--time", "0.2", "--warmup", "0", "--size", "4M", s(&m[0])]);
+    assert_ne!(&std::fs::read(&m[0]).unwrap()[..8], MAGIC, "bench --raw --overwrite did not write over the superblock");
+}
+
+/// An array whose volume holds a filesystem: `uraid bench` on its members
+/// must refuse the write tests and leave every member exactly as it was.
+#[test]
+fn bench_refuses_writes_on_array_holding_filesystem() {
+    let _g = shared();
+    let dir = tmpdir();
+    let m = sparse_files(dir.path(), "m", 2, 16 * MIB);
+    uraid_ok(&["create", "--level", "0", "--chunk", "64K", "--name", "withfs", s(&m[0]), s(&m[1])]);
+    // Put a real ext4 image on the array's volume.
+    let img = sparse_file(dir.path(), "fs.img", 8 * MIB);
+    mkfs_ext4(&img);
+    let image = std::fs::read(&img).unwrap();
+    let arr = uraid_core::array::assemble(&specs(&m)).unwrap();
+    arr.volume().write_at(0, &image).unwrap();
+    arr.stop().unwrap();
+    let snap = Snapshot::take(&m);
+    let events = raw_superblock(&m[0]).events;
+    let needles = ["array 'withfs' holds an ext2/ext3/ext4 filesystem", "write tests would destroy it", "Nothing was written"];
+    uraid_fails(&bench_args(&[], &[s(&m[0]), s(&m[1])]), &needles);
+    // The data area first, then the superblocks, for a precise message.
+    for (i, f) in m.iter().enumerate() {
+        let now = std::fs::read(f).unwrap();
+        assert!(now[SB_SIZE..] == snap.bytes(i)[SB_SIZE..], "bench wrote into the data area of {}", f.display());
+        let sb = raw_superblock(f);
+        assert!(
+            now[..SB_SIZE] == snap.bytes(i)[..SB_SIZE],
+            "`uraid bench` refused the write tests and said \"Nothing was written\", but it rewrote the superblock of {} \
+             (events {events} -> {}, state {} (0 clean, 1 active))",
+            f.display(),
+            sb.events,
+            sb.state
+        );
+    }
+    snap.assert_unchanged("bench on an array holding ext4");
+    // The filesystem on the volume is intact.
+    let arr = uraid_core::array::assemble(&specs(&m)).unwrap();
+    assert!(arr.volume().read_at(0, image.len()).unwrap() == image, "the ext4 image on the volume changed");
+    arr.stop().unwrap();
+}

@@ -1,0 +1,612 @@
+//! The NBD export with real clients: nbdinfo, nbdcopy, qemu-img, qemu-io,
+//! fio's nbd engine, nbdfuse + losetup + mkfs.ext4 + mount + fstrim, and
+//! raw sockets for several connections and for malformed input.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, RngCore};
+
+use crate::util::*;
+
+/// A running `uraid serve` on a unix socket, stopped with SIGTERM on drop.
+struct Served {
+    child: Option<ChildGuard>,
+    socket: PathBuf,
+    name: String,
+}
+
+impl Served {
+    fn start(members: &[PathBuf], socket: &Path, extra: &[&str]) -> Served {
+        let mut cmd = Command::new(URAID);
+        cmd.arg("serve").arg("--socket").arg(socket).args(extra).args(members);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let child = ChildGuard(cmd.spawn().expect("cannot start uraid serve"));
+        let t0 = Instant::now();
+        while UnixStream::connect(socket).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "uraid serve did not listen on {}", socket.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let name = Served::export_name(socket);
+        Served { child: Some(child), socket: socket.to_path_buf(), name }
+    }
+
+    fn export_name(socket: &Path) -> String {
+        let out = run_tool(Command::new("nbdinfo").arg("--list").arg("--json").arg(format!("nbd+unix:///?socket={}", socket.display())));
+        let j: serde_json::Value = serde_json::from_str(&out).expect("nbdinfo --json");
+        j["exports"][0]["export-name"].as_str().expect("an export").to_string()
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd+unix:///{}?socket={}", self.name, self.socket.display())
+    }
+
+    /// SIGTERM, then the exit status and output.
+    fn stop(mut self) -> (std::process::ExitStatus, String, String) {
+        let mut g = self.child.take().expect("running");
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(g.0.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = g.0.try_wait().expect("wait") {
+                let mut out = String::new();
+                let mut err = String::new();
+                g.0.stdout.take().map(|mut o| o.read_to_string(&mut out));
+                g.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
+                std::mem::forget(g);
+                return (st, out, err);
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "uraid serve did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(g) = &self.child {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(g.0.id() as i32, libc::SIGTERM) };
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn array(dir: &Path, n: usize, size: u64, name: &str) -> Vec<PathBuf> {
+    let m = sparse_files(dir, "m", n, size);
+    let mut args = vec!["create", "--level", "0", "--chunk", "64K", "--name", name];
+    args.extend(m.iter().map(|p| s(p)));
+    uraid_ok(&args);
+    m
+}
+
+fn tools() {
+    require_tool("nbdinfo", "libnbd-bin");
+    require_tool("nbdcopy", "libnbd-bin");
+}
+
+#[test]
+fn nbdinfo_shows_size_flags_and_exports() {
+    let _g = shared();
+    tools();
+    let d = tmpdir();
+    let m = array(d.path(), 3, 40 << 20, "info");
+    let srv = Served::start(&m, &d.path().join("s.sock"), &[]);
+    assert_eq!(srv.name, "info");
+    let out = run_tool(Command::new("nbdinfo").arg("--json").arg(srv.uri()));
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let e = &j["exports"][0];
+    // 3 members x (40 MiB - 1 MiB data offset, rounded to 64K chunks).
+    assert_eq!(e["export-size"].as_u64(), Some(3 * (39 << 20)));
+    for flag in ["can_flush", "can_fua", "can_trim", "can_zero", "can_multi_conn", "can_fast_zero"] {
+        assert_eq!(e[flag].as_bool(), Some(true), "{flag} in {out}");
+    }
+    assert_eq!(e["is_read_only"].as_bool(), Some(false));
+    assert_eq!(e["block_size_minimum"].as_u64(), Some(512));
+    assert_eq!(e["block_size_maximum"].as_u64(), Some(32 << 20));
+    let list = run_tool(Command::new("nbdinfo").arg("--list").arg(format!("nbd+unix:///?socket={}", srv.socket.display())));
+    assert_contains(&list, &["export=\"info\"", "RAID 0 over 3 members"], "nbdinfo --list");
+    let (st, _, err) = srv.stop();
+    assert!(st.success(), "serve exit {st}: {err}");
+    assert_contains(&err, &["stopped cleanly"], "serve stderr");
+    let ex = uraid_ok(&["examine", "--json", s(&m[0])]);
+    assert_contains(&ex.stdout, &["\"Clean\""], "superblock state after a clean stop");
+}
+
+#[test]
+fn nbdcopy_qemu_img_and_qemu_io_move_data_exactly() {
+    let _g = shared();
+    tools();
+    require_tool("qemu-img", "qemu-utils");
+    require_tool("qemu-io", "qemu-utils");
+    let d = tmpdir();
+    let m = array(d.path(), 2, 48 << 20, "copy");
+    let srv = Served::start(&m, &d.path().join("s.sock"), &[]);
+    let mut rng = rng("nbdcopy");
+    let mut data = vec![0u8; 20 << 20];
+    rng.fill_bytes(&mut data);
+    let src = d.path().join("src.bin");
+    std::fs::write(&src, &data).unwrap();
+    run_tool(Command::new("nbdcopy").arg(&src).arg(srv.uri()));
+    let back = d.path().join("back.bin");
+    run_tool(Command::new("nbdcopy").arg(srv.uri()).arg(&back));
+    let got = std::fs::read(&back).unwrap();
+    assert_eq!(got.len() as u64, 2 * (47 << 20), "nbdcopy copies the whole export");
+    assert!(first_difference(&got[..data.len()], &data).is_none(), "nbdcopy round trip differs");
+    assert!(got[data.len()..].iter().all(|&b| b == 0), "bytes past the copy are not zero");
+
+    // qemu-img: convert a different image in, then compare.
+    rng.fill_bytes(&mut data);
+    std::fs::write(&src, &data).unwrap();
+    run_tool(Command::new("qemu-img").args(["convert", "-n", "-f", "raw", "-O", "raw"]).arg(&src).arg(srv.uri()));
+    let cmp = run_tool(Command::new("qemu-img").args(["compare", "-f", "raw", "-F", "raw"]).arg(&src).arg(srv.uri()));
+    assert_contains(&cmp, &["identical"], "qemu-img compare");
+    // ... and a changed byte is noticed (the comparison can fail).
+    let mut one = data.clone();
+    one[12345] ^= 1;
+    std::fs::write(&src, &one).unwrap();
+    let st = Command::new("qemu-img").args(["compare", "-q", "-f", "raw", "-F", "raw"]).arg(&src).arg(srv.uri()).status().unwrap();
+    assert_eq!(st.code(), Some(1), "qemu-img compare must see the difference");
+
+    // qemu-io: asynchronous patterns with verification, flush and zeroing.
+    let out = run_tool(
+        Command::new("qemu-io")
+            .args(["-f", "raw"])
+            .args(["-c", "aio_write -P 0xa5 0 1M", "-c", "aio_write -P 0x5a 1M 3M", "-c", "aio_flush"])
+            .args(["-c", "aio_read -P 0xa5 0 1M", "-c", "aio_read -P 0x5a 1M 3M", "-c", "aio_flush"])
+            .args(["-c", "write -z 512K 64K", "-c", "read -P 0 512K 64K", "-c", "read -P 0xa5 576K 448K"])
+            .args(["-c", "write -P 0x11 -f 7M 4k", "-c", "read -P 0x11 7M 4k"])
+            .arg(srv.uri()),
+    );
+    assert!(!out.contains("Pattern verification failed"), "qemu-io: {out}");
+    assert!(!out.to_lowercase().contains("error"), "qemu-io: {out}");
+}
+
+#[test]
+fn fio_nbd_engine_verifies_crc32c_with_jobs_and_qd32() {
+    let _g = shared();
+    require_tool("fio", "fio");
+    let d = tmpdir();
+    let m = array(d.path(), 4, 40 << 20, "fio");
+    let srv = Served::start(&m, &d.path().join("s.sock"), &[]);
+    let out = run_tool(
+        Command::new("fio")
+            .args(["--name=nbdjob", "--ioengine=nbd", "--rw=randwrite", "--bs=4k", "--iodepth=32"])
+            .args(["--numjobs=3", "--size=32M", "--offset_increment=40M", "--verify=crc32c", "--verify_fatal=1", "--verify_state_save=0"])
+            .arg(format!("--uri={}", srv.uri()))
+            .arg("--group_reporting"),
+    );
+    assert!(out.contains("err= 0"), "fio: {out}");
+    assert!(!out.contains("verify: bad") && !out.contains("crc32c mismatch"), "fio verify errors: {out}");
+}
+
+fn mounted(mnt: &Path) -> bool {
+    std::fs::read_to_string("/proc/mounts").unwrap_or_default().lines().any(|l| l.split(' ').nth(1) == mnt.to_str())
+}
+
+/// nbdfuse + a loop device + a mount point, torn down in reverse on drop.
+struct FsOnNbd {
+    fuse: Option<ChildGuard>,
+    fuse_dir: PathBuf,
+    loopdev: Option<LoopDev>,
+    mnt: PathBuf,
+}
+
+impl FsOnNbd {
+    fn attach(uri: &str, dir: &Path, mkfs: bool) -> FsOnNbd {
+        require_tool("nbdfuse", "libnbd-bin");
+        let fuse_dir = dir.join("fuse");
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&fuse_dir).unwrap();
+        std::fs::create_dir_all(&mnt).unwrap();
+        let child = Command::new("nbdfuse").arg(&fuse_dir).arg(uri).stdin(Stdio::null()).spawn().expect("nbdfuse");
+        let mut me = FsOnNbd { fuse: Some(ChildGuard(child)), fuse_dir: fuse_dir.clone(), loopdev: None, mnt };
+        let t0 = Instant::now();
+        while !fuse_dir.join("nbd").exists() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "nbdfuse did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let lo = LoopDev::attach(&fuse_dir.join("nbd"));
+        if mkfs {
+            require_tool("mkfs.ext4", "e2fsprogs");
+            run_tool(Command::new("mkfs.ext4").args(["-F", "-q", "-E", "nodiscard"]).arg(&lo.dev));
+        }
+        run_tool(Command::new("mount").arg(&lo.dev).arg(&me.mnt));
+        me.loopdev = Some(lo);
+        me
+    }
+
+    fn detach(&mut self) {
+        if mounted(&self.mnt) {
+            run_tool(Command::new("umount").arg(&self.mnt));
+        }
+        self.loopdev.take();
+        if self.fuse.is_some() {
+            let _ = Command::new("fusermount3").arg("-u").arg(&self.fuse_dir).status();
+            let _ = Command::new("umount").arg(&self.fuse_dir).stderr(Stdio::null()).status();
+            self.fuse.take();
+        }
+    }
+}
+
+impl Drop for FsOnNbd {
+    fn drop(&mut self) {
+        if mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+        self.loopdev.take();
+        let _ = Command::new("umount").arg("-l").arg(&self.fuse_dir).stderr(Stdio::null()).status();
+        self.fuse.take();
+    }
+}
+
+fn allocated(paths: &[PathBuf]) -> u64 {
+    paths.iter().map(|p| std::fs::metadata(p).unwrap().blocks() * 512).sum()
+}
+
+fn make_tree(root: &Path, rng: &mut impl Rng) {
+    for dir in ["a", "a/b", "c"] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+        for f in 0..5 {
+            let len = rng.random_range(0..300_000);
+            let mut b = vec![0u8; len];
+            rng.fill_bytes(&mut b);
+            std::fs::write(root.join(dir).join(format!("f{f}")), b).unwrap();
+        }
+    }
+}
+
+#[test]
+fn ext4_on_the_export_survives_a_restart_and_fstrim_frees_member_space() {
+    let _g = shared();
+    tools();
+    let d = tmpdir();
+    let m = array(d.path(), 2, 96 << 20, "fs");
+    let sock = d.path().join("s.sock");
+    let tree = d.path().join("tree");
+    make_tree(&tree, &mut rng("ext4"));
+
+    let srv = Served::start(&m, &sock, &[]);
+    let mut fs = FsOnNbd::attach(&srv.uri(), d.path(), true);
+    run_tool(Command::new("cp").arg("-a").arg(&tree).arg(fs.mnt.join("tree")));
+    run_tool(&mut Command::new("sync"));
+    fs.detach();
+    let (st, _, err) = srv.stop();
+    assert!(st.success(), "serve: {err}");
+
+    // Assemble and serve again: the tree is there, byte for byte.
+    let srv = Served::start(&m, &sock, &[]);
+    let mut fs = FsOnNbd::attach(&srv.uri(), d.path(), false);
+    run_tool(Command::new("diff").arg("-r").arg(&tree).arg(fs.mnt.join("tree")));
+
+    // fstrim: a large file written then deleted; the members' allocated
+    // size must drop after fstrim.
+    let mut big = vec![0u8; 48 << 20];
+    rand::rng().fill_bytes(&mut big);
+    std::fs::write(fs.mnt.join("big"), &big).unwrap();
+    run_tool(&mut Command::new("sync"));
+    let before = allocated(&m);
+    std::fs::remove_file(fs.mnt.join("big")).unwrap();
+    run_tool(&mut Command::new("sync"));
+    run_tool(Command::new("fstrim").arg(&fs.mnt));
+    let after = allocated(&m);
+    assert!(after + (32 << 20) < before, "fstrim freed too little: members allocated {before} bytes before, {after} after");
+    fs.detach();
+    let (st, _, err) = srv.stop();
+    assert!(st.success(), "serve: {err}");
+}
+
+/// A raw NBD client over a unix socket (simple replies, no structured).
+struct Raw {
+    s: UnixStream,
+    size: u64,
+}
+
+fn be32(v: u32) -> [u8; 4] {
+    v.to_be_bytes()
+}
+
+impl Raw {
+    fn greet(socket: &Path) -> UnixStream {
+        let mut s = UnixStream::connect(socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut hello = [0u8; 18];
+        s.read_exact(&mut hello).unwrap();
+        assert_eq!(&hello[..16], b"NBDMAGICIHAVEOPT");
+        s
+    }
+
+    fn option(s: &mut UnixStream, opt: u32, data: &[u8]) {
+        let mut m = b"IHAVEOPT".to_vec();
+        m.extend(be32(opt));
+        m.extend(be32(data.len() as u32));
+        m.extend(data);
+        s.write_all(&m).unwrap();
+    }
+
+    /// Reads one option reply: (option, reply type, data).
+    fn option_reply(s: &mut UnixStream) -> (u32, u32, Vec<u8>) {
+        let mut h = [0u8; 20];
+        s.read_exact(&mut h).unwrap();
+        assert_eq!(u64::from_be_bytes(h[0..8].try_into().unwrap()), 0x3e889045565a9);
+        let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
+        let mut d = vec![0u8; len];
+        s.read_exact(&mut d).unwrap();
+        (u32::from_be_bytes(h[8..12].try_into().unwrap()), u32::from_be_bytes(h[12..16].try_into().unwrap()), d)
+    }
+
+    fn go_data(name: &str) -> Vec<u8> {
+        let mut d = be32(name.len() as u32).to_vec();
+        d.extend(name.as_bytes());
+        d.extend(0u16.to_be_bytes());
+        d
+    }
+
+    fn connect(socket: &Path, name: &str) -> Raw {
+        let mut s = Raw::greet(socket);
+        s.write_all(&be32(3)).unwrap();
+        Raw::option(&mut s, 7, &Raw::go_data(name));
+        let mut size = 0;
+        loop {
+            let (_, typ, d) = Raw::option_reply(&mut s);
+            match typ {
+                3 if u16::from_be_bytes([d[0], d[1]]) == 0 => size = u64::from_be_bytes(d[2..10].try_into().unwrap()),
+                3 => {}
+                1 => break,
+                e => panic!("GO failed with reply {e:#x}: {}", String::from_utf8_lossy(&d)),
+            }
+        }
+        Raw { s, size }
+    }
+
+    fn send(&mut self, flags: u16, cmd: u16, handle: u64, offset: u64, len: u32, payload: &[u8]) {
+        let mut r = 0x25609513u32.to_be_bytes().to_vec();
+        r.extend(flags.to_be_bytes());
+        r.extend(cmd.to_be_bytes());
+        r.extend(handle.to_be_bytes());
+        r.extend(offset.to_be_bytes());
+        r.extend(be32(len));
+        r.extend(payload);
+        self.s.write_all(&r).unwrap();
+    }
+
+    /// Reads a simple reply: (handle, error).
+    fn reply(&mut self) -> (u64, u32) {
+        let mut h = [0u8; 16];
+        self.s.read_exact(&mut h).unwrap();
+        assert_eq!(u32::from_be_bytes(h[0..4].try_into().unwrap()), 0x67446698, "reply magic");
+        (u64::from_be_bytes(h[8..16].try_into().unwrap()), u32::from_be_bytes(h[4..8].try_into().unwrap()))
+    }
+
+    fn write(&mut self, handle: u64, offset: u64, data: &[u8]) -> u32 {
+        self.send(0, 1, handle, offset, data.len() as u32, data);
+        let (h, e) = self.reply();
+        assert_eq!(h, handle);
+        e
+    }
+
+    fn read(&mut self, handle: u64, offset: u64, len: u32) -> Result<Vec<u8>, u32> {
+        self.send(0, 0, handle, offset, len, &[]);
+        let (h, e) = self.reply();
+        assert_eq!(h, handle);
+        if e != 0 {
+            return Err(e);
+        }
+        let mut d = vec![0u8; len as usize];
+        self.s.read_exact(&mut d).unwrap();
+        Ok(d)
+    }
+
+    /// True when the server closed the connection (EOF within the timeout).
+    fn closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        match self.s.read(&mut b) {
+            Ok(0) => true,
+            Err(e) => matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe),
+            Ok(_) => false,
+        }
+    }
+}
+
+#[test]
+fn flush_on_one_connection_covers_writes_of_another() {
+    let _g = shared();
+    tools();
+    let d = tmpdir();
+    let m = array(d.path(), 2, 8 << 20, "multi");
+    let srv = Served::start(&m, &d.path().join("s.sock"), &[]);
+    let mut a = Raw::connect(&srv.socket, "multi");
+    let mut b = Raw::connect(&srv.socket, "multi");
+    let mut c = Raw::connect(&srv.socket, "multi");
+    let mut data = vec![0u8; 192 << 10];
+    rng("multi").fill_bytes(&mut data);
+    // 64K chunks on 2 members: logical 64K..256K spans both members.
+    assert_eq!(a.write(1, 64 << 10, &data), 0);
+    b.send(0, 3, 2, 0, 0, &[]);
+    assert_eq!(b.reply(), (2, 0), "flush on connection b");
+    assert_eq!(c.read(3, 64 << 10, data.len() as u32).unwrap(), data, "connection c sees a's write");
+    // Durable on the members: chunk 1 (logical 64K) is member 1's first chunk.
+    let m1 = std::fs::read(&m[1]).unwrap();
+    assert_eq!(&m1[DATA_OFFSET as usize..DATA_OFFSET as usize + (64 << 10)], &data[..64 << 10]);
+    let m0 = std::fs::read(&m[0]).unwrap();
+    assert_eq!(&m0[DATA_OFFSET as usize + (64 << 10)..DATA_OFFSET as usize + (128 << 10)], &data[64 << 10..128 << 10]);
+    // FUA write on c, read back on a.
+    c.send(1, 1, 4, 0, 4096, &[0x77; 4096]);
+    assert_eq!(c.reply(), (4, 0));
+    assert_eq!(a.read(5, 0, 4096).unwrap(), vec![0x77; 4096]);
+}
+
+#[test]
+fn malformed_input_gets_the_spec_answer_and_writes_nothing() {
+    let _g = shared();
+    tools();
+    let d = tmpdir();
+    let m = array(d.path(), 2, 8 << 20, "bad");
+    let srv = Served::start(&m, &d.path().join("s.sock"), &[]);
+    let snap = Snapshot::take(&m);
+    let sock = srv.socket.clone();
+
+    // Handshake: unknown client flags -> closed.
+    let mut s = Raw::greet(&sock);
+    s.write_all(&be32(0x80)).unwrap();
+    assert!(Raw { s, size: 0 }.closed(), "unknown client flags must close");
+    // Bad option magic -> closed.
+    let mut s = Raw::greet(&sock);
+    s.write_all(&be32(3)).unwrap();
+    s.write_all(b"NOTMAGIC\0\0\0\x07\0\0\0\0").unwrap();
+    assert!(Raw { s, size: 0 }.closed(), "bad option magic must close");
+    // Options: unknown, too big, unknown export, malformed GO, STARTTLS.
+    let mut s = Raw::greet(&sock);
+    s.write_all(&be32(3)).unwrap();
+    Raw::option(&mut s, 99, &[]);
+    assert_eq!(Raw::option_reply(&mut s).1, 0x8000_0001, "unknown option: ERR_UNSUP");
+    Raw::option(&mut s, 7, &vec![0u8; 20 << 10]);
+    assert_eq!(Raw::option_reply(&mut s).1, 0x8000_0009, "oversized option: ERR_TOO_BIG");
+    Raw::option(&mut s, 7, &Raw::go_data("nosuch"));
+    let (_, typ, msg) = Raw::option_reply(&mut s);
+    assert_eq!(typ, 0x8000_0006, "unknown export: ERR_UNKNOWN");
+    assert_contains(&String::from_utf8_lossy(&msg), &["nosuch", "bad"], "ERR_UNKNOWN message");
+    Raw::option(&mut s, 7, &[0, 0, 0, 200, 1]);
+    assert_eq!(Raw::option_reply(&mut s).1, 0x8000_0003, "malformed GO: ERR_INVALID");
+    Raw::option(&mut s, 5, &[]);
+    assert_eq!(Raw::option_reply(&mut s).1, 0x8000_0002, "STARTTLS without TLS: ERR_POLICY");
+    Raw::option(&mut s, 3, b"x");
+    assert_eq!(Raw::option_reply(&mut s).1, 0x8000_0003, "LIST with data: ERR_INVALID");
+    // A huge option length is a hard disconnect.
+    let mut hdr = b"IHAVEOPT".to_vec();
+    hdr.extend(be32(7));
+    hdr.extend(be32(1 << 30));
+    s.write_all(&hdr).unwrap();
+    assert!(Raw { s, size: 0 }.closed(), "a 1 GiB option must close");
+
+    // Transmission.
+    let mut c = Raw::connect(&sock, "bad");
+    let size = c.size;
+    assert_eq!(c.read(1, 1, 512), Err(22), "misaligned read: EINVAL");
+    assert_eq!(c.read(2, size - 512, 1024), Err(22), "read past the end: EINVAL");
+    assert_eq!(c.read(3, u64::MAX - 100, 512), Err(22), "offset overflow: EINVAL");
+    assert_eq!(c.write(4, size, &[1u8; 512]), 28, "write past the end: ENOSPC (payload consumed)");
+    assert_eq!(c.write(5, 3, &[1u8; 512]), 22, "misaligned write: EINVAL");
+    c.send(0, 99, 6, 0, 0, &[]);
+    assert_eq!(c.reply(), (6, 22), "unknown command: EINVAL");
+    c.send(0x40, 0, 7, 0, 512, &[]);
+    assert_eq!(c.reply(), (7, 22), "unknown flag: EINVAL");
+    c.send(2, 0, 8, 0, 512, &[]);
+    assert_eq!(c.reply(), (8, 22), "NO_HOLE on a read: EINVAL");
+    c.send(0, 6, 9, size, 4096, &[]);
+    assert_eq!(c.reply(), (9, 28), "write-zeroes past the end: ENOSPC");
+    c.send(0, 4, 10, size - 4096, 8192, &[]);
+    assert_eq!(c.reply(), (10, 22), "trim past the end: EINVAL");
+    assert!(c.read(11, 0, 4096).is_ok(), "the connection still works");
+    // Bad request magic: hard disconnect.
+    c.s.write_all(&[0u8; 28]).unwrap();
+    assert!(c.closed(), "bad request magic must close");
+    // An oversized write: disconnect without reading 64 MiB.
+    let mut c = Raw::connect(&sock, "bad");
+    c.send(0, 1, 1, 0, 64 << 20, &[]);
+    assert!(c.closed(), "a 64 MiB write must close");
+    // A request after DISC gets no reply; the connection closes.
+    let mut c = Raw::connect(&sock, "bad");
+    c.send(0, 2, 1, 0, 0, &[]);
+    c.send(0, 1, 2, 0, 512, &[9u8; 512]);
+    assert!(c.closed(), "after DISC the server closes without replying");
+    // A client that vanishes mid-request costs nothing.
+    let mut c = Raw::connect(&sock, "bad");
+    c.send(0, 1, 1, 0, 4096, &[5u8; 100]);
+    drop(c);
+
+    snap.assert_unchanged("malformed NBD input");
+    // The server is still serving.
+    let mut c = Raw::connect(&sock, "bad");
+    assert_eq!(c.read(1, 0, 512).unwrap(), vec![0u8; 512]);
+}
+
+#[test]
+fn read_only_export_and_second_server_are_refused() {
+    let _g = shared();
+    tools();
+    let d = tmpdir();
+    let m = array(d.path(), 2, 8 << 20, "ro");
+    let srv = Served::start(&m, &d.path().join("s.sock"), &["--read-only"]);
+    let snap = Snapshot::take(&m);
+    let mut c = Raw::connect(&srv.socket, "ro");
+    assert_eq!(c.write(1, 0, &[1u8; 4096]), 1, "write on a read-only export: EPERM");
+    c.send(0, 4, 2, 0, 4096, &[]);
+    assert_eq!(c.reply(), (2, 1), "trim on a read-only export: EPERM");
+    let other = d.path().join("t.sock");
+    let mut args = vec!["serve".to_string(), "--socket".into(), other.display().to_string()];
+    args.extend(m.iter().map(|p| p.display().to_string()));
+    uraid_fails(&args, &["in use"]);
+    drop(c);
+    let (st, _, err) = srv.stop();
+    assert!(st.success(), "{err}");
+    // Only the superblocks may change (clean state, event counter).
+    for (i, p) in m.iter().enumerate() {
+        let before = snap.bytes(i);
+        let now = std::fs::read(p).unwrap();
+        assert_eq!(&now[SB_SIZE..], &before[SB_SIZE..], "{}: data changed on a read-only export", p.display());
+    }
+}
+
+#[test]
+fn non_loopback_tcp_without_tls_is_refused() {
+    let _g = shared();
+    let d = tmpdir();
+    let m = array(d.path(), 1, 8 << 20, "tcp");
+    let args = ["serve", "--tcp", "0.0.0.0:10999", s(&m[0])];
+    uraid_fails(&args, &["not a loopback address", "--insecure"]);
+}
+
+#[test]
+fn tls_export_works_with_libnbd_and_refuses_clear_text() {
+    use std::io::BufRead;
+    let _g = shared();
+    tools();
+    require_tool("openssl", "openssl");
+    let d = tmpdir();
+    let m = array(d.path(), 2, 16 << 20, "sec");
+    let cert = d.path().join("server-cert.pem");
+    let key = d.path().join("server-key.pem");
+    run_tool(
+        Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost"])
+            .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
+    );
+    std::fs::copy(&cert, d.path().join("ca-cert.pem")).unwrap();
+    let mut child = ChildGuard(
+        Command::new(URAID)
+            .args(["serve", "--tcp", "127.0.0.1:0", "--tls-cert", s(&cert), "--tls-key", s(&key)])
+            .args(&m)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut first = String::new();
+    std::io::BufReader::new(child.0.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
+    let uri = first.split_whitespace().last().expect("serve prints its URI").to_string();
+    assert!(uri.starts_with("nbds://127.0.0.1:"), "URI {uri}");
+    let port = uri.trim_start_matches("nbds://127.0.0.1:").split('/').next().unwrap().to_string();
+    let tls_uri = format!("nbds://localhost:{port}/sec?tls-certificates={}", d.path().display());
+    let info = run_tool(Command::new("nbdinfo").arg(&tls_uri));
+    assert_contains(&info, &["with TLS", "export-size: 31457280"], "nbdinfo over TLS");
+    let mut data = vec![0u8; 4 << 20];
+    rng("tls").fill_bytes(&mut data);
+    let src = d.path().join("src");
+    std::fs::write(&src, &data).unwrap();
+    run_tool(Command::new("nbdcopy").arg(&src).arg(&tls_uri));
+    let back = d.path().join("back");
+    run_tool(Command::new("nbdcopy").arg(&tls_uri).arg(&back));
+    assert!(first_difference(&std::fs::read(&back).unwrap()[..data.len()], &data).is_none(), "TLS round trip differs");
+    // Clear text is refused (FORCEDTLS): nbdinfo without TLS fails.
+    let st = Command::new("nbdinfo").arg(format!("nbd://localhost:{port}/sec")).stderr(Stdio::null()).stdout(Stdio::null()).status().unwrap();
+    assert!(!st.success(), "a clear-text client must be refused");
+}

@@ -1,0 +1,385 @@
+//! Helpers shared by the end-to-end tests: temporary members, byte
+//! snapshots, the `uraid` binary, external tools and loop devices.
+
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+/// The `uraid` binary built for these tests.
+pub const URAID: &str = env!("CARGO_BIN_EXE_uraid");
+
+/// 1 MiB: where the data area starts on every member.
+pub const DATA_OFFSET: u64 = 1 << 20;
+/// Bytes of the superblock at offset 0 of every member.
+pub const SB_SIZE: usize = 4096;
+/// The superblock magic (superblock.rs, offset 0).
+pub const MAGIC: &[u8; 8] = b"URAIDSB\x01";
+
+static LOAD: RwLock<()> = RwLock::new(());
+
+/// Taken (shared) by every test; the timing test takes it exclusively so that
+/// no other test of this binary competes with it for the CPUs.
+pub fn shared() -> RwLockReadGuard<'static, ()> {
+    LOAD.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Exclusive use of the machine among the tests of this binary.
+pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    LOAD.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A random generator whose seed is printed (and can be forced with
+/// `URAID_E2E_SEED`) so that a failing workload can be replayed.
+pub fn rng(test: &str) -> SmallRng {
+    let seed = match std::env::var("URAID_E2E_SEED") {
+        Ok(s) => s.parse().expect("URAID_E2E_SEED must be an integer"),
+        Err(_) => rand::random::<u64>(),
+    };
+    eprintln!("{test}: seed {seed} (URAID_E2E_SEED={seed} replays it)");
+    SmallRng::seed_from_u64(seed)
+}
+
+/// A temporary directory on the root filesystem (/tmp, ext4 here: real
+/// O_DIRECT).
+pub fn tmpdir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("uraid-e2e-").tempdir().expect("cannot make a temporary directory")
+}
+
+/// A temporary directory in RAM (/dev/shm), for large files.
+pub fn shm_tmpdir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("uraid-e2e-").tempdir_in("/dev/shm").expect("cannot make a directory in /dev/shm")
+}
+
+/// Creates a sparse file of `size` bytes (all zero).
+pub fn sparse_file(dir: &Path, name: &str, size: u64) -> PathBuf {
+    let p = dir.join(name);
+    let f = File::create(&p).unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display()));
+    f.set_len(size).unwrap_or_else(|e| panic!("cannot size {}: {e}", p.display()));
+    p
+}
+
+/// `n` sparse files `m0`, `m1`, ... of `size` bytes.
+pub fn sparse_files(dir: &Path, prefix: &str, n: usize, size: u64) -> Vec<PathBuf> {
+    (0..n).map(|i| sparse_file(dir, &format!("{prefix}{i}"), size)).collect()
+}
+
+/// Path as &str (the tests only make UTF-8 paths).
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+/// Member specs from paths.
+pub fn specs<P: AsRef<Path>>(paths: &[P]) -> Vec<uraid_core::MemberSpec> {
+    paths.iter().map(|p| uraid_core::MemberSpec::Path(p.as_ref().to_path_buf())).collect()
+}
+
+/// Index of the first byte where `a` and `b` differ (or the shorter length),
+/// and how many bytes differ.
+pub fn first_difference(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
+    if a == b {
+        return None;
+    }
+    let first = a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+    let count = a.iter().zip(b).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len());
+    Some((first, count))
+}
+
+/// The full contents of some files, to prove later that nothing was written.
+pub struct Snapshot {
+    files: Vec<(PathBuf, Vec<u8>)>,
+}
+
+impl Snapshot {
+    /// Reads every byte of every file now.
+    pub fn take<P: AsRef<Path>>(paths: &[P]) -> Snapshot {
+        Snapshot {
+            files: paths
+                .iter()
+                .map(|p| {
+                    let p = p.as_ref().to_path_buf();
+                    let b = std::fs::read(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()));
+                    (p, b)
+                })
+                .collect(),
+        }
+    }
+
+    /// Panics, naming the file and the first changed byte, when any file
+    /// differs from the snapshot in length or content.
+    pub fn assert_unchanged(&self, after: &str) {
+        for (p, before) in &self.files {
+            let now = std::fs::read(p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()));
+            if let Some((first, count)) = first_difference(before, &now) {
+                panic!(
+                    "after {after}: {} changed although nothing may be written: {count} byte(s) differ, the first \
+                     at offset {first} (length {} -> {})",
+                    p.display(),
+                    before.len(),
+                    now.len()
+                );
+            }
+        }
+    }
+
+    /// The bytes of file `i` as snapshotted.
+    pub fn bytes(&self, i: usize) -> &[u8] {
+        &self.files[i].1
+    }
+}
+
+/// What a run of the `uraid` binary produced.
+#[derive(Debug)]
+pub struct Out {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub cmdline: String,
+}
+
+/// Runs `uraid ARGS...` to completion.
+pub fn uraid<S: AsRef<OsStr>>(args: &[S]) -> Out {
+    let cmdline = format!(
+        "uraid {}",
+        args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
+    );
+    let o = Command::new(URAID)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {URAID}: {e}"));
+    Out {
+        status: o.status,
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        cmdline,
+    }
+}
+
+/// Runs `uraid ARGS...` and panics unless it succeeds.
+pub fn uraid_ok<S: AsRef<OsStr>>(args: &[S]) -> Out {
+    let o = uraid(args);
+    assert!(
+        o.status.success(),
+        "`{}` failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        o.cmdline,
+        o.status,
+        o.stdout,
+        o.stderr
+    );
+    o
+}
+
+/// Runs `uraid ARGS...`, expects exit status 1 and an error on stderr that
+/// contains every one of `needles` (case-insensitive).
+pub fn uraid_fails<S: AsRef<OsStr>>(args: &[S], needles: &[&str]) -> Out {
+    let o = uraid(args);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "`{}` should fail with exit status 1 but ended with {}:\nstdout:\n{}\nstderr:\n{}",
+        o.cmdline,
+        o.status,
+        o.stdout,
+        o.stderr
+    );
+    assert!(o.stderr.contains("uraid: error:"), "`{}`: no error line on stderr: {}", o.cmdline, o.stderr);
+    assert_contains(&o.stderr, needles, &o.cmdline);
+    o
+}
+
+/// Panics unless `text` contains every needle (case-insensitive).
+pub fn assert_contains(text: &str, needles: &[&str], what: &str) {
+    let lower = text.to_lowercase();
+    for n in needles {
+        assert!(lower.contains(&n.to_lowercase()), "{what}: expected the message to mention {n:?}, got:\n{text}");
+    }
+}
+
+/// Checks a library error: its kind and its message.
+pub fn assert_error<T: std::fmt::Debug>(
+    r: uraid_core::Result<T>,
+    kind: uraid_core::ErrorKind,
+    needles: &[&str],
+    what: &str,
+) -> uraid_core::Error {
+    let e = match r {
+        Ok(v) => panic!("{what}: should fail with {kind:?} but succeeded: {v:?}"),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind(), kind, "{what}: wrong error kind for: {e}");
+    assert_contains(&e.to_string(), needles, what);
+    e
+}
+
+/// Panics with a clear message when an external tool is missing.
+pub fn require_tool(tool: &str, package: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .any(|d| d.join(tool).is_file());
+    assert!(
+        found,
+        "this test needs `{tool}`, which is not installed: install the Debian package {package} \
+         (apt-get install {package}); the test is not skipped on purpose"
+    );
+}
+
+/// Runs an external command and panics with its output unless it succeeds.
+pub fn run_tool(cmd: &mut Command) -> String {
+    let o = cmd.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Puts a real ext4 filesystem on `path` (a file) with mkfs.ext4.
+pub fn mkfs_ext4(path: &Path) {
+    require_tool("mkfs.ext4", "e2fsprogs");
+    run_tool(Command::new("mkfs.ext4").args(["-F", "-q"]).arg(path));
+}
+
+static LOOP_SETUP: Mutex<()> = Mutex::new(());
+
+/// A loop device over a file, detached when dropped (also when the test
+/// panics). Drop every array on it before the guard.
+pub struct LoopDev {
+    pub dev: PathBuf,
+    pub backing: PathBuf,
+}
+
+impl LoopDev {
+    /// `losetup -f --show FILE`.
+    pub fn attach(backing: &Path) -> LoopDev {
+        require_tool("losetup", "mount (util-linux)");
+        let _g = LOOP_SETUP.lock().unwrap_or_else(|e| e.into_inner());
+        let out = run_tool(Command::new("losetup").args(["-f", "--show"]).arg(backing));
+        let dev = out.trim();
+        assert!(dev.starts_with("/dev/loop"), "losetup printed {out:?}");
+        let dev = PathBuf::from(dev);
+        LoopDev { dev, backing: backing.to_path_buf() }
+    }
+}
+
+impl LoopDev {
+    /// True while the device is still bound to a backing file.
+    fn attached(&self) -> bool {
+        let name = self.dev.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        Path::new(&format!("/sys/block/{name}/loop/backing_file")).exists()
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _g = LOOP_SETUP.lock().unwrap_or_else(|e| e.into_inner());
+        // The device can be busy for a moment after its last user closed it
+        // (udev probing it, a ring being torn down): retry for up to 5 s,
+        // and wait until the kernel has really let go of the backing file.
+        let mut last = None;
+        for _ in 0..100 {
+            if !self.attached() {
+                return;
+            }
+            let st = Command::new("losetup").arg("-d").arg(&self.dev).stdin(Stdio::null()).stderr(Stdio::piped()).output();
+            if !matches!(&st, Ok(o) if o.status.success()) {
+                last = Some(st);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        eprintln!("warning: could not detach {} (losetup -d: {last:?}); detach it by hand", self.dev.display());
+    }
+}
+
+/// A child process killed (and reaped) when dropped.
+pub struct ChildGuard(pub std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// CRC-32C (Castagnoli, reflected, polynomial 0x82F63B78), bit by bit: an
+/// independent check of the superblock checksum.
+pub fn crc32c(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82F6_3B78 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+/// The superblock fields as the on-disk format table in superblock.rs
+/// documents them, decoded here independently of the library.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawSuperblock {
+    pub version: u32,
+    pub sb_size: u32,
+    pub array_uuid: [u8; 16],
+    pub member_uuid: [u8; 16],
+    pub name: String,
+    pub level: u32,
+    pub chunk: u32,
+    pub member_count: u32,
+    pub member_index: u32,
+    pub data_offset: u64,
+    pub data_size: u64,
+    pub events: u64,
+    pub state: u32,
+    pub members: Vec<[u8; 16]>,
+}
+
+/// Decodes the first 4 KiB of a member file by the documented layout and
+/// checks the magic and the CRC-32C.
+pub fn raw_superblock(path: &Path) -> RawSuperblock {
+    use std::io::Read;
+    let mut b = vec![0u8; SB_SIZE];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut b))
+        .unwrap_or_else(|e| panic!("cannot read the superblock of {}: {e}", path.display()));
+    assert_eq!(&b[0..8], MAGIC, "{}: no uraid magic at offset 0", path.display());
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    assert_eq!(u32_at(4092), crc32c(&b[..4092]), "{}: superblock CRC-32C does not match", path.display());
+    let name_raw = &b[48..80];
+    let end = name_raw.iter().position(|&c| c == 0).unwrap_or(32);
+    let member_count = u32_at(88);
+    RawSuperblock {
+        version: u32_at(8),
+        sb_size: u32_at(12),
+        array_uuid: b[16..32].try_into().unwrap(),
+        member_uuid: b[32..48].try_into().unwrap(),
+        name: String::from_utf8(name_raw[..end].to_vec()).unwrap(),
+        level: u32_at(80),
+        chunk: u32_at(84),
+        member_count,
+        member_index: u32_at(92),
+        data_offset: u64_at(96),
+        data_size: u64_at(104),
+        events: u64_at(128),
+        state: u32_at(136),
+        members: (0..member_count as usize).map(|i| b[512 + 16 * i..512 + 16 * (i + 1)].try_into().unwrap()).collect(),
+    }
+}
+
+/// An engine request (the one place that spells out `Request`'s fields).
+pub fn request(op: uraid_core::Op, offset: u64, len: usize, buf: Option<uraid_core::IoBuf>, tag: u64) -> uraid_core::Request {
+    uraid_core::Request { op, offset, len, buf, tag, fua: false }
+}
