@@ -386,6 +386,21 @@ struct Pending {
     then_flush: bool,
 }
 
+/// One reply, queued until the batch is sent.
+struct Reply {
+    /// Header (simple: 16 bytes; structured: 20, or 28 with the offset).
+    hdr: [u8; 28],
+    hlen: usize,
+    /// READ data: the buffer and how many of its bytes to send.
+    data: Option<(IoBuf, usize)>,
+    /// An error message payload (structured replies).
+    extra: Vec<u8>,
+}
+
+/// Size of the receive buffer; larger WRITE payloads are read straight
+/// into their I/O buffer.
+const INBUF: usize = 256 << 10;
+
 struct Transmission<'s, S: Read + Write + AsRawFd> {
     s: &'s mut Wire<S>,
     fd: RawFd,
@@ -396,9 +411,15 @@ struct Transmission<'s, S: Read + Write + AsRawFd> {
     slots: Vec<Option<Pending>>,
     free: Vec<usize>,
     pool: Vec<IoBuf>,
-    /// Bytes of the request header read so far.
-    hdr: [u8; REQUEST_LEN],
-    have: usize,
+    /// Bytes received and not parsed yet: `inbuf[in_start..in_end]`. Many
+    /// requests arrive in one recv(2), so one system call serves a batch.
+    inbuf: Vec<u8>,
+    in_start: usize,
+    in_end: usize,
+    /// The last receive returned less than it had room for.
+    drained: bool,
+    /// Replies waiting to go out in one writev(2) per batch.
+    replies: Vec<Reply>,
     /// A WRITE whose payload is being read: header, buffer, bytes read.
     payload: Option<(RequestHeader, IoBuf, usize)>,
     /// Still reading requests (false after DISC, EOF, a protocol error or
@@ -436,8 +457,11 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
             slots: vec![None; depth],
             free: (0..depth).rev().collect(),
             pool: Vec::new(),
-            hdr: [0; REQUEST_LEN],
-            have: 0,
+            inbuf: vec![0u8; INBUF],
+            in_start: 0,
+            in_end: 0,
+            drained: false,
+            replies: Vec::with_capacity(depth),
             payload: None,
             reading: true,
             broken: false,
@@ -452,6 +476,7 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
                 self.reading = false;
             }
             self.read_requests();
+            self.flush_replies();
             if !self.reading && self.q.in_flight() == 0 {
                 break;
             }
@@ -460,6 +485,7 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
             for c in out.drain(..) {
                 self.complete(c);
             }
+            self.flush_replies();
         }
         // Tell the client now, before the queue (whose ring may still poll
         // the socket) is dropped: the hang-up also ends that poll at once.
@@ -490,8 +516,18 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
     /// queue is full, or reading stopped.
     fn read_requests(&mut self) {
         while self.reading && !self.free.is_empty() {
-            if let Some((h, mut buf, got)) = self.payload.take() {
+            if let Some((h, mut buf, mut got)) = self.payload.take() {
                 let want = h.len as usize;
+                // Payload bytes already received come from the buffer...
+                let take = (self.in_end - self.in_start).min(want - got);
+                buf[got..got + take].copy_from_slice(&self.inbuf[self.in_start..self.in_start + take]);
+                self.in_start += take;
+                got += take;
+                if got == want {
+                    self.dispatch(h, Some(buf));
+                    continue;
+                }
+                // ... the rest straight from the socket into the I/O buffer.
                 match self.s.recv_nb(&mut buf[got..want]) {
                     Recv::Got(n) if got + n == want => self.dispatch(h, Some(buf)),
                     Recv::Got(n) => self.payload = Some((h, buf, got + n)),
@@ -503,15 +539,30 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
                 }
                 continue;
             }
-            let have = self.have;
-            match self.s.recv_nb(&mut self.hdr[have..]) {
+            if self.in_end - self.in_start >= REQUEST_LEN {
+                let mut hdr = [0u8; REQUEST_LEN];
+                hdr.copy_from_slice(&self.inbuf[self.in_start..self.in_start + REQUEST_LEN]);
+                self.in_start += REQUEST_LEN;
+                self.on_header(&hdr);
+                continue;
+            }
+            // Need more bytes: keep the partial header at the front.
+            self.inbuf.copy_within(self.in_start..self.in_end, 0);
+            self.in_end -= self.in_start;
+            self.in_start = 0;
+            if self.drained {
+                // The last receive did not fill the buffer: the socket is
+                // very likely empty, so let the poll say when it is not
+                // instead of spending a system call to hear EAGAIN.
+                self.drained = false;
+                return;
+            }
+            let end = self.in_end;
+            let room = self.inbuf.len() - end;
+            match self.s.recv_nb(&mut self.inbuf[end..]) {
                 Recv::Got(n) => {
-                    self.have += n;
-                    if self.have == REQUEST_LEN {
-                        self.have = 0;
-                        let hdr = self.hdr;
-                        self.on_header(&hdr);
-                    }
+                    self.in_end += n;
+                    self.drained = n < room && !self.s.is_tls();
                 }
                 Recv::Again => return,
                 Recv::Closed => self.reading = false,
@@ -640,10 +691,15 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
                 }
                 return;
             }
-            Ok(_) => {
-                let data = c.buf.as_deref().map(|b| &b[..p.len.min(b.len())]);
-                self.reply_ok(p.handle, p.cmd, p.offset, data)
+            Ok(_) if p.cmd == CMD_READ && c.buf.is_some() => {
+                self.slots[tag] = None;
+                self.free.push(tag);
+                let buf = c.buf.expect("checked");
+                let len = p.len.min(buf.len());
+                self.reply_ok(p.handle, p.cmd, p.offset, Some((buf, len)));
+                return;
             }
+            Ok(_) => self.reply_ok(p.handle, p.cmd, p.offset, None),
             // TRIM is a hint: a member that cannot discard is not an error.
             Err(e) if p.cmd == CMD_TRIM && e.errno() == libc::EOPNOTSUPP => self.reply_ok(p.handle, p.cmd, p.offset, None),
             Err(e) => {
@@ -658,47 +714,80 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
         }
     }
 
-    fn send(&mut self, parts: &mut [IoSlice<'_>]) {
-        if self.broken {
+    /// Sends every queued reply, in as few writev(2) calls as the iovec
+    /// limit allows, then recycles the READ buffers.
+    fn flush_replies(&mut self) {
+        if self.replies.is_empty() {
             return;
         }
-        if self.s.send_all(parts).is_err() {
-            // The client went away: finish what is in flight, send nothing.
-            self.broken = true;
-            self.reading = false;
+        if !self.broken {
+            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(self.replies.len() * 2);
+            for r in &self.replies {
+                iov.push(IoSlice::new(&r.hdr[..r.hlen]));
+                if let Some((b, n)) = &r.data {
+                    iov.push(IoSlice::new(&b[..*n]));
+                }
+                if !r.extra.is_empty() {
+                    iov.push(IoSlice::new(&r.extra));
+                }
+            }
+            let mut failed = false;
+            for chunk in iov.chunks_mut(1024) {
+                if self.s.send_all(chunk).is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            if failed {
+                // The client went away: finish what is in flight, send nothing.
+                self.broken = true;
+                self.reading = false;
+            }
+        }
+        let replies = std::mem::take(&mut self.replies);
+        for r in replies {
+            if let Some((b, _)) = r.data {
+                self.give_buf(b);
+            }
         }
     }
 
-    fn reply_ok(&mut self, handle: u64, cmd: u16, offset: u64, data: Option<&[u8]>) {
-        let data = if cmd == CMD_READ { data } else { None };
-        if self.structured {
-            match data {
-                Some(d) => {
-                    let h = structured_header(handle, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, 8 + d.len() as u32);
-                    let off = offset.to_be_bytes();
-                    self.send(&mut [IoSlice::new(&h), IoSlice::new(&off), IoSlice::new(d)]);
+    fn reply_ok(&mut self, handle: u64, cmd: u16, offset: u64, data: Option<(IoBuf, usize)>) {
+        let data = if cmd == CMD_READ { data } else {
+            if let Some((b, _)) = data {
+                self.give_buf(b);
+            }
+            None
+        };
+        let mut hdr = [0u8; 28];
+        let hlen = if self.structured {
+            match &data {
+                Some((_, n)) => {
+                    hdr[..20].copy_from_slice(&structured_header(handle, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, 8 + *n as u32));
+                    hdr[20..28].copy_from_slice(&offset.to_be_bytes());
+                    28
                 }
                 None => {
-                    let h = structured_header(handle, REPLY_FLAG_DONE, REPLY_TYPE_NONE, 0);
-                    self.send(&mut [IoSlice::new(&h)]);
+                    hdr[..20].copy_from_slice(&structured_header(handle, REPLY_FLAG_DONE, REPLY_TYPE_NONE, 0));
+                    20
                 }
             }
         } else {
-            let h = simple_reply(handle, 0);
-            match data {
-                Some(d) => self.send(&mut [IoSlice::new(&h), IoSlice::new(d)]),
-                None => self.send(&mut [IoSlice::new(&h)]),
-            }
-        }
+            hdr[..16].copy_from_slice(&simple_reply(handle, 0));
+            16
+        };
+        self.replies.push(Reply { hdr, hlen, data, extra: Vec::new() });
     }
 
     fn reply_error(&mut self, handle: u64, err: u32, msg: &str) {
+        let mut hdr = [0u8; 28];
         if self.structured {
             let b = structured_error(handle, err, msg);
-            self.send(&mut [IoSlice::new(&b)]);
+            hdr[..20].copy_from_slice(&b[..20]);
+            self.replies.push(Reply { hdr, hlen: 20, data: None, extra: b[20..].to_vec() });
         } else {
-            let h = simple_reply(handle, err);
-            self.send(&mut [IoSlice::new(&h)]);
+            hdr[..16].copy_from_slice(&simple_reply(handle, err));
+            self.replies.push(Reply { hdr, hlen: 16, data: None, extra: Vec::new() });
         }
     }
 }
