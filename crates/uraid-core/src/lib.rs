@@ -14,6 +14,7 @@ pub mod buf;
 pub mod engine;
 pub mod error;
 pub mod geometry;
+pub mod layout;
 pub mod member;
 pub mod parity;
 pub mod signature;
