@@ -491,32 +491,57 @@ impl Queue {
             unsafe { self.push_sqe(sqe) };
             self.poll_armed = true;
         }
+        self.wait_until(1, out, Some(now_ns() + timeout.as_nanos() as u64))
+    }
+
+    /// Submits what is queued and waits until at least `min` requests have
+    /// completed (or none is left in flight), appending them to `out`.
+    pub fn wait(&mut self, min: usize, out: &mut Vec<Completion>) {
+        self.wait_until(min, out, None);
+    }
+
+    /// The one waiting loop: returns once `min` requests completed, the
+    /// armed poll fired (true), nothing is left in flight (without a
+    /// deadline), or the deadline (ns, [`now_ns`]) passed. Emulated drives'
+    /// held completions are released at their deadlines meanwhile.
+    fn wait_until(&mut self, min: usize, out: &mut Vec<Completion>, deadline: Option<u64>) -> bool {
         let start = out.len();
-        let deadline = now_ns() + timeout.as_nanos() as u64;
         loop {
             self.reap(out);
             if !self.held.is_empty() {
                 self.release_held(now_ns(), out);
             }
-            if out.len() > start || self.poll_ready {
+            if out.len() - start >= min || self.poll_ready || (deadline.is_none() && self.in_flight() == 0) {
                 self.submit();
                 return std::mem::take(&mut self.poll_ready);
             }
             let now = now_ns();
-            if now >= deadline {
+            if deadline.is_some_and(|d| now >= d) {
                 self.submit();
                 return false;
             }
-            let until = self.held.peek().map_or(deadline, |r| r.0 .0.min(deadline));
-            let wait_ns = until.saturating_sub(now).max(1);
-            let ts = types::Timespec::new().sec(wait_ns / 1_000_000_000).nsec((wait_ns % 1_000_000_000) as u32);
-            let res = if self.in_kernel > 0 {
-                let args = types::SubmitArgs::new().timespec(&ts);
-                self.ring.submitter().submit_with_args(1, &args)
-            } else {
-                self.submit();
-                std::thread::sleep(std::time::Duration::from_nanos(wait_ns));
-                Ok(0)
+            let held = self.held.peek().map(|r| r.0 .0);
+            let until = match (held, deadline) {
+                (Some(h), Some(d)) => Some(h.min(d)),
+                (h, d) => h.or(d),
+            };
+            let res = match until {
+                None => self.ring.submit_and_wait(1),
+                Some(u) => {
+                    let wait_ns = u.saturating_sub(now);
+                    if wait_ns == 0 {
+                        continue;
+                    }
+                    let ts = types::Timespec::new().sec(wait_ns / 1_000_000_000).nsec((wait_ns % 1_000_000_000) as u32);
+                    if self.in_kernel > 0 {
+                        let args = types::SubmitArgs::new().timespec(&ts);
+                        self.ring.submitter().submit_with_args(1, &args)
+                    } else {
+                        self.submit();
+                        std::thread::sleep(std::time::Duration::from_nanos(wait_ns));
+                        Ok(0)
+                    }
+                }
             };
             self.unsubmitted = 0;
             match res {
@@ -544,48 +569,6 @@ impl Queue {
     pub fn submit(&mut self) {
         if self.unsubmitted > 0 {
             self.submit_now();
-        }
-    }
-
-    /// Submits what is queued and waits until at least `min` requests have
-    /// completed (or none is left in flight), appending them to `out`.
-    pub fn wait(&mut self, min: usize, out: &mut Vec<Completion>) {
-        let start = out.len();
-        loop {
-            self.reap(out);
-            if !self.held.is_empty() {
-                self.release_held(now_ns(), out);
-            }
-            let got = out.len() - start;
-            if got >= min || self.in_flight() == 0 {
-                self.submit();
-                return;
-            }
-            let next_deadline = self.held.peek().map(|r| r.0 .0);
-            let res = match next_deadline {
-                None => self.ring.submit_and_wait(1),
-                Some(d) => {
-                    let wait_ns = d.saturating_sub(now_ns());
-                    if wait_ns == 0 {
-                        continue;
-                    }
-                    let ts = types::Timespec::new().sec(wait_ns / 1_000_000_000).nsec((wait_ns % 1_000_000_000) as u32);
-                    if self.in_kernel > 0 {
-                        let args = types::SubmitArgs::new().timespec(&ts);
-                        self.ring.submitter().submit_with_args(1, &args)
-                    } else {
-                        self.submit();
-                        std::thread::sleep(std::time::Duration::from_nanos(wait_ns));
-                        Ok(0)
-                    }
-                }
-            };
-            self.unsubmitted = 0;
-            match res {
-                Ok(_) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => {}
-                Err(e) => panic!("io_uring wait failed: {e}"),
-            }
         }
     }
 
