@@ -9,6 +9,11 @@
 //! latency from submission to completion in µs, CPU = this process's user +
 //! system time (getrusage), so work the kernel does in its own threads
 //! (loop devices, the block layer's workers) is not counted, as in fio.
+//!
+//! Mixed tests draw each request's direction at random with the read share
+//! of [`Dir::Mix`]; a buffer is filled once, when the thread starts, with
+//! the [`Fill`] pattern (a mixed test's buffers then carry whatever was last
+//! read, which is the same pattern: the area was written with it first).
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -29,6 +34,106 @@ pub enum Fill {
     Random,
     /// All 0x00 (CrystalDiskMark's "All 0x00" option).
     Zero,
+    /// Compressible to this percentage of its size (0..=100): each 4 KiB
+    /// piece starts with that share of random bytes and ends in zeros, as
+    /// fio's `buffer_compress_percentage` = 100 - this value does. 100 is
+    /// [`Fill::Random`], 0 is [`Fill::Zero`].
+    Compressible(u8),
+}
+
+/// Size of the pieces a compressible fill is made of, in bytes.
+pub const COMPRESS_PIECE: usize = 4096;
+
+impl std::fmt::Display for Fill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fill::Random => f.write_str("random (incompressible)"),
+            Fill::Zero => f.write_str("all zeros"),
+            Fill::Compressible(p) => write!(f, "compressible to {p}%"),
+        }
+    }
+}
+
+impl std::str::FromStr for Fill {
+    type Err = Error;
+
+    /// Parses `random`, `zero` or `compressible:PCT` (PCT from 0 to 100:
+    /// the share of the data left after compression).
+    fn from_str(s: &str) -> Result<Fill> {
+        let l = s.trim().to_ascii_lowercase();
+        match l.as_str() {
+            "random" | "incompressible" => return Ok(Fill::Random),
+            "zero" | "zeros" | "zeroes" => return Ok(Fill::Zero),
+            _ => {}
+        }
+        if let Some(p) = l.strip_prefix("compressible:").or_else(|| l.strip_prefix("compressible=")) {
+            let p = p.trim_end_matches('%');
+            if let Ok(v) = p.parse::<u8>() {
+                if v <= 100 {
+                    return Ok(Fill::Compressible(v));
+                }
+            }
+        }
+        bail!(
+            InvalidInput,
+            "unknown data pattern '{s}': use random, zero, or compressible:PCT with PCT from 0 to 100 \
+             (the share of the data left after compression, e.g. compressible:50)"
+        )
+    }
+}
+
+/// Latency percentiles of one run, in µs (submission to completion).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct Latency {
+    /// Fastest request.
+    pub min: f64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// 99.99th percentile.
+    pub p9999: f64,
+    /// Slowest request.
+    pub max: f64,
+}
+
+/// The percentiles [`Latency`] holds, as (label, quantile) pairs.
+pub const PERCENTILES: [(&str, f64); 5] = [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999), ("p99.99", 0.9999)];
+
+impl Latency {
+    /// Percentiles of a histogram of nanoseconds (zeros when it is empty).
+    pub fn from_hist(h: &Histogram<u64>) -> Latency {
+        if h.is_empty() {
+            return Latency::default();
+        }
+        let q = |x: f64| h.value_at_quantile(x) as f64 / 1000.0;
+        Latency {
+            min: h.min() as f64 / 1000.0,
+            mean: h.mean() / 1000.0,
+            p50: q(0.5),
+            p90: q(0.9),
+            p99: q(0.99),
+            p999: q(0.999),
+            p9999: q(0.9999),
+            max: h.max() as f64 / 1000.0,
+        }
+    }
+
+    /// The values of [`PERCENTILES`], in order.
+    pub fn percentiles(&self) -> [f64; 5] {
+        [self.p50, self.p90, self.p99, self.p999, self.p9999]
+    }
+}
+
+/// A latency histogram from 1 ns to one hour at 2 significant digits.
+pub fn new_hist() -> Histogram<u64> {
+    Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 2).expect("valid bounds")
 }
 
 /// The figures of one timed run.
@@ -38,7 +143,9 @@ pub struct RunResult {
     pub bytes: u64,
     /// Requests completed in the window.
     pub ios: u64,
-    /// Length of the window in seconds.
+    /// Length of the measured window in seconds: from the start to the
+    /// last completion counted (at most the run's duration, unless nothing
+    /// completed within it).
     pub secs: f64,
     /// MB/s (10^6 bytes per second).
     pub mbps: f64,
@@ -48,15 +155,24 @@ pub struct RunResult {
     pub lat_mean_us: f64,
     /// 99th percentile latency in µs.
     pub lat_p99_us: f64,
+    /// Latency percentiles in µs.
+    pub lat: Latency,
+    /// Reads completed in the window (mixed tests: the read share).
+    pub read_ios: u64,
+    /// Writes completed in the window.
+    pub write_ios: u64,
     /// Process CPU time (user + system) in seconds.
     pub cpu_secs: f64,
+    /// Process CPU seconds per wall-clock second (1.0 = one core busy).
+    pub cpu_per_sec: f64,
     /// CPU use in percent of one core (100 = one core busy).
     pub cpu_pct: f64,
     /// CPU seconds per GB (10^9 bytes) moved.
     pub cpu_secs_per_gb: f64,
 }
 
-fn cpu_time() -> f64 {
+/// CPU seconds (user + system) this process has used so far, every thread.
+pub fn cpu_time() -> f64 {
     // SAFETY: getrusage writes one rusage struct through the pointer.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above; RUSAGE_SELF covers every thread of the process.
@@ -68,10 +184,20 @@ fn cpu_time() -> f64 {
 /// Fills `buf` according to `fill` (random bytes from `rng`).
 pub fn fill_buf(buf: &mut [u8], fill: Fill, rng: &mut SmallRng) {
     match fill {
-        Fill::Random => rng.fill_bytes(buf),
-        Fill::Zero => buf.fill(0),
+        Fill::Random | Fill::Compressible(100) => rng.fill_bytes(buf),
+        Fill::Zero | Fill::Compressible(0) => buf.fill(0),
+        Fill::Compressible(pct) => {
+            for piece in buf.chunks_mut(COMPRESS_PIECE) {
+                let random = (piece.len() * pct.min(100) as usize).div_ceil(100);
+                rng.fill_bytes(&mut piece[..random]);
+                piece[random..].fill(0);
+            }
+        }
     }
 }
+
+/// Most bytes of I/O buffers one test may hold (block x QD x threads).
+pub const MAX_BUFFERS: u64 = 1 << 30;
 
 /// The usable test area: `area` clamped to the volume and rounded down to
 /// whole blocks. Errors: `InvalidInput` when not one block per thread fits.
@@ -80,6 +206,17 @@ pub fn test_area(vol: &Volume, test: &Test, area: u64) -> Result<u64> {
     let bs = vol.block_size() as usize;
     if p.block % bs != 0 {
         bail!(InvalidInput, "{} uses {} byte blocks, but the target's block size is {bs} bytes", p.name, p.block);
+    }
+    let buffers = p.block as u64 * p.qd as u64 * p.threads as u64;
+    if buffers > MAX_BUFFERS {
+        bail!(
+            InvalidInput,
+            "{} keeps {} requests of {} bytes in flight, {buffers} bytes of buffers; the most is {MAX_BUFFERS} \
+             (1 GiB): use fewer threads, a lower queue depth or smaller blocks",
+            p.name,
+            p.qd * p.threads,
+            p.block
+        );
     }
     let a = area.min(vol.capacity()) / p.block as u64 * p.block as u64;
     if a < (p.block * p.threads) as u64 {
@@ -94,57 +231,186 @@ pub fn test_area(vol: &Volume, test: &Test, area: u64) -> Result<u64> {
     Ok(a)
 }
 
-struct ThreadOut {
+/// What one thread measured in one window, sent to the coordinator.
+struct WindowOut {
+    window: usize,
     bytes: u64,
     ios: u64,
+    read_ios: u64,
+    /// now_ns() of the last completion counted (0: none).
+    last_ns: u64,
     hist: Histogram<u64>,
 }
 
-/// Runs `test` on `vol` for `duration` over the first `area` bytes.
+/// Runs `test` on `vol` for `duration` over the first `area` bytes (one
+/// window; see [`run_windows`]).
 ///
 /// Errors: the first I/O error (the run stops), or `InvalidInput` for an
 /// area too small for the profile.
 pub fn run(vol: &Arc<Volume>, test: Test, area: u64, duration: Duration, fill: Fill, seed: u64) -> Result<RunResult> {
+    let mut r = run_windows(vol, test, area, &[duration], fill, seed, &mut |_| {})?;
+    Ok(r.remove(0))
+}
+
+/// Runs `test` on `vol` without pause for the sum of `windows`, and
+/// measures each window apart: a warm-up followed by the timed runs flows
+/// straight into them, as fio's ramp does, so no run starts on a drive
+/// that has just been idle (a token-bucket throttle would give it a burst).
+///
+/// A completion belongs to the window it arrives in. A window's rates are
+/// over the time from the last completion of the window before (the start,
+/// for the first) to its own last completion: exact for a drive serving
+/// one request at a time, where cutting at the window's edge would drop
+/// the request in progress (up to 7% of a 16 MiB QD1 test at 250 MB/s in
+/// 1 s). A window in which nothing completed takes the figures of the
+/// next one; if the last is empty, the requests still in flight when it
+/// ends are counted in it, so no run reads zero. CPU is sampled at the
+/// window edges. `on_window(i)` is called as window `i` starts.
+///
+/// Errors: the first I/O error (the run stops), or `InvalidInput` for an
+/// area too small for the profile or an empty or zero-length window.
+pub fn run_windows(
+    vol: &Arc<Volume>,
+    test: Test,
+    area: u64,
+    windows: &[Duration],
+    fill: Fill,
+    seed: u64,
+    on_window: &mut dyn FnMut(usize),
+) -> Result<Vec<RunResult>> {
     let area = test_area(vol, &test, area)?;
+    if let Dir::Mix(r) = test.dir {
+        if !(1..=99).contains(&r) {
+            bail!(InvalidInput, "a mixed test needs a read share from 1 to 99 percent, not {r}");
+        }
+    }
+    if windows.is_empty() || windows.iter().any(|d| d.is_zero()) {
+        bail!(InvalidInput, "a timed run needs a duration above zero");
+    }
     let p = test.profile;
+    let nwin = windows.len();
+    // Window ends, ns from the start.
+    let mut ends = Vec::with_capacity(nwin);
+    let mut acc = 0u64;
+    for d in windows {
+        acc += d.as_nanos() as u64;
+        ends.push(acc);
+    }
     let barrier = Barrier::new(p.threads + 1);
-    let dur_ns = duration.as_nanos() as u64;
-    let (outs, wall, cpu) = std::thread::scope(|s| {
+    let (tx, rx) = std::sync::mpsc::channel::<WindowOut>();
+    // One more slot for the requests that ended after the last window.
+    let mut per_window: Vec<WindowOut> =
+        (0..=nwin).map(|w| WindowOut { window: w, bytes: 0, ios: 0, read_ios: 0, last_ns: 0, hist: new_hist() }).collect();
+    let mut cpu_at = vec![0f64; nwin + 1];
+    let mut t0 = 0u64;
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..p.threads)
             .map(|t| {
                 let barrier = &barrier;
-                s.spawn(move || thread_main(vol, test, area, t, dur_ns, fill, seed.wrapping_add(t as u64 * 7919), barrier))
+                let ends = &ends;
+                let tx = tx.clone();
+                std::thread::Builder::new()
+                    .name(format!("uraid-load{t}"))
+                    .stack_size(256 << 10)
+                    .spawn_scoped(s, move || {
+                        thread_main(vol, test, area, t, ends, fill, seed.wrapping_add(t as u64 * 7919), barrier, &tx)
+                    })
+                    .expect("cannot start a load thread")
             })
             .collect();
+        drop(tx);
         barrier.wait();
-        let c0 = cpu_time();
-        let t0 = now_ns();
-        let outs: Vec<Result<ThreadOut>> = handles.into_iter().map(|h| h.join().expect("load thread panicked")).collect();
-        (outs, (now_ns() - t0) as f64 / 1e9, cpu_time() - c0)
+        cpu_at[0] = cpu_time();
+        t0 = now_ns();
+        on_window(0);
+        // Sample CPU at each window edge and tell the caller.
+        for (w, &end) in ends.iter().enumerate() {
+            loop {
+                let now = now_ns();
+                if now >= t0 + end {
+                    break;
+                }
+                match rx.recv_timeout(Duration::from_nanos(t0 + end - now)) {
+                    Ok(o) => merge(&mut per_window, o),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    // Every thread is gone (an error): stop waiting.
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            cpu_at[w + 1] = cpu_time();
+            if w + 1 < nwin {
+                on_window(w + 1);
+            }
+        }
+        let r = handles.into_iter().map(|h| h.join().expect("load thread panicked")).collect();
+        for o in rx.try_iter() {
+            merge(&mut per_window, o);
+        }
+        r
     });
-    let _ = wall;
-    let mut bytes = 0;
-    let mut ios = 0;
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 2).expect("valid bounds");
-    for o in outs {
-        let o = o?;
-        bytes += o.bytes;
-        ios += o.ios;
-        hist.add(&o.hist).expect("same bounds");
+    for r in results {
+        r?;
     }
-    let secs = duration.as_secs_f64();
-    Ok(RunResult {
-        bytes,
-        ios,
-        secs,
-        mbps: bytes as f64 / secs / 1e6,
-        iops: ios as f64 / secs,
-        lat_mean_us: hist.mean() / 1000.0,
-        lat_p99_us: hist.value_at_quantile(0.99) as f64 / 1000.0,
-        cpu_secs: cpu,
-        cpu_pct: cpu / secs * 100.0,
-        cpu_secs_per_gb: if bytes > 0 { cpu / (bytes as f64 / 1e9) } else { 0.0 },
-    })
+    if per_window[nwin - 1].ios == 0 {
+        let late = per_window.pop().expect("late slot");
+        let last = &mut per_window[nwin - 1];
+        last.bytes = late.bytes;
+        last.ios = late.ios;
+        last.read_ios = late.read_ios;
+        last.last_ns = late.last_ns;
+        last.hist = late.hist;
+    }
+    // Empty windows take the figures of the next non-empty one.
+    let mut out: Vec<Option<RunResult>> = vec![None; nwin];
+    let mut prev_end = t0;
+    let mut pending: Vec<usize> = Vec::new();
+    for w in 0..nwin {
+        let win = &per_window[w];
+        let wall = windows[w].as_secs_f64();
+        let cpu = cpu_at[w + 1] - cpu_at[w];
+        if win.ios == 0 {
+            pending.push(w);
+            continue;
+        }
+        let secs = (win.last_ns.saturating_sub(prev_end)).max(1) as f64 / 1e9;
+        prev_end = win.last_ns;
+        let lat = Latency::from_hist(&win.hist);
+        let r = RunResult {
+            bytes: win.bytes,
+            ios: win.ios,
+            secs,
+            mbps: win.bytes as f64 / secs / 1e6,
+            iops: win.ios as f64 / secs,
+            lat_mean_us: lat.mean,
+            lat_p99_us: lat.p99,
+            lat,
+            read_ios: win.read_ios,
+            write_ios: win.ios - win.read_ios,
+            cpu_secs: cpu,
+            cpu_per_sec: cpu / wall,
+            cpu_pct: cpu / wall * 100.0,
+            cpu_secs_per_gb: cpu / (win.bytes as f64 / 1e9).max(1e-12),
+        };
+        for &e in &pending {
+            out[e] = Some(r);
+        }
+        pending.clear();
+        out[w] = Some(r);
+    }
+    // Only possible when a thread failed before its first completion.
+    if out.iter().any(Option::is_none) {
+        bail!(Io, "{test}: no request completed");
+    }
+    Ok(out.into_iter().map(|r| r.expect("checked")).collect())
+}
+
+fn merge(per_window: &mut [WindowOut], o: WindowOut) {
+    let w = &mut per_window[o.window];
+    w.bytes += o.bytes;
+    w.ios += o.ios;
+    w.read_ios += o.read_ios;
+    w.last_ns = w.last_ns.max(o.last_ns);
+    w.hist.add(&o.hist).expect("same bounds");
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -153,11 +419,12 @@ fn thread_main(
     test: Test,
     area: u64,
     t: usize,
-    dur_ns: u64,
+    ends: &[u64],
     fill: Fill,
     seed: u64,
     barrier: &Barrier,
-) -> Result<ThreadOut> {
+    tx: &std::sync::mpsc::Sender<WindowOut>,
+) -> Result<()> {
     let p = test.profile;
     let setup = || -> Result<_> {
         let q = vol.queue(p.qd)?;
@@ -165,7 +432,7 @@ fn thread_main(
         let bufs: Vec<IoBuf> = (0..p.qd)
             .map(|_| {
                 let mut b = IoBuf::new(p.block);
-                if test.dir == Dir::Write {
+                if test.dir.writes() {
                     fill_buf(&mut b, fill, &mut rng);
                 }
                 b
@@ -187,18 +454,33 @@ fn thread_main(
     };
     let blocks = len / block;
     let mut next = 0u64;
-    let op = match test.dir {
+    // Reads out of 2^32 for a mixed test.
+    let read_below: u64 = match test.dir {
+        Dir::Read => 1 << 32,
+        Dir::Write => 0,
+        Dir::Mix(r) => (u64::from(r) << 32) / 100,
+    };
+    let op_of = |rng: &mut SmallRng| match test.dir {
         Dir::Read => Op::Read,
         Dir::Write => Op::Write,
+        Dir::Mix(_) => {
+            if u64::from(rng.next_u32()) < read_below {
+                Op::Read
+            } else {
+                Op::Write
+            }
+        }
     };
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 2).expect("valid bounds");
     let mut sub_at = vec![0u64; p.qd];
+    let mut is_read = vec![false; p.qd];
     let mut out: Vec<Completion> = Vec::with_capacity(p.qd);
-    let mut bytes = 0u64;
-    let mut ios = 0u64;
     let mut error: Option<Error> = None;
     let t0 = now_ns();
-    let deadline = t0 + dur_ns;
+    let nwin = ends.len();
+    let deadline = t0 + ends[nwin - 1];
+    let mut win = 0usize;
+    let mut cur = WindowOut { window: 0, bytes: 0, ios: 0, read_ios: 0, last_ns: 0, hist: new_hist() };
+    let mut late = WindowOut { window: nwin, bytes: 0, ios: 0, read_ios: 0, last_ns: 0, hist: new_hist() };
     let mut offset_of = |rng: &mut SmallRng| {
         let idx = match p.pattern {
             Pattern::Seq => {
@@ -214,6 +496,8 @@ fn thread_main(
         let buf = bufs.pop().expect("qd buffers");
         sub_at[tag] = now_ns();
         let offset = offset_of(&mut rng);
+        let op = op_of(&mut rng);
+        is_read[tag] = op == Op::Read;
         if let Err(r) = q.push(Request { op, offset, len: p.block, buf: Some(buf), tag: tag as u64, fua: false }) {
             return Err(r.error);
         }
@@ -222,6 +506,12 @@ fn thread_main(
         out.clear();
         q.wait(1, &mut out);
         let now = now_ns();
+        // Close the windows that have ended.
+        while win + 1 < nwin && now >= t0 + ends[win] {
+            let next_w = WindowOut { window: win + 1, bytes: 0, ios: 0, read_ios: 0, last_ns: 0, hist: new_hist() };
+            let _ = tx.send(std::mem::replace(&mut cur, next_w));
+            win += 1;
+        }
         for c in out.drain(..) {
             let tag = c.tag as usize;
             if let Err(e) = c.result {
@@ -229,22 +519,38 @@ fn thread_main(
                 continue;
             }
             if now <= deadline {
-                bytes += block;
-                ios += 1;
-                let _ = hist.record((now - sub_at[tag]).max(1));
+                cur.bytes += block;
+                cur.ios += 1;
+                cur.read_ios += u64::from(is_read[tag]);
+                cur.last_ns = now;
+                let _ = cur.hist.record((now - sub_at[tag]).max(1));
+            } else if late.ios == 0 {
+                // The first request to end after the last window: counted
+                // only if no thread completed anything in that window.
+                late.bytes += block;
+                late.ios += 1;
+                late.read_ios += u64::from(is_read[tag]);
+                late.last_ns = now;
+                let _ = late.hist.record((now - sub_at[tag]).max(1));
             }
             if now < deadline && error.is_none() {
                 sub_at[tag] = now;
                 let offset = offset_of(&mut rng);
+                let op = op_of(&mut rng);
+                is_read[tag] = op == Op::Read;
                 if let Err(r) = q.push(Request { op, offset, len: p.block, buf: c.buf, tag: tag as u64, fua: false }) {
                     error.get_or_insert(r.error);
                 }
             }
         }
     }
+    let _ = tx.send(cur);
+    if late.ios > 0 {
+        let _ = tx.send(late);
+    }
     match error {
         Some(e) => Err(e),
-        None => Ok(ThreadOut { bytes, ios, hist }),
+        None => Ok(()),
     }
 }
 

@@ -1,37 +1,32 @@
-//! Tables and JSON: one target's results, and one drive against arrays.
+//! Tables: one target's results, one drive against arrays, and every table
+//! of a suite report. A table is a [`Grid`] (title, header, rows of text)
+//! so the terminal and the HTML report show exactly the same tables.
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use serde::Serialize;
+use uraid_core::units::fmt_size;
 
+use crate::review::{Report, TargetReport};
+use crate::stats::{verdict, Metric, Stat};
 use crate::suite::TestResult;
 
 fn right(s: String) -> Cell {
     Cell::new(s).set_alignment(CellAlignment::Right)
 }
 
-/// Formats the headline figure of a test: MB/s for sequential, IOPS for
-/// random profiles.
+/// Formats the headline figure of a test in one run: MB/s for sequential,
+/// IOPS for random profiles, ms for the access time.
 pub fn headline(r: &TestResult, v: &crate::RunResult) -> String {
-    if r.test.profile.is_seq() {
-        format!("{:.1} MB/s", v.mbps)
-    } else {
-        format!("{:.0} IOPS", v.iops)
-    }
-}
-
-fn headline_value(r: &TestResult, v: &crate::RunResult) -> f64 {
-    if r.test.profile.is_seq() {
-        v.mbps
-    } else {
-        v.iops
-    }
+    r.metric.fmt(r.metric.value(v))
 }
 
 /// The table `uraid bench` prints: one row per test.
 pub fn bench_table(results: &[TestResult]) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header(vec!["test", "MB/s", "IOPS", "mean µs", "p99 µs", "CPU %", "median MB/s", "spread %"]);
+    t.set_header(vec![
+        "test", "MB/s", "IOPS", "mean µs", "p99 µs", "CPU %", "median MB/s", "min MB/s", "max MB/s", "spread %", "CPU s/GB",
+    ]);
     for r in results {
         let b = &r.best;
         t.add_row(vec![
@@ -42,7 +37,10 @@ pub fn bench_table(results: &[TestResult]) -> Table {
             right(format!("{:.1}", b.lat_p99_us)),
             right(format!("{:.0}", b.cpu_pct)),
             right(format!("{:.1}", r.median.mbps)),
+            right(format!("{:.1}", r.worst.mbps)),
+            right(format!("{:.1}", r.best.mbps)),
             right(format!("{:.1}", r.spread_pct)),
+            right(format!("{:.2}", r.cpu_secs_per_gb)),
         ]);
     }
     t
@@ -77,24 +75,25 @@ pub struct Gain {
     pub diff_pct: f64,
     /// Share of the ideal (drives x single drive) reached, in percent.
     pub of_ideal_pct: f64,
+    /// The difference is inside the measured spread (at least 3%).
+    pub same: bool,
 }
 
 impl Comparison {
-    /// The gain of config `c` on test `i` over the single drive (config 0).
+    /// The gain of config `c` on test `i` over the single drive (config 0),
+    /// on the best runs (CrystalDiskMark's figure).
     pub fn gain(&self, c: usize, i: usize) -> Option<Gain> {
         let base = self.configs.first()?.results.get(i)?;
         let r = self.configs.get(c)?.results.get(i)?;
-        let b = headline_value(base, &base.best);
-        let v = headline_value(r, &r.best);
-        if b <= 0.0 {
-            return None;
-        }
+        let v = verdict(&base.summary, &r.summary, Stat::Best)?;
+        let b = base.headline(Stat::Best);
         let ideal = b * self.configs[c].drives as f64 / self.configs[0].drives as f64;
-        Some(Gain { diff_pct: (v / b - 1.0) * 100.0, of_ideal_pct: v / ideal * 100.0 })
+        Some(Gain { diff_pct: v.diff_pct, of_ideal_pct: r.headline(Stat::Best) / ideal * 100.0, same: v.same })
     }
 
     /// The table: a row per test; single drive, then per array its figure,
-    /// the difference in percent and the share of the ideal it reached.
+    /// the difference in percent ("same" inside the noise) and the share of
+    /// the ideal it reached.
     pub fn table(&self) -> Table {
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED);
@@ -117,7 +116,7 @@ impl Comparison {
                 if c > 0 {
                     match self.gain(c, i) {
                         Some(g) => {
-                            row.push(right(format!("{:+.0}%", g.diff_pct)));
+                            row.push(right(if g.same { "same".into() } else { format!("{:+.0}%", g.diff_pct) }));
                             row.push(right(format!("{:.0}%", g.of_ideal_pct)));
                         }
                         None => {
@@ -130,5 +129,278 @@ impl Comparison {
             t.add_row(row);
         }
         t
+    }
+}
+
+/// A table as text: what both the terminal and the HTML report show.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Grid {
+    /// Short identifier (`results`, `atto`).
+    pub id: String,
+    /// Title above the table.
+    pub title: String,
+    /// Column names.
+    pub header: Vec<String>,
+    /// Rows of cells.
+    pub rows: Vec<Vec<String>>,
+    /// A line under the table (units, how to read it).
+    pub note: String,
+}
+
+impl Grid {
+    /// The table for a terminal (first column left, the rest right).
+    pub fn to_table(&self) -> Table {
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED);
+        t.set_header(self.header.clone());
+        for r in &self.rows {
+            t.add_row(r.iter().enumerate().map(|(i, c)| if i == 0 { Cell::new(c) } else { right(c.clone()) }).collect::<Vec<_>>());
+        }
+        t
+    }
+}
+
+fn test_value<'a>(t: &'a TargetReport, test: &crate::Test) -> Option<&'a TestResult> {
+    t.tests.iter().find(|r| r.test == *test)
+}
+
+/// Every table of a report, in order: results side by side, per-target run
+/// statistics and CPU, ATTO, AS SSD, linear surface, machine, members.
+pub fn report_grids(r: &Report) -> Vec<Grid> {
+    let stat = r.stat;
+    let mut grids = Vec::new();
+    let Some(first) = r.targets.first() else { return grids };
+    if !first.tests.is_empty() {
+        let mut header = vec!["test".to_string(), "unit".to_string()];
+        for (i, t) in r.targets.iter().enumerate() {
+            header.push(t.label.clone());
+            if i > 0 {
+                header.push(format!("vs {}", first.label));
+            }
+        }
+        let mut rows = Vec::new();
+        for base in &first.tests {
+            let mut row = vec![base.test.to_string(), base.metric.unit().to_string()];
+            for (i, t) in r.targets.iter().enumerate() {
+                let res = test_value(t, &base.test);
+                row.push(res.map(|x| fmt_value(x.metric, x.headline(stat))).unwrap_or_else(|| "-".into()));
+                if i > 0 {
+                    let v = res.and_then(|x| verdict(&base.summary, &x.summary, stat));
+                    row.push(v.map(|v| v.to_string()).unwrap_or_else(|| "-".into()));
+                }
+            }
+            rows.push(row);
+        }
+        grids.push(Grid {
+            id: "results".into(),
+            title: format!("Results: {} of {} runs", stat, r.runs),
+            header,
+            rows,
+            note: format!(
+                "MB/s = 10^6 bytes/s. 'same' = the difference is smaller than the larger spread of the two (at least {}%).{}",
+                crate::stats::SAME_MIN_PCT,
+                if r.targets.len() > 1 { format!(" Differences are against {}.", first.label) } else { String::new() }
+            ),
+        });
+        for (i, t) in r.targets.iter().enumerate() {
+            let rows = t
+                .tests
+                .iter()
+                .map(|x| {
+                    let s = &x.summary;
+                    let run = x.run_for(stat);
+                    vec![
+                        x.test.to_string(),
+                        x.metric.unit().to_string(),
+                        fmt_value(x.metric, s.median),
+                        fmt_value(x.metric, s.min),
+                        fmt_value(x.metric, s.max),
+                        format!("{:.1}", s.spread_pct),
+                        format!("{:.1}", run.mbps),
+                        format!("{:.0}", run.iops),
+                        format!("{:.1}", run.lat.mean),
+                        format!("{:.1}", run.lat.p99),
+                        format!("{:.1}", run.lat.p9999),
+                        format!("{:.2}", x.cpu_per_sec),
+                        format!("{:.2}", x.cpu_secs_per_gb),
+                    ]
+                })
+                .collect();
+            grids.push(Grid {
+                id: format!("runs-{}", i + 1),
+                title: format!("{}: runs and CPU", t.label),
+                header: [
+                    "test", "unit", "median", "min", "max", "spread %", "MB/s", "IOPS", "mean µs", "p99 µs", "p99.99 µs", "CPU s/s",
+                    "CPU s/GB",
+                ]
+                .map(String::from)
+                .to_vec(),
+                rows,
+                note: format!(
+                    "{} runs of {:.1} s after a discarded {:.1} s warm-up. MB/s, IOPS and latency are of the {stat} run. \
+                     CPU s/s = process CPU seconds per wall second (1 = one core busy); CPU s/GB = per 10^9 bytes moved.",
+                    r.runs, r.run_secs, r.warmup_secs
+                ),
+            });
+        }
+    }
+    let atto: Vec<&TargetReport> = r.targets.iter().filter(|t| t.atto.is_some()).collect();
+    if let Some(a0) = atto.first().and_then(|t| t.atto.as_ref()) {
+        let mut header = vec!["size".to_string()];
+        for t in &atto {
+            for h in ["write MB/s", "read MB/s", "write IOPS", "read IOPS"] {
+                header.push(format!("{} {h}", t.label));
+            }
+        }
+        let sizes: Vec<usize> = a0.points.iter().map(|p| p.size).collect();
+        let rows = sizes
+            .iter()
+            .map(|&size| {
+                let mut row = vec![fmt_size(size as u64)];
+                for t in &atto {
+                    let p = t.atto.as_ref().and_then(|a| a.points.iter().find(|p| p.size == size));
+                    let f = |x: Option<crate::sweep::Transfer>, mb: bool| {
+                        x.map(|x| {
+                            let v = if mb { format!("{:.1}", x.mbps) } else { format!("{:.0}", x.iops) };
+                            if x.capped { format!("{v}*") } else { v }
+                        })
+                        .unwrap_or_else(|| "-".into())
+                    };
+                    row.push(f(p.and_then(|p| p.write), true));
+                    row.push(f(p.and_then(|p| p.read), true));
+                    row.push(f(p.and_then(|p| p.write), false));
+                    row.push(f(p.and_then(|p| p.read), false));
+                }
+                row
+            })
+            .collect();
+        let skipped: Vec<String> = a0.skipped.iter().map(|s| fmt_size(*s as u64)).collect();
+        grids.push(Grid {
+            id: "atto".into(),
+            title: format!("ATTO: QD{}, {} per size, write then read", a0.qd, fmt_size(a0.area)),
+            header,
+            rows,
+            note: format!(
+                "* = the pass hit its time cap and is measured over what it moved.{}",
+                if skipped.is_empty() { String::new() } else { format!(" Skipped (below the block size): {}.", skipped.join(", ")) }
+            ),
+        });
+    }
+    let asssd: Vec<&TargetReport> = r.targets.iter().filter(|t| t.asssd.is_some()).collect();
+    if !asssd.is_empty() {
+        let mut header = vec!["AS SSD".to_string()];
+        for t in &asssd {
+            header.push(format!("{} read", t.label));
+            header.push(format!("{} write", t.label));
+        }
+        let find = |t: &TargetReport, name: &str, dir: crate::Dir| {
+            t.tests.iter().find(|x| x.test.profile.name == name && x.test.dir == dir).map(|x| fmt_value(x.metric, x.headline(stat)))
+        };
+        let mut rows = Vec::new();
+        for (label, name) in [
+            ("Seq (MB/s)", "AS SSD Seq"),
+            ("4K (MB/s)", "AS SSD 4K"),
+            ("4K-64Thrd (MB/s)", "AS SSD 4K-64Thrd"),
+            ("Acc.time (ms)", "AS SSD Acc.time"),
+        ] {
+            let mut row = vec![label.to_string()];
+            for t in &asssd {
+                row.push(find(t, name, crate::Dir::Read).unwrap_or_else(|| "-".into()));
+                row.push(find(t, name, crate::Dir::Write).unwrap_or_else(|| "-".into()));
+            }
+            rows.push(row);
+        }
+        let mut row = vec!["Score (read / write)".to_string()];
+        for t in &asssd {
+            let s = t.asssd.expect("filtered");
+            row.push(format!("{:.0}", s.read));
+            row.push(format!("{:.0}", s.write));
+        }
+        rows.push(row);
+        let mut row = vec!["Total score".to_string()];
+        for t in &asssd {
+            row.push(format!("{:.0}", t.asssd.expect("filtered").total));
+            row.push(String::new());
+        }
+        rows.push(row);
+        grids.push(Grid {
+            id: "asssd".into(),
+            title: "AS SSD".into(),
+            header,
+            rows,
+            note: "Score = 0.15 SeqW + 0.1 SeqR + 2 x 4K R + 4K W + 4K-64 W + 1.5 x 4K-64 R (MB/s).".into(),
+        });
+    }
+    let surf: Vec<(&TargetReport, &crate::sweep::Surface)> = r.targets.iter().flat_map(|t| t.surfaces.iter().map(move |s| (t, s))).collect();
+    if !surf.is_empty() {
+        grids.push(Grid {
+            id: "linear".into(),
+            title: "Linear surface".into(),
+            header: ["target", "pass", "covered", "average MB/s", "min MB/s", "max MB/s", "seconds", "CPU s/GB"].map(String::from).to_vec(),
+            rows: surf
+                .iter()
+                .map(|(t, s)| {
+                    vec![
+                        t.label.clone(),
+                        s.dir.to_string(),
+                        fmt_size(s.len),
+                        format!("{:.1}", s.total.mbps),
+                        format!("{:.1}", s.min_mbps),
+                        format!("{:.1}", s.max_mbps),
+                        format!("{:.1}", s.total.secs),
+                        format!("{:.2}", s.total.cpu_secs_per_gb),
+                    ]
+                })
+                .collect(),
+            note: format!("{} MiB blocks at QD1 from the start to the end; min and max over equal slices.", surf[0].1.block >> 20),
+        });
+    }
+    let m = &r.machine;
+    grids.push(Grid {
+        id: "machine".into(),
+        title: "Machine".into(),
+        header: vec!["".into(), "".into()],
+        rows: vec![
+            vec!["CPU".into(), format!("{} ({} logical CPUs)", m.cpu, m.cpus)],
+            vec!["kernel".into(), m.kernel.clone()],
+            vec!["OS".into(), m.os.clone()],
+            vec!["memory".into(), fmt_size(m.memory)],
+            vec!["host".into(), m.hostname.clone()],
+        ],
+        note: String::new(),
+    });
+    let mut rows = Vec::new();
+    for t in &r.targets {
+        for mi in &t.members {
+            rows.push(vec![
+                t.label.clone(),
+                mi.name.clone(),
+                mi.kind.clone(),
+                mi.model.clone(),
+                format!("{} ({} bytes)", fmt_size(mi.size), mi.size),
+                match mi.rotational {
+                    Some(true) => "yes".into(),
+                    Some(false) => "no".into(),
+                    None => "unknown".into(),
+                },
+                format!("{}{}", mi.sits_on.join(" -> "), if mi.direct { "" } else { " (buffered I/O)" }),
+            ]);
+        }
+    }
+    grids.push(Grid {
+        id: "members".into(),
+        title: "Targets and members".into(),
+        header: ["target", "member", "kind", "model", "size", "rotational", "sits on"].map(String::from).to_vec(),
+        rows,
+        note: String::new(),
+    });
+    grids
+}
+
+fn fmt_value(m: Metric, v: f64) -> String {
+    match m {
+        Metric::Mbps => format!("{v:.1}"),
+        Metric::Iops => format!("{v:.0}"),
+        Metric::LatencyMs => format!("{v:.3}"),
     }
 }

@@ -1,6 +1,7 @@
 //! A benchmark session in CrystalDiskMark's manner: prepare the test area,
-//! then for each test a discarded warm-up and `runs` timed runs; report the
-//! best run (CrystalDiskMark's figure), the median, and the spread.
+//! then for each test a discarded warm-up and `runs` timed runs; keep the
+//! best run (CrystalDiskMark's figure), the median, the worst and the
+//! spread (see [`crate::stats`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,8 @@ use serde::Serialize;
 use uraid_core::{Result, Volume};
 
 use crate::loadgen::{self, Fill, RunResult};
-use crate::profile::{Dir, Test};
+use crate::profile::Test;
+use crate::stats::{Metric, Stat, Summary};
 
 /// How to run a suite.
 #[derive(Debug, Clone)]
@@ -55,8 +57,18 @@ pub struct TestResult {
     pub best: RunResult,
     /// The median run by bytes per second.
     pub median: RunResult,
+    /// The run with the fewest bytes per second.
+    pub worst: RunResult,
     /// (max - min) / median of MB/s over the runs, in percent.
     pub spread_pct: f64,
+    /// The figure this test is judged by (MB/s, IOPS or access time).
+    pub metric: Metric,
+    /// That figure over the runs: median, min, max, spread.
+    pub summary: Summary,
+    /// Process CPU seconds per wall second over the runs (median).
+    pub cpu_per_sec: f64,
+    /// Process CPU seconds per GB (10^9 bytes) moved (median).
+    pub cpu_secs_per_gb: f64,
 }
 
 impl TestResult {
@@ -66,9 +78,27 @@ impl TestResult {
         sorted.sort_by(|a, b| a.mbps.total_cmp(&b.mbps));
         let median = sorted[sorted.len() / 2];
         let best = *sorted.last().expect("at least one run");
-        let min = sorted[0];
-        let spread_pct = if median.mbps > 0.0 { (best.mbps - min.mbps) / median.mbps * 100.0 } else { 0.0 };
-        TestResult { test, runs, best, median, spread_pct }
+        let worst = sorted[0];
+        let spread_pct = if median.mbps > 0.0 { (best.mbps - worst.mbps) / median.mbps * 100.0 } else { 0.0 };
+        let metric = Metric::of(&test);
+        let values: Vec<f64> = runs.iter().map(|r| metric.value(r)).collect();
+        let summary = Summary::of(&values, metric.higher_is_better());
+        let cpu_per_sec = Summary::of(&runs.iter().map(|r| r.cpu_per_sec).collect::<Vec<_>>(), false).median;
+        let cpu_secs_per_gb = Summary::of(&runs.iter().map(|r| r.cpu_secs_per_gb).collect::<Vec<_>>(), false).median;
+        TestResult { test, runs, best, median, worst, spread_pct, metric, summary, cpu_per_sec, cpu_secs_per_gb }
+    }
+
+    /// The headline figure under `stat`, in [`Self::metric`]'s unit.
+    pub fn headline(&self, stat: Stat) -> f64 {
+        self.summary.pick(stat)
+    }
+
+    /// The run that `stat` picks (median or best by bytes per second).
+    pub fn run_for(&self, stat: Stat) -> &RunResult {
+        match stat {
+            Stat::Median => &self.median,
+            Stat::Best => &self.best,
+        }
     }
 }
 
@@ -88,23 +118,31 @@ pub fn run_suite(vol: &Arc<Volume>, opts: &SuiteOptions, progress: &mut dyn FnMu
     for t in &opts.tests {
         loadgen::test_area(vol, t, opts.area)?;
     }
-    if opts.prepare && opts.tests.iter().any(|t| t.dir == Dir::Read) {
+    if opts.prepare && opts.tests.iter().any(|t| t.dir.reads()) {
         progress(Progress::Preparing(opts.area.min(vol.capacity())));
         loadgen::prepare(vol, opts.area, opts.fill)?;
     }
     let mut results = Vec::with_capacity(opts.tests.len());
     for (i, t) in opts.tests.iter().enumerate() {
         let seed = 0x9e37_79b9 ^ i as u64;
-        if !opts.warmup.is_zero() {
-            progress(Progress::Running { test: t, index: i, count: opts.tests.len(), run: 0, runs: opts.runs });
-            loadgen::run(vol, *t, opts.area, opts.warmup, opts.fill, seed)?;
+        // The warm-up flows straight into the timed runs (see
+        // loadgen::run_windows); its window is dropped.
+        let warm = !opts.warmup.is_zero();
+        let runs = opts.runs.max(1);
+        let mut windows = Vec::with_capacity(runs + 1);
+        if warm {
+            windows.push(opts.warmup);
         }
-        let mut runs = Vec::with_capacity(opts.runs);
-        for r in 0..opts.runs.max(1) {
-            progress(Progress::Running { test: t, index: i, count: opts.tests.len(), run: r + 1, runs: opts.runs });
-            runs.push(loadgen::run(vol, *t, opts.area, opts.duration, opts.fill, seed.wrapping_add(r as u64 + 1))?);
+        windows.extend(std::iter::repeat_n(opts.duration, runs));
+        let count = opts.tests.len();
+        let mut measured = loadgen::run_windows(vol, *t, opts.area, &windows, opts.fill, seed, &mut |w| {
+            let run = if warm { w } else { w + 1 };
+            progress(Progress::Running { test: t, index: i, count, run, runs: opts.runs });
+        })?;
+        if warm {
+            measured.remove(0);
         }
-        results.push(TestResult::from_runs(*t, runs));
+        results.push(TestResult::from_runs(*t, measured));
     }
     Ok(results)
 }

@@ -41,6 +41,12 @@ enum Cmd {
     Demo(DemoArgs),
     /// Export the array over NBD (unix socket by default) until SIGINT/SIGTERM.
     Serve(crate::serve::ServeArgs),
+    /// The reviewers' suite (CrystalDiskMark, ATTO, Iometer, AS SSD, linear) on targets side by side; HTML report and charts.
+    Suite(crate::suite_cmds::SuiteCmdArgs),
+    /// Which chunk size? Runs the tests on arrays at every chunk size and recommends one.
+    Tune(crate::suite_cmds::TuneArgs),
+    /// List the test sets and their parameters.
+    Profiles(crate::suite_cmds::ProfilesArgs),
 }
 
 #[derive(Args)]
@@ -182,6 +188,9 @@ pub fn run() -> Result<()> {
         Cmd::Compare(a) => cmd_compare(a),
         Cmd::Demo(a) => crate::demo::run(a),
         Cmd::Serve(a) => crate::serve::run(a),
+        Cmd::Suite(a) => crate::suite_cmds::run_suite_cmd(a),
+        Cmd::Tune(a) => crate::suite_cmds::run_tune_cmd(a),
+        Cmd::Profiles(a) => crate::suite_cmds::run_profiles_cmd(a),
     }
 }
 

@@ -4,6 +4,7 @@
 mod cli;
 mod demo;
 mod serve;
+mod suite_cmds;
 
 use std::process::ExitCode;
 

@@ -24,3 +24,6 @@ mod bench;
 
 #[path = "e2e/nbd.rs"]
 mod nbd;
+
+#[path = "e2e/suite.rs"]
+mod suite;
