@@ -278,7 +278,7 @@ fn fio_mbps(t: &ThrottledFile, seq: bool, write: bool, bs: u64, qd: u64, threads
         .arg(format!("--bs={bs}"))
         .arg(format!("--iodepth={qd}"))
         .arg(format!("--numjobs={threads}"))
-        .args(["--time_based", "--runtime=1", "--ramp_time=300ms", "--output-format=json"]);
+        .args(["--time_based", "--runtime=2", "--ramp_time=1", "--output-format=json"]);
     let out = run_tool(&mut cmd);
     let j: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("fio printed no JSON ({e}):\n{out}"));
     let job = &j["jobs"][0];
@@ -291,7 +291,7 @@ fn fio_mbps(t: &ThrottledFile, seq: bool, write: bool, bs: u64, qd: u64, threads
 /// uraid's MB/s (median run) and profile per test name for `args`.
 fn uraid_mbps(t: &ThrottledFile, args: &[&str]) -> HashMap<String, (f64, Value)> {
     let mut cmd = t.cmd(URAID);
-    cmd.args(["suite", "--json", "--quiet", "--runs", "1", "--time", "1", "--warmup", "0.3", "--size", "256M"]).args(args).arg(&t.file);
+    cmd.args(["suite", "--json", "--quiet", "--runs", "1", "--time", "2", "--warmup", "1", "--size", "256M"]).args(args).arg(&t.file);
     let out = run_tool(&mut cmd);
     let j: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("uraid suite printed no JSON ({e}):\n{out}"));
     let target = j["targets"][0]["description"].as_str().unwrap_or_default().to_string();
