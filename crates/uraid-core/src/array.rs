@@ -141,6 +141,9 @@ fn data_size(members: &[Member], chunk: u64) -> Result<(u64, Option<String>)> {
 pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
     check_chunk(opts.chunk)?;
     let level = Level::from_number(opts.level)?;
+    if level != Level::Raid0 {
+        bail!(Unsupported, "creating RAID {} arrays is being wired in; use --level 0", level.number());
+    }
     superblock::check_name(&opts.name)?;
     if specs.is_empty() || specs.len() > MAX_MEMBERS {
         bail!(InvalidInput, "RAID 0 needs 1 to {MAX_MEMBERS} members, {} given", specs.len());
@@ -316,9 +319,7 @@ pub fn open(specs: &[MemberSpec]) -> Result<Array> {
         bail!(Membership, "array '{}' has {n} members but {} were given", first.name, specs.len());
     }
     let level = Level::from_number(first.level)?;
-    let geometry = match level {
-        Level::Raid0 => Geometry::raid0(n, first.chunk, first.data_size)?,
-    };
+    let geometry = Geometry::new(level, n, first.chunk, first.data_size)?;
     let (chunk, data_offset) = (first.chunk, first.data_offset);
     let _ = chunk;
     // Put members and superblocks in role order.

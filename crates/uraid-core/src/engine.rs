@@ -20,7 +20,10 @@ use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
+use crate::bitmap::Bitmap;
 use crate::geometry::Geometry;
+use crate::health::Health;
+use crate::locks::StripeLocks;
 use crate::member::{now_ns, Member, MemberKind};
 use crate::{bail, Error, ErrorKind, IoBuf, Result};
 
@@ -39,6 +42,19 @@ pub struct Volume {
     geometry: Geometry,
     data_offset: u64,
     block_size: u32,
+    health: Arc<Health>,
+    bitmap: Option<Arc<Bitmap>>,
+    locks: StripeLocks,
+}
+
+/// The array-wide state a volume shares with the other volumes on the same
+/// members and with the control path (see [`Volume::with_state`]).
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// Member states (one per role).
+    pub health: Arc<Health>,
+    /// The write-intent bitmap, when the array has one.
+    pub bitmap: Option<Arc<Bitmap>>,
 }
 
 impl Volume {
@@ -48,6 +64,17 @@ impl Volume {
     /// Errors: `InvalidInput` when the member count differs from the
     /// geometry's, `TooSmall` when a member cannot hold its data area.
     pub fn new(members: Arc<Vec<Member>>, geometry: Geometry, data_offset: u64) -> Result<Arc<Volume>> {
+        let shared = Shared { health: Arc::new(Health::new(members.len())), bitmap: None };
+        Volume::with_state(members, geometry, data_offset, shared)
+    }
+
+    /// Like [`new`](Self::new), with the member states and bitmap of an
+    /// assembled array. Errors: as `new`, and `InvalidInput` when `shared`
+    /// has another number of roles than `members`.
+    pub fn with_state(members: Arc<Vec<Member>>, geometry: Geometry, data_offset: u64, shared: Shared) -> Result<Arc<Volume>> {
+        if shared.health.members() != members.len() {
+            bail!(InvalidInput, "member states for {} roles, {} members given", shared.health.members(), members.len());
+        }
         if members.len() != geometry.members() {
             bail!(InvalidInput, "geometry wants {} members, {} given", geometry.members(), members.len());
         }
@@ -63,7 +90,15 @@ impl Volume {
             }
         }
         let block_size = members.iter().map(|m| m.block_size()).max().unwrap_or(512).max(SECTOR as u32);
-        Ok(Arc::new(Volume { members, geometry, data_offset, block_size }))
+        Ok(Arc::new(Volume {
+            members,
+            geometry,
+            data_offset,
+            block_size,
+            health: shared.health,
+            bitmap: shared.bitmap,
+            locks: StripeLocks::default(),
+        }))
     }
 
     /// Usable bytes.
@@ -82,6 +117,19 @@ impl Volume {
     pub fn data_offset(&self) -> u64 {
         self.data_offset
     }
+    /// Member states, shared with the array's other volumes.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+    /// The write-intent bitmap, if any.
+    pub fn bitmap(&self) -> Option<&Arc<Bitmap>> {
+        self.bitmap.as_ref()
+    }
+    /// The volume's stripe locks (rebuild and scrub take them too).
+    pub fn locks(&self) -> &StripeLocks {
+        &self.locks
+    }
+
     /// Smallest I/O unit and alignment in bytes (the largest logical block
     /// size among the members, at least 512).
     pub fn block_size(&self) -> u32 {

@@ -5,6 +5,7 @@
 //! `c / n`. One member is the identity map, which is how a raw drive is
 //! benchmarked through the same engine as an array.
 
+use crate::layout::{Layout, RedundantLevel};
 use crate::{bail, Result};
 
 /// Smallest chunk (stripe unit) accepted, in bytes.
@@ -24,32 +25,69 @@ pub const DEFAULT_CHUNK: u64 = 128 << 10;
 pub const MAX_MEMBERS: usize = 32;
 
 /// RAID level of a volume.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Level {
     /// Striping without redundancy.
     Raid0,
+    /// Mirroring (see [`crate::layout`]).
+    Raid1,
+    /// Striped mirrors, md's near-2 layout.
+    Raid10,
+    /// Striping with rotating parity P, left-symmetric.
+    Raid5,
+    /// Striping with rotating P and Q, left-symmetric.
+    Raid6,
 }
 
 impl Level {
-    /// The number md and the CLI use for this level.
+    /// Every level, in the order the CLI lists them.
+    pub const ALL: [Level; 5] = [Level::Raid0, Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6];
+
+    /// The number md and the CLI use for this level (0, 1, 10, 5 or 6).
     pub fn number(self) -> u32 {
         match self {
             Level::Raid0 => 0,
+            Level::Raid1 => 1,
+            Level::Raid10 => 10,
+            Level::Raid5 => 5,
+            Level::Raid6 => 6,
         }
     }
 
     /// Parses the CLI / superblock number of a level.
     ///
-    /// Errors: `InvalidInput` for levels this build does not implement.
+    /// Errors: `InvalidInput` for a number that is not 0, 1, 10, 5 or 6.
     pub fn from_number(n: u32) -> Result<Level> {
         match n {
             0 => Ok(Level::Raid0),
-            1 | 5 | 6 | 10 => bail!(
-                Unsupported,
-                "RAID {n} is not implemented yet in this version of uraid; use --level 0"
-            ),
+            1 => Ok(Level::Raid1),
+            10 => Ok(Level::Raid10),
+            5 => Ok(Level::Raid5),
+            6 => Ok(Level::Raid6),
             _ => bail!(InvalidInput, "unknown RAID level {n}; uraid knows levels 0, 1, 10, 5 and 6"),
         }
+    }
+
+    /// The redundant level, `None` for RAID 0.
+    pub fn redundant(self) -> Option<RedundantLevel> {
+        match self {
+            Level::Raid0 => None,
+            Level::Raid1 => Some(RedundantLevel::Raid1),
+            Level::Raid10 => Some(RedundantLevel::Raid10),
+            Level::Raid5 => Some(RedundantLevel::Raid5),
+            Level::Raid6 => Some(RedundantLevel::Raid6),
+        }
+    }
+
+    /// Fewest members: RAID 0 1, RAID 1 and 10 2, RAID 5 3, RAID 6 4.
+    pub fn min_members(self) -> usize {
+        self.redundant().map_or(1, RedundantLevel::min_members)
+    }
+
+    /// Members that may fail without data loss in an array of `members`
+    /// (0 for RAID 0; see [`RedundantLevel::fault_tolerance`]).
+    pub fn fault_tolerance(self, members: usize) -> usize {
+        self.redundant().map_or(0, |l| l.fault_tolerance(members))
     }
 }
 
@@ -87,16 +125,37 @@ pub struct Segment {
     pub len: usize,
 }
 
-/// The layout of one volume over its members.
+/// The layout of one volume over its members: RAID 0 here, the redundant
+/// levels through a [`Layout`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
     level: Level,
     members: u32,
     chunk: u64,
     member_size: u64,
+    layout: Option<Layout>,
 }
 
 impl Geometry {
+    /// `level` over `members` members with `chunk` bytes per chunk and
+    /// `member_size` bytes of data area on each member (rounded down to
+    /// whole chunks). Errors: as [`Geometry::raid0`] and [`Layout::new`]
+    /// (too few members for the level, bad chunk, members too small).
+    pub fn new(level: Level, members: usize, chunk: u64, member_size: u64) -> Result<Geometry> {
+        match level.redundant() {
+            None => Geometry::raid0(members, chunk, member_size),
+            Some(r) => {
+                let l = Layout::new(r, members, chunk, member_size)?;
+                Ok(Geometry { level, members: members as u32, chunk, member_size: l.member_size(), layout: Some(l) })
+            }
+        }
+    }
+
+    /// The redundant layout; `None` for RAID 0.
+    pub fn layout(&self) -> Option<&Layout> {
+        self.layout.as_ref()
+    }
+
     /// RAID 0 over `members` members with `chunk` bytes per chunk and
     /// `member_size` bytes of data area on each member.
     ///
@@ -116,12 +175,12 @@ impl Geometry {
                  but only {member_size} bytes are available; use larger members or a smaller --chunk"
             );
         }
-        Ok(Geometry { level: Level::Raid0, members: members as u32, chunk, member_size })
+        Ok(Geometry { level: Level::Raid0, members: members as u32, chunk, member_size, layout: None })
     }
 
     /// The identity layout of one raw device of `size` bytes.
     pub fn single(size: u64) -> Geometry {
-        Geometry { level: Level::Raid0, members: 1, chunk: MAX_CHUNK, member_size: size }
+        Geometry { level: Level::Raid0, members: 1, chunk: MAX_CHUNK, member_size: size, layout: None }
     }
 
     /// RAID level.
@@ -142,11 +201,16 @@ impl Geometry {
     }
     /// Usable size of the volume in bytes.
     pub fn capacity(&self) -> u64 {
-        self.member_size * self.members as u64
+        match &self.layout {
+            Some(l) => l.capacity(),
+            None => self.member_size * self.members as u64,
+        }
     }
 
-    /// Where logical byte `offset` lives: (member, byte offset in that
-    /// member's data area). `offset` must be below [`capacity`](Self::capacity).
+    /// Where logical byte `offset` of a RAID 0 volume lives: (member, byte
+    /// offset in that member's data area). `offset` must be below
+    /// [`capacity`](Self::capacity). For the redundant levels see
+    /// [`Layout::data_locations`].
     pub fn locate(&self, offset: u64) -> (u32, u64) {
         let n = self.members as u64;
         let chunk_no = offset / self.chunk;
@@ -162,9 +226,10 @@ impl Geometry {
         (stripe * n + member as u64) * self.chunk + member_offset % self.chunk
     }
 
-    /// Calls `f` for each piece of the logical range `[offset, offset+len)`,
-    /// in logical order; each piece lies inside one chunk of one member.
-    /// The caller has checked that the range is inside the volume.
+    /// Calls `f` for each piece of the logical range `[offset, offset+len)`
+    /// of a RAID 0 volume, in logical order; each piece lies inside one
+    /// chunk of one member. The caller has checked that the range is inside
+    /// the volume. (Redundant levels: [`Layout::for_each_segment`].)
     pub fn for_each_segment(&self, offset: u64, len: usize, mut f: impl FnMut(Segment)) {
         let mut pos = offset;
         let end = offset + len as u64;

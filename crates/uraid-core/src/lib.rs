@@ -5,16 +5,24 @@
 //! - [`member`]: the drives (files, block devices, emulated `mem:` drives).
 //! - [`superblock`]: the on-member metadata that makes arrays persistent.
 //! - [`array`]: create, examine and assemble (the control path).
-//! - [`engine`]: the data path, one io_uring per thread.
+//! - [`engine`]: the data path, one io_uring per thread; RAID 0 directly,
+//!   the redundant levels as per-stripe state machines (`engine::raid`).
+//! - [`layout`]: where data, copies and parity live for RAID 1, 10, 5, 6.
+//! - [`parity`]: P and Q (RAID 5 and 6) kernels, picked at run time.
+//! - [`health`], [`locks`], [`bitmap`]: member states, per-stripe locks and
+//!   the write-intent bitmap shared by the data and control paths.
 //!
 //! Sizes are bytes unless a name says otherwise; MB/s means 10^6 bytes/s.
 
 pub mod array;
+pub mod bitmap;
 pub mod buf;
 pub mod engine;
 pub mod error;
 pub mod geometry;
+pub mod health;
 pub mod layout;
+pub mod locks;
 pub mod member;
 pub mod parity;
 pub mod signature;

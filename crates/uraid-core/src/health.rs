@@ -1,0 +1,220 @@
+//! Member health, shared by the data path and the control path.
+//!
+//! One [`Health`] per array (all the Matrix volumes on the same members
+//! share it). The data path reads the member states on every redundant
+//! request and marks a member [`Faulty`](MemberState::Faulty) when an I/O
+//! on it fails; the control path (assemble, `uraid fail`, rebuild) sets the
+//! states and persists them in the superblocks through the hook installed
+//! with [`Health::set_on_change`], so a failure reaches the other members'
+//! superblocks (event counter up) before the request that met it completes,
+//! as md's `md_error` + superblock update do.
+//!
+//! A [`Rebuilding`](MemberState::Rebuilding) member takes every write but
+//! holds valid data only below its recovery offset (an absolute byte offset
+//! on the member, like md's `recovery_offset`): reads and parity updates
+//! treat it as missing above that offset.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+
+use crate::Result;
+
+/// State of one member (role) of an array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[repr(u8)]
+pub enum MemberState {
+    /// In sync: read and written.
+    Active = 0,
+    /// Failed or failed by the user: neither read nor written.
+    Faulty = 1,
+    /// Being rebuilt: written always, read only below its recovery offset.
+    Rebuilding = 2,
+    /// A spare waiting for a rebuild: neither read nor written.
+    Spare = 3,
+    /// No device in this role (removed, or missing at assemble).
+    Missing = 4,
+}
+
+impl MemberState {
+    /// The state stored as `v` (superblock byte); unknown values are
+    /// `Missing`.
+    pub fn from_u8(v: u8) -> MemberState {
+        match v {
+            0 => MemberState::Active,
+            1 => MemberState::Faulty,
+            2 => MemberState::Rebuilding,
+            3 => MemberState::Spare,
+            _ => MemberState::Missing,
+        }
+    }
+
+    /// Lower-case name as `uraid status` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberState::Active => "active",
+            MemberState::Faulty => "faulty",
+            MemberState::Rebuilding => "rebuilding",
+            MemberState::Spare => "spare",
+            MemberState::Missing => "missing",
+        }
+    }
+}
+
+type OnChange = Box<dyn Fn(&Health, u32) -> Result<()> + Send + Sync>;
+
+/// The states of an array's member roles, and the recovery offset of each.
+pub struct Health {
+    states: Vec<AtomicU8>,
+    recovery: Vec<AtomicU64>,
+    generation: AtomicU64,
+    stopped: AtomicBool,
+    on_change: Mutex<Option<OnChange>>,
+}
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health").field("states", &self.states()).field("generation", &self.generation()).finish()
+    }
+}
+
+impl Health {
+    /// `members` roles, all [`Active`](MemberState::Active).
+    pub fn new(members: usize) -> Health {
+        Health {
+            states: (0..members).map(|_| AtomicU8::new(MemberState::Active as u8)).collect(),
+            recovery: (0..members).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            generation: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+            on_change: Mutex::new(None),
+        }
+    }
+
+    /// Number of roles.
+    pub fn members(&self) -> usize {
+        self.states.len()
+    }
+
+    /// State of role `m`.
+    pub fn state(&self, m: u32) -> MemberState {
+        MemberState::from_u8(self.states[m as usize].load(Ordering::Acquire))
+    }
+
+    /// Every role's state.
+    pub fn states(&self) -> Vec<MemberState> {
+        (0..self.states.len() as u32).map(|m| self.state(m)).collect()
+    }
+
+    /// Sets role `m`'s state (control path; does not call the hook). A
+    /// `Rebuilding` member starts with recovery offset 0 unless
+    /// [`set_recovery`](Self::set_recovery) says otherwise.
+    pub fn set_state(&self, m: u32, s: MemberState) {
+        if s == MemberState::Rebuilding {
+            self.recovery[m as usize].store(0, Ordering::Release);
+        } else {
+            self.recovery[m as usize].store(u64::MAX, Ordering::Release);
+        }
+        self.states[m as usize].store(s as u8, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Absolute byte offset on role `m` below which a rebuilding member
+    /// holds valid data (`u64::MAX` when it is in sync).
+    pub fn recovery(&self, m: u32) -> u64 {
+        self.recovery[m as usize].load(Ordering::Acquire)
+    }
+
+    /// Moves role `m`'s recovery offset (rebuild progress).
+    pub fn set_recovery(&self, m: u32, offset: u64) {
+        self.recovery[m as usize].store(offset, Ordering::Release);
+    }
+
+    /// True when role `m` holds valid data over `[offset, offset+len)`
+    /// (absolute member bytes): active, or rebuilding and already past it.
+    pub fn readable(&self, m: u32, offset: u64, len: u64) -> bool {
+        match self.state(m) {
+            MemberState::Active => true,
+            MemberState::Rebuilding => offset.saturating_add(len) <= self.recovery(m),
+            _ => false,
+        }
+    }
+
+    /// True when writes go to role `m` (active or rebuilding).
+    pub fn writable(&self, m: u32) -> bool {
+        matches!(self.state(m), MemberState::Active | MemberState::Rebuilding)
+    }
+
+    /// Bumped on every state change; lets a reader notice one cheaply.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Marks role `m` faulty after an I/O error (data path) and runs the
+    /// hook, which persists the change. Returns true when this call made
+    /// the change (the member was not already faulty). A hook error is
+    /// returned; the member stays faulty in memory either way.
+    pub fn fail(&self, m: u32) -> Result<bool> {
+        let cur = self.states[m as usize].load(Ordering::Acquire);
+        if cur == MemberState::Faulty as u8 || cur == MemberState::Missing as u8 {
+            return Ok(false);
+        }
+        if self.states[m as usize]
+            .compare_exchange(cur, MemberState::Faulty as u8, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Ok(false);
+        }
+        self.recovery[m as usize].store(u64::MAX, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let hook = self.on_change.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = hook.as_ref() {
+            h(self, m)?;
+        }
+        Ok(true)
+    }
+
+    /// Installs the hook run after the data path fails a member (with the
+    /// role); the control path persists the new states there.
+    pub fn set_on_change(&self, f: impl Fn(&Health, u32) -> Result<()> + Send + Sync + 'static) {
+        *self.on_change.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
+    }
+
+    /// Marks the array failed: more members are gone than a volume
+    /// tolerates, so nothing more is written (writes fail with EIO).
+    pub fn stop_writes(&self) {
+        self.stopped.store(true, Ordering::Release);
+    }
+
+    /// True once [`stop_writes`](Self::stop_writes) was called.
+    pub fn writes_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    #[test]
+    fn fail_runs_the_hook_once_and_rebuilding_reads_below_recovery() {
+        let h = Health::new(3);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        h.set_on_change(move |h, m| {
+            assert_eq!(h.state(m), MemberState::Faulty);
+            c.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        assert!(h.fail(1).unwrap());
+        assert!(!h.fail(1).unwrap());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(!h.readable(1, 0, 1) && !h.writable(1));
+        h.set_state(2, MemberState::Rebuilding);
+        h.set_recovery(2, 1 << 20);
+        assert!(h.readable(2, 0, 1 << 20));
+        assert!(!h.readable(2, 4096, 1 << 20));
+        assert!(h.writable(2));
+        assert_eq!(h.states(), vec![MemberState::Active, MemberState::Faulty, MemberState::Rebuilding]);
+    }
+}
