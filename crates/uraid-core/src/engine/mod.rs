@@ -248,6 +248,8 @@ pub struct Rejected {
 }
 
 struct Piece {
+    op: Op,
+    fua: bool,
     member: u32,
     /// Absolute byte offset on the member.
     offset: u64,
@@ -269,6 +271,12 @@ struct Slot {
     npieces: usize,
     pending: usize,
     error: Option<Error>,
+    /// Byte offset of the request in the volume.
+    offset: u64,
+    /// A member failed a piece: plan the request again once the rest is in.
+    replan: bool,
+    /// Plans so far (bounded by the member count).
+    plans: u8,
 }
 
 /// A per-thread submission and completion queue over a [`Volume`].
@@ -289,13 +297,19 @@ pub struct Queue {
     poll_armed: bool,
     /// That poll fired and was not reported yet.
     poll_ready: bool,
+    /// Stripe operations of the redundant levels.
+    raid: raid::State,
 }
 
 /// user_data of the poll armed by [`Queue::wait_event`].
 const POLL_TAG: u64 = u64::MAX;
 /// user_data of the removal of that poll.
 const CANCEL_TAG: u64 = u64::MAX - 1;
+/// Set in the user_data of a piece of a stripe operation (`raid`), whose
+/// index is in bits 16..62 and the piece's in bits 0..16.
+const SOP_BIT: u64 = 1 << 62;
 
+mod raid;
 
 impl Queue {
     fn new(vol: Arc<Volume>, depth: usize) -> Result<Queue> {
@@ -320,8 +334,22 @@ impl Queue {
         // 50 µs slack.
         // SAFETY: prctl with PR_SET_TIMERSLACK takes one integer argument.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+        let vol_for_state = vol.clone();
         let slots = (0..depth)
-            .map(|_| Slot { tag: 0, op: Op::Read, fua: false, len: 0, buf: None, pieces: Vec::new(), npieces: 0, pending: 0, error: None })
+            .map(|_| Slot {
+                tag: 0,
+                op: Op::Read,
+                fua: false,
+                len: 0,
+                buf: None,
+                pieces: Vec::new(),
+                npieces: 0,
+                pending: 0,
+                error: None,
+                offset: 0,
+                replan: false,
+                plans: 0,
+            })
             .collect();
         Ok(Queue {
             ring,
@@ -333,6 +361,7 @@ impl Queue {
             unsubmitted: 0,
             poll_armed: false,
             poll_ready: false,
+            raid: raid::State::new(&vol_for_state),
         })
     }
 
@@ -409,6 +438,13 @@ impl Queue {
         slot.buf = req.buf;
         slot.error = None;
         slot.npieces = 0;
+        slot.offset = req.offset;
+        slot.replan = false;
+        slot.plans = 0;
+        if vol.geometry().layout().is_some() {
+            self.plan(si);
+            return Ok(());
+        }
         match req.op {
             Op::Flush => {
                 for m in 0..vol.members().len() {
@@ -482,29 +518,10 @@ impl Queue {
     }
 
     fn push_piece(&mut self, si: usize, pi: usize) {
-        let slot = &self.slots[si];
-        let p = &slot.pieces[pi];
-        let fd = types::Fixed(p.member);
-        let ud = ((si as u64) << 16) | pi as u64;
-        let iov = &p.iov[p.iov_first..];
-        let off = p.offset + p.done as u64;
-        let rw_flags = if slot.fua { libc::RWF_DSYNC } else { 0 };
+        let p = &self.slots[si].pieces[pi];
         let kind = self.vol.members()[p.member as usize].kind();
-        let sqe: squeue::Entry = match slot.op {
-            Op::Flush => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
-            Op::Discard | Op::WriteZeroes { .. } => {
-                let mode = fallocate_mode(slot.op, kind, p.done > 0);
-                opcode::Fallocate::new(fd, p.len as u64).offset(p.offset).mode(mode).build()
-            }
-            Op::Read if iov.len() == 1 => {
-                opcode::Read::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32).offset(off).build()
-            }
-            Op::Write if iov.len() == 1 => {
-                opcode::Write::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32).offset(off).rw_flags(rw_flags).build()
-            }
-            Op::Read => opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).build(),
-            Op::Write => opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).rw_flags(rw_flags).build(),
-        };
+        let sqe = build_sqe(p, kind);
+        let ud = ((si as u64) << 16) | pi as u64;
         // SAFETY: the buffers and iovecs named by the entry live in the
         // slot, which is neither reused nor moved until this piece's
         // completion has been reaped.
@@ -559,6 +576,7 @@ impl Queue {
             if !self.held.is_empty() {
                 self.release_held(now_ns(), out);
             }
+            self.raid_poll(out);
             if out.len() - start >= min || self.poll_ready || (deadline.is_none() && self.in_flight() == 0) {
                 self.submit();
                 return std::mem::take(&mut self.poll_ready);
@@ -569,10 +587,16 @@ impl Queue {
                 return false;
             }
             let held = self.held.peek().map(|r| r.0 .0);
-            let until = match (held, deadline) {
+            let mut until = match (held, deadline) {
                 (Some(h), Some(d)) => Some(h.min(d)),
                 (h, d) => h.or(d),
             };
+            if self.raid.has_waiting() {
+                // A stripe operation waits for a lock another thread
+                // holds: look again soon.
+                let t = now + raid::LOCK_RETRY_NS;
+                until = Some(until.map_or(t, |u| u.min(t)));
+            }
             let res = match until {
                 None => self.ring.submit_and_wait(1),
                 Some(u) => {
@@ -649,44 +673,26 @@ impl Queue {
         if ud == CANCEL_TAG {
             return;
         }
+        if ud & SOP_BIT != 0 {
+            self.sop_cqe(ud, res, out);
+            return;
+        }
         let si = (ud >> 16) as usize;
         let pi = (ud & 0xffff) as usize;
-        let slot = &mut self.slots[si];
-        let op = slot.op;
-        let p = &mut slot.pieces[pi];
-        if res < 0 {
-            if slot.error.is_none() {
-                let m = &self.vol.members()[p.member as usize];
-                slot.error = Some(Error::from_errno(
-                    format!("{op:?} of {} bytes at offset {} of member {} failed", p.len, p.offset, m.name()),
-                    -res,
-                ));
-            }
-        } else if let Op::WriteZeroes { no_hole: true } = op {
-            // On files the zeroing is a punched hole, then an allocation
-            // (two steps: tmpfs and others have no ZERO_RANGE).
-            let kind = self.vol.members()[p.member as usize].kind();
-            if kind != MemberKind::BlockDevice && p.done == 0 {
-                p.done = 1;
+        let member = self.slots[si].pieces[pi].member;
+        match progress(&mut self.slots[si].pieces[pi], res, &self.vol.members()[member as usize]) {
+            Outcome::Again => {
                 self.push_piece(si, pi);
                 return;
             }
-        } else if op == Op::Read || op == Op::Write {
-            let n = res as usize;
-            p.done += n;
-            if p.done < p.len {
-                if n == 0 {
-                    if slot.error.is_none() {
-                        let m = &self.vol.members()[p.member as usize];
-                        slot.error = Some(Error::new(
-                            ErrorKind::Io,
-                            format!("member {} ended at offset {} (is it smaller than its superblock says?)", m.name(), p.offset + p.done as u64),
-                        ));
-                    }
-                } else {
-                    advance_iov(p, n);
-                    self.push_piece(si, pi);
-                    return;
+            Outcome::Done(r) => {
+                let p = &self.slots[si].pieces[pi];
+                if p.op == Op::Read && self.vol.geometry().layout().is_some() {
+                    let l = &mut self.raid.load_mut()[member as usize];
+                    *l = l.saturating_sub(p.len as u64);
+                }
+                if let Some(e) = r {
+                    self.slot_error(si, member, e);
                 }
             }
         }
@@ -704,7 +710,26 @@ impl Queue {
                 break;
             }
             self.held.pop();
-            self.piece_done((ud >> 16) as usize, out);
+            if ud & SOP_BIT != 0 {
+                self.sop_piece_done(((ud & !SOP_BIT) >> 16) as usize, out);
+            } else {
+                self.piece_done((ud >> 16) as usize, out);
+            }
+        }
+    }
+
+    /// Records the error of a piece of slot `si` on `member`. On a
+    /// redundant volume a member that fails a read or a flush is marked
+    /// faulty and the request is planned again around it (see `raid`).
+    fn slot_error(&mut self, si: usize, member: u32, e: Error) {
+        if self.vol.geometry().layout().is_some() && e.kind() == ErrorKind::Io {
+            self.member_failed(member);
+            self.slots[si].replan = true;
+            return;
+        }
+        let slot = &mut self.slots[si];
+        if slot.error.is_none() {
+            slot.error = Some(e);
         }
     }
 
@@ -712,6 +737,10 @@ impl Queue {
         let slot = &mut self.slots[si];
         slot.pending -= 1;
         if slot.pending > 0 {
+            return;
+        }
+        if std::mem::take(&mut slot.replan) && slot.error.is_none() {
+            self.replan(si, out);
             return;
         }
         let result = match slot.error.take() {
@@ -758,6 +787,28 @@ impl Drop for Queue {
     }
 }
 
+/// The io_uring entry that does what piece `p` still has to do on a member
+/// of `kind` (user data not set).
+fn build_sqe(p: &Piece, kind: MemberKind) -> squeue::Entry {
+    let fd = types::Fixed(p.member);
+    let iov = &p.iov[p.iov_first..];
+    let off = p.offset + p.done as u64;
+    let rw_flags = if p.fua { libc::RWF_DSYNC } else { 0 };
+    match p.op {
+        Op::Flush => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
+        Op::Discard | Op::WriteZeroes { .. } => {
+            let mode = fallocate_mode(p.op, kind, p.done > 0);
+            opcode::Fallocate::new(fd, p.len as u64).offset(p.offset).mode(mode).build()
+        }
+        Op::Read if iov.len() == 1 => opcode::Read::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32).offset(off).build(),
+        Op::Write if iov.len() == 1 => {
+            opcode::Write::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32).offset(off).rw_flags(rw_flags).build()
+        }
+        Op::Read => opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).build(),
+        Op::Write => opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).rw_flags(rw_flags).build(),
+    }
+}
+
 /// The fallocate(2) mode that does `op` on a member of `kind`; `second` is
 /// the allocation step of a NO_HOLE zeroing on a file.
 fn fallocate_mode(op: Op, kind: MemberKind, second: bool) -> i32 {
@@ -771,17 +822,72 @@ fn fallocate_mode(op: Op, kind: MemberKind, second: bool) -> i32 {
     }
 }
 
+fn new_piece() -> Piece {
+    Piece { op: Op::Read, fua: false, member: 0, offset: 0, len: 0, done: 0, iov: Vec::new(), iov_first: 0, deadline: 0 }
+}
+
 fn next_piece(slot: &mut Slot) -> &mut Piece {
     if slot.npieces == slot.pieces.len() {
-        slot.pieces.push(Piece { member: 0, offset: 0, len: 0, done: 0, iov: Vec::new(), iov_first: 0, deadline: 0 });
+        slot.pieces.push(new_piece());
     }
+    let (op, fua) = (slot.op, slot.fua);
     let p = &mut slot.pieces[slot.npieces];
     slot.npieces += 1;
+    p.op = op;
+    p.fua = fua;
     p.done = 0;
     p.iov.clear();
     p.iov_first = 0;
     p.deadline = 0;
     p
+}
+
+/// What became of a piece after a completion.
+enum Outcome {
+    /// Part of it is left: submit it again.
+    Again,
+    /// Finished, with the error if it failed.
+    Done(Option<Error>),
+}
+
+/// Accounts completion result `res` (bytes or -errno) of piece `p` on
+/// member `m`: short transfers continue, a NO_HOLE zeroing on a file takes
+/// its second step, errors name the member and the offset.
+fn progress(p: &mut Piece, res: i32, m: &Member) -> Outcome {
+    if res < 0 {
+        return Outcome::Done(Some(Error::from_errno(
+            format!("{:?} of {} bytes at offset {} of member {} failed", p.op, p.len, p.offset, m.name()),
+            -res,
+        )));
+    }
+    match p.op {
+        // On files the zeroing is a punched hole, then an allocation (two
+        // steps: tmpfs and others have no ZERO_RANGE).
+        Op::WriteZeroes { no_hole: true } if m.kind() != MemberKind::BlockDevice && p.done == 0 => {
+            p.done = 1;
+            Outcome::Again
+        }
+        Op::Read | Op::Write => {
+            let n = res as usize;
+            p.done += n;
+            if p.done >= p.len {
+                Outcome::Done(None)
+            } else if n == 0 {
+                Outcome::Done(Some(Error::new(
+                    ErrorKind::Io,
+                    format!(
+                        "member {} ended at offset {} (is it smaller than its superblock says?)",
+                        m.name(),
+                        p.offset + p.done as u64
+                    ),
+                )))
+            } else {
+                advance_iov(p, n);
+                Outcome::Again
+            }
+        }
+        _ => Outcome::Done(None),
+    }
 }
 
 /// Drops `n` transferred bytes from the front of a piece's iovecs.

@@ -1,0 +1,977 @@
+//! The redundant levels' data path: RAID 1, 10, 5 and 6 on the same ring.
+//!
+//! A request is planned against the [`Layout`] and the member states
+//! ([`Health`](crate::health::Health)):
+//!
+//! - Reads go straight to a member as RAID 0 pieces do (merged per member):
+//!   RAID 1 and 10 to the readable copy with the fewest bytes in flight from
+//!   this queue, RAID 5 and 6 to the data chunk. A stripe whose data cannot
+//!   be read where it lives (a faulty member, or a rebuilding one above its
+//!   recovery offset) becomes one *stripe operation* that reads the rest of
+//!   the stripe's rows and reconstructs the data (md's degraded read).
+//! - Writes are stripe operations: one per stripe band for RAID 5 and 6 (see
+//!   [`WriteBand`](crate::layout::WriteBand)), one per chunk piece for RAID 1
+//!   and 10. Each takes its stripe's lock ([`StripeLocks`](crate::locks)),
+//!   marks the write-intent bitmap, then:
+//!   full-stripe write: P (and Q) from the new data, nothing read;
+//!   read-modify-write: read the old data and P (and Q), update by the
+//!   difference; reconstruct-write: read the data chunks not written, compute
+//!   P (and Q) from the whole new stripe data; the cheaper of the two by
+//!   member reads, ties to reconstruct-write (md's `handle_stripe_dirtying`).
+//!   With a member unreadable in the stripe: read every readable member,
+//!   reconstruct the lost chunks, lay the new data over them and write data,
+//!   P and Q where they can be written (md's degraded write).
+//! - Discard and write-zeroes: whole RAID 5/6 stripes (and RAID 1/10 pieces)
+//!   are punched or zeroed on every member at once (zeros have zero P and
+//!   Q); partial stripes are written as zeros through the write path.
+//!
+//! A member I/O that fails marks the member faulty ([`Health::fail`], which
+//! persists it) and the operation is planned again without it. Past the
+//! level's tolerance an operation fails with EIO before it writes anything.
+//!
+//! [`Health::fail`]: crate::health::Health::fail
+
+use std::collections::VecDeque;
+
+use super::{new_piece, now_ns, progress, Completion, Op, Outcome, Piece, Queue, Reverse, IOV_MAX, SOP_BIT};
+use crate::layout::{Layout, Places, RedundantLevel};
+use crate::parity::Kernel;
+use crate::{Error, ErrorKind, IoBuf};
+
+/// How long a stripe operation waiting for another thread's stripe lock
+/// sleeps before it looks again (ns).
+pub(super) const LOCK_RETRY_NS: u64 = 20_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Degraded read of a RAID 5/6 stripe's rows.
+    Read,
+    /// Write of a band (RAID 5/6) or a piece (RAID 1/10).
+    Write,
+    /// Punch or zero whole stripes (RAID 5/6) or a piece (RAID 1/10).
+    Zero,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Lock,
+    Read,
+    Write,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    Full,
+    Rmw,
+    Rcw,
+    /// Read every readable member and reconstruct the lost ones.
+    Recon,
+}
+
+/// One stripe operation.
+struct Sop {
+    slot: u32,
+    kind: Kind,
+    stripe: u64,
+    /// Rows `[start, end)`: byte offsets inside the chunk.
+    start: u64,
+    end: u64,
+    /// RAID 5/6 writes: data indices `first .. first + count` are written.
+    first: u32,
+    count: u32,
+    /// Write zeros rather than the request's data.
+    zeros: bool,
+    /// RAID 1/10: the places of the piece and its offset in the request.
+    places: Option<Places>,
+    buf_off: usize,
+    phase: Phase,
+    method: Method,
+    /// Row buffers, by member role (chunk-sized, from the pool).
+    bufs: Vec<Option<IoBuf>>,
+    pieces: Vec<Piece>,
+    npieces: usize,
+    pending: usize,
+    /// A member failed an I/O of this phase (and was marked faulty).
+    failed: bool,
+    /// Member writes that succeeded.
+    ok_writes: u32,
+    error: Option<Error>,
+    /// Bitmap ranges (absolute member bytes) marked by this operation.
+    marks: [(u64, u64); 2],
+    nmarks: usize,
+    plans: u8,
+}
+
+/// The per-queue state of the redundant data path.
+pub(super) struct State {
+    sops: Vec<Sop>,
+    free: Vec<u32>,
+    /// Operations waiting for their stripe lock.
+    waiting: VecDeque<u32>,
+    /// Completions made while pushing (handed out at the next wait).
+    ready: Vec<Completion>,
+    /// Chunk-sized row buffers.
+    pool: Vec<IoBuf>,
+    zeros: Option<IoBuf>,
+    kernel: Kernel,
+    /// Bytes of reads in flight per member from this queue (RAID 1/10
+    /// picks the least busy copy).
+    load: Vec<u64>,
+    /// Scratch: the layout pieces of the request being planned.
+    lpieces: Vec<crate::layout::Piece>,
+    /// Scratch: stripe operations made by the current plan.
+    started: Vec<u32>,
+}
+
+impl State {
+    pub(super) fn new(vol: &std::sync::Arc<super::Volume>) -> State {
+        State {
+            sops: Vec::new(),
+            free: Vec::new(),
+            waiting: VecDeque::new(),
+            ready: Vec::new(),
+            pool: Vec::new(),
+            zeros: None,
+            kernel: Kernel::detect(),
+            load: vec![0; vol.members().len()],
+            lpieces: Vec::new(),
+            started: Vec::new(),
+        }
+    }
+
+    /// Bytes of reads in flight per member.
+    pub(super) fn load_mut(&mut self) -> &mut [u64] {
+        &mut self.load
+    }
+
+    /// True when a stripe operation waits for a lock.
+    pub(super) fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+}
+
+fn eio(msg: String) -> Error {
+    Error::new(ErrorKind::Io, msg)
+}
+
+impl Queue {
+    fn layout(&self) -> Layout {
+        *self.vol.geometry().layout().expect("redundant volume")
+    }
+
+    /// Marks `member` faulty after a failed I/O (the hook persists it).
+    pub(super) fn member_failed(&mut self, member: u32) {
+        if let Err(e) = self.vol.health().fail(member) {
+            // The member is faulty in memory either way; the superblocks
+            // could not say so. Nothing better to do on the data path than
+            // to report it once.
+            eprintln!("uraid: member {} failed and its superblocks could not be updated: {e}", self.vol.members()[member as usize].name());
+        }
+    }
+
+    /// Hands out completions made while pushing and retries stripe
+    /// operations that wait for a lock.
+    pub(super) fn raid_poll(&mut self, out: &mut Vec<Completion>) {
+        if !self.raid.ready.is_empty() {
+            out.append(&mut self.raid.ready);
+        }
+        for _ in 0..self.raid.waiting.len() {
+            let Some(idx) = self.raid.waiting.pop_front() else { break };
+            if self.vol.locks().try_lock(self.raid.sops[idx as usize].stripe) {
+                self.sop_plan(idx as usize, out);
+            } else {
+                self.raid.waiting.push_back(idx);
+            }
+        }
+    }
+
+    /// Plans slot `si` (already filled by `push`) on a redundant volume.
+    pub(super) fn plan(&mut self, si: usize) {
+        let mut out = std::mem::take(&mut self.raid.ready);
+        self.plan_into(si, &mut out);
+        self.raid.ready = out;
+    }
+
+    /// Plans again a request one of whose members failed.
+    pub(super) fn replan(&mut self, si: usize, out: &mut Vec<Completion>) {
+        self.plan_into(si, out);
+    }
+
+    fn plan_into(&mut self, si: usize, out: &mut Vec<Completion>) {
+        let l = self.layout();
+        let n = l.members();
+        {
+            let slot = &mut self.slots[si];
+            slot.plans += 1;
+            slot.npieces = 0;
+            slot.pending = 0;
+            if slot.plans as usize > n + 1 {
+                slot.error = Some(eio(format!("gave up after {} attempts: members keep failing", slot.plans - 1)));
+            }
+        }
+        self.raid.started.clear();
+        if self.slots[si].error.is_none() {
+            match self.slots[si].op {
+                Op::Flush => {
+                    let health = self.vol.health().clone();
+                    for m in 0..n as u32 {
+                        if health.writable(m) {
+                            let p = super::next_piece(&mut self.slots[si]);
+                            p.member = m;
+                            p.offset = 0;
+                            p.len = 0;
+                        }
+                    }
+                }
+                Op::Read => self.plan_read(si, &l),
+                Op::Write => self.plan_write(si, &l, false),
+                Op::Discard | Op::WriteZeroes { .. } => self.plan_write(si, &l, true),
+            }
+        }
+        let started = std::mem::take(&mut self.raid.started);
+        let npieces = self.slots[si].npieces;
+        // One count for the plan itself, dropped below, so that nothing
+        // completes the request while it is being started.
+        self.slots[si].pending = npieces + started.len() + 1;
+        let throttled = self.vol.members().iter().any(|m| m.throttle().is_some());
+        let now = if throttled { now_ns() } else { 0 };
+        for pi in 0..npieces {
+            let p = &mut self.slots[si].pieces[pi];
+            if p.op == Op::Read {
+                self.raid.load[p.member as usize] += p.len as u64;
+            }
+            p.deadline = match self.vol.members()[p.member as usize].throttle() {
+                Some(t) => t.admit(p.len as u64, now),
+                None => 0,
+            };
+            self.push_piece(si, pi);
+        }
+        for &idx in &started {
+            self.sop_start(idx as usize, out);
+        }
+        self.raid.started = started;
+        self.piece_done(si, out);
+    }
+
+    fn plan_read(&mut self, si: usize, l: &Layout) {
+        let (offset, len) = (self.slots[si].offset, self.slots[si].len);
+        let mut lp = std::mem::take(&mut self.raid.lpieces);
+        lp.clear();
+        l.for_each_segment(offset, len, |p| lp.push(p));
+        let health = self.vol.health().clone();
+        let data_offset = self.vol.data_offset();
+        let mirror = !l.level().has_parity();
+        let base = self.slots[si].buf.as_mut().expect("checked").as_mut_ptr();
+        let mut last = [usize::MAX; crate::geometry::MAX_MEMBERS];
+        let mut i = 0;
+        while i < lp.len() {
+            let stripe = lp[i].stripe;
+            let mut j = i;
+            while j < lp.len() && lp[j].stripe == stripe {
+                j += 1;
+            }
+            let readable = |m: u32, off: u64, n: usize| health.readable(m, data_offset + off, n as u64);
+            let all = lp[i..j].iter().all(|p| p.places.iter().any(|pl| readable(pl.member, pl.member_offset, p.len)));
+            if all {
+                for p in &lp[i..j] {
+                    // The readable place with the fewest bytes in flight.
+                    let pl = p
+                        .places
+                        .iter()
+                        .filter(|pl| readable(pl.member, pl.member_offset, p.len))
+                        .min_by_key(|pl| self.raid.load[pl.member as usize])
+                        .expect("checked");
+                    if mirror {
+                        // Count it now so the next piece of this request
+                        // prefers another copy.
+                        self.raid.load[pl.member as usize] += p.len as u64;
+                    }
+                    let abs = data_offset + pl.member_offset;
+                    // SAFETY: buf_offset + len <= request length <= buffer length.
+                    let ptr = unsafe { base.add(p.buf_offset) };
+                    let slot = &mut self.slots[si];
+                    let li = last[pl.member as usize];
+                    if li != usize::MAX {
+                        let q = &mut slot.pieces[li];
+                        let nio = q.iov.len();
+                        let tail = q.iov.last_mut().expect("piece has an iovec");
+                        // SAFETY: pointer arithmetic inside the same buffer.
+                        let contiguous = unsafe { (tail.iov_base as *mut u8).add(tail.iov_len) } == ptr;
+                        if q.offset + q.len as u64 == abs && nio < IOV_MAX {
+                            if contiguous {
+                                tail.iov_len += p.len;
+                            } else {
+                                q.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: p.len });
+                            }
+                            q.len += p.len;
+                            continue;
+                        }
+                    }
+                    last[pl.member as usize] = slot.npieces;
+                    let q = super::next_piece(slot);
+                    q.member = pl.member;
+                    q.offset = abs;
+                    q.len = p.len;
+                    q.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: p.len });
+                }
+            } else if mirror {
+                let p = &lp[i];
+                let slot = &mut self.slots[si];
+                if slot.error.is_none() {
+                    slot.error = Some(eio(format!(
+                        "every copy of logical bytes {}..{} is on a failed member: the {} volume has lost data there",
+                        offset + p.buf_offset as u64,
+                        offset + (p.buf_offset + p.len) as u64,
+                        l.level()
+                    )));
+                }
+            } else {
+                let start = lp[i..j].iter().map(|p| p.chunk_offset).min().expect("non-empty");
+                let end = lp[i..j].iter().map(|p| p.chunk_offset + p.len as u64).max().expect("non-empty");
+                let idx = self.new_sop(si, Kind::Read, stripe, start, end);
+                self.raid.started.push(idx);
+            }
+            i = j;
+        }
+        if mirror {
+            // The planning counts above only steered this request's choice;
+            // the real accounting is per pushed piece (plan_into).
+            for pi in 0..self.slots[si].npieces {
+                let p = &self.slots[si].pieces[pi];
+                let m = p.member as usize;
+                self.raid.load[m] = self.raid.load[m].saturating_sub(p.len as u64);
+            }
+        }
+        self.raid.lpieces = lp;
+    }
+
+    /// Why the volume can take no more writes: more members lost than its
+    /// level tolerates (for RAID 10: both members of a copy pair), or an
+    /// earlier failure stopped writes. `None` when it can.
+    fn volume_failed(&self, l: &Layout) -> Option<String> {
+        let health = self.vol.health();
+        let n = l.members() as u32;
+        let gone: Vec<u32> = (0..n).filter(|&m| !health.writable(m)).collect();
+        let names = |v: &[u32]| v.iter().map(|&m| self.vol.members()[m as usize].name().to_string()).collect::<Vec<_>>().join(", ");
+        let failed = match l.level() {
+            RedundantLevel::Raid1 => gone.len() == n as usize,
+            // Near-2: chunk c's copies are on slots 2c and 2c+1, members
+            // (2c mod n, 2c+1 mod n); the pattern repeats every n chunks.
+            RedundantLevel::Raid10 => (0..n as u64).any(|c| gone.contains(&((2 * c % n as u64) as u32)) && gone.contains(&(((2 * c + 1) % n as u64) as u32))),
+            _ => gone.len() > l.level().fault_tolerance(n as usize),
+        };
+        if failed {
+            health.stop_writes();
+            return Some(format!(
+                "the {} volume has failed: members {} are lost, more than it tolerates; nothing more is written                  (replace the members and restore from a backup, or assemble with --force if a member was lost by mistake)",
+                l.level(),
+                names(&gone)
+            ));
+        }
+        if health.writes_stopped() {
+            return Some(format!("the {} volume has failed earlier (members {} lost): nothing more is written", l.level(), names(&gone)));
+        }
+        None
+    }
+
+    fn plan_write(&mut self, si: usize, l: &Layout, zero: bool) {
+        let (offset, len) = (self.slots[si].offset, self.slots[si].len);
+        if let Some(msg) = self.volume_failed(l) {
+            self.slots[si].error = Some(eio(msg));
+            return;
+        }
+        if l.level().has_parity() {
+            let mut bands = Vec::new();
+            l.for_each_stripe_write(offset, len, |sw| {
+                if zero && sw.full {
+                    bands.push((sw.stripe, Kind::Zero, 0, l.chunk(), 0, 0));
+                } else {
+                    for b in sw.bands() {
+                        bands.push((sw.stripe, Kind::Write, b.start, b.end, b.first_written, b.written));
+                    }
+                }
+            });
+            for (stripe, kind, start, end, first, count) in bands {
+                let idx = self.new_sop(si, kind, stripe, start, end);
+                let sop = &mut self.raid.sops[idx as usize];
+                sop.first = first;
+                sop.count = count;
+                sop.zeros = zero;
+                self.raid.started.push(idx);
+            }
+        } else {
+            let mut lp = std::mem::take(&mut self.raid.lpieces);
+            lp.clear();
+            l.for_each_segment(offset, len, |p| lp.push(p));
+            for p in &lp {
+                let kind = if zero { Kind::Zero } else { Kind::Write };
+                let idx = self.new_sop(si, kind, p.stripe, p.chunk_offset, p.chunk_offset + p.len as u64);
+                let sop = &mut self.raid.sops[idx as usize];
+                sop.places = Some(p.places);
+                sop.buf_off = p.buf_offset;
+                sop.zeros = zero;
+                self.raid.started.push(idx);
+            }
+            self.raid.lpieces = lp;
+        }
+    }
+
+    fn new_sop(&mut self, si: usize, kind: Kind, stripe: u64, start: u64, end: u64) -> u32 {
+        let n = self.vol.members().len();
+        let idx = match self.raid.free.pop() {
+            Some(i) => i,
+            None => {
+                self.raid.sops.push(Sop {
+                    slot: 0,
+                    kind,
+                    stripe: 0,
+                    start: 0,
+                    end: 0,
+                    first: 0,
+                    count: 0,
+                    zeros: false,
+                    places: None,
+                    buf_off: 0,
+                    phase: Phase::Lock,
+                    method: Method::Full,
+                    bufs: (0..n).map(|_| None).collect(),
+                    pieces: Vec::new(),
+                    npieces: 0,
+                    pending: 0,
+                    failed: false,
+                    ok_writes: 0,
+                    error: None,
+                    marks: [(0, 0); 2],
+                    nmarks: 0,
+                    plans: 0,
+                });
+                (self.raid.sops.len() - 1) as u32
+            }
+        };
+        let sop = &mut self.raid.sops[idx as usize];
+        sop.slot = si as u32;
+        sop.kind = kind;
+        sop.stripe = stripe;
+        sop.start = start;
+        sop.end = end;
+        sop.first = 0;
+        sop.count = 0;
+        sop.zeros = false;
+        sop.buf_off = 0;
+        sop.phase = Phase::Lock;
+        sop.method = Method::Full;
+        sop.npieces = 0;
+        sop.pending = 0;
+        sop.failed = false;
+        sop.ok_writes = 0;
+        sop.error = None;
+        sop.nmarks = 0;
+        sop.plans = 0;
+        idx
+    }
+
+    fn sop_start(&mut self, idx: usize, out: &mut Vec<Completion>) {
+        if self.vol.locks().try_lock(self.raid.sops[idx].stripe) {
+            self.sop_plan(idx, out);
+        } else {
+            self.raid.waiting.push_back(idx as u32);
+        }
+    }
+
+    fn take_buf(&mut self, idx: usize, m: u32) {
+        if self.raid.sops[idx].bufs[m as usize].is_none() {
+            let chunk = self.layout().chunk() as usize;
+            let b = self.raid.pool.pop().unwrap_or_else(|| IoBuf::new(chunk));
+            self.raid.sops[idx].bufs[m as usize] = Some(b);
+        }
+    }
+
+    /// Adds a member I/O to stripe operation `idx`; `ptr` is the memory it
+    /// reads into or writes from (`len` bytes; none for fallocate).
+    fn sop_piece(&mut self, idx: usize, op: Op, member: u32, offset: u64, len: usize, ptr: *mut u8) {
+        let fua = self.slots[self.raid.sops[idx].slot as usize].fua && op == Op::Write;
+        let sop = &mut self.raid.sops[idx];
+        if sop.npieces == sop.pieces.len() {
+            sop.pieces.push(new_piece());
+        }
+        let p = &mut sop.pieces[sop.npieces];
+        sop.npieces += 1;
+        p.op = op;
+        p.fua = fua;
+        p.member = member;
+        p.offset = offset;
+        p.len = len;
+        p.done = 0;
+        p.iov.clear();
+        p.iov_first = 0;
+        p.deadline = 0;
+        if !ptr.is_null() {
+            p.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: len });
+        }
+    }
+
+    /// Submits the pieces added to stripe operation `idx` for `phase`.
+    fn sop_issue(&mut self, idx: usize, phase: Phase, out: &mut Vec<Completion>) {
+        let n = self.raid.sops[idx].npieces;
+        self.raid.sops[idx].phase = phase;
+        self.raid.sops[idx].pending = n;
+        self.raid.sops[idx].failed = false;
+        if n == 0 {
+            self.sop_phase_done(idx, out);
+            return;
+        }
+        let throttled = self.vol.members().iter().any(|m| m.throttle().is_some());
+        let now = if throttled { now_ns() } else { 0 };
+        for pi in 0..n {
+            let p = &mut self.raid.sops[idx].pieces[pi];
+            p.deadline = match self.vol.members()[p.member as usize].throttle() {
+                Some(t) => t.admit(p.len as u64, now),
+                None => 0,
+            };
+            self.push_sop_piece(idx, pi);
+        }
+    }
+
+    fn push_sop_piece(&mut self, idx: usize, pi: usize) {
+        let p = &self.raid.sops[idx].pieces[pi];
+        let kind = self.vol.members()[p.member as usize].kind();
+        let sqe = super::build_sqe(p, kind);
+        let ud = SOP_BIT | ((idx as u64) << 16) | pi as u64;
+        // SAFETY: the entry names the stripe operation's row buffers (held
+        // in the operation until it finishes), the request's buffer (held
+        // by its slot until every operation of the request finished) or the
+        // queue's zero buffer (never freed while the queue lives), and the
+        // piece's iovec, which is not touched until this completion.
+        unsafe { self.push_sqe(sqe.user_data(ud)) };
+    }
+
+    /// Roles of stripe `s`'s chunks in parity order: data 0..d, P, Q.
+    fn stripe_members(l: &Layout, s: u64) -> ([u32; crate::geometry::MAX_MEMBERS], usize) {
+        let mut v = [0u32; crate::geometry::MAX_MEMBERS];
+        let d = l.data_chunks() as usize;
+        for (i, slot) in v.iter_mut().enumerate().take(d) {
+            *slot = l.data_member(s, i as u32);
+        }
+        v[d] = l.parity_member(s);
+        let mut k = d + 1;
+        if let Some(q) = l.q_member(s) {
+            v[k] = q;
+            k += 1;
+        }
+        (v, k)
+    }
+
+    /// Decides and starts stripe operation `idx` (its lock is held).
+    fn sop_plan(&mut self, idx: usize, out: &mut Vec<Completion>) {
+        let l = self.layout();
+        let health = self.vol.health().clone();
+        let data_offset = self.vol.data_offset();
+        let sop = &mut self.raid.sops[idx];
+        sop.plans += 1;
+        sop.npieces = 0;
+        if sop.plans as usize > l.members() + 1 {
+            sop.error = Some(eio("gave up: members keep failing".into()));
+            return self.sop_finish(idx, out);
+        }
+        let (kind, s, start, end) = (sop.kind, sop.stripe, sop.start, sop.end);
+        let rows = (end - start) as usize;
+        if kind != Kind::Read && health.writes_stopped() {
+            sop.error = Some(eio(format!(
+                "the array has failed (more members lost than the {} volume tolerates): nothing more is written",
+                l.level()
+            )));
+            return self.sop_finish(idx, out);
+        }
+        if !l.level().has_parity() {
+            return self.mirror_plan(idx, out);
+        }
+        let (sm, k) = Self::stripe_members(&l, s);
+        let abs = data_offset + l.stripe_offset(s) + start;
+        let lost = sm[..k].iter().filter(|&&m| !health.readable(m, abs, rows as u64)).count();
+        let tol = l.level().fault_tolerance(l.members());
+        if lost > tol {
+            let names: Vec<&str> = sm[..k]
+                .iter()
+                .filter(|&&m| !health.readable(m, abs, rows as u64))
+                .map(|&m| self.vol.members()[m as usize].name())
+                .collect();
+            self.raid.sops[idx].error = Some(eio(format!(
+                "stripe {s} of the {} volume has lost {lost} members ({}), more than the {tol} it tolerates: \
+                 its data cannot be {}",
+                l.level(),
+                names.join(", "),
+                if kind == Kind::Read { "read" } else { "written" }
+            )));
+            if kind != Kind::Read {
+                health.stop_writes();
+            }
+            return self.sop_finish(idx, out);
+        }
+        if kind != Kind::Read && self.raid.sops[idx].nmarks == 0 {
+            if let Some(bm) = self.vol.bitmap() {
+                if let Err(e) = bm.start_write(abs, rows as u64) {
+                    self.raid.sops[idx].error = Some(e);
+                    return self.sop_finish(idx, out);
+                }
+                let sop = &mut self.raid.sops[idx];
+                sop.marks[0] = (abs, rows as u64);
+                sop.nmarks = 1;
+            }
+        }
+        let d = l.data_chunks() as usize;
+        let (first, count) = (self.raid.sops[idx].first as usize, self.raid.sops[idx].count as usize);
+        let method = match kind {
+            Kind::Zero => {
+                for &m in &sm[..k] {
+                    if health.writable(m) {
+                        let op = self.slots[self.raid.sops[idx].slot as usize].op;
+                        self.sop_piece(idx, op, m, abs, rows, std::ptr::null_mut());
+                    }
+                }
+                return self.sop_issue(idx, Phase::Write, out);
+            }
+            Kind::Read => Method::Recon,
+            Kind::Write if lost > 0 => Method::Recon,
+            Kind::Write if count == d => Method::Full,
+            Kind::Write => {
+                let rmw = count + l.level().parity_chunks();
+                let rcw = d - count;
+                if rmw < rcw {
+                    Method::Rmw
+                } else {
+                    Method::Rcw
+                }
+            }
+        };
+        self.raid.sops[idx].method = method;
+        let reads: Vec<u32> = match method {
+            Method::Full => Vec::new(),
+            Method::Rmw => sm[first..first + count].iter().chain(&sm[d..k]).copied().collect(),
+            Method::Rcw => sm[..d].iter().enumerate().filter(|(i, _)| *i < first || *i >= first + count).map(|(_, &m)| m).collect(),
+            Method::Recon => sm[..k].iter().copied().filter(|&m| health.readable(m, abs, rows as u64)).collect(),
+        };
+        for m in reads {
+            self.take_buf(idx, m);
+            let ptr = self.raid.sops[idx].bufs[m as usize].as_mut().expect("taken").as_mut_ptr();
+            self.sop_piece(idx, Op::Read, m, abs, rows, ptr);
+        }
+        self.sop_issue(idx, Phase::Read, out);
+    }
+
+    fn mirror_plan(&mut self, idx: usize, out: &mut Vec<Completion>) {
+        let health = self.vol.health().clone();
+        let data_offset = self.vol.data_offset();
+        let sop = &self.raid.sops[idx];
+        let (places, rows, buf_off, kind, si) = (sop.places.expect("mirror piece"), (sop.end - sop.start) as usize, sop.buf_off, sop.kind, sop.slot as usize);
+        let writable: Vec<_> = places.iter().filter(|p| health.writable(p.member)).collect();
+        if writable.is_empty() {
+            self.raid.sops[idx].error = Some(eio(format!(
+                "every copy of logical bytes {}..{} is on a failed member: nothing can be written there",
+                self.slots[si].offset + buf_off as u64,
+                self.slots[si].offset + (buf_off + rows) as u64
+            )));
+            return self.sop_finish(idx, out);
+        }
+        if self.raid.sops[idx].nmarks == 0 {
+            if let Some(bm) = self.vol.bitmap().cloned() {
+                // RAID 1 copies share one offset; RAID 10's two may differ.
+                let mut marks = [(0u64, 0u64); 2];
+                let mut n = 0;
+                for pl in places.iter() {
+                    let r = (data_offset + pl.member_offset, rows as u64);
+                    if !marks[..n].contains(&r) && n < 2 {
+                        if let Err(e) = bm.start_write(r.0, r.1) {
+                            for &(o, l) in &marks[..n] {
+                                bm.end_write(o, l);
+                            }
+                            self.raid.sops[idx].error = Some(e);
+                            return self.sop_finish(idx, out);
+                        }
+                        marks[n] = r;
+                        n += 1;
+                    }
+                }
+                let sop = &mut self.raid.sops[idx];
+                sop.marks = marks;
+                sop.nmarks = n;
+            }
+        }
+        let op = self.slots[si].op;
+        let ptr = match kind {
+            Kind::Write => {
+                // SAFETY: buf_off + rows <= request length <= buffer length.
+                unsafe { self.slots[si].buf.as_mut().expect("checked").as_mut_ptr().add(buf_off) }
+            }
+            _ => std::ptr::null_mut(),
+        };
+        let op = if kind == Kind::Write { Op::Write } else { op };
+        for pl in writable {
+            self.sop_piece(idx, op, pl.member, data_offset + pl.member_offset, rows, ptr);
+        }
+        self.sop_issue(idx, Phase::Write, out);
+    }
+
+    /// The new data of data index `i` over the operation's rows: a slice
+    /// of the request's buffer or of the zero buffer.
+    fn new_data_ptr(&mut self, idx: usize, l: &Layout, i: usize) -> *mut u8 {
+        let sop = &self.raid.sops[idx];
+        let rows = (sop.end - sop.start) as usize;
+        if sop.zeros {
+            let chunk = l.chunk() as usize;
+            let z = self.raid.zeros.get_or_insert_with(|| IoBuf::new(chunk));
+            debug_assert!(rows <= z.len());
+            return z.as_mut_ptr();
+        }
+        let logical = sop.stripe * l.stripe_data_width() + i as u64 * l.chunk() + sop.start;
+        let si = sop.slot as usize;
+        let off = (logical - self.slots[si].offset) as usize;
+        debug_assert!(off + rows <= self.slots[si].len);
+        // SAFETY: the band lies inside the request (planned from it).
+        unsafe { self.slots[si].buf.as_mut().expect("checked").as_mut_ptr().add(off) }
+    }
+
+    /// All reads of a parity stripe operation are in: compute and write.
+    fn parity_compute_and_write(&mut self, idx: usize, out: &mut Vec<Completion>) {
+        let l = self.layout();
+        let health = self.vol.health().clone();
+        let data_offset = self.vol.data_offset();
+        let (s, start, end, method, kind) = {
+            let sop = &self.raid.sops[idx];
+            (sop.stripe, sop.start, sop.end, sop.method, sop.kind)
+        };
+        let rows = (end - start) as usize;
+        let abs = data_offset + l.stripe_offset(s) + start;
+        let (sm, k) = Self::stripe_members(&l, s);
+        let d = l.data_chunks() as usize;
+        let (first, count) = (self.raid.sops[idx].first as usize, self.raid.sops[idx].count as usize);
+        let pm = sm[d];
+        let qm = if k > d + 1 { Some(sm[d + 1]) } else { None };
+        let kernel = self.raid.kernel;
+        let mut newp = [std::ptr::null_mut::<u8>(); crate::geometry::MAX_MEMBERS];
+        if kind == Kind::Write {
+            for (i, np) in newp.iter_mut().enumerate().take(first + count).skip(first) {
+                *np = self.new_data_ptr(idx, &l, i);
+            }
+        }
+        // Every chunk of the stripe gets a buffer where the method needs
+        // one (P and Q always; every member for a reconstruction).
+        match method {
+            Method::Recon => {
+                for &m in &sm[..k] {
+                    self.take_buf(idx, m);
+                }
+            }
+            _ => {
+                self.take_buf(idx, pm);
+                if let Some(q) = qm {
+                    self.take_buf(idx, q);
+                }
+            }
+        }
+        let mut bufs = std::mem::take(&mut self.raid.sops[idx].bufs);
+        // SAFETY (for the slices below): each new-data pointer addresses
+        // `rows` bytes inside the request's buffer or the zero buffer,
+        // neither of which aliases the row buffers taken out above.
+        let new = |i: usize| -> &[u8] { unsafe { std::slice::from_raw_parts(newp[i], rows) } };
+        {
+            let get = |bufs: &mut Vec<Option<IoBuf>>, m: u32| -> *mut u8 { bufs[m as usize].as_mut().expect("buffer").as_mut_ptr() };
+            // SAFETY: distinct members have distinct buffers, each at least
+            // a chunk (>= rows) long.
+            let slice = |p: *mut u8| -> &mut [u8] { unsafe { std::slice::from_raw_parts_mut(p, rows) } };
+            let p_ptr = get(&mut bufs, pm);
+            let q_ptr = qm.map(|q| get(&mut bufs, q));
+            match method {
+                Method::Full => {
+                    let data: Vec<&[u8]> = (0..d).map(new).collect();
+                    match q_ptr {
+                        None => kernel.gen_p(&data, slice(p_ptr)),
+                        Some(q) => kernel.gen_pq(&data, slice(p_ptr), slice(q)),
+                    }
+                }
+                Method::Rmw => {
+                    for i in first..first + count {
+                        let old_ptr = get(&mut bufs, sm[i]);
+                        let old: &[u8] = slice(old_ptr);
+                        match q_ptr {
+                            None => kernel.update_p(old, new(i), slice(p_ptr)),
+                            Some(q) => kernel.update_pq(i, old, new(i), slice(p_ptr), slice(q)),
+                        }
+                    }
+                }
+                Method::Rcw => {
+                    let ptrs: Vec<*mut u8> = (0..d).map(|i| if i >= first && i < first + count { newp[i] } else { get(&mut bufs, sm[i]) }).collect();
+                    let data: Vec<&[u8]> = ptrs.iter().map(|&p| &*slice(p)).collect();
+                    match q_ptr {
+                        None => kernel.gen_p(&data, slice(p_ptr)),
+                        Some(q) => kernel.gen_pq(&data, slice(p_ptr), slice(q)),
+                    }
+                }
+                Method::Recon => {
+                    let lost: Vec<usize> = (0..k).filter(|&i| !health.readable(sm[i], abs, rows as u64)).collect();
+                    let ptrs: Vec<*mut u8> = (0..k).map(|i| get(&mut bufs, sm[i])).collect();
+                    {
+                        let mut stripe: Vec<&mut [u8]> = ptrs.iter().map(|&p| slice(p)).collect();
+                        if !lost.is_empty() {
+                            match qm {
+                                None => kernel.recover_raid5(&mut stripe, lost[0]),
+                                Some(_) => kernel.recover_raid6(&mut stripe, &lost),
+                            }
+                        }
+                    }
+                    if kind == Kind::Write {
+                        for i in first..first + count {
+                            slice(ptrs[i]).copy_from_slice(new(i));
+                        }
+                        let data: Vec<&[u8]> = ptrs[..d].iter().map(|&p| &*slice(p)).collect();
+                        match q_ptr {
+                            None => kernel.gen_p(&data, slice(p_ptr)),
+                            Some(q) => kernel.gen_pq(&data, slice(p_ptr), slice(q)),
+                        }
+                    }
+                }
+            }
+        }
+        self.raid.sops[idx].bufs = bufs;
+        if kind == Kind::Read {
+            self.copy_out(idx, &l, &sm[..d]);
+            return self.sop_finish(idx, out);
+        }
+        self.raid.sops[idx].npieces = 0;
+        for i in first..first + count {
+            if health.writable(sm[i]) {
+                self.sop_piece(idx, Op::Write, sm[i], abs, rows, newp[i]);
+            }
+        }
+        for &m in &sm[d..k] {
+            if health.writable(m) {
+                let ptr = self.raid.sops[idx].bufs[m as usize].as_mut().expect("parity buffer").as_mut_ptr();
+                self.sop_piece(idx, Op::Write, m, abs, rows, ptr);
+            }
+        }
+        self.sop_issue(idx, Phase::Write, out);
+    }
+
+    /// Copies a degraded read's reconstructed rows into the request.
+    fn copy_out(&mut self, idx: usize, l: &Layout, data_members: &[u32]) {
+        let sop = &self.raid.sops[idx];
+        let si = sop.slot as usize;
+        let (roff, rlen) = (self.slots[si].offset, self.slots[si].len as u64);
+        for (i, &m) in data_members.iter().enumerate() {
+            let lstart = sop.stripe * l.stripe_data_width() + i as u64 * l.chunk() + sop.start;
+            let lend = lstart + (sop.end - sop.start);
+            let (a, b) = (lstart.max(roff), lend.min(roff + rlen));
+            if a >= b {
+                continue;
+            }
+            let src = &sop.bufs[m as usize].as_ref().expect("row buffer")[(a - lstart) as usize..(b - lstart) as usize];
+            let dst = self.slots[si].buf.as_mut().expect("checked");
+            dst[(a - roff) as usize..(b - roff) as usize].copy_from_slice(src);
+        }
+    }
+
+    /// A completion of a stripe operation's member I/O.
+    pub(super) fn sop_cqe(&mut self, ud: u64, res: i32, out: &mut Vec<Completion>) {
+        let idx = ((ud & !SOP_BIT) >> 16) as usize;
+        let pi = (ud & 0xffff) as usize;
+        let member = self.raid.sops[idx].pieces[pi].member;
+        match progress(&mut self.raid.sops[idx].pieces[pi], res, &self.vol.members()[member as usize]) {
+            Outcome::Again => {
+                self.push_sop_piece(idx, pi);
+                return;
+            }
+            Outcome::Done(None) => {
+                let p = &self.raid.sops[idx].pieces[pi];
+                if p.op != Op::Read {
+                    self.raid.sops[idx].ok_writes += 1;
+                }
+            }
+            Outcome::Done(Some(e)) => {
+                if e.kind() == ErrorKind::Io {
+                    self.member_failed(member);
+                    self.raid.sops[idx].failed = true;
+                } else if self.raid.sops[idx].error.is_none() {
+                    self.raid.sops[idx].error = Some(e);
+                }
+            }
+        }
+        let deadline = self.raid.sops[idx].pieces[pi].deadline;
+        if deadline != 0 && deadline > now_ns() {
+            self.held.push(Reverse((deadline, ud)));
+            return;
+        }
+        self.sop_piece_done(idx, out);
+    }
+
+    pub(super) fn sop_piece_done(&mut self, idx: usize, out: &mut Vec<Completion>) {
+        let sop = &mut self.raid.sops[idx];
+        sop.pending -= 1;
+        if sop.pending == 0 {
+            self.sop_phase_done(idx, out);
+        }
+    }
+
+    fn sop_phase_done(&mut self, idx: usize, out: &mut Vec<Completion>) {
+        let sop = &self.raid.sops[idx];
+        if sop.error.is_some() {
+            return self.sop_finish(idx, out);
+        }
+        let l = self.layout();
+        match sop.phase {
+            Phase::Lock => unreachable!("no I/O before the lock"),
+            Phase::Read if sop.failed => self.sop_plan(idx, out),
+            Phase::Read => self.parity_compute_and_write(idx, out),
+            Phase::Write => {
+                if sop.failed {
+                    // The data must still be there on enough members.
+                    let lost_data = if l.level().has_parity() {
+                        let health = self.vol.health();
+                        let abs = self.vol.data_offset() + l.stripe_offset(sop.stripe) + sop.start;
+                        let (sm, k) = Self::stripe_members(&l, sop.stripe);
+                        let lost = sm[..k].iter().filter(|&&m| !health.readable(m, abs, sop.end - sop.start)).count();
+                        lost > l.level().fault_tolerance(l.members())
+                    } else {
+                        sop.ok_writes == 0
+                    };
+                    if lost_data {
+                        let e = eio(format!(
+                            "writing stripe {} of the {} volume failed on too many members: the data did not land",
+                            sop.stripe,
+                            l.level()
+                        ));
+                        self.raid.sops[idx].error = Some(e);
+                        if l.level() != RedundantLevel::Raid10 && l.level() != RedundantLevel::Raid1 {
+                            self.vol.health().stop_writes();
+                        }
+                    }
+                }
+                self.sop_finish(idx, out)
+            }
+        }
+    }
+
+    fn sop_finish(&mut self, idx: usize, out: &mut Vec<Completion>) {
+        let sop = &mut self.raid.sops[idx];
+        if sop.plans > 0 {
+            self.vol.locks().unlock(sop.stripe);
+        }
+        if let Some(bm) = self.vol.bitmap() {
+            for &(o, l) in &sop.marks[..sop.nmarks] {
+                bm.end_write(o, l);
+            }
+        }
+        sop.nmarks = 0;
+        for b in sop.bufs.iter_mut() {
+            if let Some(b) = b.take() {
+                self.raid.pool.push(b);
+            }
+        }
+        let si = sop.slot as usize;
+        if let Some(e) = sop.error.take() {
+            if self.slots[si].error.is_none() {
+                self.slots[si].error = Some(e);
+            }
+        }
+        self.raid.free.push(idx as u32);
+        self.piece_done(si, out);
+    }
+}

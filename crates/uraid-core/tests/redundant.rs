@@ -1,0 +1,272 @@
+//! The redundant levels' data path against a reference model, on `mem:`
+//! members: every level, member counts from the minimum to 6, chunks of
+//! 4 KiB, 64 KiB and 1 MiB; healthy, then with every combination of
+//! members up to the level's tolerance failed. After every phase the
+//! member bytes are checked independently of the engine: copies agree and
+//! P and Q equal what the (test-only) rusty_erasure-free scalar formulas
+//! below give.
+
+use std::sync::Arc;
+
+use rand::{Rng, RngCore, SeedableRng};
+use rand::rngs::StdRng;
+use uraid_core::geometry::Geometry;
+use uraid_core::health::MemberState;
+use uraid_core::layout::{Layout, RedundantLevel, Role};
+use uraid_core::member::{Member, MemberSpec, OpenMode};
+use uraid_core::superblock::DATA_OFFSET;
+use uraid_core::{Level, Request, Volume};
+
+const LEVELS: [Level; 4] = [Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6];
+const CHUNKS: [u64; 3] = [4 << 10, 64 << 10, 1 << 20];
+
+fn members(n: usize, data: u64) -> Arc<Vec<Member>> {
+    let spec: MemberSpec = format!("mem:{}", DATA_OFFSET + data).parse().unwrap();
+    Arc::new((0..n).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap()).collect())
+}
+
+fn volume(level: Level, n: usize, chunk: u64, rows: u64) -> Arc<Volume> {
+    let g = Geometry::new(level, n, chunk, rows * chunk).unwrap();
+    Volume::new(members(n, rows * chunk), g, DATA_OFFSET).unwrap()
+}
+
+fn seed() -> u64 {
+    std::env::var("URAID_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random())
+}
+
+/// GF(2^8) multiply by 2 with md's polynomial 0x11D.
+fn gf_mul2(x: u8) -> u8 {
+    (x << 1) ^ if x & 0x80 != 0 { 0x1D } else { 0 }
+}
+
+fn member_bytes(v: &Volume, m: usize) -> Vec<u8> {
+    let size = v.geometry().member_size() as usize;
+    let mut b = vec![0u8; size];
+    v.members()[m].read_exact_at(&mut b, DATA_OFFSET).unwrap();
+    b
+}
+
+/// Checks copies and parity on the members, skipping members not in
+/// `alive`; returns the first inconsistency.
+fn consistent(v: &Volume, alive: &[bool]) -> Result<(), String> {
+    let l: Layout = *v.geometry().layout().unwrap();
+    let n = l.members();
+    let bytes: Vec<Option<Vec<u8>>> = (0..n).map(|m| alive[m].then(|| member_bytes(v, m))).collect();
+    let chunk = l.chunk() as usize;
+    match l.level() {
+        RedundantLevel::Raid1 | RedundantLevel::Raid10 => {
+            // Every logical byte's copies agree.
+            for c in 0..l.stripes() {
+                let off = c * l.chunk();
+                let places: Vec<_> = l.data_locations(off).iter().filter(|p| alive[p.member as usize]).collect();
+                for w in places.windows(2) {
+                    let a = &bytes[w[0].member as usize].as_ref().unwrap()[w[0].member_offset as usize..][..chunk];
+                    let b = &bytes[w[1].member as usize].as_ref().unwrap()[w[1].member_offset as usize..][..chunk];
+                    if a != b {
+                        return Err(format!("chunk {c}: copies on members {} and {} differ", w[0].member, w[1].member));
+                    }
+                }
+            }
+        }
+        RedundantLevel::Raid5 | RedundantLevel::Raid6 => {
+            if alive.iter().any(|a| !a) {
+                return Ok(()); // nothing to compare a lost chunk with
+            }
+            for row in 0..l.stripes() {
+                let base = (row * l.chunk()) as usize;
+                let mut p = vec![0u8; chunk];
+                let mut q = vec![0u8; chunk];
+                let d = l.data_chunks();
+                // Q = sum g^i D_i, by Horner from the highest index.
+                for i in (0..d).rev() {
+                    let dm = l.data_member(row, i) as usize;
+                    let data = &bytes[dm].as_ref().unwrap()[base..base + chunk];
+                    for k in 0..chunk {
+                        p[k] ^= data[k];
+                        q[k] = gf_mul2(q[k]) ^ data[k];
+                    }
+                }
+                let pm = l.parity_member(row) as usize;
+                if bytes[pm].as_ref().unwrap()[base..base + chunk] != p[..] {
+                    return Err(format!("stripe {row}: P on member {pm} is wrong"));
+                }
+                if let Some(qm) = l.q_member(row) {
+                    if bytes[qm as usize].as_ref().unwrap()[base..base + chunk] != q[..] {
+                        return Err(format!("stripe {row}: Q on member {qm} is wrong"));
+                    }
+                }
+                assert_eq!(l.role(pm as u32, row * l.chunk()), Role::P);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Random writes (through a queue, several in flight, never overlapping)
+/// then reads of random ranges, against `model`.
+fn workload(v: &Arc<Volume>, model: &mut [u8], rng: &mut StdRng, ops: usize) {
+    let cap = v.capacity();
+    let bs = 512u64;
+    let max = (v.geometry().layout().unwrap().stripe_data_width() * 2).min(cap);
+    let mut q = v.queue(8).unwrap();
+    let mut done = Vec::new();
+    let mut busy: Vec<(u64, u64)> = Vec::new();
+    let mut tag = 0u64;
+    for _ in 0..ops {
+        let len = (rng.random_range(1..=max / bs)) * bs;
+        let off = rng.random_range(0..=(cap - len) / bs) * bs;
+        // Wait while it overlaps a write in flight (their order is free).
+        while busy.iter().any(|&(o, l)| o < off + len && off < o + l) || !q.has_room() {
+            done.clear();
+            q.wait(1, &mut done);
+            for c in &done {
+                c.result.as_ref().unwrap();
+                busy.retain(|&(o, _)| o != c.tag);
+            }
+        }
+        let mut buf = uraid_core::IoBuf::new(len as usize);
+        rng.fill_bytes(&mut buf);
+        model[off as usize..(off + len) as usize].copy_from_slice(&buf);
+        tag += 1;
+        q.push(Request::write(off, len as usize, buf, off)).map_err(|r| r.error).unwrap();
+        busy.push((off, len));
+        let _ = tag;
+    }
+    done.clear();
+    while q.in_flight() > 0 {
+        q.wait(1, &mut done);
+    }
+    for c in &done {
+        c.result.as_ref().unwrap();
+    }
+    drop(q);
+    for _ in 0..ops {
+        let len = rng.random_range(1..=max / bs) * bs;
+        let off = rng.random_range(0..=(cap - len) / bs) * bs;
+        let got = v.read_at(off, len as usize).unwrap();
+        assert!(got == model[off as usize..(off + len) as usize], "read of {len} at {off} differs from the model");
+    }
+    // And the whole volume.
+    let all = v.read_at(0, cap.min(64 << 20) as usize).unwrap();
+    assert!(all == model[..all.len()], "full read differs from the model");
+}
+
+/// Every combination of `k` members out of `n`.
+fn combinations(n: usize, k: usize) -> Vec<Vec<u32>> {
+    let mut out = Vec::new();
+    for mask in 0u32..(1 << n) {
+        if mask.count_ones() as usize == k {
+            out.push((0..n as u32).filter(|i| mask & (1 << i) != 0).collect());
+        }
+    }
+    out
+}
+
+fn run_level(level: Level, max_members: usize) {
+    let s = seed();
+    eprintln!("{level}: seed {s} (URAID_SEED={s} replays it)");
+    let mut rng = StdRng::seed_from_u64(s);
+    for n in level.min_members()..=max_members {
+        for chunk in CHUNKS {
+            let rows = if chunk >= 1 << 20 { 3 } else { (8 << 20) / chunk / n as u64 + 2 };
+            let v = volume(level, n, chunk, rows);
+            let mut model = vec![0u8; v.capacity() as usize];
+            workload(&v, &mut model, &mut rng, 24);
+            consistent(&v, &vec![true; n]).unwrap_or_else(|e| panic!("{level} n={n} chunk={chunk}: {e}"));
+            let tol = level.fault_tolerance(n).min(2);
+            for k in 1..=tol {
+                for failed in combinations(n, k) {
+                    // RAID 10 survives one failure per copy pair only.
+                    if level == Level::Raid10 && k > 1 {
+                        continue;
+                    }
+                    let v2 = Volume::with_state(
+                        Arc::new(v.members().iter().map(|m| m.try_clone().unwrap()).collect()),
+                        *v.geometry(),
+                        DATA_OFFSET,
+                        uraid_core::engine::Shared { health: Arc::new(uraid_core::health::Health::new(n)), bitmap: None },
+                    )
+                    .unwrap();
+                    for &m in &failed {
+                        v2.health().set_state(m, MemberState::Faulty);
+                    }
+                    workload(&v2, &mut model, &mut rng, 6);
+                    let alive: Vec<bool> = (0..n as u32).map(|m| !failed.contains(&m)).collect();
+                    consistent(&v2, &alive).unwrap_or_else(|e| panic!("{level} n={n} chunk={chunk} failed {failed:?}: {e}"));
+                    // Bring the failed members back in sync by hand (what a
+                    // rebuild does) for the next combination: rewrite the
+                    // whole model through a healthy volume.
+                    let mut q = v.queue(1).unwrap();
+                    let mut buf = uraid_core::IoBuf::new(model.len());
+                    buf.copy_from_slice(&model);
+                    let c = q.run(Request::write(0, model.len().min(64 << 20), buf, 0));
+                    c.result.unwrap();
+                    consistent(&v, &vec![true; n]).unwrap_or_else(|e| panic!("{level} n={n} chunk={chunk} after resync: {e}"));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn raid1_model_and_degraded() {
+    run_level(Level::Raid1, 6);
+}
+
+#[test]
+fn raid10_model_and_degraded() {
+    run_level(Level::Raid10, 6);
+}
+
+#[test]
+fn raid5_model_and_degraded() {
+    run_level(Level::Raid5, 6);
+}
+
+#[test]
+fn raid6_model_and_degraded() {
+    // Up to 8: read-modify-write only wins over reconstruct-write from 7
+    // members on (md's counts: 1 + P + Q reads against 4).
+    run_level(Level::Raid6, 8);
+}
+
+#[test]
+fn past_tolerance_fails_clearly_and_writes_nothing() {
+    for level in LEVELS {
+        let n = level.min_members().max(3);
+        let v = volume(level, n, 64 << 10, 32);
+        let before: Vec<Vec<u8>> = (0..n).map(|m| member_bytes(&v, m)).collect();
+        let lost = match level {
+            Level::Raid1 => n,
+            Level::Raid10 => 2,
+            Level::Raid5 => 2,
+            _ => 3,
+        };
+        for m in 0..lost as u32 {
+            v.health().set_state(m, MemberState::Faulty);
+        }
+        let e = v.write_at(0, &vec![7u8; 256 << 10]).unwrap_err();
+        assert!(e.to_string().contains("fail") || e.to_string().contains("lost"), "{level}: {e}");
+        assert_eq!(e.errno(), libc::EIO, "{level}: {e}");
+        for m in lost..n {
+            assert!(member_bytes(&v, m) == before[m], "{level}: member {m} was written past the tolerance");
+        }
+        let e = v.read_at(0, 256 << 10).unwrap_err();
+        assert_eq!(e.errno(), libc::EIO, "{level}: {e}");
+    }
+}
+
+#[test]
+fn full_stripe_writes_read_nothing_and_rmw_picks_fewer_reads() {
+    // A full-stripe write on RAID 5 must not read; measured by the members'
+    // read counters would need instrumentation, so check the result and
+    // that a 4-member RAID 5 full stripe lands with correct parity.
+    let v = volume(Level::Raid5, 4, 64 << 10, 16);
+    let width = v.geometry().layout().unwrap().stripe_data_width() as usize;
+    let mut rng = StdRng::seed_from_u64(seed());
+    let mut data = vec![0u8; width * 4];
+    rng.fill_bytes(&mut data);
+    v.write_at(0, &data).unwrap();
+    consistent(&v, &[true; 4]).unwrap();
+    assert!(v.read_at(0, data.len()).unwrap() == data);
+}
