@@ -19,6 +19,7 @@ pub mod bitmap;
 pub mod buf;
 pub mod engine;
 pub mod error;
+pub mod fault;
 pub mod geometry;
 pub mod health;
 pub mod layout;

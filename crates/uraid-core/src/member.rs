@@ -174,6 +174,7 @@ pub struct Member {
     direct: bool,
     block_size: u32,
     throttle: Option<Arc<Throttle>>,
+    faults: Option<Arc<crate::fault::Faults>>,
 }
 
 static BUFFERED_WARNING: Once = Once::new();
@@ -205,7 +206,7 @@ impl Member {
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len(m.size).map_err(|e| Error::io("cannot size emulated drive", Path::new(&name), e))?;
         let throttle = (!m.limits.is_none()).then(|| Arc::new(Throttle::new(m.limits)));
-        Ok(Member { name, file, kind: MemberKind::Mem, size: m.size, direct: false, block_size: 512, throttle })
+        Ok(Member { name, file, kind: MemberKind::Mem, size: m.size, direct: false, block_size: 512, throttle, faults: None })
     }
 
     fn open_path(p: &Path, mode: OpenMode) -> Result<Member> {
@@ -278,6 +279,7 @@ impl Member {
             direct,
             block_size,
             throttle: None,
+            faults: None,
         };
         if mode.exclusive {
             m.lock()?;
@@ -330,7 +332,39 @@ impl Member {
             direct: self.direct,
             block_size: self.block_size,
             throttle: self.throttle.clone(),
+            faults: self.faults.clone(),
         })
+    }
+
+    /// Attaches a fault plan (tests): the engine and the blocking helpers
+    /// fail the I/Os it names. Clones made afterwards share it.
+    pub fn set_faults(&mut self, faults: Arc<crate::fault::Faults>) {
+        self.faults = Some(faults);
+    }
+
+    /// The fault plan, if any.
+    pub fn faults(&self) -> Option<&Arc<crate::fault::Faults>> {
+        self.faults.as_ref()
+    }
+
+    /// The fault plan's verdict on a blocking I/O, as a `Result`; a torn
+    /// write is done in part here and then reported failed.
+    fn injected(&self, op: crate::engine::Op, offset: u64, buf: &[u8]) -> Result<()> {
+        use crate::fault::Verdict;
+        use std::os::unix::fs::FileExt;
+        let errno = match self.faults.as_ref().map(|f| f.intercept(op, offset, buf.len() as u64)) {
+            None | Some(Verdict::Pass) => return Ok(()),
+            Some(Verdict::Fail(errno)) => errno,
+            Some(Verdict::Tear(n)) => {
+                let _ = self.file.write_all_at(&buf[..n], offset);
+                libc::EIO
+            }
+        };
+        Err(Error::io(
+            &format!("cannot {} {} bytes at offset {offset} of", if op == crate::engine::Op::Read { "read" } else { "write" }, buf.len()),
+            Path::new(&self.name),
+            std::io::Error::from_raw_os_error(errno),
+        ))
     }
 
     /// Name as given (path or `mem:` spec).
@@ -367,6 +401,7 @@ impl Member {
     /// region when the member is O_DIRECT.
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         use std::os::unix::fs::FileExt;
+        self.injected(crate::engine::Op::Read, offset, buf)?;
         self.file
             .read_exact_at(buf, offset)
             .map_err(|e| Error::io(&format!("cannot read {} bytes at offset {offset} of", buf.len()), Path::new(&self.name), e))
@@ -376,6 +411,7 @@ impl Member {
     /// path). Same alignment rule as [`read_exact_at`](Self::read_exact_at).
     pub fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         use std::os::unix::fs::FileExt;
+        self.injected(crate::engine::Op::Write, offset, buf)?;
         self.file
             .write_all_at(buf, offset)
             .and_then(|_| self.file.sync_data())

@@ -270,3 +270,84 @@ fn full_stripe_writes_read_nothing_and_rmw_picks_fewer_reads() {
     consistent(&v, &[true; 4]).unwrap();
     assert!(v.read_at(0, data.len()).unwrap() == data);
 }
+
+/// A volume whose members carry fault plans; returns the plans too.
+fn faulty_volume(level: Level, n: usize, chunk: u64, rows: u64) -> (Arc<Volume>, Vec<Arc<uraid_core::fault::Faults>>) {
+    let spec: MemberSpec = format!("mem:{}", DATA_OFFSET + rows * chunk).parse().unwrap();
+    let mut plans = Vec::new();
+    let ms: Vec<Member> = (0..n)
+        .map(|_| {
+            let mut m = Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap();
+            let f = Arc::new(uraid_core::fault::Faults::new());
+            m.set_faults(f.clone());
+            plans.push(f);
+            m
+        })
+        .collect();
+    let g = Geometry::new(level, n, chunk, rows * chunk).unwrap();
+    (Volume::new(Arc::new(ms), g, DATA_OFFSET).unwrap(), plans)
+}
+
+#[test]
+fn io_errors_fail_the_member_and_the_data_survives() {
+    let s = seed();
+    eprintln!("seed {s}");
+    for level in LEVELS {
+        for (fault, what) in [(0, "read error"), (1, "write error"), (2, "vanished"), (3, "torn write")] {
+            let n = level.min_members().max(4);
+            let (v, plans) = faulty_volume(level, n, 64 << 10, 128);
+            let hooked = Arc::new(std::sync::atomic::AtomicU32::new(u32::MAX));
+            let h2 = hooked.clone();
+            v.health().set_on_change(move |_, m| {
+                h2.store(m, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            });
+            let mut rng = StdRng::seed_from_u64(s ^ fault as u64);
+            let mut model = vec![0u8; v.capacity() as usize];
+            rng.fill_bytes(&mut model);
+            v.write_at(0, &model).unwrap();
+            // Member 1 goes bad over its whole data area.
+            let area = DATA_OFFSET..DATA_OFFSET + v.geometry().member_size();
+            match fault {
+                0 => plans[1].fail_reads(area),
+                1 => plans[1].fail_writes(area),
+                2 => plans[1].vanish(),
+                _ => plans[1].tear_next_write(area),
+            }
+            // Writes and reads go on; the member is marked faulty by the
+            // first I/O that meets the fault, and the hook saw it.
+            let mut w = vec![0u8; 3 << 20];
+            rng.fill_bytes(&mut w);
+            let off = 512 * 1024;
+            model[off..off + w.len()].copy_from_slice(&w);
+            v.write_at(off as u64, &w).unwrap_or_else(|e| panic!("{level} {what}: write failed: {e}"));
+            let got = v.read_at(0, model.len()).unwrap_or_else(|e| panic!("{level} {what}: read failed: {e}"));
+            assert!(got == model, "{level} {what}: data differs after the fault");
+            assert_eq!(v.health().state(1), MemberState::Faulty, "{level} {what}: member 1 not marked faulty");
+            assert_eq!(hooked.load(std::sync::atomic::Ordering::SeqCst), 1, "{level} {what}: hook not called");
+            assert!(plans[1].injected() > 0);
+            // The rest of the members still hold consistent copies/parity.
+            let alive: Vec<bool> = (0..n).map(|m| m != 1).collect();
+            consistent(&v, &alive).unwrap_or_else(|e| panic!("{level} {what}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn a_second_failure_past_tolerance_stops_writes() {
+    for level in [Level::Raid5, Level::Raid10] {
+        let (v, plans) = faulty_volume(level, 4, 64 << 10, 32);
+        v.write_at(0, &vec![1u8; 1 << 20]).unwrap();
+        plans[0].vanish();
+        v.write_at(0, &vec![2u8; 1 << 20]).unwrap();
+        plans[1].vanish();
+        let e = v.write_at(0, &vec![3u8; 1 << 20]).unwrap_err();
+        assert_eq!(e.errno(), libc::EIO, "{level}: {e}");
+        assert!(v.health().writes_stopped(), "{level}: writes not stopped");
+        // Nothing more reaches the surviving members.
+        let before: Vec<Vec<u8>> = (2..4).map(|m| member_bytes(&v, m)).collect();
+        assert!(v.write_at(4 << 20, &vec![4u8; 1 << 20]).is_err());
+        let after: Vec<Vec<u8>> = (2..4).map(|m| member_bytes(&v, m)).collect();
+        assert!(before == after, "{level}: written after the array failed");
+    }
+}

@@ -299,6 +299,8 @@ pub struct Queue {
     poll_ready: bool,
     /// Stripe operations of the redundant levels.
     raid: raid::State,
+    /// Completions of member I/Os a fault plan failed (user data, -errno).
+    synthetic: Vec<(u64, i32)>,
 }
 
 /// user_data of the poll armed by [`Queue::wait_event`].
@@ -362,6 +364,7 @@ impl Queue {
             poll_armed: false,
             poll_ready: false,
             raid: raid::State::new(&vol_for_state),
+            synthetic: Vec::new(),
         })
     }
 
@@ -519,9 +522,13 @@ impl Queue {
 
     fn push_piece(&mut self, si: usize, pi: usize) {
         let p = &self.slots[si].pieces[pi];
+        let ud = ((si as u64) << 16) | pi as u64;
+        if let Some(res) = injected_fault(p, &self.vol.members()[p.member as usize]) {
+            self.synthetic.push((ud, res));
+            return;
+        }
         let kind = self.vol.members()[p.member as usize].kind();
         let sqe = build_sqe(p, kind);
-        let ud = ((si as u64) << 16) | pi as u64;
         // SAFETY: the buffers and iovecs named by the entry live in the
         // slot, which is neither reused nor moved until this piece's
         // completion has been reaped.
@@ -658,9 +665,15 @@ impl Queue {
 
     fn reap(&mut self, out: &mut Vec<Completion>) {
         loop {
-            let Some(cqe) = self.ring.completion().next() else { break };
-            self.in_kernel -= 1;
-            self.on_cqe(cqe.user_data(), cqe.result(), out);
+            let cqe = self.ring.completion().next().map(|c| (c.user_data(), c.result()));
+            if let Some((ud, res)) = cqe {
+                self.in_kernel -= 1;
+                self.on_cqe(ud, res, out);
+            } else if let Some((ud, res)) = self.synthetic.pop() {
+                self.on_cqe(ud, res, out);
+            } else {
+                break;
+            }
         }
     }
 
@@ -840,6 +853,39 @@ fn next_piece(slot: &mut Slot) -> &mut Piece {
     p.iov_first = 0;
     p.deadline = 0;
     p
+}
+
+/// Asks member `m`'s fault plan (tests) about piece `p`: `Some(-errno)` when
+/// the piece must fail without reaching the kernel. A torn write is done in
+/// part here (synchronously) before it fails.
+fn injected_fault(p: &Piece, m: &Member) -> Option<i32> {
+    use crate::fault::Verdict;
+    let f = m.faults()?;
+    let off = p.offset + p.done as u64;
+    match f.intercept(p.op, off, (p.len - p.done.min(p.len)) as u64) {
+        Verdict::Pass => None,
+        Verdict::Fail(errno) => Some(-errno),
+        Verdict::Tear(n) => {
+            let iov = &p.iov[p.iov_first..];
+            let mut left = n;
+            let mut at = off;
+            for v in iov {
+                if left == 0 {
+                    break;
+                }
+                let k = v.iov_len.min(left);
+                // SAFETY: the iovec addresses k <= iov_len valid bytes of
+                // the request's or the operation's buffer.
+                let part = unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, k) };
+                if std::os::unix::fs::FileExt::write_all_at(m.file(), part, at).is_err() {
+                    break;
+                }
+                left -= k;
+                at += k as u64;
+            }
+            Some(-libc::EIO)
+        }
+    }
 }
 
 /// What became of a piece after a completion.

@@ -534,9 +534,13 @@ impl Queue {
 
     fn push_sop_piece(&mut self, idx: usize, pi: usize) {
         let p = &self.raid.sops[idx].pieces[pi];
+        let ud = SOP_BIT | ((idx as u64) << 16) | pi as u64;
+        if let Some(res) = super::injected_fault(p, &self.vol.members()[p.member as usize]) {
+            self.synthetic.push((ud, res));
+            return;
+        }
         let kind = self.vol.members()[p.member as usize].kind();
         let sqe = super::build_sqe(p, kind);
-        let ud = SOP_BIT | ((idx as u64) << 16) | pi as u64;
         // SAFETY: the entry names the stripe operation's row buffers (held
         // in the operation until it finishes), the request's buffer (held
         // by its slot until every operation of the request finished) or the
@@ -939,9 +943,7 @@ impl Queue {
                             l.level()
                         ));
                         self.raid.sops[idx].error = Some(e);
-                        if l.level() != RedundantLevel::Raid10 && l.level() != RedundantLevel::Raid1 {
-                            self.vol.health().stop_writes();
-                        }
+                        self.vol.health().stop_writes();
                     }
                 }
                 self.sop_finish(idx, out)

@@ -1,0 +1,155 @@
+//! Fault injection for members: the wrapper the tests use to make a drive
+//! fail (the pluggable I/O layer idea of tikv/raft-engine's failpoints).
+//!
+//! A [`Faults`] plan is attached to a [`Member`](crate::Member) with
+//! [`Member::set_faults`](crate::Member::set_faults) and shared by every
+//! handle and queue that uses it. The engine asks it before each member
+//! I/O ([`Faults::intercept`]); an I/O it fails never reaches the kernel
+//! and completes with the errno given, as a real drive's would. The
+//! blocking control-path helpers (`read_exact_at`, `write_all_at`) obey it
+//! too, so rebuild and scrub meet the same faults.
+//!
+//! Faults: reads or writes failing with EIO over chosen byte ranges (a bad
+//! block), the member vanishing (every I/O fails with ENXIO, as a pulled
+//! NVMe drive's do), and a torn write (the next write that touches a range
+//! lands only its first half and then fails with EIO).
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::engine::Op;
+
+/// A fault plan for one member. All ranges are absolute member bytes.
+#[derive(Debug, Default)]
+pub struct Faults {
+    read_errors: Mutex<Vec<Range<u64>>>,
+    write_errors: Mutex<Vec<Range<u64>>>,
+    tear: Mutex<Option<Range<u64>>>,
+    vanished: AtomicBool,
+    injected: AtomicU64,
+    armed: AtomicBool,
+}
+
+/// What the engine does with an I/O the plan intercepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Let it through.
+    Pass,
+    /// Fail it with this errno without doing it.
+    Fail(i32),
+    /// Do only the first `bytes` bytes of the write, then fail it with EIO.
+    Tear(usize),
+}
+
+impl Faults {
+    /// An empty plan (every I/O passes).
+    pub fn new() -> Faults {
+        Faults::default()
+    }
+
+    fn arm(&self) {
+        self.armed.store(true, Ordering::Release);
+    }
+
+    /// Reads overlapping `range` fail with EIO.
+    pub fn fail_reads(&self, range: Range<u64>) {
+        self.read_errors.lock().unwrap_or_else(|e| e.into_inner()).push(range);
+        self.arm();
+    }
+
+    /// Writes overlapping `range` fail with EIO.
+    pub fn fail_writes(&self, range: Range<u64>) {
+        self.write_errors.lock().unwrap_or_else(|e| e.into_inner()).push(range);
+        self.arm();
+    }
+
+    /// The next write overlapping `range` writes its first half, then fails
+    /// with EIO (a torn write); once.
+    pub fn tear_next_write(&self, range: Range<u64>) {
+        *self.tear.lock().unwrap_or_else(|e| e.into_inner()) = Some(range);
+        self.arm();
+    }
+
+    /// From now on every I/O fails with ENXIO (the drive is gone).
+    pub fn vanish(&self) {
+        self.vanished.store(true, Ordering::Release);
+        self.arm();
+    }
+
+    /// Forgets every fault (the drive works again).
+    pub fn heal(&self) {
+        self.read_errors.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.write_errors.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        *self.tear.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.vanished.store(false, Ordering::Release);
+        self.armed.store(false, Ordering::Release);
+    }
+
+    /// I/Os failed or torn so far.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::Acquire)
+    }
+
+    /// The verdict on `op` of `len` bytes at absolute byte `offset`.
+    pub fn intercept(&self, op: Op, offset: u64, len: u64) -> Verdict {
+        if !self.armed.load(Ordering::Acquire) {
+            return Verdict::Pass;
+        }
+        let v = self.verdict(op, offset, len);
+        if v != Verdict::Pass {
+            self.injected.fetch_add(1, Ordering::AcqRel);
+        }
+        v
+    }
+
+    fn verdict(&self, op: Op, offset: u64, len: u64) -> Verdict {
+        if self.vanished.load(Ordering::Acquire) {
+            return Verdict::Fail(libc::ENXIO);
+        }
+        let hits = |v: &Mutex<Vec<Range<u64>>>| {
+            v.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|r| r.start < offset + len.max(1) && offset < r.end)
+        };
+        match op {
+            Op::Read if hits(&self.read_errors) => Verdict::Fail(libc::EIO),
+            Op::Write | Op::Discard | Op::WriteZeroes { .. } => {
+                if hits(&self.write_errors) {
+                    return Verdict::Fail(libc::EIO);
+                }
+                if op == Op::Write {
+                    let mut t = self.tear.lock().unwrap_or_else(|e| e.into_inner());
+                    if t.as_ref().is_some_and(|r| r.start < offset + len && offset < r.end) {
+                        *t = None;
+                        // Whole 512-byte sectors, as a drive tears.
+                        return Verdict::Tear((len / 2 / 512 * 512) as usize);
+                    }
+                }
+                Verdict::Pass
+            }
+            _ => Verdict::Pass,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts() {
+        let f = Faults::new();
+        assert_eq!(f.intercept(Op::Read, 0, 4096), Verdict::Pass);
+        f.fail_reads(8192..12288);
+        assert_eq!(f.intercept(Op::Read, 4096, 4096), Verdict::Pass);
+        assert_eq!(f.intercept(Op::Read, 4096, 8192), Verdict::Fail(libc::EIO));
+        assert_eq!(f.intercept(Op::Write, 8192, 4096), Verdict::Pass);
+        f.tear_next_write(0..4096);
+        assert_eq!(f.intercept(Op::Write, 0, 8192), Verdict::Tear(4096));
+        assert_eq!(f.intercept(Op::Write, 0, 8192), Verdict::Pass);
+        f.vanish();
+        assert_eq!(f.intercept(Op::Flush, 0, 0), Verdict::Fail(libc::ENXIO));
+        assert_eq!(f.injected(), 3);
+        f.heal();
+        assert_eq!(f.intercept(Op::Read, 8192, 1), Verdict::Pass);
+    }
+}
