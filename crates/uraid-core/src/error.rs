@@ -34,7 +34,7 @@ pub enum ErrorKind {
 
 /// The engine's error: a kind, a message for humans, and the OS errno when
 /// one caused it.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{msg}")]
 pub struct Error {
     kind: ErrorKind,

@@ -584,6 +584,15 @@ impl Queue {
                 self.release_held(now_ns(), out);
             }
             self.raid_poll(out);
+            if self.raid.has_plugged() {
+                // Plugged partial-stripe writes wait for a partner only
+                // while something else is in progress, and not too long.
+                let busy = self.in_kernel > self.poll_armed as usize || !self.held.is_empty() || self.raid.has_waiting();
+                if !busy || self.raid.plug_deadline().is_some_and(|d| now_ns() >= d) {
+                    self.unplug(out);
+                    continue;
+                }
+            }
             if out.len() - start >= min || self.poll_ready || (deadline.is_none() && self.in_flight() == 0) {
                 self.submit();
                 return std::mem::take(&mut self.poll_ready);
@@ -598,6 +607,9 @@ impl Queue {
                 (Some(h), Some(d)) => Some(h.min(d)),
                 (h, d) => h.or(d),
             };
+            if let Some(d) = self.raid.plug_deadline() {
+                until = Some(until.map_or(d, |u| u.min(d)));
+            }
             if self.raid.has_waiting() {
                 // A stripe operation waits for a lock another thread
                 // holds: look again soon.
@@ -770,6 +782,14 @@ impl Drop for Queue {
         // The kernel may still write into buffers we own: wait for every
         // piece before the slots are freed.
         let mut sink = Vec::new();
+        // Requests still in progress finish first (plugged writes and
+        // stripe operations waiting for a lock have no I/O in the kernel).
+        while self.in_flight() > 0 && (self.raid.has_plugged() || self.raid.has_waiting()) {
+            self.wait(1, &mut sink);
+        }
+        if std::env::var_os("URAID_DEBUG_QUEUE").is_some() {
+            eprintln!("queue: {}", self.raid.debug_stats());
+        }
         // The poll and its removal name no memory of ours: once only they
         // are left, waiting for them is a courtesy, bounded in time.
         let mut polls = 0;

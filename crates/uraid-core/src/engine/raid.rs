@@ -100,6 +100,20 @@ struct Sop {
     marks: [(u64, u64); 2],
     nmarks: usize,
     plans: u8,
+    /// A full-stripe write merged from the bands of several requests (see
+    /// `plan_write`): its new data, and how many stripe operations of each
+    /// request it stands for.
+    parts: Vec<Part>,
+    owed: Vec<(u32, u32)>,
+}
+
+/// New data for rows `[start, end)` of data index `index`, at `ptr`.
+#[derive(Clone, Copy)]
+struct Part {
+    index: u32,
+    start: u64,
+    end: u64,
+    ptr: *mut u8,
 }
 
 /// The per-queue state of the redundant data path.
@@ -121,7 +135,19 @@ pub(super) struct State {
     lpieces: Vec<crate::layout::Piece>,
     /// Scratch: stripe operations made by the current plan.
     started: Vec<u32>,
+    /// Partial-stripe writes at the end of a request, held back (plugged)
+    /// in the hope that the next request fills the rest of the stripe.
+    plugged: Vec<u32>,
+    /// When the oldest plugged operation was plugged (ns).
+    plugged_at: u64,
+    /// Operations plugged by the current plan.
+    plugged_now: usize,
+    /// Full stripes written by merging requests (for tests and status).
+    merged: u64,
 }
+
+/// Longest a plugged partial-stripe write waits for a partner (ns).
+pub(super) const MAX_PLUG_NS: u64 = 10_000_000;
 
 impl State {
     pub(super) fn new(vol: &std::sync::Arc<super::Volume>) -> State {
@@ -136,7 +162,26 @@ impl State {
             load: vec![0; vol.members().len()],
             lpieces: Vec::new(),
             started: Vec::new(),
+            plugged: Vec::new(),
+            plugged_at: 0,
+            plugged_now: 0,
+            merged: 0,
         }
+    }
+
+    /// The deadline (ns) by which plugged writes must start, if any.
+    pub(super) fn plug_deadline(&self) -> Option<u64> {
+        (!self.plugged.is_empty()).then_some(self.plugged_at + MAX_PLUG_NS)
+    }
+
+    /// Counters for debugging (URAID_DEBUG_QUEUE=1 prints them).
+    pub(super) fn debug_stats(&self) -> String {
+        format!("merged full stripes {}, stripe operations allocated {}", self.merged, self.sops.len())
+    }
+
+    /// True when writes are plugged.
+    pub(super) fn has_plugged(&self) -> bool {
+        !self.plugged.is_empty()
     }
 
     /// Bytes of reads in flight per member.
@@ -210,6 +255,7 @@ impl Queue {
             }
         }
         self.raid.started.clear();
+        self.raid.plugged_now = 0;
         if self.slots[si].error.is_none() {
             match self.slots[si].op {
                 Op::Flush => {
@@ -232,7 +278,7 @@ impl Queue {
         let npieces = self.slots[si].npieces;
         // One count for the plan itself, dropped below, so that nothing
         // completes the request while it is being started.
-        self.slots[si].pending = npieces + started.len() + 1;
+        self.slots[si].pending = npieces + started.len() + self.raid.plugged_now + 1;
         let throttled = self.vol.members().iter().any(|m| m.throttle().is_some());
         let now = if throttled { now_ns() } else { 0 };
         for pi in 0..npieces {
@@ -381,23 +427,88 @@ impl Queue {
             return;
         }
         if l.level().has_parity() {
-            let mut bands = Vec::new();
-            l.for_each_stripe_write(offset, len, |sw| {
+            let mut stripes = Vec::new();
+            l.for_each_stripe_write(offset, len, |sw| stripes.push(sw));
+            let width = l.stripe_data_width();
+            for sw in stripes {
+                let s = sw.stripe;
                 if zero && sw.full {
-                    bands.push((sw.stripe, Kind::Zero, 0, l.chunk(), 0, 0));
-                } else {
+                    let idx = self.new_sop(si, Kind::Zero, s, 0, l.chunk());
+                    self.raid.sops[idx as usize].zeros = true;
+                    self.raid.started.push(idx);
+                    continue;
+                }
+                // A partial stripe another request's plugged write fills up
+                // becomes one full-stripe write (the in-flight coalescer).
+                if !zero && !sw.full && self.raid.plugged.iter().any(|&p| self.raid.sops[p as usize].stripe == s) {
+                    let mine: Vec<u32> = self.raid.plugged.iter().copied().filter(|&p| self.raid.sops[p as usize].stripe == s).collect();
+                    let mut parts = Vec::new();
+                    for &p in &mine {
+                        let sop = &self.raid.sops[p as usize];
+                        let (ps, pst, pe, pf, pc) = (sop.slot as usize, sop.start, sop.end, sop.first, sop.count);
+                        if sop.parts.is_empty() {
+                            self.band_parts(ps, &l, s, pst, pe, pf, pc, &mut parts);
+                        } else {
+                            parts.extend_from_slice(&self.raid.sops[p as usize].parts);
+                        }
+                    }
                     for b in sw.bands() {
-                        bands.push((sw.stripe, Kind::Write, b.start, b.end, b.first_written, b.written));
+                        self.band_parts(si, &l, s, b.start, b.end, b.first_written, b.written, &mut parts);
+                    }
+                    if Self::covers_stripe(&l, &parts) {
+                        let mut owed: Vec<(u32, u32)> = Vec::new();
+                        for &p in &mine {
+                            let sop = &self.raid.sops[p as usize];
+                            let add: Vec<(u32, u32)> = if sop.owed.is_empty() { vec![(sop.slot, 1)] } else { sop.owed.clone() };
+                            for (slot, k) in add {
+                                match owed.iter_mut().find(|o| o.0 == slot) {
+                                    Some(o) => o.1 += k,
+                                    None => owed.push((slot, k)),
+                                }
+                            }
+                        }
+                        owed.push((si as u32, 1));
+                        self.raid.plugged.retain(|p| !mine.contains(p));
+                        for &p in &mine[1..] {
+                            self.raid.free.push(p);
+                        }
+                        let c = mine[0] as usize;
+                        let sop = &mut self.raid.sops[c];
+                        sop.kind = Kind::Write;
+                        sop.start = 0;
+                        sop.end = l.chunk();
+                        sop.first = 0;
+                        sop.count = l.data_chunks();
+                        sop.zeros = false;
+                        sop.parts = parts;
+                        sop.owed = owed;
+                        self.raid.merged += 1;
+                        self.raid.started.push(mine[0]);
+                        continue;
                     }
                 }
-            });
-            for (stripe, kind, start, end, first, count) in bands {
-                let idx = self.new_sop(si, kind, stripe, start, end);
-                let sop = &mut self.raid.sops[idx as usize];
-                sop.first = first;
-                sop.count = count;
-                sop.zeros = zero;
-                self.raid.started.push(idx);
+                // The request runs from the stripe's start (or before) and
+                // ends inside it, as a sequential stream's requests do: plug
+                // its bands there for the next request to complete. (A
+                // random write that starts mid-stripe is not plugged.)
+                let end = offset + len as u64;
+                let plug = !zero && !sw.full && offset <= s * width && end < (s + 1) * width;
+                for b in sw.bands() {
+                    let idx = self.new_sop(si, Kind::Write, s, b.start, b.end);
+                    let sop = &mut self.raid.sops[idx as usize];
+                    sop.first = b.first_written;
+                    sop.count = b.written;
+                    sop.zeros = zero;
+                    if plug {
+                        if self.raid.plugged.is_empty() {
+                            self.raid.plugged_at = now_ns();
+                        }
+                        self.raid.plugged.push(idx);
+                        self.raid.plugged_now += 1;
+                    } else {
+                        self.raid.started.push(idx);
+                    }
+                }
             }
         } else {
             let mut lp = std::mem::take(&mut self.raid.lpieces);
@@ -444,6 +555,8 @@ impl Queue {
                     marks: [(0, 0); 2],
                     nmarks: 0,
                     plans: 0,
+                    parts: Vec::new(),
+                    owed: Vec::new(),
                 });
                 (self.raid.sops.len() - 1) as u32
             }
@@ -467,7 +580,51 @@ impl Queue {
         sop.error = None;
         sop.nmarks = 0;
         sop.plans = 0;
+        sop.parts.clear();
+        sop.owed.clear();
         idx
+    }
+
+    /// Starts every plugged write (nothing else can make progress, or the
+    /// oldest waited long enough).
+    pub(super) fn unplug(&mut self, out: &mut Vec<Completion>) {
+        let plugged = std::mem::take(&mut self.raid.plugged);
+        for &idx in &plugged {
+            self.sop_start(idx as usize, out);
+        }
+        let mut v = plugged;
+        v.clear();
+        if self.raid.plugged.is_empty() {
+            self.raid.plugged = v;
+        }
+    }
+
+    /// The new-data parts of a band of slot `si`.
+    fn band_parts(&mut self, si: usize, l: &Layout, stripe: u64, start: u64, end: u64, first: u32, count: u32, parts: &mut Vec<Part>) {
+        let off = self.slots[si].offset;
+        let base = self.slots[si].buf.as_mut().expect("write buffer").as_mut_ptr();
+        for i in first..first + count {
+            let logical = stripe * l.stripe_data_width() + i as u64 * l.chunk() + start;
+            // SAFETY: the band lies inside the request (planned from it).
+            let ptr = unsafe { base.add((logical - off) as usize) };
+            parts.push(Part { index: i, start, end, ptr });
+        }
+    }
+
+    /// True when `parts` cover every row of every data index of a stripe.
+    fn covers_stripe(l: &Layout, parts: &[Part]) -> bool {
+        (0..l.data_chunks()).all(|i| {
+            let mut v: Vec<(u64, u64)> = parts.iter().filter(|p| p.index == i).map(|p| (p.start, p.end)).collect();
+            v.sort_unstable();
+            let mut reach = 0;
+            for (a, b) in v {
+                if a > reach {
+                    return false;
+                }
+                reach = reach.max(b);
+            }
+            reach >= l.chunk()
+        })
     }
 
     fn sop_start(&mut self, idx: usize, out: &mut Vec<Completion>) {
@@ -635,8 +792,9 @@ impl Queue {
                 return self.sop_issue(idx, Phase::Write, out);
             }
             Kind::Read => Method::Recon,
-            Kind::Write if lost > 0 => Method::Recon,
+            // A full-stripe write needs nothing from the members, lost or not.
             Kind::Write if count == d => Method::Full,
+            Kind::Write if lost > 0 => Method::Recon,
             Kind::Write => {
                 let rmw = count + l.level().parity_chunks();
                 let rcw = d - count;
@@ -752,7 +910,31 @@ impl Queue {
         let qm = if k > d + 1 { Some(sm[d + 1]) } else { None };
         let kernel = self.raid.kernel;
         let mut newp = [std::ptr::null_mut::<u8>(); crate::geometry::MAX_MEMBERS];
-        if kind == Kind::Write {
+        if kind == Kind::Write && !self.raid.sops[idx].parts.is_empty() {
+            // Merged from several requests: one part per request and data
+            // index; an index made of several parts is gathered into its
+            // row buffer.
+            let parts = std::mem::take(&mut self.raid.sops[idx].parts);
+            for (i, np) in newp.iter_mut().enumerate().take(d) {
+                let mine: Vec<&Part> = parts.iter().filter(|p| p.index as usize == i).collect();
+                if let [p] = mine[..] {
+                    if p.start == 0 && p.end == l.chunk() {
+                        *np = p.ptr;
+                        continue;
+                    }
+                }
+                self.take_buf(idx, sm[i]);
+                let b = self.raid.sops[idx].bufs[sm[i] as usize].as_mut().expect("taken");
+                for p in mine {
+                    // SAFETY: a part addresses end - start bytes of a live
+                    // request buffer (its slot waits for this operation).
+                    let src = unsafe { std::slice::from_raw_parts(p.ptr, (p.end - p.start) as usize) };
+                    b[p.start as usize..p.end as usize].copy_from_slice(src);
+                }
+                *np = b.as_mut_ptr();
+            }
+            self.raid.sops[idx].parts = parts;
+        } else if kind == Kind::Write {
             for (i, np) in newp.iter_mut().enumerate().take(first + count).skip(first) {
                 *np = self.new_data_ptr(idx, &l, i);
             }
@@ -774,8 +956,10 @@ impl Queue {
         }
         let mut bufs = std::mem::take(&mut self.raid.sops[idx].bufs);
         // SAFETY (for the slices below): each new-data pointer addresses
-        // `rows` bytes inside the request's buffer or the zero buffer,
-        // neither of which aliases the row buffers taken out above.
+        // `rows` bytes inside a request's buffer, the zero buffer, or (for a
+        // merged stripe) the row buffer of that data member, which no other
+        // slice below addresses; row buffers are heap blocks that stay put
+        // while the vector holding them is taken out.
         let new = |i: usize| -> &[u8] { unsafe { std::slice::from_raw_parts(newp[i], rows) } };
         {
             let get = |bufs: &mut Vec<Option<IoBuf>>, m: u32| -> *mut u8 { bufs[m as usize].as_mut().expect("buffer").as_mut_ptr() };
@@ -968,12 +1152,20 @@ impl Queue {
             }
         }
         let si = sop.slot as usize;
-        if let Some(e) = sop.error.take() {
-            if self.slots[si].error.is_none() {
-                self.slots[si].error = Some(e);
+        let err = sop.error.take();
+        let owed = if sop.owed.is_empty() { vec![(si as u32, 1)] } else { std::mem::take(&mut sop.owed) };
+        sop.parts.clear();
+        self.raid.free.push(idx as u32);
+        for (slot, k) in owed {
+            let slot = slot as usize;
+            if let Some(e) = &err {
+                if self.slots[slot].error.is_none() {
+                    self.slots[slot].error = Some(e.clone());
+                }
+            }
+            for _ in 0..k {
+                self.piece_done(slot, out);
             }
         }
-        self.raid.free.push(idx as u32);
-        self.piece_done(si, out);
     }
 }
