@@ -27,3 +27,7 @@ mod nbd;
 
 #[path = "e2e/suite.rs"]
 mod suite;
+
+// Crash recovery: SIGKILL at random moments, assemble, verify, check.
+#[path = "e2e/crash.rs"]
+mod crash;

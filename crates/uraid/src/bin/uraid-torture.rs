@@ -1,0 +1,227 @@
+//! uraid-torture: the seeded crash workload of the crash tests.
+//!
+//! `uraid-torture run --seed N --log FILE MEMBER...` assembles the array and
+//! writes to its first volume without end: random non-overlapping writes,
+//! up to 16 in flight, and a flush now and then. Every 512-byte sector it
+//! writes says who wrote it: bytes 0..8 the write's id, 8..16 the sector's
+//! logical offset, the rest a fill derived from (seed, id, offset). Before
+//! a write is issued the log gets `I id offset len`, when it is
+//! acknowledged `A id`, when a flush completes `F id` (the last write id
+//! issued before the flush). The test kills the process with SIGKILL at a
+//! random moment (the log is in the page cache, which survives a process
+//! kill).
+//!
+//! `uraid-torture verify --seed N --log FILE MEMBER...` assembles the array
+//! (which resynchronizes the dirty regions of the write-intent bitmap after
+//! the unclean stop) and checks every sector written by the log: it must
+//! hold a well-formed sector of some issued write that covered it (or zeros
+//! if none), and every write acknowledged before a completed flush must be
+//! there unless a later issued write covered the sector. Prints a JSON
+//! summary; exits 1 on any violation, listing the first ones.
+//!
+//! Only for the tests: no options beyond these.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+
+use uraid_core::member::MemberSpec;
+use uraid_core::{IoBuf, Request, Volume};
+
+const SECTOR: usize = 512;
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// Fills `buf` (whole sectors) as write `id` at logical `offset`.
+fn fill(buf: &mut [u8], seed: u64, id: u64, offset: u64) {
+    for (k, s) in buf.chunks_mut(SECTOR).enumerate() {
+        let off = offset + (k * SECTOR) as u64;
+        s[..8].copy_from_slice(&id.to_le_bytes());
+        s[8..16].copy_from_slice(&off.to_le_bytes());
+        let mut x = splitmix(seed ^ id.wrapping_mul(0x1000_0000_01B3) ^ off);
+        for w in s[16..].chunks_mut(8) {
+            x = splitmix(x);
+            w.copy_from_slice(&x.to_le_bytes()[..w.len()]);
+        }
+    }
+}
+
+fn usage() -> ! {
+    eprintln!("usage: uraid-torture run|verify --seed N --log FILE MEMBER...");
+    std::process::exit(2)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() < 6 || args[1] != "--seed" || args[3] != "--log" {
+        usage();
+    }
+    let seed: u64 = args[2].parse().unwrap_or_else(|_| usage());
+    let log = std::path::PathBuf::from(&args[4]);
+    let specs: Vec<MemberSpec> = args[5..].iter().map(|a| a.parse().unwrap_or_else(|e| panic!("{a}: {e}"))).collect();
+    let array = match uraid_core::array::assemble(&specs) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("uraid-torture: cannot assemble: {e}");
+            std::process::exit(3);
+        }
+    };
+    let vol = array.volume().clone();
+    match args[0].as_str() {
+        "run" => run(&vol, seed, &log),
+        "verify" => {
+            let ok = verify(&vol, seed, &log);
+            drop(vol);
+            let _ = array.stop();
+            std::process::exit(if ok { 0 } else { 1 });
+        }
+        _ => usage(),
+    }
+}
+
+fn run(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> ! {
+    let mut log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log");
+    let cap = vol.capacity().min(256 << 20);
+    let bs = vol.block_size() as u64;
+    let mut q = vol.queue(16).expect("queue");
+    let mut rng = splitmix(seed);
+    let mut next = || {
+        rng = splitmix(rng);
+        rng
+    };
+    let mut busy: HashMap<u64, (u64, u64)> = HashMap::new();
+    let mut id = 0u64;
+    let mut done = Vec::new();
+    loop {
+        let r = next();
+        if r % 64 == 0 {
+            // Flush: covers every write acknowledged so far.
+            while q.in_flight() > 0 {
+                done.clear();
+                q.wait(1, &mut done);
+                ack(&done, &mut busy, &mut log);
+            }
+            let c = q.run(Request::flush(u64::MAX));
+            c.result.expect("flush");
+            writeln!(log, "F {id}").unwrap();
+            continue;
+        }
+        let max = (vol.geometry().chunk() * 3 / bs).max(1);
+        let len = (next() % max + 1) * bs;
+        let off = next() % ((cap - len) / bs) * bs;
+        if busy.values().any(|&(o, l)| o < off + len && off < o + l) {
+            continue;
+        }
+        while !q.has_room() {
+            done.clear();
+            q.wait(1, &mut done);
+            ack(&done, &mut busy, &mut log);
+        }
+        id += 1;
+        let mut b = IoBuf::new(len as usize);
+        fill(&mut b, seed, id, off);
+        writeln!(log, "I {id} {off} {len}").unwrap();
+        busy.insert(id, (off, len));
+        q.push(Request::write(off, len as usize, b, id)).map_err(|r| r.error).expect("push");
+        q.submit();
+        done.clear();
+        q.wait(0, &mut done);
+        ack(&done, &mut busy, &mut log);
+    }
+}
+
+fn ack(done: &[uraid_core::Completion], busy: &mut HashMap<u64, (u64, u64)>, log: &mut std::fs::File) {
+    for c in done {
+        if let Err(e) = &c.result {
+            panic!("write {} failed: {e}", c.tag);
+        }
+        busy.remove(&c.tag);
+        writeln!(log, "A {}", c.tag).unwrap();
+    }
+}
+
+fn verify(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> bool {
+    // Per sector: every issued write (id) that covered it, and the newest
+    // acknowledged write made durable by a later completed flush.
+    let mut issued: HashMap<u64, (u64, u64)> = HashMap::new();
+    let mut acked: Vec<u64> = Vec::new();
+    let mut durable_upto_ack = 0usize; // acked[..n] are durable
+    for line in std::io::BufReader::new(std::fs::File::open(log).expect("log")).lines() {
+        let Ok(line) = line else { break };
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["I", id, off, len] => {
+                issued.insert(id.parse().unwrap(), (off.parse().unwrap(), len.parse().unwrap()));
+            }
+            ["A", id] => acked.push(id.parse().unwrap()),
+            ["F", _] => durable_upto_ack = acked.len(),
+            _ => {} // a line cut by the kill
+        }
+    }
+    let mut sectors: HashMap<u64, Vec<u64>> = HashMap::new();
+    for (&id, &(off, len)) in &issued {
+        for s in (off..off + len).step_by(SECTOR) {
+            sectors.entry(s).or_default().push(id);
+        }
+    }
+    let mut floor: HashMap<u64, u64> = HashMap::new();
+    for &id in &acked[..durable_upto_ack] {
+        let (off, len) = issued[&id];
+        for s in (off..off + len).step_by(SECTOR) {
+            let e = floor.entry(s).or_insert(0);
+            *e = (*e).max(id);
+        }
+    }
+    let mut bad = Vec::new();
+    let mut keys: Vec<u64> = sectors.keys().copied().collect();
+    keys.sort_unstable();
+    let mut checked = 0u64;
+    let mut expect = vec![0u8; SECTOR];
+    for chunk in keys.chunks(4096) {
+        for &s in chunk {
+            let got = match vol.read_at(s, SECTOR) {
+                Ok(b) => b,
+                Err(e) => {
+                    bad.push(format!("sector {s}: read failed: {e}"));
+                    continue;
+                }
+            };
+            checked += 1;
+            let id = u64::from_le_bytes(got[..8].try_into().unwrap());
+            let fl = floor.get(&s).copied().unwrap_or(0);
+            if got.iter().all(|&b| b == 0) {
+                if fl > 0 {
+                    bad.push(format!("sector {s}: zeros, but write {fl} was acknowledged and flushed"));
+                }
+                continue;
+            }
+            if !sectors[&s].contains(&id) {
+                bad.push(format!("sector {s}: holds id {id}, which never wrote it (torn or misplaced)"));
+                continue;
+            }
+            fill(&mut expect, seed, id, s);
+            if got != expect {
+                bad.push(format!("sector {s}: content of write {id} is corrupt"));
+                continue;
+            }
+            if id < fl {
+                bad.push(format!("sector {s}: holds write {id}, older than write {fl} acknowledged before a flush"));
+            }
+        }
+    }
+    let summary = serde_json::json!({
+        "writes_issued": issued.len(),
+        "writes_acknowledged": acked.len(),
+        "writes_durable": durable_upto_ack,
+        "sectors_checked": checked,
+        "violations": bad.len(),
+        "first_violations": bad.iter().take(10).collect::<Vec<_>>(),
+    });
+    println!("{summary}");
+    bad.is_empty()
+}
