@@ -1491,6 +1491,90 @@ mod tests {
     }
 
     #[test]
+    fn rebuild_under_concurrent_stripe_writes_stays_consistent() {
+        // A writer that behaves like the data path (stripe lock, bitmap
+        // start/end, full-stripe writes to every writable member, the
+        // rebuilding one included) runs during the rebuild; half the volume
+        // was never written, so the rebuild also races writes into regions
+        // it would otherwise zero.
+        use std::sync::atomic::AtomicBool;
+        for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 5), (Level::Raid10, 3), (Level::Raid1, 2)] {
+            let vol = build(level, n, 4 << 10, 8 * MIB, true);
+            let l = layout(&vol);
+            let half = l.member_chunks() / 2;
+            let img = consistent_images(&l, 21, 0..half);
+            install(&vol, &img, 0..half);
+            let t = 1;
+            garbage(&vol, t);
+            vol.health().set_state(t, MemberState::Rebuilding);
+            let stop = AtomicBool::new(false);
+            let writes = std::thread::scope(|s| {
+                let w = s.spawn(|| {
+                    let mut rng = SmallRng::seed_from_u64(77);
+                    let c = l.chunk() as usize;
+                    let mut count = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let stripe = rng.next_u64() % l.stripes();
+                        let _g = vol.locks().lock(stripe);
+                        // (member, data-area offset, bytes) to write.
+                        let mut pieces: Vec<(u32, u64, Vec<u8>)> = Vec::new();
+                        if l.level().has_parity() {
+                            let order = stripe_members(&l, stripe);
+                            let d = l.data_chunks() as usize;
+                            let data: Vec<Vec<u8>> = (0..d)
+                                .map(|_| {
+                                    let mut v = vec![0u8; c];
+                                    rng.fill_bytes(&mut v);
+                                    v
+                                })
+                                .collect();
+                            let refs: Vec<&[u8]> = data.iter().map(|v| &v[..]).collect();
+                            let (mut p, mut q) = (vec![0u8; c], vec![0u8; c]);
+                            crate::parity::gen_pq(&refs, &mut p, &mut q);
+                            let mut blocks = data;
+                            blocks.push(p);
+                            blocks.push(q);
+                            for (i, &m) in order.iter().enumerate() {
+                                pieces.push((m, stripe * l.chunk(), std::mem::take(&mut blocks[i])));
+                            }
+                        } else {
+                            let mut v = vec![0u8; c];
+                            rng.fill_bytes(&mut v);
+                            for p in l.data_locations(stripe * l.chunk()).iter() {
+                                pieces.push((p.member, p.member_offset, v.clone()));
+                            }
+                        }
+                        let bm = vol.bitmap().unwrap();
+                        for (_, off, _) in &pieces {
+                            bm.start_write(DATA_OFFSET + off, c as u64).unwrap();
+                        }
+                        for (m, off, bytes) in &pieces {
+                            if vol.health().writable(*m) {
+                                let mut b = IoBuf::new(c);
+                                b.copy_from_slice(bytes);
+                                write_member(&vol.members()[*m as usize], &b, DATA_OFFSET + off).unwrap();
+                            }
+                        }
+                        for (_, off, _) in &pieces {
+                            bm.end_write(DATA_OFFSET + off, c as u64);
+                        }
+                        count += 1;
+                    }
+                    count
+                });
+                let cp = no_checkpoint();
+                let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp }, &mut |_, _| {});
+                stop.store(true, Ordering::Relaxed);
+                r.unwrap();
+                w.join().unwrap()
+            });
+            assert!(writes > 20, "{level}: only {writes} writes ran during the rebuild");
+            let r = check(&vol, false, &mut |_, _| {}).unwrap();
+            assert_eq!(r.mismatches, 0, "{level}: {} concurrent writes: {:?}", writes, &r.locations[..r.locations.len().min(3)]);
+        }
+    }
+
+    #[test]
     fn consecutive_stripes_of_two_batches_never_share_a_lock_word() {
         // The rebuild holds up to 2 * MAX_BATCH_STRIPES consecutive stripes:
         // if two shared a lock word, the second lock would wait for the
