@@ -138,6 +138,9 @@ pub struct Bitmap {
     image: Box<[AtomicU64]>,
     /// 1 bit per region: a write started since the last `clear_idle`.
     touched: Box<[AtomicU64]>,
+    /// 1 bit per region: `clear_idle` is deciding whether to clear it
+    /// (writers then take the slow path).
+    clearing: Box<[AtomicU64]>,
     /// Writes in flight per region.
     inflight: Box<[AtomicU32]>,
     /// Serializes every bitmap write (setters, clearing, copies).
@@ -231,6 +234,7 @@ impl Bitmap {
             data_end,
             image: (0..words).map(|_| AtomicU64::new(0)).collect(),
             touched: (0..regions.div_ceil(64) as usize).map(|_| AtomicU64::new(0)).collect(),
+            clearing: (0..regions.div_ceil(64) as usize).map(|_| AtomicU64::new(0)).collect(),
             inflight: (0..regions as usize).map(|_| AtomicU32::new(0)).collect(),
             io: Mutex::new(Io { ring: new_ring()?, buf }),
             set_writes: AtomicU64::new(0),
@@ -412,13 +416,14 @@ impl Bitmap {
         let mut need = false;
         for r in r0..r1 {
             // Dekker with clear_idle: in flight and touched first, then
-            // look at the bit (all SeqCst; see clear_idle).
+            // the clearing bit, then the dirty bit (all SeqCst; see
+            // clear_idle).
             self.inflight[r].fetch_add(1, Ordering::SeqCst);
             let (tw, tbit) = (r / 64, 1u64 << (r % 64));
             if self.touched[tw].load(Ordering::SeqCst) & tbit == 0 {
                 self.touched[tw].fetch_or(tbit, Ordering::SeqCst);
             }
-            need |= !self.is_dirty(r);
+            need |= self.clearing[tw].load(Ordering::SeqCst) & tbit != 0 || !self.is_dirty(r);
         }
         if !need {
             return Ok(());
@@ -533,18 +538,25 @@ impl Bitmap {
     ///
     /// Why it never clears a region a write is using (Dekker's pattern,
     /// every access below `SeqCst`): a writer increments the region's
-    /// in-flight count (W1), sets its touched bit (W2), then reads the dirty
-    /// bit (W3), and writes member data only if W3 saw it set, or after
-    /// setting it itself under the mutex. This function, under the same
-    /// mutex, takes the regions whose touched bit it swaps to 0 (C1) and
-    /// whose count is 0, flushes, clears the dirty bit in memory (C2), then
-    /// re-reads the count and the touched bit (C3) and puts the bit back
-    /// (leaving the disk untouched for that region) if either is set. In the
-    /// single total order of `SeqCst` operations, either C2 comes before W3
-    /// (the writer sees the bit clear, takes the mutex and sets it again,
-    /// durably, after this call has finished) or W3 comes before C2, and
-    /// then W1 and W2 came before C3, which sees them and keeps the bit. A
-    /// writer that ended before C1 had its data made durable by the flush.
+    /// in-flight count (W1), sets its touched bit (W2), reads the region's
+    /// clearing bit (W3), then its dirty bit (W4), and writes member data
+    /// only if W3 saw clearing unset and W4 saw dirty set, or else after
+    /// taking the mutex and setting the dirty bit itself, durably. This
+    /// function, under the same mutex, takes the regions whose touched bit
+    /// it swaps to 0 (C1) and whose count is 0, flushes, and for each sets
+    /// the clearing bit (C2), re-reads the count and the touched bit (C3),
+    /// and only if both are still clear clears the dirty bit (C4); it then
+    /// unsets the clearing bit (C5), and writes the blocks of the cleared
+    /// regions. In the single total order of `SeqCst` operations: if W3
+    /// comes before C2, then W1 and W2 came before C3, which sees them, so
+    /// the region is kept; if W3 falls between C2 and C5, the writer sees
+    /// clearing and takes the slow path, which waits for this call to end;
+    /// if W3 comes after C5, then W4 comes after C4 and sees the dirty bit
+    /// as this call left it (cleared: the writer sets it again; kept: it is
+    /// still durably set). A writer that ended before C1 had its data made
+    /// durable by the flush. So the in-memory dirty bit of a region never
+    /// changes while a write is in flight on it, and neither does the bit
+    /// on the members.
     ///
     /// Errors: `Io` when no member took the write of the cleared bits (the
     /// members then still have them set, which is safe). A member that
@@ -567,13 +579,13 @@ impl Bitmap {
         let mut cleared: Vec<usize> = Vec::with_capacity(cand.len());
         for r in cand {
             let (w, bit) = Self::dirty_bit(r);
-            self.image[w].fetch_and(!bit, Ordering::SeqCst);
             let (tw, tbit) = (r / 64, 1u64 << (r % 64));
-            if self.inflight[r].load(Ordering::SeqCst) != 0 || self.touched[tw].load(Ordering::SeqCst) & tbit != 0 {
-                self.image[w].fetch_or(bit, Ordering::SeqCst);
-            } else {
+            self.clearing[tw].fetch_or(tbit, Ordering::SeqCst);
+            if self.inflight[r].load(Ordering::SeqCst) == 0 && self.touched[tw].load(Ordering::SeqCst) & tbit == 0 {
+                self.image[w].fetch_and(!bit, Ordering::SeqCst);
                 cleared.push(r);
             }
+            self.clearing[tw].fetch_and(!tbit, Ordering::SeqCst);
         }
         if cleared.is_empty() {
             return Ok(0);

@@ -1508,11 +1508,11 @@ mod tests {
             garbage(&vol, t);
             vol.health().set_state(t, MemberState::Rebuilding);
             let stop = AtomicBool::new(false);
+            let count = AtomicU64::new(0);
             let writes = std::thread::scope(|s| {
                 let w = s.spawn(|| {
                     let mut rng = SmallRng::seed_from_u64(77);
                     let c = l.chunk() as usize;
-                    let mut count = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         let stripe = rng.next_u64() % l.stripes();
                         let _g = vol.locks().lock(stripe);
@@ -1558,12 +1558,20 @@ mod tests {
                         for (_, off, _) in &pieces {
                             bm.end_write(DATA_OFFSET + off, c as u64);
                         }
-                        count += 1;
+                        count.fetch_add(1, Ordering::Relaxed);
                     }
-                    count
+                    count.load(Ordering::Relaxed)
                 });
                 let cp = no_checkpoint();
-                let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp }, &mut |_, _| {});
+                // Between batches, let the writer make progress (the
+                // machine may be too busy to interleave the two by itself).
+                let mut pace = |_, _| {
+                    let (c0, t) = (count.load(Ordering::Relaxed), Instant::now());
+                    while count.load(Ordering::Relaxed) < c0 + 15 && t.elapsed().as_secs() < 2 {
+                        std::thread::yield_now();
+                    }
+                };
+                let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp }, &mut pace);
                 stop.store(true, Ordering::Relaxed);
                 r.unwrap();
                 w.join().unwrap()
