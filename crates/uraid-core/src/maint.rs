@@ -53,8 +53,9 @@
 //! it too. This is the RAID 5/6 write hole: if a degraded array stops
 //! uncleanly in the middle of a write, the data chunk of the missing member
 //! that the stripe's parity reconstructs may be wrong, and nothing on the
-//! members can tell. md closes it with a journal or PPL; uraid reports the
-//! stripes it could not resync (see [`resync`]).
+//! members can tell. md closes it with a journal or PPL; uraid counts the
+//! stripes it could not resync ([`resync_report`]'s
+//! [`CheckReport::stripes_unchecked`]) so the caller can report them.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -764,11 +765,19 @@ pub fn check(vol: &Arc<Volume>, repair: bool, progress: &mut dyn FnMut(u64, u64)
 ///
 /// Errors: as [`check`]; the members written are synced before returning.
 pub fn resync(vol: &Arc<Volume>, ranges: &[Range<u64>]) -> Result<u64> {
+    resync_report(vol, ranges).map(|(bytes, _)| bytes)
+}
+
+/// [`resync`], also returning what it found: the stripes compared, those
+/// rewritten (`mismatches`, `repaired`, `locations`), and those it could
+/// not resync because the volume is degraded (`stripes_unchecked`: the
+/// write hole, see the module docs).
+pub fn resync_report(vol: &Arc<Volume>, ranges: &[Range<u64>]) -> Result<(u64, CheckReport)> {
+    let mut report = CheckReport::default();
     let Some(l) = vol.geometry().layout() else {
-        return Ok(0);
+        return Ok((0, report));
     };
     let mut scan = Scanner::new(vol, l, Mode::Repair);
-    let mut report = CheckReport::default();
     let (base, chunk) = (vol.data_offset(), l.chunk());
     let mut bytes = 0;
     for r in ranges {
@@ -786,7 +795,7 @@ pub fn resync(vol: &Arc<Volume>, ranges: &[Range<u64>]) -> Result<u64> {
         scan.run(stripes, &mut report, &mut |_| {})?;
     }
     scan.finish()?;
-    Ok(bytes)
+    Ok((bytes, report))
 }
 
 /// The state of a check, repair or resync of one volume.
@@ -1315,6 +1324,9 @@ mod tests {
         vol.health().fail(0).unwrap();
         let r = check(&vol, false, &mut |_, _| {}).unwrap();
         assert_eq!((r.stripes_checked, r.stripes_unchecked), (0, layout(&vol).stripes()));
+        let (bytes, r) = resync_report(&vol, std::slice::from_ref(&(DATA_OFFSET..DATA_OFFSET + MIB))).unwrap();
+        assert_eq!(bytes, MIB);
+        assert_eq!((r.stripes_checked, r.stripes_unchecked), (0, layout(&vol).stripes()), "the write hole is counted");
         // Rebuild member 1 while member 0 is faulty: impossible.
         vol.health().set_state(1, MemberState::Rebuilding);
         let calls = Mutex::new(Vec::new());
