@@ -193,7 +193,7 @@ fn rows_of_stripes(l: &Layout, s0: u64, s1: u64) -> Range<u64> {
 }
 
 fn lock_stripes(vol: &Volume, s: Range<u64>) -> Vec<StripeGuard<'_>> {
-    s.map(|x| vol.locks().lock(x)).collect()
+    vol.locks().lock_range(s)
 }
 
 /// Runs `f` (an I/O of `bytes` on `m`) and, for an emulated drive with
