@@ -114,6 +114,11 @@ pub struct AssembleOptions {
     /// stopped cleanly (accepting the write hole). `uraid assemble
     /// --force`.
     pub force: bool,
+    /// Open for looking only (`uraid status`): a volume past its fault
+    /// tolerance or at risk from the write hole is reported in
+    /// [`Array::warnings`] instead of refused; such an array cannot be
+    /// activated.
+    pub inspect: bool,
 }
 
 /// Where `add` put a new device.
@@ -223,7 +228,16 @@ impl Meta {
     }
 }
 
-/// An assembled (or just created) array, its members held exclusively.
+/// An assembled (or just created) array, its members and spares held
+/// exclusively.
+///
+/// The membership operations ([`fail`](Self::fail),
+/// [`remove`](Self::remove), [`add`](Self::add),
+/// [`replace`](Self::replace), [`promote_spares`](Self::promote_spares))
+/// also work on an array that was only [`open`]ed: they persist their own
+/// change (event counter + 1) and leave the clean/active state as it was,
+/// so a refused request writes nothing at all. Rebuild and scrub need an
+/// activated array.
 pub struct Array {
     meta: Arc<Mutex<Meta>>,
     health: Arc<Health>,
@@ -231,6 +245,8 @@ pub struct Array {
     daemon: Option<BitmapDaemon>,
     volumes: Vec<Arc<Volume>>,
     warnings: Vec<String>,
+    /// Opened with `inspect`: never activated.
+    inspect: bool,
 }
 
 impl std::fmt::Debug for Array {
@@ -835,15 +851,28 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
             .map(|&i| format!("{} tolerates {}", describe_volume(&auth.volumes[i]), level_tolerance(&auth.volumes[i], n)))
             .collect();
         let given = slots.iter().take(n).zip(&devices).filter(|(_, d)| d.is_some()).count();
-        bail!(
-            Membership,
-            "array '{}' has {n} members but {given} were given; missing {}{}; {} — it cannot run. Nothing was \
-             written. Give every member",
-            auth.name,
-            if missing_txt.is_empty() { "none".to_string() } else { missing_txt.join(", ") },
-            if other_txt.is_empty() { String::new() } else { format!(" ({})", other_txt.join(", ")) },
-            vols.join("; ")
-        );
+        let msg = if missing_txt.is_empty() {
+            format!(
+                "array '{}' cannot run: {}; {}. Nothing was written. The data of that volume is lost unless a \
+                 failed member still holds it",
+                auth.name,
+                other_txt.join(", "),
+                vols.join("; ")
+            )
+        } else {
+            format!(
+                "array '{}' has {n} members but {given} were given; missing {}{}; {}: it cannot run. Nothing was \
+                 written. Give every member",
+                auth.name,
+                missing_txt.join(", "),
+                if other_txt.is_empty() { String::new() } else { format!(" ({})", other_txt.join(", ")) },
+                vols.join("; ")
+            )
+        };
+        if !opts.inspect {
+            return Err(Error::new(ErrorKind::Membership, msg));
+        }
+        warnings.push(msg);
     }
     for &r in &missing {
         warnings.push(format!(
@@ -876,7 +905,7 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
             let degraded = down.iter().any(|&d| d);
             let touched = dirty.iter().any(|r| r.start < v.member_end() && r.end > v.member_start);
             if degraded && touched {
-                if !opts.force {
+                if !opts.force && !opts.inspect {
                     bail!(
                         Membership,
                         "array '{}' was not stopped cleanly and is degraded: {} may hold stripes whose parity does \
@@ -895,7 +924,12 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
             }
         }
     }
-    Array::new(meta, health, bitmap, warnings)
+    if !lost.is_empty() {
+        health.stop_writes();
+    }
+    let mut a = Array::new(meta, health, bitmap, warnings)?;
+    a.inspect = opts.inspect;
+    Ok(a)
 }
 
 /// The absolute member byte ranges a resync must cover after an unclean
@@ -984,7 +1018,7 @@ impl Array {
             Some(m) => m.lock().unwrap_or_else(|e| e.into_inner()).persist(h),
             None => Ok(()),
         });
-        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings };
+        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect: false };
         a.build_volumes()?;
         Ok(a)
     }
@@ -1202,8 +1236,12 @@ impl Array {
     /// spares into failed or missing roles, marks every superblock active
     /// (event counter + 1) and starts the bitmap daemon.
     ///
-    /// Errors: `Io` from the resync or a superblock write.
+    /// Errors: `Membership` for an array opened with `inspect` (it may be
+    /// past its tolerance); `Io` from the resync or a superblock write.
     pub fn activate(&mut self) -> Result<()> {
+        if self.inspect {
+            bail!(Membership, "array '{}' was opened for inspection only and cannot be activated", self.name());
+        }
         let (unclean, entries) = {
             let m = self.meta();
             (m.sb.state == State::Active, m.sb.volumes.clone())

@@ -367,7 +367,7 @@ fn cmd_examine(a: ExamineArgs) -> Result<()> {
 }
 
 fn cmd_assemble(a: AssembleArgs) -> Result<()> {
-    let arr = array::assemble_with(&specs(&a.members)?, &array::AssembleOptions { force: a.force })?;
+    let arr = array::assemble_with(&specs(&a.members)?, &array::AssembleOptions { force: a.force, ..Default::default() })?;
     for w in arr.warnings() {
         eprintln!("uraid: warning: {w}");
     }

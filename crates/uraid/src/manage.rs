@@ -1,13 +1,19 @@
 //! The membership and maintenance subcommands: `status`, `fail`, `remove`,
 //! `add`, `replace`, `rebuild`, `check` and `repair`, and the parsing of
-//! `create --volume`. Each assembles the array from the members given,
-//! does its one thing through `uraid_core::array::Array`, prints, and stops
-//! the array cleanly; the RAID logic lives in the library.
+//! `create --volume`. The RAID logic lives in `uraid_core::array::Array`.
+//!
+//! `status`, `fail`, `remove`, `add` and `replace` open the array without
+//! writing (`array::open`), so that a refused request leaves every member
+//! as it was; an accepted change persists itself (event counter + 1). When
+//! a member is left rebuilding, the array is activated and the rebuild runs
+//! in the foreground with a progress bar (unless `--no-rebuild`), then the
+//! array is stopped cleanly. `rebuild`, `check` and `repair` assemble the
+//! array (resync after a crash included), work, and stop it cleanly.
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use uraid_core::array::{self, Added, Array, ArrayStatus, AssembleOptions, VolumeSpec};
+use uraid_core::array::{self, Added, Array, ArrayStatus, VolumeSpec};
 use uraid_core::units::{fmt_size, parse_rate, parse_size};
 use uraid_core::MemberSpec;
 
@@ -162,8 +168,9 @@ fn rate(r: &Option<String>) -> Result<Option<u64>> {
     Ok(Some(bytes))
 }
 
-fn assemble(members: &[String], force: bool) -> Result<Array> {
-    let arr = array::assemble_with(&specs(members)?, &AssembleOptions { force })?;
+/// Opens the array without writing anything.
+fn open(members: &[String]) -> Result<Array> {
+    let arr = array::open(&specs(members)?)?;
     for w in arr.warnings() {
         eprintln!("uraid: warning: {w}");
     }
@@ -219,20 +226,38 @@ fn run_rebuild(arr: &mut Array, rate: Option<u64>, quiet: bool) -> Result<()> {
     Ok(())
 }
 
-fn after_change(mut arr: Array, flags: &RebuildFlags) -> Result<()> {
-    if !flags.no_rebuild {
-        run_rebuild(&mut arr, rate(&flags.rate)?, flags.quiet)?;
-    } else if !arr.rebuilding().is_empty() {
-        println!("rebuild of role(s) {:?} not started (--no-rebuild); run 'uraid rebuild'", arr.rebuilding());
+/// After a change on an opened array: rebuild in the foreground when a
+/// member is left rebuilding (and `flags` allow it), then stop cleanly;
+/// otherwise let go without writing more.
+fn after_change(mut arr: Array, flags: Option<&RebuildFlags>) -> Result<()> {
+    let pending = arr.rebuilding();
+    match flags {
+        Some(f) if !f.no_rebuild && !pending.is_empty() => {
+            let r = rate(&f.rate)?;
+            arr.activate()?;
+            let done = run_rebuild(&mut arr, r, f.quiet);
+            print_status(&arr.status());
+            let stopped = arr.stop();
+            done?;
+            stopped?;
+        }
+        _ => {
+            if !pending.is_empty() {
+                println!("role(s) {pending:?} need a rebuild: run 'uraid rebuild'");
+            }
+            print_status(&arr.status());
+            arr.release();
+        }
     }
-    print_status(&arr.status());
-    arr.stop()?;
     Ok(())
 }
 
 /// `uraid status`.
 pub(crate) fn cmd_status(a: StatusArgs) -> Result<()> {
-    let arr = array::open(&specs(&a.members)?)?;
+    let arr = array::open_with(&specs(&a.members)?, &array::AssembleOptions { force: false, inspect: true })?;
+    for w in arr.warnings() {
+        eprintln!("uraid: warning: {w}");
+    }
     let st = arr.status();
     arr.release();
     if a.json {
@@ -288,7 +313,7 @@ pub(crate) fn print_status(st: &ArrayStatus) {
 
 /// `uraid fail`.
 pub(crate) fn cmd_fail(a: FailArgs) -> Result<()> {
-    let mut arr = assemble(&a.members, false)?;
+    let mut arr = open(&a.members)?;
     let role = resolve(&arr, &a.member)?;
     arr.fail(role, a.force)?;
     println!("role {role} of array '{}' marked faulty (events {})", arr.name(), arr.events());
@@ -296,23 +321,21 @@ pub(crate) fn cmd_fail(a: FailArgs) -> Result<()> {
     for r in &promoted {
         println!("a spare takes over role {r}");
     }
-    after_change(arr, &a.rebuild)
+    after_change(arr, Some(&a.rebuild))
 }
 
 /// `uraid remove`.
 pub(crate) fn cmd_remove(a: RemoveArgs) -> Result<()> {
-    let mut arr = assemble(&a.members, false)?;
+    let mut arr = open(&a.members)?;
     let slot = resolve(&arr, &a.member)?;
     arr.remove(slot)?;
     println!("slot {slot} removed from array '{}' (events {})", arr.name(), arr.events());
-    print_status(&arr.status());
-    arr.stop()?;
-    Ok(())
+    after_change(arr, None)
 }
 
 /// `uraid add`.
 pub(crate) fn cmd_add(a: AddArgs) -> Result<()> {
-    let mut arr = assemble(&a.members, false)?;
+    let mut arr = open(&a.members)?;
     let spec: MemberSpec = a.spare.parse()?;
     match arr.add(&spec, a.force)? {
         Added::Role(r) => println!("{} added to array '{}' in role {r}, to be rebuilt", a.spare, arr.name()),
@@ -326,29 +349,36 @@ pub(crate) fn cmd_add(a: AddArgs) -> Result<()> {
             }
         }
     }
-    after_change(arr, &a.rebuild)
+    after_change(arr, Some(&a.rebuild))
 }
 
 /// `uraid replace`.
 pub(crate) fn cmd_replace(a: ReplaceArgs) -> Result<()> {
-    let mut arr = assemble(&a.members, false)?;
+    let mut arr = open(&a.members)?;
     let role = resolve(&arr, &a.old)?;
     let spec: MemberSpec = a.new.parse()?;
     arr.replace(role, &spec, a.force)?;
     println!("{} replaces role {role} of array '{}', to be rebuilt", a.new, arr.name());
-    after_change(arr, &a.rebuild)
+    after_change(arr, Some(&a.rebuild))
 }
 
 /// `uraid rebuild`.
 pub(crate) fn cmd_rebuild(a: RebuildArgs) -> Result<()> {
-    let mut arr = assemble(&a.members, false)?;
-    if arr.rebuilding().is_empty() {
+    let rate = rate(&a.rate)?;
+    let mut arr = open(&a.members)?;
+    if arr.rebuilding().is_empty() && arr.superblock().spares().is_empty() {
         println!("array '{}': nothing to rebuild", arr.name());
-    } else {
-        run_rebuild(&mut arr, rate(&a.rate)?, a.quiet)?;
+        print_status(&arr.status());
+        arr.release();
+        return Ok(());
     }
+    // Activation also moves spares into failed roles.
+    arr.activate()?;
+    let done = run_rebuild(&mut arr, rate, a.quiet);
     print_status(&arr.status());
-    arr.stop()?;
+    let stopped = arr.stop();
+    done?;
+    stopped?;
     Ok(())
 }
 
@@ -361,7 +391,7 @@ fn compact(v: &serde_json::Value) -> String {
 
 /// `uraid check` (`repair` = true: `uraid repair`).
 pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
-    let arr = assemble(&a.members, false)?;
+    let mut arr = open(&a.members)?;
     let entries = arr.volume_entries();
     let chosen: Vec<usize> = match &a.volume {
         Some(name) => vec![entries
@@ -373,6 +403,7 @@ pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
     if chosen.is_empty() {
         bail!("array '{}' has no redundant volume to check (RAID 0 keeps no copies or parity)", arr.name());
     }
+    arr.activate()?;
     let mut out = Vec::new();
     for i in chosen {
         let bar = bytes_bar(a.quiet || a.json, &format!("{} '{}'", if repair { "repairing" } else { "checking" }, entries[i].name));
@@ -381,7 +412,14 @@ pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
             bar.set_position(done);
         });
         bar.finish_and_clear();
-        let report = serde_json::to_value(r?)?;
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = arr.stop();
+                return Err(e.into());
+            }
+        };
+        let report = serde_json::to_value(r)?;
         if !a.json {
             println!("volume '{}' (raid{}): {}", entries[i].name, entries[i].level, compact(&report));
         }

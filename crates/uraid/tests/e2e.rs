@@ -27,3 +27,6 @@ mod nbd;
 
 #[path = "e2e/suite.rs"]
 mod suite;
+
+#[path = "e2e/manage.rs"]
+mod manage;
