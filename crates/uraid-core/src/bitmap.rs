@@ -1,22 +1,1091 @@
-//! Write-intent bitmap (being written: see the module's final docs).
+//! The write-intent bitmap: which regions of the members may hold copies or
+//! parity that disagree, so that after an unclean stop only those regions
+//! are resynchronized, and which regions were ever written, so that a
+//! rebuild can skip the rest.
 //!
-//! Interface used by the engine: `start_write` before a member range is
-//! written (returns once the covering regions are durably dirty),
-//! `end_write` after. Offsets are absolute member byte offsets.
+//! Modelled on Linux md's internal bitmap (`drivers/md/md-bitmap.c`): the
+//! members' data area is cut into regions of `region_size` bytes (md's
+//! "bitmap chunk"); before any member write to a region starts, the
+//! region's bit is set on every writable member and made durable
+//! ([`Bitmap::start_write`]); bits are cleared lazily, once a region has
+//! had no write in flight and none started for a whole daemon interval and
+//! the members have been flushed ([`Bitmap::clear_idle`]). One bitmap
+//! serves every Matrix volume of an array: offsets are absolute member
+//! bytes, the same on every member.
+//!
+//! # On-disk format (version 1, integers little-endian)
+//!
+//! The bitmap lives in `[BITMAP_OFFSET, DATA_OFFSET)` = `[64 KiB, 1 MiB)`
+//! of every member (between the superblock and the data area), identical on
+//! every writable member:
+//!
+//! | offset (from `BITMAP_OFFSET`) | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `URAIDBM\x01` |
+//! | 8 | 4 | format version (1) |
+//! | 12 | 4 | header size in bytes (4096) |
+//! | 16 | 8 | region size in bytes (a power of two, at least 4096) |
+//! | 24 | 8 | region count |
+//! | 32 | 8 | first byte covered: absolute member offset (`DATA_OFFSET`) |
+//! | 40 | 8 | end of the bytes covered (absolute member offset, exclusive) |
+//! | 48 | 8 | absolute offset of the bits (`BITMAP_OFFSET + 4096`) |
+//! | 56 | 8 | length of the bits in bytes (a multiple of 4096) |
+//! | 4092 | 4 | CRC-32C (Castagnoli) of header bytes 0..4092 |
+//! | 4096 | ... | the bits: 2 per region, 4 regions per byte |
+//!
+//! Region `r` covers absolute member bytes `[DATA_OFFSET + r * region_size,
+//! DATA_OFFSET + (r + 1) * region_size)` (the last one clipped at the end).
+//! Its bits are in byte `r / 4` of the bits, bit `2 * (r % 4)` (least
+//! significant first) = **dirty** (a write may be under way or not yet
+//! flushed: copies/parity may disagree) and bit `2 * (r % 4) + 1` =
+//! **written** (some write has touched the region since the array was
+//! created; never cleared). Bits past the last region are zero. The bits
+//! have no checksum, on purpose: a 4 KiB block write torn between its old
+//! and new contents leaves each region's bits either old or new, and both
+//! are safe (bits are only set before a write starts, and only cleared for
+//! regions that are already in sync), whereas a checksum would turn a torn
+//! block into a lost bitmap.
+//!
+//! The area holds at most [`MAX_REGIONS`] regions (3,915,776): with the
+//! default 64 MiB regions that is about 250 TB of data area per member.
+//!
+//! # Durability and ordering
+//!
+//! Setting a bit is one write of the 4 KiB block(s) holding it to every
+//! writable member at once (one io_uring, `RWF_DSYNC`, i.e. FUA or a cache
+//! flush), made under a mutex; [`start_write`](Bitmap::start_write) returns
+//! only when at least one member holds it durably. A member whose bitmap
+//! write fails is failed ([`Health::fail`]) and the others go on, as md's
+//! `md_bitmap_unplug` does. Clearing fdatasyncs every writable member first
+//! (so every write that ended is durable) and only then writes the cleared
+//! bits. The argument that clearing never races a starting write is given
+//! at [`Bitmap::clear_idle`].
 
-use crate::Result;
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
-/// The write-intent bitmap of an array.
-#[derive(Debug, Default)]
-pub struct Bitmap {}
+use io_uring::{opcode, types, IoUring};
+
+use crate::health::Health;
+use crate::member::{now_ns, Member};
+use crate::superblock::DATA_OFFSET;
+use crate::{bail, Error, ErrorKind, IoBuf, Result};
+
+/// Absolute member offset of the bitmap area, in bytes (64 KiB); the area
+/// ends where the data area starts ([`DATA_OFFSET`], 1 MiB).
+pub const BITMAP_OFFSET: u64 = 64 << 10;
+/// Default region size in bytes (64 MiB, md's usual bitmap chunk for large
+/// devices).
+pub const DEFAULT_REGION: u64 = 64 << 20;
+/// Magic bytes of the bitmap header.
+pub const MAGIC: &[u8; 8] = b"URAIDBM\x01";
+/// Current format version.
+pub const VERSION: u32 = 1;
+/// Bytes of the header block.
+pub const HEADER_SIZE: usize = 4096;
+/// Absolute member offset of the bits (right after the header).
+pub const BITS_OFFSET: u64 = BITMAP_OFFSET + HEADER_SIZE as u64;
+/// Most regions the area holds (2 bits each in `DATA_OFFSET - BITS_OFFSET`
+/// bytes).
+pub const MAX_REGIONS: u64 = (DATA_OFFSET - BITS_OFFSET) * 4;
+/// Smallest region size in bytes.
+pub const MIN_REGION: u64 = 4096;
+
+/// Bytes of one bitmap block (the unit written when a bit is set).
+const BLOCK: usize = 4096;
+/// Regions per in-memory word (2 bits each in a `u64`).
+const REGIONS_PER_WORD: u64 = 32;
+/// Regions per on-disk block.
+const REGIONS_PER_BLOCK: u64 = BLOCK as u64 * 4;
+/// The dirty bits of a word (even bit positions).
+const DIRTY_BITS: u64 = 0x5555_5555_5555_5555;
+const CRC_AT: usize = HEADER_SIZE - 4;
+
+/// Counters of a bitmap, for `uraid status` and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct BitmapStats {
+    /// Region size in bytes.
+    pub region_size: u64,
+    /// Number of regions.
+    pub regions: u64,
+    /// Regions whose dirty bit is set (durably, in memory's view).
+    pub dirty: u64,
+    /// Regions ever written since the array was created.
+    pub written: u64,
+    /// Bitmap writes made to set bits (each one 4 KiB-block write to every
+    /// writable member) since this bitmap was created or loaded.
+    pub set_writes: u64,
+    /// Regions cleared by [`Bitmap::clear_idle`] since then.
+    pub cleared: u64,
+    /// [`Bitmap::clear_idle`] calls of the daemon that failed.
+    pub clear_errors: u64,
+}
+
+/// The write-intent bitmap of an array (shared by all its volumes and the
+/// control path through an `Arc`).
+pub struct Bitmap {
+    members: Arc<Vec<Member>>,
+    health: Arc<Health>,
+    region_shift: u32,
+    regions: u64,
+    data_end: u64,
+    /// What the members durably hold: 2 bits per region as on disk
+    /// (`REGIONS_PER_WORD` regions per word). A bit is set here only after
+    /// it is durable; a dirty bit is cleared here before the members.
+    image: Box<[AtomicU64]>,
+    /// 1 bit per region: a write started since the last `clear_idle`.
+    touched: Box<[AtomicU64]>,
+    /// 1 bit per region: `clear_idle` is deciding whether to clear it
+    /// (writers then take the slow path).
+    clearing: Box<[AtomicU64]>,
+    /// Writes in flight per region.
+    inflight: Box<[AtomicU32]>,
+    /// Serializes every bitmap write (setters, clearing, copies).
+    io: Mutex<Io>,
+    set_writes: AtomicU64,
+    cleared: AtomicU64,
+    clear_errors: AtomicU64,
+}
+
+/// The ring and the on-disk image buffer (header then bits), under the
+/// mutex.
+struct Io {
+    ring: IoUring,
+    buf: IoBuf,
+}
+
+impl std::fmt::Debug for Bitmap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bitmap").field("stats", &self.stats()).finish()
+    }
+}
+
+/// Bytes of bits for `regions` regions, padded to whole blocks.
+fn bits_bytes(regions: u64) -> usize {
+    (regions.div_ceil(4) as usize).next_multiple_of(BLOCK)
+}
+
+/// Checks the parameters and returns (region shift, region count).
+fn geometry(members: &[Member], health: &Health, region_size: u64, data_end: u64) -> Result<(u32, u64)> {
+    if health.members() != members.len() {
+        bail!(InvalidInput, "member states for {} roles, {} members given", health.members(), members.len());
+    }
+    if members.is_empty() {
+        bail!(InvalidInput, "a write-intent bitmap needs at least one member");
+    }
+    if !region_size.is_power_of_two() || region_size < MIN_REGION {
+        bail!(
+            InvalidInput,
+            "bitmap region size {region_size} bytes is not valid: it must be a power of two of at least 4K \
+             (e.g. 64M, the default)"
+        );
+    }
+    if data_end <= DATA_OFFSET {
+        bail!(InvalidInput, "bitmap: the data area ends at {data_end}, before it starts ({DATA_OFFSET}); nothing to cover");
+    }
+    let regions = (data_end - DATA_OFFSET).div_ceil(region_size);
+    if regions > MAX_REGIONS {
+        let fit = (data_end - DATA_OFFSET).div_ceil(MAX_REGIONS).next_power_of_two().max(MIN_REGION);
+        bail!(
+            InvalidInput,
+            "bitmap region size {} gives {regions} regions over {} bytes of data area, but the bitmap \
+             area holds at most {MAX_REGIONS}; use a region size of {} or more",
+            crate::units::fmt_size(region_size),
+            data_end - DATA_OFFSET,
+            crate::units::fmt_size(fit)
+        );
+    }
+    for m in members {
+        if m.size() < data_end {
+            bail!(TooSmall, "member {} has {} bytes, the bitmap covers up to {data_end}", m.name(), m.size());
+        }
+    }
+    Ok((region_size.trailing_zeros(), regions))
+}
+
+fn new_ring() -> Result<IoUring> {
+    IoUring::new(64).map_err(|e| {
+        Error::new(ErrorKind::Unsupported, format!("cannot set up io_uring for the write-intent bitmap: {e}"))
+    })
+}
+
+/// Sleeps until `deadline_ns` ([`now_ns`] clock), if it is in the future.
+pub(crate) fn sleep_until(deadline_ns: u64) {
+    let now = now_ns();
+    if deadline_ns > now {
+        std::thread::sleep(Duration::from_nanos(deadline_ns - now));
+    }
+}
 
 impl Bitmap {
-    /// Marks the regions covering `[offset, offset+len)` (absolute member
-    /// bytes) dirty, durably, and counts a write in flight on them.
-    pub fn start_write(&self, _offset: u64, _len: u64) -> Result<()> {
+    fn empty(members: Arc<Vec<Member>>, health: Arc<Health>, region_size: u64, data_end: u64) -> Result<Bitmap> {
+        let (region_shift, regions) = geometry(&members, &health, region_size, data_end)?;
+        let words = regions.div_ceil(REGIONS_PER_WORD) as usize;
+        let mut buf = IoBuf::new(HEADER_SIZE + bits_bytes(regions));
+        Self::encode_header(&mut buf[..HEADER_SIZE], region_size, regions, data_end);
+        Ok(Bitmap {
+            members,
+            health,
+            region_shift,
+            regions,
+            data_end,
+            image: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            touched: (0..regions.div_ceil(64) as usize).map(|_| AtomicU64::new(0)).collect(),
+            clearing: (0..regions.div_ceil(64) as usize).map(|_| AtomicU64::new(0)).collect(),
+            inflight: (0..regions as usize).map(|_| AtomicU32::new(0)).collect(),
+            io: Mutex::new(Io { ring: new_ring()?, buf }),
+            set_writes: AtomicU64::new(0),
+            cleared: AtomicU64::new(0),
+            clear_errors: AtomicU64::new(0),
+        })
+    }
+
+    fn encode_header(h: &mut [u8], region_size: u64, regions: u64, data_end: u64) {
+        h.fill(0);
+        h[0..8].copy_from_slice(MAGIC);
+        h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        h[12..16].copy_from_slice(&(HEADER_SIZE as u32).to_le_bytes());
+        h[16..24].copy_from_slice(&region_size.to_le_bytes());
+        h[24..32].copy_from_slice(&regions.to_le_bytes());
+        h[32..40].copy_from_slice(&DATA_OFFSET.to_le_bytes());
+        h[40..48].copy_from_slice(&data_end.to_le_bytes());
+        h[48..56].copy_from_slice(&BITS_OFFSET.to_le_bytes());
+        h[56..64].copy_from_slice(&(bits_bytes(regions) as u64).to_le_bytes());
+        let crc = crc32c::crc32c(&h[..CRC_AT]);
+        h[CRC_AT..HEADER_SIZE].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Creates a bitmap with every bit clear and writes it (header and
+    /// bits, durably) to every writable member.
+    ///
+    /// `region_size` is in bytes; the regions cover absolute member bytes
+    /// `[DATA_OFFSET, data_end)` (`data_end`: the end of the last volume's
+    /// data area on the members). Errors: `InvalidInput` for a region size
+    /// that is not a power of two of at least 4 KiB, or that gives more
+    /// regions than the area holds (the message names the smallest size
+    /// that fits), or `data_end <= DATA_OFFSET`; `TooSmall` for a member
+    /// shorter than `data_end`; `Unsupported` without io_uring; `Io` when
+    /// no writable member took the write (nothing is written on a
+    /// parameter error).
+    pub fn create(members: Arc<Vec<Member>>, health: Arc<Health>, region_size: u64, data_end: u64) -> Result<Bitmap> {
+        let b = Bitmap::empty(members, health, region_size, data_end)?;
+        b.write_whole(None)?;
+        Ok(b)
+    }
+
+    /// Loads the bitmap of an assembled array: the OR of the valid copies
+    /// on the writable (active or rebuilding) members, so a bit set on any
+    /// of them counts. Copies whose header is not a bitmap (wrong magic,
+    /// version or CRC) are skipped and then rewritten with the merged
+    /// bitmap; a member that cannot be read is failed ([`Health::fail`]).
+    ///
+    /// Errors: as [`create`](Self::create) for the parameters;
+    /// `Superblock` when no writable member holds a valid bitmap, or when
+    /// a valid one was made with another region size or data end than
+    /// given (the message says which).
+    pub fn load(members: Arc<Vec<Member>>, health: Arc<Health>, region_size: u64, data_end: u64) -> Result<Bitmap> {
+        let b = Bitmap::empty(members, health, region_size, data_end)?;
+        let len = HEADER_SIZE + bits_bytes(b.regions);
+        let mut valid = 0usize;
+        let mut bad: Vec<u32> = Vec::new();
+        let mut buf = IoBuf::new(len);
+        for (m, member) in b.members.iter().enumerate() {
+            let m = m as u32;
+            if !b.health.writable(m) {
+                continue;
+            }
+            if member.read_exact_at(&mut buf, BITMAP_OFFSET).is_err() {
+                let _ = b.health.fail(m);
+                continue;
+            }
+            let h = &buf[..HEADER_SIZE];
+            let crc = u32::from_le_bytes(h[CRC_AT..].try_into().expect("4 bytes"));
+            if &h[0..8] != MAGIC
+                || u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")) != VERSION
+                || crc != crc32c::crc32c(&h[..CRC_AT])
+            {
+                bad.push(m);
+                continue;
+            }
+            let field = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().expect("8 bytes"));
+            if field(16) != region_size || field(24) != b.regions || field(40) != data_end {
+                bail!(
+                    Superblock,
+                    "the write-intent bitmap on member {} has region size {} and covers up to {}, but \
+                     the array's superblock says region size {region_size} up to {data_end}; the member \
+                     belongs to another array or was not updated",
+                    member.name(),
+                    field(16),
+                    field(40)
+                );
+            }
+            valid += 1;
+            for (w, word) in b.image.iter().enumerate() {
+                let at = HEADER_SIZE + w * 8;
+                let v = u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
+                word.fetch_or(v & b.word_mask(w), Ordering::Relaxed);
+            }
+        }
+        if valid == 0 {
+            bail!(
+                Superblock,
+                "no writable member holds a valid write-intent bitmap at offset {BITMAP_OFFSET}; \
+                 assemble with the bitmap off and let a full resync run, or recreate the bitmap"
+            );
+        }
+        for m in bad {
+            b.write_whole(Some(m))?;
+        }
+        Ok(b)
+    }
+
+    /// Valid bits of image word `w` (0 for regions past the last).
+    fn word_mask(&self, w: usize) -> u64 {
+        let first = w as u64 * REGIONS_PER_WORD;
+        let n = (self.regions - first).min(REGIONS_PER_WORD);
+        if n == REGIONS_PER_WORD {
+            u64::MAX
+        } else {
+            (1u64 << (2 * n)) - 1
+        }
+    }
+
+    /// Region size in bytes.
+    pub fn region_size(&self) -> u64 {
+        1 << self.region_shift
+    }
+
+    /// Number of regions.
+    pub fn regions(&self) -> u64 {
+        self.regions
+    }
+
+    /// End of the bytes covered (absolute member offset, exclusive).
+    pub fn data_end(&self) -> u64 {
+        self.data_end
+    }
+
+    /// Regions `[r0, r1)` covering absolute member bytes `[offset,
+    /// offset+len)`, `len > 0`.
+    fn regions_of(&self, offset: u64, len: u64) -> Result<(usize, usize)> {
+        let end = offset.checked_add(len).filter(|&e| offset >= DATA_OFFSET && e <= self.data_end);
+        let Some(end) = end else {
+            bail!(
+                OutOfRange,
+                "write-intent bitmap: member bytes [{offset}, +{len}) are outside the data area \
+                 [{DATA_OFFSET}, {}) it covers",
+                self.data_end
+            );
+        };
+        let r0 = (offset - DATA_OFFSET) >> self.region_shift;
+        let r1 = ((end - 1 - DATA_OFFSET) >> self.region_shift) + 1;
+        Ok((r0 as usize, r1 as usize))
+    }
+
+    fn dirty_bit(r: usize) -> (usize, u64) {
+        (r / REGIONS_PER_WORD as usize, 1u64 << (2 * (r % REGIONS_PER_WORD as usize)))
+    }
+
+    fn is_dirty(&self, r: usize) -> bool {
+        let (w, bit) = Self::dirty_bit(r);
+        self.image[w].load(Ordering::SeqCst) & bit != 0
+    }
+
+    /// Marks the regions covering absolute member bytes `[offset,
+    /// offset+len)` dirty and written, durably, and counts one write in
+    /// flight on each; call [`end_write`](Self::end_write) with the same
+    /// range once the member writes have completed (successfully or not).
+    ///
+    /// When the bits are already durably set this is a few atomic
+    /// operations per region (no lock, no system call). Otherwise one
+    /// write of the block(s) holding the bits goes to every writable member
+    /// with `RWF_DSYNC`, under the bitmap's mutex; a member that fails it
+    /// is failed in [`Health`] and skipped. `len` 0 does nothing.
+    ///
+    /// Errors (and then nothing is counted in flight): `OutOfRange` when
+    /// the range is outside `[DATA_OFFSET, data_end)`; `Io` when no member
+    /// took the bitmap write.
+    pub fn start_write(&self, offset: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let (r0, r1) = self.regions_of(offset, len)?;
+        let mut need = false;
+        for r in r0..r1 {
+            // Dekker with clear_idle: in flight and touched first, then
+            // the clearing bit, then the dirty bit (all SeqCst; see
+            // clear_idle).
+            self.inflight[r].fetch_add(1, Ordering::SeqCst);
+            let (tw, tbit) = (r / 64, 1u64 << (r % 64));
+            if self.touched[tw].load(Ordering::SeqCst) & tbit == 0 {
+                self.touched[tw].fetch_or(tbit, Ordering::SeqCst);
+            }
+            need |= self.clearing[tw].load(Ordering::SeqCst) & tbit != 0 || !self.is_dirty(r);
+        }
+        if !need {
+            return Ok(());
+        }
+        let r = self.set_bits(r0, r1);
+        if r.is_err() {
+            self.end_regions(r0, r1);
+        }
+        r
+    }
+
+    /// Slow path of `start_write`: sets the dirty and written bits of
+    /// regions `[r0, r1)` on the members, then in memory.
+    fn set_bits(&self, r0: usize, r1: usize) -> Result<()> {
+        let mut io = self.lock_io();
+        if (r0..r1).all(|r| self.is_dirty(r)) {
+            return Ok(()); // another setter did it while we waited
+        }
+        let b0 = r0 / REGIONS_PER_BLOCK as usize;
+        let b1 = (r1 - 1) / REGIONS_PER_BLOCK as usize + 1;
+        self.fill_blocks(&mut io, b0, b1);
+        // Both bits of regions [r0, r1) in the buffer.
+        for r in r0..r1 {
+            let byte = HEADER_SIZE + r / 4;
+            io.buf[byte] |= 0b11 << (2 * (r % 4));
+        }
+        self.write_members(&mut io, HEADER_SIZE + b0 * BLOCK, (b1 - b0) * BLOCK, None)?;
+        for r in r0..r1 {
+            let (w, bit) = Self::dirty_bit(r);
+            self.image[w].fetch_or(bit | bit << 1, Ordering::SeqCst);
+        }
+        self.set_writes.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Ends a write started with [`start_write`](Self::start_write).
-    pub fn end_write(&self, _offset: u64, _len: u64) {}
+    fn end_regions(&self, r0: usize, r1: usize) {
+        for r in r0..r1 {
+            let prev = self.inflight[r].fetch_sub(1, Ordering::Release);
+            debug_assert!(prev > 0, "end_write without start_write on region {r}");
+        }
+    }
+
+    /// Ends a write started with [`start_write`](Self::start_write) over
+    /// the same absolute member range (only after a successful
+    /// `start_write`). The bits stay set until
+    /// [`clear_idle`](Self::clear_idle) clears them. A range outside the
+    /// bitmap is ignored (`start_write` refused it).
+    pub fn end_write(&self, offset: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        if let Ok((r0, r1)) = self.regions_of(offset, len) {
+            self.end_regions(r0, r1);
+        }
+    }
+
+    /// The absolute member byte ranges of the dirty regions, merged and in
+    /// order (the last clipped at the data end): what a resync after an
+    /// unclean stop must cover.
+    pub fn dirty(&self) -> Vec<Range<u64>> {
+        let mut out: Vec<Range<u64>> = Vec::new();
+        for r in 0..self.regions as usize {
+            if !self.is_dirty(r) {
+                continue;
+            }
+            let start = DATA_OFFSET + ((r as u64) << self.region_shift);
+            let end = (start + self.region_size()).min(self.data_end);
+            match out.last_mut() {
+                Some(last) if last.end == start => last.end = end,
+                _ => out.push(start..end),
+            }
+        }
+        out
+    }
+
+    fn is_written(&self, r: usize) -> bool {
+        let (w, bit) = Self::dirty_bit(r);
+        self.image[w].load(Ordering::SeqCst) & (bit << 1) != 0
+    }
+
+    /// True once any write touched the region holding absolute member byte
+    /// `offset` (the written bit is never cleared). A region never written
+    /// holds zeros on every member (array creation zeroes the data area),
+    /// so a rebuild may zero it instead of reconstructing it. Offsets
+    /// outside the covered range answer true (nothing is known there).
+    pub fn written(&self, offset: u64) -> bool {
+        match self.regions_of(offset, 1) {
+            Ok((r, _)) => self.is_written(r),
+            Err(_) => true,
+        }
+    }
+
+    /// True when any region overlapping absolute member bytes `[start,
+    /// end)` was ever written (see [`written`](Self::written)); true for a
+    /// range not inside the covered bytes, false for an empty one.
+    pub fn written_range(&self, start: u64, end: u64) -> bool {
+        if end <= start {
+            return false;
+        }
+        match self.regions_of(start, end - start) {
+            Ok((r0, r1)) => (r0..r1).any(|r| self.is_written(r)),
+            Err(_) => true,
+        }
+    }
+
+    /// Clears lazily: the dirty regions that have no write in flight and
+    /// had none started since the previous call. fdatasyncs every writable
+    /// member first (so every write that ended is durable), then clears the
+    /// bits in memory and writes the changed blocks durably. Returns the
+    /// number of regions cleared. Meant to run every few seconds
+    /// ([`start_daemon`](Self::start_daemon)).
+    ///
+    /// Why it never clears a region a write is using (Dekker's pattern,
+    /// every access below `SeqCst`): a writer increments the region's
+    /// in-flight count (W1), sets its touched bit (W2), reads the region's
+    /// clearing bit (W3), then its dirty bit (W4), and writes member data
+    /// only if W3 saw clearing unset and W4 saw dirty set, or else after
+    /// taking the mutex and setting the dirty bit itself, durably. This
+    /// function, under the same mutex, takes the regions whose touched bit
+    /// it swaps to 0 (C1) and whose count is 0, flushes, and for each sets
+    /// the clearing bit (C2), re-reads the count and the touched bit (C3),
+    /// and only if both are still clear clears the dirty bit (C4); it then
+    /// unsets the clearing bit (C5), and writes the blocks of the cleared
+    /// regions. In the single total order of `SeqCst` operations: if W3
+    /// comes before C2, then W1 and W2 came before C3, which sees them, so
+    /// the region is kept; if W3 falls between C2 and C5, the writer sees
+    /// clearing and takes the slow path, which waits for this call to end;
+    /// if W3 comes after C5, then W4 comes after C4 and sees the dirty bit
+    /// as this call left it (cleared: the writer sets it again; kept: it is
+    /// still durably set). A writer that ended before C1 had its data made
+    /// durable by the flush. So the in-memory dirty bit of a region never
+    /// changes while a write is in flight on it, and neither does the bit
+    /// on the members.
+    ///
+    /// Errors: `Io` when no member took the write of the cleared bits (the
+    /// members then still have them set, which is safe). A member that
+    /// fails the flush or the write is failed in [`Health`].
+    pub fn clear_idle(&self) -> Result<usize> {
+        let mut io = self.lock_io();
+        let mut cand: Vec<usize> = Vec::new();
+        for (tw, t) in self.touched.iter().enumerate() {
+            let touched = t.swap(0, Ordering::SeqCst);
+            for r in tw * 64..((tw + 1) * 64).min(self.regions as usize) {
+                if touched & (1 << (r % 64)) == 0 && self.is_dirty(r) && self.inflight[r].load(Ordering::SeqCst) == 0 {
+                    cand.push(r);
+                }
+            }
+        }
+        if cand.is_empty() {
+            return Ok(0);
+        }
+        self.sync_members()?;
+        let mut cleared: Vec<usize> = Vec::with_capacity(cand.len());
+        for r in cand {
+            let (w, bit) = Self::dirty_bit(r);
+            let (tw, tbit) = (r / 64, 1u64 << (r % 64));
+            self.clearing[tw].fetch_or(tbit, Ordering::SeqCst);
+            if self.inflight[r].load(Ordering::SeqCst) == 0 && self.touched[tw].load(Ordering::SeqCst) & tbit == 0 {
+                self.image[w].fetch_and(!bit, Ordering::SeqCst);
+                cleared.push(r);
+            }
+            self.clearing[tw].fetch_and(!tbit, Ordering::SeqCst);
+        }
+        if cleared.is_empty() {
+            return Ok(0);
+        }
+        let b0 = cleared[0] / REGIONS_PER_BLOCK as usize;
+        let b1 = cleared[cleared.len() - 1] / REGIONS_PER_BLOCK as usize + 1;
+        self.fill_blocks(&mut io, b0, b1);
+        self.write_members(&mut io, HEADER_SIZE + b0 * BLOCK, (b1 - b0) * BLOCK, None)?;
+        self.cleared.fetch_add(cleared.len() as u64, Ordering::Relaxed);
+        Ok(cleared.len())
+    }
+
+    /// Clears every dirty bit, in memory and durably on every writable
+    /// member (after an fdatasync of each). For the end of a resync or a
+    /// clean stop: the caller guarantees that no write is in flight or
+    /// starts meanwhile. Errors: `Io` when no member took the write.
+    pub fn clear_all(&self) -> Result<()> {
+        let mut io = self.lock_io();
+        self.sync_members()?;
+        for w in self.image.iter() {
+            w.fetch_and(!DIRTY_BITS, Ordering::SeqCst);
+        }
+        let blocks = bits_bytes(self.regions) / BLOCK;
+        self.fill_blocks(&mut io, 0, blocks);
+        self.write_members(&mut io, 0, HEADER_SIZE + blocks * BLOCK, None)?;
+        Ok(())
+    }
+
+    /// Writes the whole bitmap (header and bits, durably) to role `member`,
+    /// e.g. a spare that joins the array. Errors: `InvalidInput` for a role
+    /// out of range; `Io` (and the member is failed) when the write fails.
+    pub fn write_to(&self, member: u32) -> Result<()> {
+        if member as usize >= self.members.len() {
+            bail!(InvalidInput, "member role {member} is out of range: the array has {} roles", self.members.len());
+        }
+        self.write_whole(Some(member))
+    }
+
+    /// Writes header and bits to `only`, or to every writable member.
+    fn write_whole(&self, only: Option<u32>) -> Result<()> {
+        let mut io = self.lock_io();
+        let blocks = bits_bytes(self.regions) / BLOCK;
+        self.fill_blocks(&mut io, 0, blocks);
+        self.write_members(&mut io, 0, HEADER_SIZE + blocks * BLOCK, only)
+    }
+
+    fn lock_io(&self) -> MutexGuard<'_, Io> {
+        self.io.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Copies bits blocks `[b0, b1)` of the image into the buffer.
+    fn fill_blocks(&self, io: &mut Io, b0: usize, b1: usize) {
+        let words_per_block = BLOCK / 8;
+        for w in b0 * words_per_block..b1 * words_per_block {
+            let v = self.image.get(w).map_or(0, |x| x.load(Ordering::SeqCst));
+            let at = HEADER_SIZE + w * 8;
+            io.buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    /// fdatasyncs every writable member; one that fails is failed. Errors:
+    /// `Io` when none succeeded.
+    fn sync_members(&self) -> Result<()> {
+        let mut ok = 0;
+        let mut last: Option<Error> = None;
+        for (m, member) in self.members.iter().enumerate() {
+            if !self.health.writable(m as u32) {
+                continue;
+            }
+            match member.file().sync_data() {
+                Ok(()) => ok += 1,
+                Err(e) => {
+                    let _ = self.health.fail(m as u32);
+                    last = Some(Error::io("cannot flush", std::path::Path::new(member.name()), e));
+                }
+            }
+        }
+        match last {
+            Some(e) if ok == 0 => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes `io.buf[at..at+len]` to byte `BITMAP_OFFSET + at` of `only`
+    /// or of every writable member, all at once, each with `RWF_DSYNC`.
+    /// A member whose write fails is failed in [`Health`] (the hook's own
+    /// error is ignored here: the member is out either way). Errors: `Io`
+    /// when no member took it.
+    fn write_members(&self, io: &mut Io, at: usize, len: usize, only: Option<u32>) -> Result<()> {
+        let targets: Vec<u32> = match only {
+            Some(m) => vec![m],
+            None => (0..self.members.len() as u32).filter(|&m| self.health.writable(m)).collect(),
+        };
+        if targets.is_empty() {
+            bail!(Io, "no writable member is left to hold the write-intent bitmap");
+        }
+        let offset = BITMAP_OFFSET + at as u64;
+        let mut deadline = 0;
+        let ptr = io.buf[at..].as_ptr();
+        let mut results: Vec<i32> = vec![i32::MIN; self.members.len()];
+        for chunk in targets.chunks(32) {
+            {
+                let mut sq = io.ring.submission();
+                for &m in chunk {
+                    let member = &self.members[m as usize];
+                    if let Some(t) = member.throttle() {
+                        deadline = deadline.max(t.admit(len as u64, now_ns()));
+                    }
+                    let e = opcode::Write::new(types::Fd(member.file().as_raw_fd()), ptr, len as u32)
+                        .offset(offset)
+                        .rw_flags(libc::RWF_DSYNC)
+                        .build()
+                        .user_data(m as u64);
+                    // SAFETY: the buffer (io.buf, borrowed mutably through
+                    // `io` for this whole call) and the descriptors (owned
+                    // by self.members) stay valid until every completion is
+                    // reaped below; the ring has 64 entries and at most 32
+                    // are pushed between reaps.
+                    unsafe { sq.push(&e).expect("ring has room for 32 entries") };
+                }
+            }
+            let mut reaped = 0;
+            while reaped < chunk.len() {
+                if let Err(e) = io.ring.submit_and_wait(chunk.len() - reaped) {
+                    if e.raw_os_error() == Some(libc::EINTR) {
+                        continue;
+                    }
+                    // Entries may still be in flight: retire this ring (its
+                    // late completions must not be taken for the next
+                    // call's) and give up on this write.
+                    if let Ok(r) = new_ring() {
+                        io.ring = r;
+                    }
+                    return Err(Error::new(ErrorKind::Io, format!("io_uring failed for the write-intent bitmap: {e}")));
+                }
+                for cqe in io.ring.completion() {
+                    results[cqe.user_data() as usize] = cqe.result();
+                    reaped += 1;
+                }
+            }
+        }
+        sleep_until(deadline);
+        let mut ok = 0;
+        let mut last = String::new();
+        for &m in &targets {
+            let r = results[m as usize];
+            if r == len as i32 {
+                ok += 1;
+                continue;
+            }
+            last = if r < 0 {
+                format!("{}: {}", self.members[m as usize].name(), std::io::Error::from_raw_os_error(-r))
+            } else {
+                format!("{}: short write of {r} bytes out of {len}", self.members[m as usize].name())
+            };
+            let _ = self.health.fail(m);
+        }
+        if ok == 0 {
+            bail!(Io, "cannot write the write-intent bitmap at offset {offset} to any member (last: {last})");
+        }
+        Ok(())
+    }
+
+    /// Counters of this bitmap.
+    pub fn stats(&self) -> BitmapStats {
+        let mut dirty = 0;
+        let mut written = 0;
+        for w in self.image.iter() {
+            let v = w.load(Ordering::Relaxed);
+            dirty += (v & DIRTY_BITS).count_ones() as u64;
+            written += (v & (DIRTY_BITS << 1)).count_ones() as u64;
+        }
+        BitmapStats {
+            region_size: self.region_size(),
+            regions: self.regions,
+            dirty,
+            written,
+            set_writes: self.set_writes.load(Ordering::Relaxed),
+            cleared: self.cleared.load(Ordering::Relaxed),
+            clear_errors: self.clear_errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Starts a thread that calls [`clear_idle`](Self::clear_idle) every
+    /// `interval` (md's `bitmap daemon_sleep`, 5 s by default there). A
+    /// failed call is counted in [`BitmapStats::clear_errors`] and the
+    /// thread goes on. The thread stops, and is joined, when the returned
+    /// handle is dropped.
+    pub fn start_daemon(self: &Arc<Self>, interval: Duration) -> BitmapDaemon {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let (b, s) = (self.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("uraid-bitmap".into())
+            .spawn(move || {
+                let (lock, cv) = &*s;
+                let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    let (g, _) = cv.wait_timeout(stopped, interval).unwrap_or_else(|e| e.into_inner());
+                    stopped = g;
+                    if *stopped {
+                        return;
+                    }
+                    drop(stopped);
+                    if b.clear_idle().is_err() {
+                        b.clear_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+                }
+            })
+            .expect("cannot start the bitmap daemon thread");
+        BitmapDaemon { stop, thread: Some(thread) }
+    }
+}
+
+/// The thread started by [`Bitmap::start_daemon`]; dropping it stops and
+/// joins the thread.
+#[derive(Debug)]
+pub struct BitmapDaemon {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for BitmapDaemon {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.stop;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::MemberState;
+    use crate::member::{MemSpec, MemberSpec, OpenMode};
+    use std::sync::atomic::AtomicBool;
+
+    const RW: OpenMode = OpenMode { write: true, exclusive: false };
+    const R64K: u64 = 64 << 10;
+
+    fn mem(size: u64) -> Member {
+        Member::open(&MemberSpec::Mem(MemSpec { size, limits: Default::default() }), RW).unwrap()
+    }
+
+    fn mems(n: usize, size: u64) -> (Arc<Vec<Member>>, Arc<Health>) {
+        (Arc::new((0..n).map(|_| mem(size)).collect()), Arc::new(Health::new(n)))
+    }
+
+    /// The two bits of region `r` as stored on member `m`.
+    fn disk_bits(members: &[Member], m: usize, r: u64) -> u8 {
+        let mut buf = IoBuf::new(BLOCK);
+        let block = r / REGIONS_PER_BLOCK;
+        members[m].read_exact_at(&mut buf, BITS_OFFSET + block * BLOCK as u64).unwrap();
+        let r = r % REGIONS_PER_BLOCK;
+        (buf[(r / 4) as usize] >> (2 * (r % 4))) & 0b11
+    }
+
+    fn reg(r: u64) -> u64 {
+        DATA_OFFSET + r * R64K
+    }
+
+    #[test]
+    fn start_write_sets_bits_durably_and_fast_path_writes_nothing() {
+        let (ms, h) = mems(3, 8 << 20);
+        let end = DATA_OFFSET + (4 << 20); // 64 regions of 64 KiB
+        let b = Bitmap::create(ms.clone(), h.clone(), R64K, end).unwrap();
+        assert_eq!(b.stats().regions, 64);
+        assert!(b.dirty().is_empty());
+        // Crosses regions 1 and 2.
+        b.start_write(reg(2) - 4096, 8192).unwrap();
+        assert_eq!(b.stats().set_writes, 1);
+        for m in 0..3 {
+            assert_eq!(disk_bits(&ms, m, 1), 0b11, "member {m}");
+            assert_eq!(disk_bits(&ms, m, 2), 0b11, "member {m}");
+            assert_eq!(disk_bits(&ms, m, 0), 0, "member {m}");
+        }
+        // Already dirty: no bitmap write.
+        b.start_write(reg(1), 4096).unwrap();
+        assert_eq!(b.stats().set_writes, 1);
+        b.end_write(reg(1), 4096);
+        b.end_write(reg(2) - 4096, 8192);
+        assert_eq!(b.dirty(), vec![reg(1)..reg(3)]);
+        assert!(b.written(reg(1)) && b.written(reg(2) + 5) && !b.written(reg(0)) && !b.written(reg(3)));
+        assert!(b.written_range(reg(0), reg(1) + 1) && !b.written_range(reg(3), reg(64)));
+        // Reloading from the members sees the same bits.
+        let l = Bitmap::load(ms.clone(), h.clone(), R64K, end).unwrap();
+        assert_eq!(l.dirty(), vec![reg(1)..reg(3)]);
+        assert!(l.written(reg(1)) && !l.written(reg(0)));
+        // Last region: dirty range is clipped at the data end.
+        b.start_write(end - 4096, 4096).unwrap();
+        assert_eq!(b.dirty().last().unwrap().end, end);
+        // Out of range.
+        assert_eq!(b.start_write(DATA_OFFSET - 4096, 4096).unwrap_err().kind(), ErrorKind::OutOfRange);
+        assert_eq!(b.start_write(end, 4096).unwrap_err().kind(), ErrorKind::OutOfRange);
+        assert_eq!(b.start_write(u64::MAX - 10, 4096).unwrap_err().kind(), ErrorKind::OutOfRange);
+    }
+
+    #[test]
+    fn clear_idle_clears_only_idle_regions_and_reload_agrees() {
+        let (ms, h) = mems(2, 8 << 20);
+        let end = DATA_OFFSET + (4 << 20);
+        let b = Bitmap::create(ms.clone(), h.clone(), R64K, end).unwrap();
+        b.start_write(reg(3), 4096).unwrap(); // A: ends at once
+        b.end_write(reg(3), 4096);
+        b.start_write(reg(7), 4096).unwrap(); // B: stays in flight
+        // A write started since the previous call: not yet.
+        assert_eq!(b.clear_idle().unwrap(), 0);
+        assert_eq!(b.clear_idle().unwrap(), 1);
+        assert_eq!(b.dirty(), vec![reg(7)..reg(8)]);
+        for m in 0..2 {
+            assert_eq!(disk_bits(&ms, m, 3), 0b10, "written stays, dirty cleared");
+            assert_eq!(disk_bits(&ms, m, 7), 0b11);
+        }
+        let l = Bitmap::load(ms.clone(), h.clone(), R64K, end).unwrap();
+        assert_eq!(l.dirty(), vec![reg(7)..reg(8)]);
+        assert!(l.written(reg(3)));
+        b.end_write(reg(7), 4096);
+        assert_eq!(b.clear_idle().unwrap(), 1);
+        assert!(b.dirty().is_empty());
+        assert_eq!(b.stats().cleared, 2);
+        // A cleared region is set again (durably) by the next write.
+        b.start_write(reg(3), 4096).unwrap();
+        assert_eq!(disk_bits(&ms, 1, 3), 0b11);
+        b.end_write(reg(3), 4096);
+        b.clear_all().unwrap();
+        assert!(b.dirty().is_empty());
+        assert_eq!(disk_bits(&ms, 0, 3), 0b10);
+        assert!(Bitmap::load(ms, h, R64K, end).unwrap().dirty().is_empty());
+    }
+
+    #[test]
+    fn concurrent_start_write_and_clear_idle_never_clear_a_busy_region() {
+        let (ms, h) = mems(2, 4 << 20);
+        let end = DATA_OFFSET + (1 << 20); // 16 regions: heavy contention
+        let b = Arc::new(Bitmap::create(ms.clone(), h.clone(), R64K, end).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let clearer = {
+            let (b, stop) = (b.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut cleared = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    cleared += b.clear_idle().unwrap();
+                }
+                cleared
+            })
+        };
+        let writers: Vec<_> = (0..3u64)
+            .map(|t| {
+                let (b, ms) = (b.clone(), ms.clone());
+                std::thread::spawn(move || {
+                    let mut x = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                    for i in 0..3000u64 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let r = x % 16;
+                        let len = if x & 0x100 != 0 { 2 * R64K } else { 4096 };
+                        let off = reg(r).min(end - len);
+                        b.start_write(off, len).unwrap();
+                        let (r0, r1) = b.regions_of(off, len).unwrap();
+                        for r in r0..r1 {
+                            assert!(b.is_dirty(r), "region {r} clear in memory with a write in flight");
+                            if i % 8 == 0 {
+                                assert_eq!(disk_bits(&ms, (i % 2) as usize, r as u64) & 1, 1, "region {r} clear on disk");
+                            }
+                        }
+                        if x & 0x200 != 0 {
+                            std::thread::yield_now();
+                        }
+                        b.end_write(off, len);
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        let cleared = clearer.join().unwrap();
+        assert!(cleared > 0, "the clearer never cleared anything: the test did not exercise the race");
+        assert!(b.stats().set_writes > 1);
+        // Idle now: two calls clear everything, and the members agree.
+        b.clear_idle().unwrap();
+        b.clear_idle().unwrap();
+        assert!(b.dirty().is_empty());
+        assert!(Bitmap::load(ms, h, R64K, end).unwrap().dirty().is_empty());
+    }
+
+    #[test]
+    fn a_failing_member_is_failed_and_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ro");
+        std::fs::write(&p, vec![0u8; 4 << 20]).unwrap();
+        let ro = || Member::open(&MemberSpec::Path(p.clone()), OpenMode { write: false, exclusive: false }).unwrap();
+        let end = DATA_OFFSET + (1 << 20);
+        // Member 1 refuses writes (opened read-only): create fails it and
+        // goes on with member 0.
+        let ms = Arc::new(vec![mem(4 << 20), ro(), mem(4 << 20)]);
+        let h = Arc::new(Health::new(3));
+        h.set_state(2, MemberState::Spare);
+        let b = Bitmap::create(ms.clone(), h.clone(), R64K, end).unwrap();
+        assert_eq!(h.state(1), MemberState::Faulty);
+        b.start_write(reg(2), 4096).unwrap();
+        assert_eq!(disk_bits(&ms, 0, 2), 0b11);
+        assert_eq!(disk_bits(&ms, 1, 2), 0, "read-only member untouched");
+        assert_eq!(disk_bits(&ms, 2, 2), 0, "spare is not written");
+        // The spare joins: it gets a copy.
+        h.set_state(2, MemberState::Active);
+        b.write_to(2).unwrap();
+        assert_eq!(disk_bits(&ms, 2, 2), 0b11);
+        assert!(b.write_to(3).is_err());
+        // Only a failing member: nothing took the write.
+        let ms = Arc::new(vec![ro()]);
+        let h = Arc::new(Health::new(1));
+        let e = Bitmap::create(ms, h.clone(), R64K, end).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+        // A member marked faulty first is simply not written.
+        let (ms, h) = mems(2, 4 << 20);
+        h.fail(0).unwrap();
+        let b = Bitmap::create(ms.clone(), h.clone(), R64K, end).unwrap();
+        b.start_write(reg(0), 4096).unwrap();
+        assert_eq!(disk_bits(&ms, 0, 0), 0);
+        assert_eq!(disk_bits(&ms, 1, 0), 0b11);
+    }
+
+    #[test]
+    fn start_write_fails_and_counts_nothing_when_no_member_takes_it() {
+        let (ms, h) = mems(2, 4 << 20);
+        let end = DATA_OFFSET + (1 << 20);
+        let b = Bitmap::create(ms, h.clone(), R64K, end).unwrap();
+        h.fail(0).unwrap();
+        h.fail(1).unwrap();
+        assert_eq!(b.start_write(reg(1), 4096).unwrap_err().kind(), ErrorKind::Io);
+        assert_eq!(b.inflight[1].load(Ordering::SeqCst), 0);
+        assert!(b.dirty().is_empty());
+    }
+
+    #[test]
+    fn bad_parameters_are_refused_before_writing() {
+        let (ms, h) = mems(1, 4 << 20);
+        let e = Bitmap::create(ms.clone(), h.clone(), 3 << 20, DATA_OFFSET + (1 << 20)).unwrap_err();
+        assert!(e.to_string().contains("power of two"), "{e}");
+        // 1 TiB of data area in 64 KiB regions is too many; 512K fits.
+        let e = Bitmap::empty(ms.clone(), h.clone(), R64K, DATA_OFFSET + (1 << 40)).unwrap_err();
+        assert!(e.to_string().contains("use a region size of 512K or more"), "{e}");
+        assert!(Bitmap::create(ms.clone(), h.clone(), R64K, DATA_OFFSET).is_err());
+        assert_eq!(Bitmap::create(ms.clone(), h.clone(), R64K, 8 << 20).unwrap_err().kind(), ErrorKind::TooSmall);
+        let mut buf = IoBuf::new(HEADER_SIZE);
+        ms[0].read_exact_at(&mut buf, BITMAP_OFFSET).unwrap();
+        assert!(buf.iter().all(|&x| x == 0), "a refused create wrote something");
+        // No bitmap on the members yet.
+        assert_eq!(Bitmap::load(ms, h, R64K, DATA_OFFSET + (1 << 20)).unwrap_err().kind(), ErrorKind::Superblock);
+    }
+
+    #[test]
+    fn load_checks_parameters_ors_copies_and_heals_a_bad_copy() {
+        let (ms, h) = mems(3, 4 << 20);
+        let end = DATA_OFFSET + (2 << 20);
+        let b = Bitmap::create(ms.clone(), h.clone(), R64K, end).unwrap();
+        let e = Bitmap::load(ms.clone(), h.clone(), 2 * R64K, end).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Superblock);
+        assert!(e.to_string().contains("region size 65536"), "{e}");
+        // Region 5 dirty on member 2 only (member 0 and 1 were out).
+        h.set_state(0, MemberState::Spare);
+        h.set_state(1, MemberState::Spare);
+        b.start_write(reg(5), 4096).unwrap();
+        h.set_state(0, MemberState::Active);
+        h.set_state(1, MemberState::Active);
+        // Member 1's header is garbage.
+        let junk = IoBuf::new(HEADER_SIZE);
+        ms[1].write_all_at(&junk, BITMAP_OFFSET).unwrap();
+        let l = Bitmap::load(ms.clone(), h.clone(), R64K, end).unwrap();
+        assert_eq!(l.dirty(), vec![reg(5)..reg(6)]);
+        // Member 1 was healed with the merged bitmap.
+        assert_eq!(disk_bits(&ms, 1, 5), 0b11);
+        h.fail(2).unwrap();
+        assert_eq!(Bitmap::load(ms, h, R64K, end).unwrap().dirty(), vec![reg(5)..reg(6)]);
+    }
+
+    #[test]
+    fn daemon_clears_idle_regions_and_stops_on_drop() {
+        let (ms, h) = mems(2, 4 << 20);
+        let end = DATA_OFFSET + (1 << 20);
+        let b = Arc::new(Bitmap::create(ms, h, R64K, end).unwrap());
+        let d = b.start_daemon(Duration::from_millis(10));
+        b.start_write(reg(4), 4096).unwrap();
+        b.end_write(reg(4), 4096);
+        let t = std::time::Instant::now();
+        while !b.dirty().is_empty() {
+            assert!(t.elapsed() < Duration::from_secs(5), "the daemon did not clear the region");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(d);
+        b.start_write(reg(4), 4096).unwrap();
+        b.end_write(reg(4), 4096);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(b.dirty(), vec![reg(4)..reg(5)], "the daemon still runs after drop");
+        assert_eq!(Arc::strong_count(&b), 1, "the daemon thread still holds the bitmap");
+    }
 }

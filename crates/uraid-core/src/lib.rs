@@ -11,6 +11,7 @@
 //! - [`parity`]: P and Q (RAID 5 and 6) kernels, picked at run time.
 //! - [`health`], [`locks`], [`bitmap`]: member states, per-stripe locks and
 //!   the write-intent bitmap shared by the data and control paths.
+//! - [`maint`]: rebuild, scrub (check / repair) and resync.
 //!
 //! Sizes are bytes unless a name says otherwise; MB/s means 10^6 bytes/s.
 
@@ -23,6 +24,7 @@ pub mod geometry;
 pub mod health;
 pub mod layout;
 pub mod locks;
+pub mod maint;
 pub mod member;
 pub mod parity;
 pub mod signature;
