@@ -1263,7 +1263,16 @@ impl Array {
                     })
                     .collect();
                 if !mine.is_empty() {
-                    crate::maint::resync(vol, &mine)?;
+                    let (_, report) = crate::maint::resync_report(vol, &mine)?;
+                    if report.stripes_unchecked > 0 {
+                        self.warnings.push(format!(
+                            "{}: {} stripe(s) written when the array stopped uncleanly could not be resynced \
+                             because a member is missing (RAID 5/6 write hole); their data in the missing \
+                             member's chunks may be wrong",
+                            describe_volume(v),
+                            report.stripes_unchecked
+                        ));
+                    }
                 }
             }
             if let Some(b) = &self.bitmap {

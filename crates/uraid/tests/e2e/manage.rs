@@ -491,6 +491,95 @@ fn a_spare_takes_over_a_failed_role() {
     assert_eq!((st["members"][1]["device"].as_str(), st["volumes"][0]["state"].as_str()), (Some(f[3]), Some("rebuilding")), "{st}");
 }
 
+/// Assembles the array on `files`, marks `[at, at + len)` (absolute member
+/// bytes) in the write-intent bitmap as the engine does before a write,
+/// writes `per_member[i]` there on member `i` directly, and then either
+/// ends the write and stops cleanly (`clean`) or lets go without either,
+/// as a crash would (superblocks active, the region dirty).
+fn write_behind_bitmap(files: &[PathBuf], at: u64, per_member: &[&[u8]], clean: bool) {
+    let arr = array::assemble(&specs(files)).unwrap();
+    let len = per_member[0].len() as u64;
+    let bitmap = arr.bitmap().expect("a redundant array has a bitmap").clone();
+    bitmap.start_write(at, len).unwrap();
+    for (m, data) in arr.volume().members().iter().zip(per_member) {
+        let mut buf = uraid_core::IoBuf::new(data.len());
+        buf.copy_from_slice(data);
+        m.write_all_at(&buf, at).unwrap();
+    }
+    if clean {
+        bitmap.end_write(at, len);
+        drop(bitmap);
+        arr.stop().unwrap();
+    } else {
+        drop(bitmap);
+        arr.release();
+    }
+}
+
+#[test]
+fn unclean_stop_is_resynced_at_assemble() {
+    let _g = shared();
+    let mut rng = rng("unclean_stop_is_resynced_at_assemble");
+    let dir = tmpdir();
+    let files = sparse_files(dir.path(), "u", 2, 8 * MIB);
+    let f = strs(&files);
+    uraid_ok(&with(&["create", "--level", "1", "--chunk", "64K", "--name", "crash", "--bitmap-region", "1M"], &f));
+    assert_eq!(raw_superblock(&files[0]).bitmap_region, MIB);
+    // A write that reached member 0 but not member 1 when the "crash" came.
+    let mut data = vec![0u8; 256 << 10];
+    rng.fill_bytes(&mut data);
+    let old = vec![0u8; data.len()];
+    let at = 3 * MIB + (64 << 10);
+    write_behind_bitmap(&files, at, &[&data, &old], false);
+    assert_eq!(raw_superblock(&files[0]).state, 1, "the array was left active");
+    let st = status_json(&f);
+    assert_eq!((st["state"].as_str(), st["volumes"][0]["state"].as_str()), (Some("active"), Some("resyncing")), "{st}");
+    assert_eq!(st["bitmap_dirty_bytes"].as_u64(), Some(MIB), "one 1 MiB region is dirty: {st}");
+    // Assemble resyncs the dirty region only: member 1 gets member 0's copy.
+    uraid_ok(&with(&["assemble"], &[f[1], f[0]]));
+    let img1 = std::fs::read(&files[1]).unwrap();
+    assert!(img1[at as usize..at as usize + data.len()] == data[..], "the dirty region was not resynced");
+    let st = status_json(&f);
+    assert_eq!((st["state"].as_str(), st["volumes"][0]["state"].as_str(), st["bitmap_dirty_bytes"].as_u64()), (Some("clean"), Some("clean"), Some(0)), "{st}");
+    let o = uraid_ok(&with(&["check", "--json"], &f));
+    let j: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(j[0]["report"]["mismatches"].as_u64(), Some(0), "{j}");
+}
+
+#[test]
+fn degraded_unclean_parity_array_needs_force() {
+    let _g = shared();
+    let mut rng = rng("degraded_unclean_parity_array_needs_force");
+    let dir = tmpdir();
+    let files = sparse_files(dir.path(), "h", 3, 8 * MIB);
+    let f = strs(&files);
+    uraid_ok(&with(&["create", "--level", "5", "--chunk", "64K", "--name", "hole"], &f));
+    let mut data = vec![0u8; 64 << 10];
+    rng.fill_bytes(&mut data);
+    let zero = vec![0u8; data.len()];
+    // Data reached member 0, parity (member 2 holds P of row 0) did not.
+    write_behind_bitmap(&files, MIB, &[&data, &zero, &zero], false);
+    let snap = Snapshot::take(&files[..2]);
+    let needles = ["not stopped cleanly and is degraded", "volume 'hole' (RAID 5)", "write hole", "Nothing was written", "--force"];
+    uraid_fails(&["assemble", f[0], f[1]], &needles);
+    uraid_fails(&["fail", "--member", "0", f[0], f[1]], &needles);
+    snap.assert_unchanged("assemble of a degraded unclean RAID 5");
+    // status looks without refusing.
+    let o = uraid_ok(&["status", f[1], f[0]]);
+    assert_contains(&o.stderr, &["write hole"], "status warns");
+    let o = uraid_ok(&["assemble", "--force", f[0], f[1]]);
+    assert_contains(&o.stderr, &["accepted with --force", "could not be resynced"], "assemble --force");
+    // With every member there, the same crash is simply resynced.
+    let files = sparse_files(dir.path(), "k", 3, 8 * MIB);
+    let f = strs(&files);
+    uraid_ok(&with(&["create", "--level", "5", "--chunk", "64K", "--name", "hole2"], &f));
+    write_behind_bitmap(&files, MIB, &[&data, &zero, &zero], false);
+    uraid_ok(&with(&["assemble"], &f));
+    let o = uraid_ok(&with(&["check", "--json"], &f));
+    let j: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(j[0]["report"]["mismatches"].as_u64(), Some(0), "parity was not recomputed at assemble: {j}");
+}
+
 /// Needs the rebuild and scrub of `uraid_core::maint`.
 #[test]
 fn add_rebuilds_and_check_finds_nothing() {
@@ -501,13 +590,11 @@ fn add_rebuilds_and_check_finds_nothing() {
     let new = sparse_file(dir.path(), "new", 8 * MIB);
     let (a0, a1, nw) = (s(&a[0]), s(&a[1]), s(&new));
     uraid_ok(&["create", "--level", "1", "--chunk", "64K", "--name", "re", a0, a1]);
-    // Consistent mirror contents, written on both members directly.
+    // Consistent mirror contents, written as the engine's RAID 1 path does:
+    // bitmap first, then both members.
     let mut data = vec![0u8; 7 * MIB as usize];
     rng.fill_bytes(&mut data);
-    for p in &a {
-        use std::os::unix::fs::FileExt;
-        std::fs::OpenOptions::new().write(true).open(p).unwrap().write_all_at(&data, MIB).unwrap();
-    }
+    write_behind_bitmap(&a, MIB, &[&data, &data], true);
     uraid_ok(&["fail", "--member", "1", a0, a1]);
     uraid_ok(&["remove", "--member", "1", a0, a1]);
     let o = uraid_ok(&["add", "--spare", nw, "--rate", "1000", a0]);
