@@ -171,6 +171,9 @@ struct BenchArgs {
     /// Chunk of the temporary RAID 0 made when several raw targets are given.
     #[arg(long, default_value = "128K")]
     chunk: String,
+    /// The volume of the array to run on (Matrix volumes; default: the first).
+    #[arg(long)]
+    volume: Option<String>,
     /// A file, block device or mem: drive; several uraid members = their array;
     /// several raw drives = a temporary RAID 0 over them (nothing persisted).
     #[arg(required = true)]
@@ -538,7 +541,16 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             // Check before anything is written: assembling for real bumps
             // the event counter, which a refused or read-only run must not.
             let mut arr = array::open(&specs)?;
-            let v = arr.volume().clone();
+            let v = match &a.volume {
+                None => arr.volume().clone(),
+                Some(name) => match arr.volume_named(name) {
+                    Some(v) => v.clone(),
+                    None => {
+                        let names: Vec<String> = arr.volume_entries().into_iter().map(|e| format!("'{}'", e.name)).collect();
+                        bail!("array '{}' has no volume '{name}'; its volumes: {}", arr.name(), names.join(", "));
+                    }
+                },
+            };
             let head = v.read_at(0, (uraid_core::signature::PROBE_LEN as u64).min(v.capacity()) as usize & !4095)?;
             guard_writes(&opts, a.suite.overwrite, &format!("array '{}'", arr.name()), uraid_core::signature::detect(&head))?;
             if !a.suite.read_only {
@@ -547,6 +559,9 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             assembled = Some(arr);
             v
         } else {
+            if a.volume.is_some() {
+                bail!("--volume picks a volume of an array, but the targets are not the members of a uraid array");
+            }
             let members = array::open_members(&specs, !a.suite.read_only, true)?;
             for m in &members {
                 guard_writes(&opts, a.suite.overwrite, m.name(), array::probe(m)?)?;

@@ -247,6 +247,20 @@ fn matrix_volumes_stay_apart() {
         let img = std::fs::read(p).unwrap();
         assert!(img[MIB as usize..5 * MIB as usize] == images[m][MIB as usize..5 * MIB as usize], "writing 'safe' touched 'fast''s area on member {m}");
     }
+
+    // Each volume can be benchmarked on its own.
+    let bench = ["bench", "--read-only", "--json", "--profile", "RND4K-Q1T1", "--runs", "1", "--time", "0.1", "--warmup", "0", "--size", "1M"];
+    for (name, level, cap) in [("fast", 0, 8 * MIB), ("safe", 1, 19 * MIB)] {
+        let mut args = bench.to_vec();
+        args.extend_from_slice(&["--volume", name, f[0], f[1]]);
+        let o = uraid_ok(&args);
+        let j: Value = serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("bench --json: {e}: {}", o.stdout));
+        assert_eq!(j["capacity"].as_u64(), Some(cap), "bench --volume {name}: {j}");
+        assert_contains(j["target"].as_str().unwrap(), &[&format!("RAID {level} over 2 members")], name);
+    }
+    let mut args = bench.to_vec();
+    args.extend_from_slice(&["--volume", "nope", f[0], f[1]]);
+    uraid_fails(&args, &["has no volume 'nope'", "'fast', 'safe'"]);
 }
 
 #[test]
