@@ -556,9 +556,11 @@ mod tests {
         assert!(Superblock::decode(&b).unwrap_err().to_string().contains("newer"));
     }
 
+    type Damage = Box<dyn Fn(&mut [u8; SB_SIZE])>;
+
     #[test]
     fn impossible_fields_are_named() {
-        let cases: Vec<(Box<dyn Fn(&mut [u8; SB_SIZE])>, &str)> = vec![
+        let cases: Vec<(Damage, &str)> = vec![
             (Box::new(|b| b[80..84].copy_from_slice(&0u32.to_le_bytes())), "member count"),
             (Box::new(|b| b[84..88].copy_from_slice(&20u32.to_le_bytes())), "slot count"),
             (Box::new(|b| b[88..92].copy_from_slice(&4u32.to_le_bytes())), "slot 4"),

@@ -20,13 +20,19 @@ use uraid_core::MemberSpec;
 use crate::cli::specs;
 
 #[derive(Args)]
+pub(crate) struct ArrayMembers {
+    /// The members (and spares) of the array, in any order.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+#[derive(Args)]
 pub(crate) struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
-    /// The members (and spares) of the array, in any order.
-    #[arg(required = true)]
-    members: Vec<String>,
+    #[command(flatten)]
+    array: ArrayMembers,
 }
 
 #[derive(Args)]
@@ -39,9 +45,8 @@ pub(crate) struct FailArgs {
     force: bool,
     #[command(flatten)]
     rebuild: RebuildFlags,
-    /// The members (and spares) of the array, in any order.
-    #[arg(required = true)]
-    members: Vec<String>,
+    #[command(flatten)]
+    array: ArrayMembers,
 }
 
 #[derive(Args)]
@@ -49,9 +54,8 @@ pub(crate) struct RemoveArgs {
     /// The faulty member or spare to remove: its slot number or its path.
     #[arg(long)]
     member: String,
-    /// The members (and spares) of the array, in any order.
-    #[arg(required = true)]
-    members: Vec<String>,
+    #[command(flatten)]
+    array: ArrayMembers,
 }
 
 #[derive(Args)]
@@ -64,9 +68,8 @@ pub(crate) struct AddArgs {
     force: bool,
     #[command(flatten)]
     rebuild: RebuildFlags,
-    /// The members (and spares) of the array, in any order.
-    #[arg(required = true)]
-    members: Vec<String>,
+    #[command(flatten)]
+    array: ArrayMembers,
 }
 
 #[derive(Args)]
@@ -83,9 +86,18 @@ pub(crate) struct ReplaceArgs {
     force: bool,
     #[command(flatten)]
     rebuild: RebuildFlags,
-    /// The members (and spares) of the array, in any order.
-    #[arg(required = true)]
-    members: Vec<String>,
+    #[command(flatten)]
+    array: ArrayMembers,
+}
+
+#[derive(Args)]
+pub(crate) struct RebuildRun {
+    /// Rebuild rate limit in MB/s (10^6 bytes/s); a plain number is MB/s, or give units (250M).
+    #[arg(long)]
+    rate: Option<String>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -93,25 +105,16 @@ pub(crate) struct RebuildFlags {
     /// Do not start the rebuild now (it starts with 'uraid rebuild' or the next command that rebuilds).
     #[arg(long)]
     no_rebuild: bool,
-    /// Rebuild rate limit in MB/s (10^6 bytes/s); a plain number is MB/s, or give units (250M).
-    #[arg(long)]
-    rate: Option<String>,
-    /// No progress bar.
-    #[arg(long)]
-    quiet: bool,
+    #[command(flatten)]
+    run: RebuildRun,
 }
 
 #[derive(Args)]
 pub(crate) struct RebuildArgs {
-    /// Rebuild rate limit in MB/s (10^6 bytes/s); a plain number is MB/s, or give units (250M).
-    #[arg(long)]
-    rate: Option<String>,
-    /// No progress bar.
-    #[arg(long)]
-    quiet: bool,
-    /// The members (and spares) of the array, in any order.
-    #[arg(required = true)]
-    members: Vec<String>,
+    #[command(flatten)]
+    run: RebuildRun,
+    #[command(flatten)]
+    array: ArrayMembers,
 }
 
 #[derive(Args)]
@@ -125,9 +128,8 @@ pub(crate) struct CheckArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
-    /// The members (and spares) of the array, in any order.
-    #[arg(required = true)]
-    members: Vec<String>,
+    #[command(flatten)]
+    array: ArrayMembers,
 }
 
 /// Parses `NAME,level=L[,size=SIZE][,chunk=C]` (the `create --volume`
@@ -233,9 +235,9 @@ fn after_change(mut arr: Array, flags: Option<&RebuildFlags>) -> Result<()> {
     let pending = arr.rebuilding();
     match flags {
         Some(f) if !f.no_rebuild && !pending.is_empty() => {
-            let r = rate(&f.rate)?;
+            let r = rate(&f.run.rate)?;
             arr.activate()?;
-            let done = run_rebuild(&mut arr, r, f.quiet);
+            let done = run_rebuild(&mut arr, r, f.run.quiet);
             print_status(&arr.status());
             let stopped = arr.stop();
             done?;
@@ -254,7 +256,7 @@ fn after_change(mut arr: Array, flags: Option<&RebuildFlags>) -> Result<()> {
 
 /// `uraid status`.
 pub(crate) fn cmd_status(a: StatusArgs) -> Result<()> {
-    let arr = array::open_with(&specs(&a.members)?, &array::AssembleOptions { force: false, inspect: true })?;
+    let arr = array::open_with(&specs(&a.array.members)?, &array::AssembleOptions { force: false, inspect: true })?;
     for w in arr.warnings() {
         eprintln!("uraid: warning: {w}");
     }
@@ -313,7 +315,7 @@ pub(crate) fn print_status(st: &ArrayStatus) {
 
 /// `uraid fail`.
 pub(crate) fn cmd_fail(a: FailArgs) -> Result<()> {
-    let mut arr = open(&a.members)?;
+    let mut arr = open(&a.array.members)?;
     let role = resolve(&arr, &a.member)?;
     arr.fail(role, a.force)?;
     println!("role {role} of array '{}' marked faulty (events {})", arr.name(), arr.events());
@@ -326,7 +328,7 @@ pub(crate) fn cmd_fail(a: FailArgs) -> Result<()> {
 
 /// `uraid remove`.
 pub(crate) fn cmd_remove(a: RemoveArgs) -> Result<()> {
-    let mut arr = open(&a.members)?;
+    let mut arr = open(&a.array.members)?;
     let slot = resolve(&arr, &a.member)?;
     arr.remove(slot)?;
     println!("slot {slot} removed from array '{}' (events {})", arr.name(), arr.events());
@@ -335,7 +337,7 @@ pub(crate) fn cmd_remove(a: RemoveArgs) -> Result<()> {
 
 /// `uraid add`.
 pub(crate) fn cmd_add(a: AddArgs) -> Result<()> {
-    let mut arr = open(&a.members)?;
+    let mut arr = open(&a.array.members)?;
     let spec: MemberSpec = a.spare.parse()?;
     match arr.add(&spec, a.force)? {
         Added::Role(r) => println!("{} added to array '{}' in role {r}, to be rebuilt", a.spare, arr.name()),
@@ -354,7 +356,7 @@ pub(crate) fn cmd_add(a: AddArgs) -> Result<()> {
 
 /// `uraid replace`.
 pub(crate) fn cmd_replace(a: ReplaceArgs) -> Result<()> {
-    let mut arr = open(&a.members)?;
+    let mut arr = open(&a.array.members)?;
     let role = resolve(&arr, &a.old)?;
     let spec: MemberSpec = a.new.parse()?;
     arr.replace(role, &spec, a.force)?;
@@ -364,8 +366,8 @@ pub(crate) fn cmd_replace(a: ReplaceArgs) -> Result<()> {
 
 /// `uraid rebuild`.
 pub(crate) fn cmd_rebuild(a: RebuildArgs) -> Result<()> {
-    let rate = rate(&a.rate)?;
-    let mut arr = open(&a.members)?;
+    let rate = rate(&a.run.rate)?;
+    let mut arr = open(&a.array.members)?;
     if arr.rebuilding().is_empty() && arr.superblock().spares().is_empty() {
         println!("array '{}': nothing to rebuild", arr.name());
         print_status(&arr.status());
@@ -374,7 +376,7 @@ pub(crate) fn cmd_rebuild(a: RebuildArgs) -> Result<()> {
     }
     // Activation also moves spares into failed roles.
     arr.activate()?;
-    let done = run_rebuild(&mut arr, rate, a.quiet);
+    let done = run_rebuild(&mut arr, rate, a.run.quiet);
     print_status(&arr.status());
     let stopped = arr.stop();
     done?;
@@ -391,7 +393,7 @@ fn compact(v: &serde_json::Value) -> String {
 
 /// `uraid check` (`repair` = true: `uraid repair`).
 pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
-    let mut arr = open(&a.members)?;
+    let mut arr = open(&a.array.members)?;
     let entries = arr.volume_entries();
     let chosen: Vec<usize> = match &a.volume {
         Some(name) => vec![entries

@@ -54,6 +54,14 @@ fn expected_capacity(level: u32, n: u64, chunk: u64, ms: u64) -> u64 {
     }
 }
 
+/// Runs `uraid check --json` on `files` and returns the mismatch count of
+/// the first (redundant) volume.
+fn check_mismatches(files: &[&str]) -> u64 {
+    let o = uraid_ok(&with(&["check", "--json"], files));
+    let j: Value = serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("check --json: {e}: {}", o.stdout));
+    j[0]["report"]["mismatches"].as_u64().unwrap_or_else(|| panic!("no mismatch count: {j}"))
+}
+
 /// The states of every slot of the raw superblock on `f`.
 fn raw_states(f: &Path) -> Vec<u8> {
     raw_superblock(f).slots.iter().map(|s| s.state).collect()
@@ -555,9 +563,7 @@ fn unclean_stop_is_resynced_at_assemble() {
     assert!(img1[at as usize..at as usize + data.len()] == data[..], "the dirty region was not resynced");
     let st = status_json(&f);
     assert_eq!((st["state"].as_str(), st["volumes"][0]["state"].as_str(), st["bitmap_dirty_bytes"].as_u64()), (Some("clean"), Some("clean"), Some(0)), "{st}");
-    let o = uraid_ok(&with(&["check", "--json"], &f));
-    let j: Value = serde_json::from_str(&o.stdout).unwrap();
-    assert_eq!(j[0]["report"]["mismatches"].as_u64(), Some(0), "{j}");
+    assert_eq!(check_mismatches(&f), 0);
 }
 
 #[test]
@@ -589,9 +595,7 @@ fn degraded_unclean_parity_array_needs_force() {
     uraid_ok(&with(&["create", "--level", "5", "--chunk", "64K", "--name", "hole2"], &f));
     write_behind_bitmap(&files, MIB, &[&data, &zero, &zero], false);
     uraid_ok(&with(&["assemble"], &f));
-    let o = uraid_ok(&with(&["check", "--json"], &f));
-    let j: Value = serde_json::from_str(&o.stdout).unwrap();
-    assert_eq!(j[0]["report"]["mismatches"].as_u64(), Some(0), "parity was not recomputed at assemble: {j}");
+    assert_eq!(check_mismatches(&f), 0, "parity was not recomputed at assemble");
 }
 
 /// Needs the rebuild and scrub of `uraid_core::maint`.
@@ -617,8 +621,13 @@ fn add_rebuilds_and_check_finds_nothing() {
     assert_eq!(raw_superblock(&new).slots[1].recovery, u64::MAX, "in sync");
     let img = std::fs::read(&new).unwrap();
     assert!(img[MIB as usize..8 * MIB as usize] == data[..], "the rebuilt member does not hold the mirror's data");
-    let o = uraid_ok(&["check", "--json", a0, nw]);
-    let j: Value = serde_json::from_str(&o.stdout).unwrap();
-    assert_eq!(j[0]["volume"], "re");
-    assert_eq!(j[0]["report"]["mismatches"].as_u64(), Some(0), "{j}");
+    assert_eq!(check_mismatches(&[a0, nw]), 0);
+    let o = uraid_ok(&["repair", a0, nw]);
+    assert_contains(&o.stdout, &["volume 're' (raid1)", "mismatches 0"], "repair");
+    uraid_fails(&["check", "--volume", "nope", a0, nw], &["has no volume 'nope'"]);
+    let r0 = sparse_files(dir.path(), "z", 2, 8 * MIB);
+    uraid_ok(&with(&["create", "--level", "0", "--chunk", "64K", "--name", "plain"], &strs(&r0)));
+    let snap = Snapshot::take(&r0);
+    uraid_fails(&with(&["check"], &strs(&r0)), &["no redundant volume to check"]);
+    snap.assert_unchanged("check of a RAID 0 array");
 }
