@@ -1351,6 +1351,14 @@ impl Array {
     /// `WouldDestroy` (a volume would lose data and `force` is off),
     /// `Io` (superblock writes).
     pub fn fail(&mut self, role: u32, force: bool) -> Result<()> {
+        let slots = self.meta().sb.slots.len() as u32;
+        if role >= self.member_count() && role < slots {
+            bail!(
+                InvalidInput,
+                "slot {role} of array '{}' is a spare: it holds no data to fail; take it out with 'uraid remove'",
+                self.name()
+            );
+        }
         self.check_role(role)?;
         match self.health.state(role) {
             MemberState::Active | MemberState::Rebuilding => {}

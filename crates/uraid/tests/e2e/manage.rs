@@ -282,6 +282,9 @@ fn assemble_in_any_order_with_a_spare() {
     let o = uraid_ok(&with(&["add", "--spare", s(&spare)], &strs(&files)));
     assert_contains(&o.stdout, &["added to array 'six' as a spare (slot 5)"], "add spare");
     files.push(spare);
+    let o = uraid_ok(&["examine", s(&files[5])]);
+    assert_contains(&o.stdout, &["this member : spare, slot 5", "spare 5 : spare", "role 4 : active"], "examine a spare");
+    uraid_fails(&with(&["fail", "--member", "5"], &strs(&files)), &["slot 5", "is a spare", "uraid remove"]);
     let mut events = raw_superblock(&files[0]).events;
     for _ in 0..4 {
         let mut order: Vec<usize> = (0..6).collect();
