@@ -1,35 +1,133 @@
-//! The control path: create, examine and assemble arrays, in mdadm's spirit.
+//! The control path: create, examine and assemble arrays, and change their
+//! membership (fail, remove, add, replace, spares, rebuild), in mdadm's
+//! spirit.
 //!
 //! Every check a user can fail runs before the first byte is written: a
-//! failed `create` or `assemble` leaves every member as it was.
+//! refused `create`, `assemble` or membership change leaves every member as
+//! it was.
+//!
+//! An [`Array`] holds its members (and spares) exclusively, one
+//! [`Health`] shared by all its volumes (the member states the data path
+//! reads), the write-intent [`Bitmap`] when a volume is redundant, and one
+//! [`Volume`] per entry of the superblock's volume table (Intel Matrix-style
+//! volumes: each its own level, chunk and slice of every member). Every
+//! state change bumps the event counter and rewrites the superblocks of all
+//! present, non-faulty members and spares (as md's `md_update_sb`): so a
+//! member that failed keeps an old event counter and is recognised as such
+//! at the next assemble.
+//!
+//! Assemble follows md's rules (`mdadm/Assemble.c`, `super1.c`): the
+//! superblock with the highest event counter is authoritative; a member that
+//! missed events while it was active is stale and refused unless `force`
+//! (it is then rebuilt in full); missing members are allowed while every
+//! volume stays within its fault tolerance; an array that was not stopped
+//! cleanly is resynchronised over the regions its write-intent bitmap marks
+//! dirty (all of each redundant volume without a bitmap). A degraded RAID 5
+//! or 6 volume that was not stopped cleanly is refused unless `force`: a
+//! stripe whose write was interrupted may have data and parity that
+//! disagree, and the missing member's chunk in it would then be
+//! reconstructed wrong (the "write hole"); md refuses the same ("cannot
+//! start dirty degraded array").
+//!
+//! Volumes and member handles are rebuilt when a device joins or leaves a
+//! role (`add`, `replace`, `remove`, a spare taking over): [`Volume`]s taken
+//! with [`Array::volume`] before such a change still refer to the old
+//! devices, so take them again afterwards.
 
-use std::sync::Arc;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::geometry::{check_chunk, Geometry, Level, MAX_MEMBERS};
-use crate::member::{check_distinct, Member, MemberSpec, OpenMode};
+use crate::bitmap::{Bitmap, BitmapDaemon};
+use crate::engine::Shared;
+use crate::geometry::{check_chunk, Geometry, Level, DEFAULT_CHUNK, MAX_MEMBERS};
+use crate::health::{Health, MemberState};
+use crate::member::{check_distinct, Limits, MemSpec, Member, MemberSpec, OpenMode};
 use crate::signature::{detect, PROBE_LEN};
-use crate::superblock::{self, fmt_uuid, DecodeError, State, Superblock, DATA_OFFSET, SB_SIZE};
+use crate::superblock::{
+    self, fmt_uuid, DecodeError, Slot, State, Superblock, VolumeEntry, DATA_OFFSET, MAX_SPARES, MAX_VOLUMES, SB_SIZE,
+};
+use crate::units::fmt_size;
 use crate::{bail, Error, ErrorKind, IoBuf, Result, Volume};
+
+/// Alignment of volume starts on the members, in bytes (1 MiB, as md
+/// aligns its data offsets).
+const VOLUME_ALIGN: u64 = 1 << 20;
+/// How often the bitmap daemon clears regions that saw no write lately.
+const BITMAP_DAEMON_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// One volume `create` is asked to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeSpec {
+    /// Volume name (1 to 32 letters, digits, `-`, `_`, `.`).
+    pub name: String,
+    /// RAID level number (0, 1, 10, 5, 6).
+    pub level: u32,
+    /// Usable size in bytes (rounded up to whole stripes); `None` for the
+    /// last volume: all the space left.
+    pub size: Option<u64>,
+    /// Chunk size in bytes; `None`: the array's chunk.
+    pub chunk: Option<u64>,
+}
 
 /// What `create` is asked to make.
 #[derive(Debug, Clone)]
 pub struct CreateOptions {
-    /// RAID level number.
+    /// RAID level number of the default volume (used when `volumes` is
+    /// empty).
     pub level: u32,
-    /// Chunk size in bytes.
+    /// Chunk size in bytes (of the default volume, and of volumes that do
+    /// not name one).
     pub chunk: u64,
     /// Array name.
     pub name: String,
     /// Overwrite members that hold a superblock or a filesystem.
     pub force: bool,
+    /// Write-intent bitmap region size in bytes: `None` for the default
+    /// (`bitmap::DEFAULT_REGION`, 64 MiB, when a volume is redundant; no
+    /// bitmap otherwise), `Some(0)` for no bitmap.
+    pub bitmap_region: Option<u64>,
+    /// The volumes, in member-offset order; empty: one volume named like
+    /// the array, of `level` and `chunk`, over all the space.
+    pub volumes: Vec<VolumeSpec>,
 }
 
-/// An assembled (or just created) array, its members held exclusively.
-#[derive(Debug)]
-pub struct Array {
-    superblocks: Vec<Superblock>,
-    volume: Arc<Volume>,
-    warnings: Vec<String>,
+impl Default for CreateOptions {
+    /// RAID 0, the default chunk (128 KiB), no name (set one), no force,
+    /// the default bitmap, one volume.
+    fn default() -> Self {
+        CreateOptions {
+            level: 0,
+            chunk: DEFAULT_CHUNK,
+            name: String::new(),
+            force: false,
+            bitmap_region: None,
+            volumes: Vec::new(),
+        }
+    }
+}
+
+/// How `assemble` treats problems it can work around.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AssembleOptions {
+    /// Take stale members back (they are rebuilt in full when a volume is
+    /// redundant), and start a degraded RAID 5/6 volume that was not
+    /// stopped cleanly (accepting the write hole). `uraid assemble
+    /// --force`.
+    pub force: bool,
+    /// Open for looking only (`uraid status`): a volume past its fault
+    /// tolerance or at risk from the write hole is reported in
+    /// [`Array::warnings`] instead of refused; such an array cannot be
+    /// activated.
+    pub inspect: bool,
+}
+
+/// Where `add` put a new device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    /// Into role `.0`, which had no member: it is being rebuilt.
+    Role(u32),
+    /// As a spare, in slot `.0` (at or above the member count).
+    Spare(u32),
 }
 
 /// What `examine` found on a member.
@@ -43,6 +141,118 @@ pub enum Examination {
     Foreign(&'static str),
     /// Nothing known.
     Empty,
+}
+
+/// The persistent state of an array, shared with the [`Health`] hook that
+/// persists member failures met by the data path.
+struct Meta {
+    /// The authoritative superblock: slot and volume tables, events,
+    /// clean/active. `member_uuid` and `slot` are filled in per device on
+    /// every write.
+    sb: Superblock,
+    /// The device in each slot (roles, then spares), `None` where no
+    /// device is held.
+    devices: Vec<Option<Member>>,
+    /// How each device was named, for finding it again by path.
+    specs: Vec<Option<MemberSpec>>,
+    /// One member per role for the volumes: a handle on the device, or an
+    /// empty placeholder (`mem:`) where no device is held, which the data
+    /// path never touches (its state is faulty or missing).
+    roles: Arc<Vec<Member>>,
+}
+
+impl Meta {
+    fn n(&self) -> usize {
+        self.sb.member_count as usize
+    }
+
+    /// Rebuilds the per-role member list after a device came or went.
+    fn rebuild_roles(&mut self) -> Result<()> {
+        let end = self.sb.data_end();
+        let roles = (0..self.n())
+            .map(|r| match &self.devices[r] {
+                Some(m) => m.try_clone(),
+                None => placeholder(end),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.roles = Arc::new(roles);
+        Ok(())
+    }
+
+    /// Copies the role states of `health` into the slot table, bumps the
+    /// event counter and writes the superblock of every held device that
+    /// is not faulty. A role whose write fails is marked faulty (as md
+    /// does) and the others are written again; the first error is
+    /// returned when a device could not be written.
+    fn persist(&mut self, health: &Health) -> Result<()> {
+        let mut first_err = None;
+        for _ in 0..=self.sb.slots.len() {
+            for r in 0..self.n() {
+                let state = health.state(r as u32);
+                self.sb.slots[r].state = state;
+                self.sb.slots[r].recovery_offset =
+                    (state == MemberState::Rebuilding).then(|| health.recovery(r as u32)).filter(|&o| o != u64::MAX);
+            }
+            self.sb.events += 1;
+            self.sb.utime = superblock::unix_now();
+            let mut failed_role = false;
+            for (slot, dev) in self.devices.iter().enumerate() {
+                let Some(m) = dev else { continue };
+                if slot < self.n() && matches!(self.sb.slots[slot].state, MemberState::Faulty | MemberState::Missing) {
+                    continue;
+                }
+                let mut sb = self.sb.clone();
+                sb.slot = slot as u32;
+                sb.member_uuid = sb.slots[slot].uuid;
+                if let Err(e) = write_superblock(m, &sb) {
+                    if slot < self.n() {
+                        health.set_state(slot as u32, MemberState::Faulty);
+                        failed_role = true;
+                    }
+                    first_err.get_or_insert(e);
+                }
+            }
+            if !failed_role {
+                break;
+            }
+        }
+        // Past a volume's tolerance nothing more may be written (the
+        // superblocks above still record which members are gone).
+        if !lost_volumes(&self.sb, &down_roles(health)).is_empty() {
+            health.stop_writes();
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// An assembled (or just created) array, its members and spares held
+/// exclusively.
+///
+/// The membership operations ([`fail`](Self::fail),
+/// [`remove`](Self::remove), [`add`](Self::add),
+/// [`replace`](Self::replace), [`promote_spares`](Self::promote_spares))
+/// also work on an array that was only [`open`]ed: they persist their own
+/// change (event counter + 1) and leave the clean/active state as it was,
+/// so a refused request writes nothing at all. Rebuild and scrub need an
+/// activated array.
+pub struct Array {
+    meta: Arc<Mutex<Meta>>,
+    health: Arc<Health>,
+    bitmap: Option<Arc<Bitmap>>,
+    daemon: Option<BitmapDaemon>,
+    volumes: Vec<Arc<Volume>>,
+    warnings: Vec<String>,
+    /// Opened with `inspect`: never activated.
+    inspect: bool,
+}
+
+impl std::fmt::Debug for Array {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Array").field("superblock", &self.superblock()).field("health", &self.health).finish()
+    }
 }
 
 /// Opens `specs` in order after checking that no drive is named twice.
@@ -78,6 +288,16 @@ fn write_superblock(m: &Member, sb: &Superblock) -> Result<()> {
     m.write_all_at(&buf, 0)
 }
 
+/// An empty stand-in for a role without a device: a sparse emulated drive
+/// of `size` bytes (no memory is used until written, and the data path
+/// never writes a faulty or missing member).
+fn placeholder(size: u64) -> Result<Member> {
+    Member::open(
+        &MemberSpec::Mem(MemSpec { size, limits: Limits::default() }),
+        OpenMode { write: true, exclusive: false },
+    )
+}
+
 /// Looks at one member without taking it: its superblock, or what else is
 /// there. Errors: `Io` when it cannot be opened or read.
 pub fn examine(spec: &MemberSpec) -> Result<Examination> {
@@ -101,19 +321,23 @@ pub fn temporary(members: Vec<Member>, chunk: u64) -> Result<(Arc<Volume>, Optio
     Ok((Volume::new(Arc::new(members), geometry, DATA_OFFSET)?, warning))
 }
 
+fn too_small(m: &Member, need: u64, why: &str) -> Error {
+    Error::new(
+        ErrorKind::TooSmall,
+        format!(
+            "member {} is too small: it has {} bytes, {why} needs at least {need} (1 MiB for the superblock \
+             and bitmap area plus the volumes)",
+            m.name(),
+            m.size()
+        ),
+    )
+}
+
 fn data_size(members: &[Member], chunk: u64) -> Result<(u64, Option<String>)> {
     let need = DATA_OFFSET + chunk;
     for m in members {
         if m.size() < need {
-            bail!(
-                TooSmall,
-                "member {} is too small: it has {} bytes, an array with {} chunks needs at least {} \
-                 (1 MiB for the superblock area plus one chunk)",
-                m.name(),
-                m.size(),
-                crate::units::fmt_size(chunk),
-                need
-            );
+            return Err(too_small(m, need, &format!("an array with {} chunks", fmt_size(chunk))));
         }
     }
     let min = members.iter().map(Member::size).min().unwrap_or(0);
@@ -126,27 +350,239 @@ fn data_size(members: &[Member], chunk: u64) -> Result<(u64, Option<String>)> {
             members.len(),
             min,
             lost,
-            crate::units::fmt_size(lost)
+            fmt_size(lost)
         )
     });
     Ok((size, warning))
 }
 
-/// Creates an array on `specs` (in role order) and returns it assembled.
+/// Bytes of every member a volume of `level` over `n` members needs for
+/// `capacity` usable bytes, in whole chunks. Errors: `InvalidInput` for a
+/// size of 0 or one too large to lay out.
+fn member_size_for(name: &str, level: Level, n: usize, chunk: u64, capacity: u64) -> Result<u64> {
+    if capacity == 0 {
+        bail!(InvalidInput, "volume '{name}' has size 0; give a size like 1G, or leave it out on the last volume to use the rest");
+    }
+    let chunks = capacity.div_ceil(chunk);
+    let n = n as u64;
+    let rows = match level {
+        Level::Raid0 => Some(chunks.div_ceil(n)),
+        Level::Raid1 => Some(chunks),
+        Level::Raid10 => chunks.checked_mul(2).map(|c| c.div_ceil(n)),
+        Level::Raid5 => Some(chunks.div_ceil(n - 1)),
+        Level::Raid6 => Some(chunks.div_ceil(n - 2)),
+    };
+    match rows.and_then(|r| r.checked_mul(chunk)) {
+        Some(s) => Ok(s),
+        None => bail!(InvalidInput, "volume '{name}' size {capacity} bytes is too large"),
+    }
+}
+
+/// Roles that do not hold valid data everywhere (faulty, missing,
+/// rebuilding, spare), as a flag per role.
+fn down_roles(health: &Health) -> Vec<bool> {
+    health.states().into_iter().map(|s| s != MemberState::Active).collect()
+}
+
+/// True when volume `v` over `n` members still has every logical byte with
+/// the roles flagged in `down` unavailable: RAID 0 none down; RAID 5 at most
+/// one, RAID 6 at most two; RAID 1 and 10 a copy of every chunk left
+/// (checked on the layout itself, so RAID 10's neighbouring pairs count).
+fn volume_survives(v: &VolumeEntry, n: usize, down: &[bool]) -> bool {
+    let count = down.iter().filter(|&&d| d).count();
+    let Ok(level) = Level::from_number(v.level) else { return false };
+    match level {
+        Level::Raid0 => count == 0,
+        Level::Raid5 => count <= 1,
+        Level::Raid6 => count <= 2,
+        Level::Raid1 => count < n,
+        Level::Raid10 => {
+            let Ok(g) = Geometry::new(level, n, v.chunk, v.member_size) else { return false };
+            let Some(l) = g.layout() else { return false };
+            // The copy placement repeats every n chunks.
+            (0..l.stripes().min(n as u64)).all(|c| l.data_locations(c * v.chunk).iter().any(|p| !down[p.member as usize]))
+        }
+    }
+}
+
+/// Indexes of the volumes of `sb` that lose data with the roles in `down`
+/// unavailable.
+fn lost_volumes(sb: &Superblock, down: &[bool]) -> Vec<usize> {
+    (0..sb.volumes.len()).filter(|&i| !volume_survives(&sb.volumes[i], sb.member_count as usize, down)).collect()
+}
+
+fn is_redundant(v: &VolumeEntry) -> bool {
+    v.level != 0
+}
+
+fn has_parity(v: &VolumeEntry) -> bool {
+    v.level == 5 || v.level == 6
+}
+
+fn level_tolerance(v: &VolumeEntry, n: usize) -> usize {
+    Level::from_number(v.level).map_or(0, |l| l.fault_tolerance(n))
+}
+
+fn describe_volume(v: &VolumeEntry) -> String {
+    format!("volume '{}' (RAID {})", v.name, v.level)
+}
+
+/// Zeroes `[start, start+len)` of `m` (absolute bytes), so that a new
+/// volume reads as zeros everywhere and its parity agrees from the start.
+/// Tries `fallocate(PUNCH_HOLE | KEEP_SIZE)` (files, memfds, block devices
+/// that discard with zeroing), then `fallocate(ZERO_RANGE)` (block devices:
+/// BLKZEROOUT), then writes zeros; makes the result durable.
+fn zero_range(m: &Member, start: u64, len: u64) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    if len == 0 {
+        return Ok(());
+    }
+    let fd = m.file().as_raw_fd();
+    let path = std::path::Path::new(m.name());
+    let (Ok(off), Ok(l)) = (libc::off_t::try_from(start), libc::off_t::try_from(len)) else {
+        bail!(InvalidInput, "range {start}+{len} of {} does not fit an off_t", m.name());
+    };
+    for mode in [libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_ZERO_RANGE] {
+        // SAFETY: fallocate on a valid open descriptor with plain integer
+        // arguments; no memory is passed.
+        if unsafe { libc::fallocate(fd, mode, off, l) } == 0 {
+            return m.file().sync_data().map_err(|e| Error::io("cannot flush", path, e));
+        }
+    }
+    const STEP: u64 = 1 << 20;
+    let zeros = IoBuf::new(STEP as usize);
+    let mut pos = start;
+    while pos < start + len {
+        let n = STEP.min(start + len - pos) as usize;
+        m.file()
+            .write_all_at(&zeros[..n], pos)
+            .map_err(|e| Error::io(&format!("cannot zero {n} bytes at offset {pos} of"), path, e))?;
+        pos += n as u64;
+    }
+    m.file().sync_data().map_err(|e| Error::io("cannot flush", path, e))
+}
+
+/// Lays out the requested volumes over members of at least `min_size`
+/// bytes: the first at [`DATA_OFFSET`], each next one at the following
+/// 1 MiB boundary. Errors, naming the volume: `InvalidInput` (names,
+/// levels, chunks, sizes, member counts) and `TooSmall` (they do not fit;
+/// `members` names the member that is too small).
+fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<Vec<VolumeEntry>> {
+    let n = members.len();
+    let specs: Vec<VolumeSpec> = if opts.volumes.is_empty() {
+        vec![VolumeSpec { name: opts.name.clone(), level: opts.level, size: None, chunk: None }]
+    } else {
+        opts.volumes.clone()
+    };
+    if specs.len() > MAX_VOLUMES {
+        bail!(InvalidInput, "{} volumes requested; an array holds at most {MAX_VOLUMES}", specs.len());
+    }
+    let mut plan = Vec::with_capacity(specs.len());
+    let mut start = DATA_OFFSET;
+    // What each member must hold, for the error message.
+    let mut need = DATA_OFFSET;
+    let mut sized = Vec::new();
+    for (i, s) in specs.iter().enumerate() {
+        superblock::check_name_of("volume", &s.name)?;
+        if specs[..i].iter().any(|o| o.name == s.name) {
+            bail!(InvalidInput, "two volumes are named '{}'; give each volume its own name", s.name);
+        }
+        let level = Level::from_number(s.level)?;
+        let chunk = s.chunk.unwrap_or(opts.chunk);
+        check_chunk(chunk)?;
+        if n < level.min_members() || n > MAX_MEMBERS {
+            let what = if opts.volumes.is_empty() { String::new() } else { format!(" (volume '{}')", s.name) };
+            bail!(
+                InvalidInput,
+                "RAID {}{what} needs {} to {MAX_MEMBERS} members, {n} given; add members or choose another level",
+                level.number(),
+                level.min_members()
+            );
+        }
+        let size = match s.size {
+            Some(cap) => Some(member_size_for(&s.name, level, n, chunk, cap)?),
+            None if i + 1 == specs.len() => None,
+            None => bail!(InvalidInput, "volume '{}' has no size; only the last volume may leave it out (to use the rest)", s.name),
+        };
+        start = start.next_multiple_of(VOLUME_ALIGN.max(chunk));
+        need = start + size.unwrap_or(chunk);
+        sized.push((start, size, level, chunk));
+        start += size.unwrap_or(0);
+    }
+    let min = members.iter().map(Member::size).min().unwrap_or(0);
+    if let Some(m) = members.iter().find(|m| m.size() < need) {
+        let what = if specs.len() == 1 && specs[0].size.is_none() {
+            format!("an array with {} chunks", fmt_size(specs[0].chunk.unwrap_or(opts.chunk)))
+        } else {
+            format!("the volumes asked for ({})", specs.iter().map(|s| format!("'{}'", s.name)).collect::<Vec<_>>().join(", "))
+        };
+        return Err(too_small(m, need, &what));
+    }
+    for ((start, size, level, chunk), s) in sized.into_iter().zip(&specs) {
+        let member_size = size.unwrap_or((min - start) / chunk * chunk);
+        // Geometry checks the layout once more (and rounds as md does).
+        let g = Geometry::new(level, n, chunk, member_size)?;
+        plan.push(VolumeEntry {
+            name: s.name.clone(),
+            uuid: superblock::new_uuid(),
+            level: level.number(),
+            chunk,
+            member_start: start,
+            member_size: g.member_size(),
+            cache_mode: 0,
+        });
+    }
+    Ok(plan)
+}
+
+/// Creates an array on `specs` (in role order) and returns it assembled
+/// and active (call [`Array::stop`] to mark it clean).
+///
+/// Every new volume's area is zeroed on every member (so that parity and
+/// copies agree from the start and never-written regions read as zeros),
+/// the write-intent bitmap is created when a volume is redundant, then the
+/// superblocks are written (event counter 1).
 ///
 /// Errors, all before anything is written: `InvalidInput` (chunk, level,
-/// name, member count, a drive named twice), `Unsupported` (level not built
-/// yet), `Busy` (member in use), `WouldDestroy` (a member holds a superblock
-/// or filesystem and `force` is off), `TooSmall`.
+/// names, member count below the level's minimum, volume sizes, bitmap
+/// region, a drive named twice), `Busy` (member in use), `WouldDestroy` (a
+/// member holds a superblock or filesystem and `force` is off), `TooSmall`.
 pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
     check_chunk(opts.chunk)?;
-    let level = Level::from_number(opts.level)?;
-    if level != Level::Raid0 {
-        bail!(Unsupported, "creating RAID {} arrays is being wired in; use --level 0", level.number());
-    }
+    Level::from_number(opts.level)?;
     superblock::check_name(&opts.name)?;
     if specs.is_empty() || specs.len() > MAX_MEMBERS {
-        bail!(InvalidInput, "RAID 0 needs 1 to {MAX_MEMBERS} members, {} given", specs.len());
+        bail!(InvalidInput, "an array needs 1 to {MAX_MEMBERS} members, {} given", specs.len());
+    }
+    // Check what needs no device first, so that a bad level or size is
+    // reported before a missing or busy member.
+    for v in &opts.volumes {
+        superblock::check_name_of("volume", &v.name)?;
+        let l = Level::from_number(v.level)?;
+        check_chunk(v.chunk.unwrap_or(opts.chunk))?;
+        if specs.len() < l.min_members() {
+            bail!(
+                InvalidInput,
+                "RAID {} (volume '{}') needs at least {} members, {} given; add members or choose another level",
+                l.number(),
+                v.name,
+                l.min_members(),
+                specs.len()
+            );
+        }
+    }
+    if opts.volumes.is_empty() {
+        let l = Level::from_number(opts.level)?;
+        if specs.len() < l.min_members() {
+            bail!(
+                InvalidInput,
+                "RAID {} needs at least {} members, {} given; add members or choose another level",
+                l.number(),
+                l.min_members(),
+                specs.len()
+            );
+        }
     }
     let members = open_members(specs, true, true)?;
     if !opts.force {
@@ -161,46 +597,90 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
             }
         }
     }
-    let (data_size, warning) = data_size(&members, opts.chunk)?;
-    let geometry = Geometry::raid0(members.len(), opts.chunk, data_size)?;
-    debug_assert_eq!(geometry.level(), level);
-    let array_uuid = superblock::new_uuid();
-    let uuids: Vec<[u8; 16]> = members.iter().map(|_| superblock::new_uuid()).collect();
-    let now = superblock::unix_now();
-    let superblocks: Vec<Superblock> = (0..members.len())
-        .map(|i| Superblock {
-            array_uuid,
-            member_uuid: uuids[i],
-            name: opts.name.clone(),
-            level: opts.level,
-            chunk: opts.chunk,
-            member_count: members.len() as u32,
-            member_index: i as u32,
-            data_offset: DATA_OFFSET,
-            data_size: geometry.member_size(),
-            ctime: now,
-            utime: now,
-            events: 1,
-            state: State::Active,
-            members: uuids.clone(),
-        })
-        .collect();
-    for (m, sb) in members.iter().zip(&superblocks) {
-        write_superblock(m, sb)?;
+    let volumes = plan_volumes(opts, &members)?;
+    let redundant = volumes.iter().any(is_redundant);
+    let bitmap_region = match opts.bitmap_region {
+        None if redundant => crate::bitmap::DEFAULT_REGION,
+        None | Some(0) => 0,
+        Some(_) if !redundant => bail!(
+            InvalidInput,
+            "a write-intent bitmap only serves redundant volumes (RAID 1, 10, 5, 6) and this array has none; \
+             leave out --bitmap-region"
+        ),
+        Some(r) if !r.is_power_of_two() || r < 4096 => bail!(
+            InvalidInput,
+            "bitmap region size {r} bytes is not valid: it must be a power of two of at least 4K (default 64M)"
+        ),
+        Some(r) => r,
+    };
+    let min = members.iter().map(Member::size).min().unwrap_or(0);
+    let max = members.iter().map(Member::size).max().unwrap_or(0);
+    let mut warnings = Vec::new();
+    if max != min {
+        let lost: u64 = members.iter().map(|m| m.size() - min).sum();
+        warnings.push(format!(
+            "members differ in size: every member is used up to the smallest ({} bytes), so {} bytes ({}) on the \
+             larger members stay unused",
+            min,
+            lost,
+            fmt_size(lost)
+        ));
     }
-    let volume = Volume::new(Arc::new(members), geometry, DATA_OFFSET)?;
-    Ok(Array { superblocks, volume, warnings: warning.into_iter().collect() })
+    let n = members.len();
+    let array_uuid = superblock::new_uuid();
+    let now = superblock::unix_now();
+    let slots: Vec<Slot> = (0..n)
+        .map(|_| Slot { uuid: superblock::new_uuid(), state: MemberState::Active, recovery_offset: None })
+        .collect();
+    let sb = Superblock {
+        array_uuid,
+        member_uuid: slots[0].uuid,
+        name: opts.name.clone(),
+        member_count: n as u32,
+        slot: 0,
+        ctime: now,
+        utime: now,
+        events: 0,
+        state: State::Active,
+        bitmap_region,
+        slots,
+        volumes,
+    };
+    let health = Arc::new(Health::new(n));
+    let specs_kept = specs.iter().cloned().map(Some).collect();
+    let mut meta = Meta { sb, devices: members.into_iter().map(Some).collect(), specs: specs_kept, roles: Arc::new(Vec::new()) };
+    meta.rebuild_roles()?;
+    let end = meta.sb.data_end();
+    // First write: the bitmap area (it checks the region size against the
+    // room it has before writing).
+    let bitmap = if bitmap_region > 0 {
+        Some(Arc::new(Bitmap::create(meta.roles.clone(), health.clone(), bitmap_region, end)?))
+    } else {
+        None
+    };
+    for m in meta.roles.iter() {
+        for v in &meta.sb.volumes {
+            zero_range(m, v.member_start, v.member_size)?;
+        }
+    }
+    meta.persist(&health)?;
+    let mut arr = Array::new(meta, health, bitmap, warnings)?;
+    arr.start_daemon();
+    Ok(arr)
 }
 
 /// Assembles the array whose members are `specs`, given in any order, and
-/// marks it active (event counter + 1, as md does on assemble).
-///
-/// Errors, all before anything is written: `InvalidInput` (a drive named
-/// twice), `Busy` (in use), `Superblock` (no superblock, a corrupt one, a
-/// member of another array, a stale member), `Membership` (a member
-/// missing, two members claiming one role), `TooSmall` (a member shrank).
+/// marks it active (event counter + 1, as md does on assemble). See
+/// [`assemble_with`].
 pub fn assemble(specs: &[MemberSpec]) -> Result<Array> {
-    let mut a = open(specs)?;
+    assemble_with(specs, &AssembleOptions::default())
+}
+
+/// Assembles the array whose members (and spares) are `specs`, in any
+/// order: [`open_with`], then [`Array::activate`] (resync of an unclean
+/// array, spares into failed roles, active, event counter + 1).
+pub fn assemble_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> {
+    let mut a = open_with(specs, opts)?;
     a.activate()?;
     Ok(a)
 }
@@ -208,8 +688,22 @@ pub fn assemble(specs: &[MemberSpec]) -> Result<Array> {
 /// Like [`assemble`], but writes nothing: the members are checked and held
 /// exclusively, the superblocks are left as they are. Use
 /// [`Array::activate`] before writing data, or [`Array::release`] to let go
-/// without a trace (a read-only benchmark).
+/// without a trace (a read-only benchmark, `uraid status`).
 pub fn open(specs: &[MemberSpec]) -> Result<Array> {
+    open_with(specs, &AssembleOptions::default())
+}
+
+/// [`open`] with options.
+///
+/// Errors, all before anything is written: `InvalidInput` (no member, a
+/// drive named twice), `Busy` (in use), `Superblock` (no superblock, a
+/// corrupt one, a member of another array, members that disagree on the
+/// layout, a stale member without `force`, a device that is no longer a
+/// member), `Membership` (two devices claiming one slot; members missing
+/// beyond what a volume tolerates, naming the volume and the roles; a
+/// degraded RAID 5/6 volume not stopped cleanly, without `force`),
+/// `TooSmall` (a member shrank).
+pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> {
     if specs.is_empty() {
         bail!(InvalidInput, "assemble needs the members of the array");
     }
@@ -232,9 +726,8 @@ pub fn open(specs: &[MemberSpec]) -> Result<Array> {
             ),
         }
     }
-    let first = &sbs[0];
     for (m, sb) in members.iter().zip(&sbs).skip(1) {
-        if sb.array_uuid != first.array_uuid {
+        if sb.array_uuid != sbs[0].array_uuid {
             bail!(
                 Superblock,
                 "{} belongs to array '{}' ({}), but {} belongs to array '{}' ({}); give the members of one array",
@@ -242,149 +735,950 @@ pub fn open(specs: &[MemberSpec]) -> Result<Array> {
                 sb.name,
                 fmt_uuid(&sb.array_uuid),
                 members[0].name(),
-                first.name,
-                fmt_uuid(&first.array_uuid)
-            );
-        }
-        if sb.member_count != first.member_count
-            || sb.chunk != first.chunk
-            || sb.level != first.level
-            || sb.data_offset != first.data_offset
-            || sb.data_size != first.data_size
-            || sb.members != first.members
-        {
-            bail!(
-                Superblock,
-                "{} and {} disagree on the layout of array '{}'; one of them was changed by hand",
-                m.name(),
-                members[0].name(),
-                first.name
+                sbs[0].name,
+                fmt_uuid(&sbs[0].array_uuid)
             );
         }
     }
-    let max_events = sbs.iter().map(|s| s.events).max().unwrap_or(0);
-    let n = first.member_count as usize;
-    let mut by_role: Vec<Option<usize>> = vec![None; n];
-    for (i, sb) in sbs.iter().enumerate() {
-        let role = sb.member_index as usize;
-        if sb.members[role] != sb.member_uuid {
-            bail!(Superblock, "{} claims role {role} but its UUID is not the one recorded for it", members[i].name());
-        }
-        if let Some(j) = by_role[role] {
-            bail!(
-                Membership,
-                "{} and {} both claim role {role} of array '{}' (one is a copy of the other?); give each member once",
-                members[j].name(),
-                members[i].name(),
-                first.name
-            );
-        }
-        if sb.events < max_events {
+    // The freshest superblock speaks for the array (md: the highest event
+    // counter wins).
+    let fresh = (0..sbs.len()).max_by_key(|&i| sbs[i].events).expect("at least one member");
+    let auth = sbs[fresh].clone();
+    let n = auth.member_count as usize;
+    let max_events = auth.events;
+    for (m, sb) in members.iter().zip(&sbs) {
+        if !sb.same_layout(&auth) {
             bail!(
                 Superblock,
-                "{} is stale: its event counter is {} but the others are at {max_events}; it missed \
-                 changes and RAID 0 cannot repair it",
-                members[i].name(),
+                "{} and {} disagree on the layout of array '{}' (member count, volume table or bitmap); one of \
+                 them was changed by hand",
+                m.name(),
+                members[fresh].name(),
+                auth.name
+            );
+        }
+    }
+    let mut warnings = Vec::new();
+    let mut slots = auth.slots.clone();
+    let mut devices: Vec<Option<Member>> = (0..slots.len()).map(|_| None).collect();
+    let mut dev_specs: Vec<Option<MemberSpec>> = vec![None; slots.len()];
+    let redundant = auth.volumes.iter().any(is_redundant);
+    let end = auth.data_end();
+    for ((m, sb), spec) in members.into_iter().zip(&sbs).zip(specs) {
+        let Some(slot) = slots.iter().position(|s| s.uuid == sb.member_uuid) else {
+            bail!(
+                Superblock,
+                "{} is no longer part of array '{}': it was removed or replaced (its event counter is {}, the \
+                 array's is {max_events}). Leave it out, or add it back with 'uraid add'",
+                m.name(),
+                auth.name,
                 sb.events
             );
-        }
-        if members[i].size() < sb.data_offset + sb.data_size {
+        };
+        let what = if slot < n { format!("role {slot}") } else { format!("spare slot {slot}") };
+        if let Some(other) = &devices[slot] {
             bail!(
-                TooSmall,
-                "{} has {} bytes but the array stores data up to byte {}; was it truncated?",
-                members[i].name(),
-                members[i].size(),
-                sb.data_offset + sb.data_size
+                Membership,
+                "{} and {} both claim {what} of array '{}' (one is a copy of the other?); give each member once",
+                other.name(),
+                m.name(),
+                auth.name
             );
         }
-        by_role[role] = Some(i);
+        if slot < n && sb.events < max_events && matches!(slots[slot].state, MemberState::Active | MemberState::Rebuilding) {
+            if !opts.force {
+                let how = if redundant {
+                    "with 'uraid assemble --force' it is taken back and rebuilt in full from the others"
+                } else {
+                    "RAID 0 cannot repair it; 'uraid assemble --force' takes it back as it is, and data written \
+                     since it fell behind is then inconsistent"
+                };
+                bail!(
+                    Superblock,
+                    "{} is stale: its event counter is {} but the others are at {max_events}; it missed changes \
+                     while it was away. Nothing was written. Leave it out if the array can run without it, or: {how}",
+                    m.name(),
+                    sb.events
+                );
+            }
+            if redundant {
+                slots[slot].state = MemberState::Rebuilding;
+                slots[slot].recovery_offset = Some(0);
+                warnings.push(format!(
+                    "{} was stale (event counter {} < {max_events}); --force takes it back in {what}, to be rebuilt in full",
+                    m.name(),
+                    sb.events
+                ));
+            } else {
+                warnings.push(format!(
+                    "{} was stale (event counter {} < {max_events}); --force takes it back as it is: data written \
+                     since it fell behind may be inconsistent",
+                    m.name(),
+                    sb.events
+                ));
+            }
+        }
+        if m.size() < end {
+            bail!(
+                TooSmall,
+                "{} has {} bytes but the array stores data up to byte {end}; was it truncated?",
+                m.name(),
+                m.size()
+            );
+        }
+        devices[slot] = Some(m);
+        dev_specs[slot] = Some(spec.clone());
     }
-    if let Some(role) = by_role.iter().position(Option::is_none) {
-        let missing: Vec<String> = by_role
-            .iter()
-            .enumerate()
-            .filter(|(_, x)| x.is_none())
-            .map(|(r, _)| format!("role {r} (member {})", fmt_uuid(&first.members[r])))
+    // Roles without a device.
+    let mut missing = Vec::new();
+    for r in 0..n {
+        if devices[r].is_none() && matches!(slots[r].state, MemberState::Active | MemberState::Rebuilding) {
+            missing.push(r);
+            slots[r].state = MemberState::Missing;
+            slots[r].recovery_offset = None;
+        }
+    }
+    let down: Vec<bool> = slots[..n].iter().map(|s| s.state != MemberState::Active).collect();
+    let lost = lost_volumes(&auth, &down);
+    if !lost.is_empty() {
+        let missing_txt: Vec<String> = missing.iter().map(|&r| format!("role {r} (member {})", fmt_uuid(&auth.slots[r].uuid))).collect();
+        let other_txt: Vec<String> = (0..n)
+            .filter(|r| down[*r] && !missing.contains(r))
+            .map(|r| format!("role {r} is {}", slots[r].state.name()))
             .collect();
-        let _ = role;
-        bail!(
-            Membership,
-            "array '{}' has {n} members but {} were given; missing {}. Give every member",
-            first.name,
-            specs.len(),
-            missing.join(", ")
-        );
+        let vols: Vec<String> = lost
+            .iter()
+            .map(|&i| format!("{} tolerates {}", describe_volume(&auth.volumes[i]), level_tolerance(&auth.volumes[i], n)))
+            .collect();
+        let given = slots.iter().take(n).zip(&devices).filter(|(_, d)| d.is_some()).count();
+        let msg = if missing_txt.is_empty() {
+            format!(
+                "array '{}' cannot run: {}; {}. Nothing was written. The data of that volume is lost unless a \
+                 failed member still holds it",
+                auth.name,
+                other_txt.join(", "),
+                vols.join("; ")
+            )
+        } else {
+            format!(
+                "array '{}' has {n} members but {given} were given; missing {}{}; {}: it cannot run. Nothing was \
+                 written. Give every member",
+                auth.name,
+                missing_txt.join(", "),
+                if other_txt.is_empty() { String::new() } else { format!(" ({})", other_txt.join(", ")) },
+                vols.join("; ")
+            )
+        };
+        if !opts.inspect {
+            return Err(Error::new(ErrorKind::Membership, msg));
+        }
+        warnings.push(msg);
     }
-    if specs.len() > n {
-        bail!(Membership, "array '{}' has {n} members but {} were given", first.name, specs.len());
+    for &r in &missing {
+        warnings.push(format!(
+            "role {r} (member {}) is missing: the array runs degraded until a member is added",
+            fmt_uuid(&auth.slots[r].uuid)
+        ));
     }
-    let level = Level::from_number(first.level)?;
-    let geometry = Geometry::new(level, n, first.chunk, first.data_size)?;
-    let (chunk, data_offset) = (first.chunk, first.data_offset);
-    let _ = chunk;
-    // Put members and superblocks in role order.
-    let mut slots: Vec<Option<(Member, Superblock)>> = members.into_iter().zip(sbs).map(Some).collect();
-    let mut ordered = Vec::with_capacity(n);
-    let mut superblocks = Vec::with_capacity(n);
-    for i in by_role.into_iter().flatten() {
-        let (m, sb) = slots[i].take().expect("each index once");
-        ordered.push(m);
-        superblocks.push(sb);
+    let health = Arc::new(Health::new(n));
+    for (r, s) in slots[..n].iter().enumerate() {
+        health.set_state(r as u32, s.state);
+        if let (MemberState::Rebuilding, Some(o)) = (s.state, s.recovery_offset) {
+            health.set_recovery(r as u32, o);
+        }
     }
-    Ok(Array { superblocks, volume: Volume::new(Arc::new(ordered), geometry, data_offset)?, warnings: Vec::new() })
+    let mut sb = auth.clone();
+    sb.slots = slots;
+    let mut meta = Meta { sb, devices, specs: dev_specs, roles: Arc::new(Vec::new()) };
+    meta.rebuild_roles()?;
+    let bitmap = if auth.bitmap_region > 0 {
+        Some(Arc::new(Bitmap::load(meta.roles.clone(), health.clone(), auth.bitmap_region, end)?))
+    } else {
+        None
+    };
+    // The write hole: an interrupted write on a parity volume may have left
+    // a stripe whose parity does not match its data; with a member gone,
+    // its chunk in that stripe would be rebuilt from the wrong parity.
+    if auth.state == State::Active {
+        let dirty = dirty_ranges(&auth, bitmap.as_deref());
+        for v in auth.volumes.iter().filter(|v| has_parity(v)) {
+            let degraded = down.iter().any(|&d| d);
+            let touched = dirty.iter().any(|r| r.start < v.member_end() && r.end > v.member_start);
+            if degraded && touched {
+                if !opts.force && !opts.inspect {
+                    bail!(
+                        Membership,
+                        "array '{}' was not stopped cleanly and is degraded: {} may hold stripes whose parity does \
+                         not match their data (an interrupted write: the RAID 5/6 write hole), and the missing \
+                         member's chunks in those stripes would be reconstructed wrong. Nothing was written. Give \
+                         the missing member, or assemble with --force to accept the risk (then run 'uraid check')",
+                        auth.name,
+                        describe_volume(v)
+                    );
+                }
+                warnings.push(format!(
+                    "{} was not stopped cleanly and is degraded: stripes written at the time of the crash may read \
+                     back wrong in their missing chunk (write hole, accepted with --force); run 'uraid check'",
+                    describe_volume(v)
+                ));
+            }
+        }
+    }
+    if !lost.is_empty() {
+        health.stop_writes();
+    }
+    let mut a = Array::new(meta, health, bitmap, warnings)?;
+    a.inspect = opts.inspect;
+    Ok(a)
+}
+
+/// The absolute member byte ranges a resync must cover after an unclean
+/// stop: the bitmap's dirty regions, or every redundant volume's area when
+/// there is no bitmap.
+fn dirty_ranges(sb: &Superblock, bitmap: Option<&Bitmap>) -> Vec<Range<u64>> {
+    match bitmap {
+        Some(b) => b.dirty(),
+        None => sb.volumes.iter().filter(|v| is_redundant(v)).map(|v| v.member_start..v.member_end()).collect(),
+    }
+}
+
+/// A member of an array as `uraid status` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MemberStatus {
+    /// Slot: the role when below the member count, else a spare slot.
+    pub slot: u32,
+    /// The role, `None` for a spare.
+    pub role: Option<u32>,
+    /// The device as given, `None` when no device holds the slot.
+    pub device: Option<String>,
+    /// The device's UUID (zero when none).
+    pub uuid: String,
+    /// State name (active, faulty, rebuilding, spare, missing).
+    pub state: &'static str,
+    /// For a rebuilding member: absolute member byte offset rebuilt so far.
+    pub recovery_offset: Option<u64>,
+}
+
+/// A volume as `uraid status` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VolumeStatus {
+    /// Name.
+    pub name: String,
+    /// UUID.
+    pub uuid: String,
+    /// RAID level number.
+    pub level: u32,
+    /// Chunk in bytes.
+    pub chunk: u64,
+    /// Usable bytes.
+    pub capacity: u64,
+    /// Absolute byte offset of the volume's area on every member.
+    pub member_start: u64,
+    /// Bytes of every member the volume uses.
+    pub member_size: u64,
+    /// clean, degraded, rebuilding, resyncing (not stopped cleanly: the
+    /// dirty regions are resynced at assemble) or failed (more members lost
+    /// than it tolerates).
+    pub state: &'static str,
+    /// Members that may fail without data loss.
+    pub tolerance: usize,
+    /// Rebuild progress in percent of the volume's member area (the least
+    /// advanced rebuilding member), when rebuilding.
+    pub rebuild_percent: Option<f64>,
+}
+
+/// What `uraid status` shows of an array (like /proc/mdstat).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ArrayStatus {
+    /// Array name.
+    pub name: String,
+    /// Array UUID.
+    pub uuid: String,
+    /// Event counter.
+    pub events: u64,
+    /// "clean" or "active" as the superblock says.
+    pub state: &'static str,
+    /// Roles (members, not spares).
+    pub member_count: u32,
+    /// Bitmap region size in bytes (0: no bitmap).
+    pub bitmap_region: u64,
+    /// Bytes of the members the bitmap marks dirty (0 without a bitmap).
+    pub bitmap_dirty_bytes: u64,
+    /// The volumes, in member-offset order.
+    pub volumes: Vec<VolumeStatus>,
+    /// Every slot: roles, then spares.
+    pub members: Vec<MemberStatus>,
 }
 
 impl Array {
-    /// The volume to do I/O on.
-    pub fn volume(&self) -> &Arc<Volume> {
-        &self.volume
-    }
-    /// Superblocks in role order.
-    pub fn superblocks(&self) -> &[Superblock] {
-        &self.superblocks
-    }
-    /// Array name.
-    pub fn name(&self) -> &str {
-        &self.superblocks[0].name
-    }
-    /// Array UUID.
-    pub fn uuid(&self) -> String {
-        fmt_uuid(&self.superblocks[0].array_uuid)
-    }
-    /// Warnings to show the user (unequal members).
-    pub fn warnings(&self) -> &[String] {
-        &self.warnings
+    fn new(meta: Meta, health: Arc<Health>, bitmap: Option<Arc<Bitmap>>, warnings: Vec<String>) -> Result<Array> {
+        let meta = Arc::new(Mutex::new(meta));
+        let hook_meta = Arc::downgrade(&meta);
+        health.set_on_change(move |h, _role| match hook_meta.upgrade() {
+            Some(m) => m.lock().unwrap_or_else(|e| e.into_inner()).persist(h),
+            None => Ok(()),
+        });
+        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect: false };
+        a.build_volumes()?;
+        Ok(a)
     }
 
-    fn update(&mut self, state: State) -> Result<()> {
-        let now = superblock::unix_now();
-        for (m, sb) in self.volume.members().iter().zip(self.superblocks.iter_mut()) {
-            sb.events += 1;
-            sb.state = state;
-            sb.utime = now;
-            write_superblock(m, sb)?;
+    fn meta(&self) -> MutexGuard<'_, Meta> {
+        self.meta.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn build_volumes(&mut self) -> Result<()> {
+        let (roles, entries) = {
+            let m = self.meta();
+            (m.roles.clone(), m.sb.volumes.clone())
+        };
+        let n = roles.len();
+        let shared = Shared { health: self.health.clone(), bitmap: self.bitmap.clone() };
+        self.volumes = entries
+            .iter()
+            .map(|v| {
+                let g = Geometry::new(Level::from_number(v.level)?, n, v.chunk, v.member_size)?;
+                Volume::with_state(roles.clone(), g, v.member_start, shared.clone())
+            })
+            .collect::<Result<_>>()?;
+        Ok(())
+    }
+
+    /// After a device joined or left a role: new member handles, bitmap
+    /// (reloaded over the new members) and volumes.
+    fn rebuild_after_membership_change(&mut self) -> Result<()> {
+        let running = self.daemon.take().is_some();
+        let (roles, region, end) = {
+            let mut m = self.meta();
+            m.rebuild_roles()?;
+            (m.roles.clone(), m.sb.bitmap_region, m.sb.data_end())
+        };
+        self.volumes.clear();
+        if region > 0 {
+            self.bitmap = None;
+            self.bitmap = Some(Arc::new(Bitmap::load(roles, self.health.clone(), region, end)?));
+        }
+        self.build_volumes()?;
+        if running {
+            self.start_daemon();
         }
         Ok(())
     }
 
-    /// Marks the array active in every superblock (event counter + 1).
+    fn start_daemon(&mut self) {
+        if let Some(b) = &self.bitmap {
+            self.daemon = Some(b.start_daemon(BITMAP_DAEMON_INTERVAL));
+        }
+    }
+
+    fn persist(&self) -> Result<()> {
+        self.meta().persist(&self.health)
+    }
+
+    /// The first volume (the only one of an array made without volumes).
+    pub fn volume(&self) -> &Arc<Volume> {
+        &self.volumes[0]
+    }
+    /// Every volume, in the order of the volume table.
+    pub fn volumes(&self) -> &[Arc<Volume>] {
+        &self.volumes
+    }
+    /// The volume named `name`, if any.
+    pub fn volume_named(&self, name: &str) -> Option<&Arc<Volume>> {
+        let m = self.meta();
+        let i = m.sb.volumes.iter().position(|v| v.name == name)?;
+        self.volumes.get(i)
+    }
+    /// The volume table.
+    pub fn volume_entries(&self) -> Vec<VolumeEntry> {
+        self.meta().sb.volumes.clone()
+    }
+    /// Member states, shared with every volume.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+    /// The write-intent bitmap, if the array has one.
+    pub fn bitmap(&self) -> Option<&Arc<Bitmap>> {
+        self.bitmap.as_ref()
+    }
+    /// The array's current superblock (the authoritative copy, as written
+    /// to every present member, with the first slot's identity).
+    pub fn superblock(&self) -> Superblock {
+        self.meta().sb.clone()
+    }
+    /// Superblocks as written to each present device, in slot order.
+    pub fn superblocks(&self) -> Vec<Superblock> {
+        let m = self.meta();
+        (0..m.sb.slots.len())
+            .filter(|&s| m.devices[s].is_some())
+            .map(|s| {
+                let mut sb = m.sb.clone();
+                sb.slot = s as u32;
+                sb.member_uuid = sb.slots[s].uuid;
+                sb
+            })
+            .collect()
+    }
+    /// Array name.
+    pub fn name(&self) -> String {
+        self.meta().sb.name.clone()
+    }
+    /// Array UUID.
+    pub fn uuid(&self) -> String {
+        fmt_uuid(&self.meta().sb.array_uuid)
+    }
+    /// Event counter.
+    pub fn events(&self) -> u64 {
+        self.meta().sb.events
+    }
+    /// Warnings to show the user (unequal members, missing or forced
+    /// members).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+    /// Number of roles (members, not counting spares).
+    pub fn member_count(&self) -> u32 {
+        self.meta().sb.member_count
+    }
+
+    /// The slot holding the device named by `spec` (same file or block
+    /// device, compared by device and inode), if it is part of the array.
+    pub fn slot_of(&self, spec: &MemberSpec) -> Option<u32> {
+        let id = spec.identity().ok()?;
+        let m = self.meta();
+        m.specs.iter().position(|s| s.as_ref().and_then(|s| s.identity().ok()).as_ref() == Some(&id)).map(|s| s as u32)
+    }
+
+    /// Where every volume and member stands (see [`ArrayStatus`]).
+    pub fn status(&self) -> ArrayStatus {
+        let m = self.meta();
+        let n = m.n();
+        let down = down_roles(&self.health);
+        let states = self.health.states();
+        let dirty = match &self.bitmap {
+            Some(b) => b.dirty(),
+            None => Vec::new(),
+        };
+        let volumes = m
+            .sb
+            .volumes
+            .iter()
+            .zip(&self.volumes)
+            .map(|(v, vol)| {
+                let rebuilding: Vec<u32> = (0..n as u32).filter(|&r| states[r as usize] == MemberState::Rebuilding).collect();
+                let percent = (!rebuilding.is_empty()).then(|| {
+                    let least = rebuilding.iter().map(|&r| self.health.recovery(r)).min().unwrap_or(0);
+                    let done = least.saturating_sub(v.member_start).min(v.member_size);
+                    (done as f64 * 1000.0 / v.member_size as f64).floor() / 10.0
+                });
+                let unclean = m.sb.state == State::Active && is_redundant(v);
+                let state = if !volume_survives(v, n, &down) {
+                    "failed"
+                } else if !rebuilding.is_empty() && is_redundant(v) {
+                    "rebuilding"
+                } else if down.iter().any(|&d| d) && is_redundant(v) {
+                    "degraded"
+                } else if unclean && (self.bitmap.is_none() || dirty.iter().any(|r| r.start < v.member_end() && r.end > v.member_start)) {
+                    "resyncing"
+                } else {
+                    "clean"
+                };
+                VolumeStatus {
+                    name: v.name.clone(),
+                    uuid: fmt_uuid(&v.uuid),
+                    level: v.level,
+                    chunk: v.chunk,
+                    capacity: vol.capacity(),
+                    member_start: v.member_start,
+                    member_size: v.member_size,
+                    state,
+                    tolerance: level_tolerance(v, n),
+                    rebuild_percent: if is_redundant(v) { percent } else { None },
+                }
+            })
+            .collect();
+        let members = m
+            .sb
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(s, slot)| {
+                let state = if s < n { states[s] } else { slot.state };
+                MemberStatus {
+                    slot: s as u32,
+                    role: (s < n).then_some(s as u32),
+                    device: m.devices[s].as_ref().map(|d| d.name().to_string()),
+                    uuid: fmt_uuid(&slot.uuid),
+                    state: state.name(),
+                    recovery_offset: (state == MemberState::Rebuilding).then(|| self.health.recovery(s as u32)),
+                }
+            })
+            .collect();
+        ArrayStatus {
+            name: m.sb.name.clone(),
+            uuid: fmt_uuid(&m.sb.array_uuid),
+            events: m.sb.events,
+            state: match m.sb.state {
+                State::Clean => "clean",
+                State::Active => "active",
+            },
+            member_count: m.sb.member_count,
+            bitmap_region: m.sb.bitmap_region,
+            bitmap_dirty_bytes: dirty.iter().map(|r| r.end - r.start).sum(),
+            volumes,
+            members,
+        }
+    }
+
+    /// Marks the array active and ready for writes: resynchronises the
+    /// dirty regions of every redundant volume when the array was not
+    /// stopped cleanly (`maint::resync`, then clears the bitmap), puts
+    /// spares into failed or missing roles, marks every superblock active
+    /// (event counter + 1) and starts the bitmap daemon.
+    ///
+    /// Errors: `Membership` for an array opened with `inspect` (it may be
+    /// past its tolerance); `Io` from the resync or a superblock write.
     pub fn activate(&mut self) -> Result<()> {
-        self.update(State::Active)
+        if self.inspect {
+            bail!(Membership, "array '{}' was opened for inspection only and cannot be activated", self.name());
+        }
+        let (unclean, entries) = {
+            let m = self.meta();
+            (m.sb.state == State::Active, m.sb.volumes.clone())
+        };
+        if unclean {
+            let ranges = {
+                let m = self.meta();
+                dirty_ranges(&m.sb, self.bitmap.as_deref())
+            };
+            for (v, vol) in entries.iter().zip(&self.volumes) {
+                if !is_redundant(v) {
+                    continue;
+                }
+                let mine: Vec<Range<u64>> = ranges
+                    .iter()
+                    .filter_map(|r| {
+                        let (s, e) = (r.start.max(v.member_start), r.end.min(v.member_end()));
+                        (s < e).then_some(s..e)
+                    })
+                    .collect();
+                if !mine.is_empty() {
+                    let (_, report) = crate::maint::resync_report(vol, &mine)?;
+                    if report.stripes_unchecked > 0 {
+                        self.warnings.push(format!(
+                            "{}: {} stripe(s) written when the array stopped uncleanly could not be resynced \
+                             because a member is missing (RAID 5/6 write hole); their data in the missing \
+                             member's chunks may be wrong",
+                            describe_volume(v),
+                            report.stripes_unchecked
+                        ));
+                    }
+                }
+            }
+            if let Some(b) = &self.bitmap {
+                b.clear_all()?;
+            }
+        }
+        self.meta().sb.state = State::Active;
+        self.promote_spares()?;
+        self.persist()?;
+        if self.daemon.is_none() {
+            self.start_daemon();
+        }
+        Ok(())
     }
 
     /// Lets go of the members without writing anything.
     pub fn release(self) {}
 
-    /// Flushes the members, marks the array clean in every superblock and
-    /// releases the members.
+    /// Flushes the members, stops the bitmap daemon, clears the bitmap,
+    /// marks the array clean in every superblock (event counter + 1) and
+    /// releases the members. Writes through other handles on the volumes
+    /// must have completed.
     pub fn stop(mut self) -> Result<()> {
-        self.volume.flush()?;
-        self.update(State::Clean)
+        for v in &self.volumes {
+            if !self.health.writes_stopped() {
+                v.flush()?;
+            }
+        }
+        self.daemon = None;
+        if let Some(b) = &self.bitmap {
+            b.clear_all()?;
+        }
+        self.meta().sb.state = State::Clean;
+        self.persist()
+    }
+
+    fn check_role(&self, role: u32) -> Result<()> {
+        let n = self.member_count();
+        if role >= n {
+            bail!(InvalidInput, "array '{}' has no role {role}: its roles are 0 to {}", self.name(), n - 1);
+        }
+        Ok(())
+    }
+
+    /// The volumes that would lose data if `role` went down as well.
+    fn lost_if_down(&self, role: u32) -> Vec<VolumeEntry> {
+        let mut down = down_roles(&self.health);
+        down[role as usize] = true;
+        let m = self.meta();
+        lost_volumes(&m.sb, &down).into_iter().map(|i| m.sb.volumes[i].clone()).collect()
+    }
+
+    fn refuse_past_tolerance(&self, role: u32, what: &str) -> Result<()> {
+        let lost = self.lost_if_down(role);
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let n = self.member_count() as usize;
+        let down = down_roles(&self.health).iter().filter(|&&d| d).count() + 1;
+        let vols: Vec<String> =
+            lost.iter().map(|v| format!("{} (it tolerates {} of {n})", describe_volume(v), level_tolerance(v, n))).collect();
+        bail!(
+            WouldDestroy,
+            "{what} role {role} would leave {down} of {n} members of array '{}' unavailable and lose the data of {}. \
+             Nothing was changed. Add --force to do it anyway",
+            self.name(),
+            vols.join(", ")
+        )
+    }
+
+    /// Marks role `role` faulty (`uraid fail`): it is no longer read or
+    /// written, the other members' superblocks record it (event counter
+    /// + 1). Past a volume's tolerance the array stops taking writes.
+    ///
+    /// Errors: `InvalidInput` (no such role, already faulty or missing),
+    /// `WouldDestroy` (a volume would lose data and `force` is off),
+    /// `Io` (superblock writes).
+    pub fn fail(&mut self, role: u32, force: bool) -> Result<()> {
+        let slots = self.meta().sb.slots.len() as u32;
+        if role >= self.member_count() && role < slots {
+            bail!(
+                InvalidInput,
+                "slot {role} of array '{}' is a spare: it holds no data to fail; take it out with 'uraid remove'",
+                self.name()
+            );
+        }
+        self.check_role(role)?;
+        match self.health.state(role) {
+            MemberState::Active | MemberState::Rebuilding => {}
+            s => bail!(InvalidInput, "role {role} of array '{}' is already {}; nothing to fail", self.name(), s.name()),
+        }
+        if !force {
+            self.refuse_past_tolerance(role, "failing")?;
+        }
+        self.health.set_state(role, MemberState::Faulty);
+        self.persist()
+    }
+
+    /// Removes a faulty member or a spare (`uraid remove`): its device is
+    /// released (its superblock is not written: it may be broken), a role
+    /// becomes missing (ready for `add`), a spare's slot is dropped. The
+    /// other superblocks record it (event counter + 1).
+    ///
+    /// Errors: `InvalidInput` (no such slot; an active or rebuilding member:
+    /// fail it first or use replace; a role without a device).
+    pub fn remove(&mut self, slot: u32) -> Result<()> {
+        let (n, total) = {
+            let m = self.meta();
+            (m.sb.member_count, m.sb.slots.len() as u32)
+        };
+        if slot >= total {
+            bail!(
+                InvalidInput,
+                "array '{}' has no slot {slot}: roles 0 to {}{}",
+                self.name(),
+                n - 1,
+                if total > n { format!(", spares {} to {}", n, total - 1) } else { String::new() }
+            );
+        }
+        if slot >= n {
+            let mut m = self.meta();
+            m.sb.slots.remove(slot as usize);
+            m.devices.remove(slot as usize);
+            m.specs.remove(slot as usize);
+            drop(m);
+            return self.persist();
+        }
+        match self.health.state(slot) {
+            MemberState::Faulty => {}
+            MemberState::Missing => bail!(InvalidInput, "role {slot} of array '{}' has no member to remove", self.name()),
+            s => bail!(
+                InvalidInput,
+                "role {slot} of array '{}' is {}; only faulty members and spares can be removed. Fail it first \
+                 ('uraid fail'), or use 'uraid replace' to swap it for another drive",
+                self.name(),
+                s.name()
+            ),
+        }
+        {
+            let mut m = self.meta();
+            m.devices[slot as usize] = None;
+            m.specs[slot as usize] = None;
+            m.sb.slots[slot as usize].uuid = [0; 16];
+        }
+        self.health.set_state(slot, MemberState::Missing);
+        self.rebuild_after_membership_change()?;
+        self.persist()
+    }
+
+    /// Opens a new device for `add` / `replace` and checks it: not already
+    /// in the array, large enough, holding nothing (unless `force`; a
+    /// superblock of this very array counts as nothing).
+    fn open_new(&self, spec: &MemberSpec, force: bool) -> Result<Member> {
+        if let Some(s) = self.slot_of(spec) {
+            bail!(InvalidInput, "{spec} is already slot {s} of array '{}'", self.name());
+        }
+        let m = Member::open(spec, OpenMode { write: true, exclusive: true })?;
+        let (end, uuid, name) = {
+            let g = self.meta();
+            (g.sb.data_end(), g.sb.array_uuid, g.sb.name.clone())
+        };
+        if m.size() < end {
+            bail!(
+                TooSmall,
+                "{} is too small for array '{name}': it has {} bytes ({}), the volumes end at byte {end} ({}) on \
+                 every member. Nothing was written; use a larger drive",
+                m.name(),
+                m.size(),
+                fmt_size(m.size()),
+                fmt_size(end)
+            );
+        }
+        if !force {
+            let ours = matches!(read_superblock(&m)?, Ok(sb) if sb.array_uuid == uuid);
+            if !ours {
+                if let Some(sig) = probe(&m)? {
+                    bail!(
+                        WouldDestroy,
+                        "{} holds {sig}; adding it to array '{name}' would destroy it. Nothing was written. \
+                         Check the device name, or add --force to overwrite it",
+                        m.name()
+                    );
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// Puts a freshly opened, checked device into role `role` as
+    /// rebuilding (recovery offset 0) after zeroing its volume areas (so
+    /// that regions the rebuild skips read as zeros, like on every other
+    /// member), and copies the bitmap onto it.
+    fn install(&mut self, role: u32, m: Member, spec: &MemberSpec) -> Result<()> {
+        let entries = self.volume_entries();
+        for v in &entries {
+            zero_range(&m, v.member_start, v.member_size)?;
+        }
+        {
+            let mut g = self.meta();
+            g.devices[role as usize] = Some(m);
+            g.specs[role as usize] = Some(spec.clone());
+            g.sb.slots[role as usize].uuid = superblock::new_uuid();
+        }
+        self.health.set_state(role, MemberState::Rebuilding);
+        self.rebuild_after_membership_change()?;
+        if let Some(b) = &self.bitmap {
+            b.write_to(role)?;
+        }
+        Ok(())
+    }
+
+    /// Adds a device (`uraid add`): into the first role that has no member
+    /// (missing), where it is rebuilt, or else as a spare. Spares then take
+    /// over faulty roles (see [`promote_spares`](Self::promote_spares)).
+    /// The superblocks record it (event counter + 1). Run
+    /// [`rebuild`](Self::rebuild) to bring rebuilding members in sync.
+    ///
+    /// Errors, before anything is written: `InvalidInput` (already a member,
+    /// no room for another spare), `TooSmall`, `WouldDestroy` (it holds a
+    /// filesystem or another array and `force` is off), `Busy`.
+    pub fn add(&mut self, spec: &MemberSpec, force: bool) -> Result<Added> {
+        let m = self.open_new(spec, force)?;
+        let missing = self.health.states().iter().position(|&s| s == MemberState::Missing).map(|r| r as u32);
+        let added = if let Some(role) = missing {
+            self.install(role, m, spec)?;
+            Added::Role(role)
+        } else {
+            let entries = self.volume_entries();
+            let mut g = self.meta();
+            if g.sb.spares().len() >= MAX_SPARES {
+                bail!(InvalidInput, "array '{}' already has {MAX_SPARES} spares, the most it can hold", g.sb.name);
+            }
+            for v in &entries {
+                zero_range(&m, v.member_start, v.member_size)?;
+            }
+            g.sb.slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Spare, recovery_offset: None });
+            g.devices.push(Some(m));
+            g.specs.push(Some(spec.clone()));
+            Added::Spare(g.sb.slots.len() as u32 - 1)
+        };
+        self.promote_spares()?;
+        self.persist()?;
+        Ok(added)
+    }
+
+    /// Replaces the member in `role` with a new device (`uraid replace`):
+    /// the old device is released (its superblock is not written) and the
+    /// new one is rebuilt in its place. The array runs without the role
+    /// while it rebuilds (md's hot-replace, which keeps the old member in
+    /// service until the new one is in sync, is not done here).
+    ///
+    /// Errors, before anything is written: as [`add`](Self::add), and
+    /// `InvalidInput` (no such role), `WouldDestroy` (taking an active
+    /// member out would lose a volume's data and `force` is off).
+    pub fn replace(&mut self, role: u32, spec: &MemberSpec, force: bool) -> Result<()> {
+        self.check_role(role)?;
+        if !force && self.health.state(role) == MemberState::Active {
+            self.refuse_past_tolerance(role, "replacing")?;
+        }
+        let m = self.open_new(spec, force)?;
+        self.install(role, m, spec)?;
+        self.persist()
+    }
+
+    /// Moves spares into faulty or missing roles (faulty devices are
+    /// released), where they are rebuilt, as md does on its own. Returns
+    /// the roles that got a spare; persists when there were any.
+    pub fn promote_spares(&mut self) -> Result<Vec<u32>> {
+        let mut promoted = Vec::new();
+        loop {
+            let role = self.health.states().iter().position(|s| matches!(s, MemberState::Faulty | MemberState::Missing));
+            let Some(role) = role else { break };
+            let (n, spares) = {
+                let g = self.meta();
+                (g.n(), g.sb.slots.len() - g.n())
+            };
+            if spares == 0 {
+                break;
+            }
+            {
+                let mut g = self.meta();
+                let slot = g.sb.slots.remove(n);
+                let dev = g.devices.remove(n);
+                let spec = g.specs.remove(n);
+                g.sb.slots[role].uuid = slot.uuid;
+                g.devices[role] = dev;
+                g.specs[role] = spec;
+            }
+            self.health.set_state(role as u32, MemberState::Rebuilding);
+            promoted.push(role as u32);
+        }
+        if !promoted.is_empty() {
+            self.rebuild_after_membership_change()?;
+            if let Some(b) = &self.bitmap {
+                for &r in &promoted {
+                    b.write_to(r)?;
+                }
+            }
+            self.persist()?;
+        }
+        Ok(promoted)
+    }
+
+    /// Roles being rebuilt.
+    pub fn rebuilding(&self) -> Vec<u32> {
+        (0..self.member_count()).filter(|&r| self.health.state(r) == MemberState::Rebuilding).collect()
+    }
+
+    /// Rebuilds every rebuilding role in turn with `maint::rebuild` (over
+    /// all volumes; it resumes from the recovery offset and skips regions
+    /// never written), persisting its progress as the recovery offset
+    /// (the checkpoint), at most `rate` bytes/s. `progress(role, done,
+    /// total)` is called as it goes. Each role becomes active when done.
+    ///
+    /// Errors: from the rebuild (a member failing during it: the states are
+    /// persisted by then) and superblock writes.
+    pub fn rebuild(
+        &mut self,
+        rate: Option<u64>,
+        progress: &mut dyn FnMut(u32, u64, u64),
+    ) -> Result<Vec<crate::maint::RebuildReport>> {
+        let mut reports = Vec::new();
+        for role in self.rebuilding() {
+            let meta = self.meta.clone();
+            let health = self.health.clone();
+            let checkpoint = move |offset: u64| -> Result<()> {
+                health.set_recovery(role, offset);
+                meta.lock().unwrap_or_else(|e| e.into_inner()).persist(&health)
+            };
+            let opts = crate::maint::RebuildOptions { rate, checkpoint: &checkpoint };
+            let report = crate::maint::rebuild(&self.volumes, role, &opts, &mut |d, t| progress(role, d, t))?;
+            self.health.set_state(role, MemberState::Active);
+            self.persist()?;
+            reports.push(report);
+        }
+        Ok(reports)
+    }
+
+    /// Scrubs volume `index` (`uraid check` / `uraid repair`) with
+    /// `maint::check`. Errors: `InvalidInput` for a volume that does not
+    /// exist or is not redundant; from the check.
+    pub fn check(
+        &self,
+        index: usize,
+        repair: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<crate::maint::CheckReport> {
+        let entries = self.volume_entries();
+        let Some(v) = entries.get(index) else {
+            bail!(InvalidInput, "array '{}' has no volume {index}", self.name());
+        };
+        if !is_redundant(v) {
+            bail!(InvalidInput, "{} has no redundancy to check", describe_volume(v));
+        }
+        crate::maint::check(&self.volumes[index], repair, progress)
     }
 }
 
 impl From<DecodeError> for Error {
     fn from(e: DecodeError) -> Error {
         Error::new(ErrorKind::Superblock, e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(level: u32, chunk: u64, member_size: u64) -> VolumeEntry {
+        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0 }
+    }
+
+    #[test]
+    fn tolerance_follows_the_layout() {
+        let mb = 1 << 20;
+        // RAID 10 near-2 over 4: pairs (0,1) and (2,3).
+        let v = entry(10, 64 << 10, mb);
+        assert!(volume_survives(&v, 4, &[true, false, true, false]));
+        assert!(!volume_survives(&v, 4, &[true, true, false, false]));
+        // Over 3 members every neighbouring pair shares a chunk.
+        assert!(!volume_survives(&v, 3, &[true, false, true]));
+        assert!(volume_survives(&v, 3, &[false, true, false]));
+        assert!(volume_survives(&entry(1, 4096, mb), 3, &[true, true, false]));
+        assert!(!volume_survives(&entry(1, 4096, mb), 2, &[true, true]));
+        assert!(volume_survives(&entry(5, 4096, mb), 3, &[false, true, false]));
+        assert!(!volume_survives(&entry(5, 4096, mb), 3, &[true, true, false]));
+        assert!(volume_survives(&entry(6, 4096, mb), 4, &[true, true, false, false]));
+        assert!(!volume_survives(&entry(6, 4096, mb), 5, &[true, true, true, false, false]));
+        assert!(!volume_survives(&entry(0, 4096, mb), 2, &[false, true]));
+    }
+
+    #[test]
+    fn member_sizes_cover_the_asked_capacity() {
+        for level in Level::ALL {
+            for n in level.min_members()..=6 {
+                for cap in [4096u64, 1 << 20, 10 << 20, (7 << 20) + 4096] {
+                    let chunk = 64 << 10;
+                    let ms = member_size_for("v", level, n, chunk, cap).unwrap();
+                    let g = Geometry::new(level, n, chunk, ms).unwrap();
+                    assert!(g.capacity() >= cap, "{level} x{n} {cap}: {}", g.capacity());
+                    // Not more than a stripe row over.
+                    let less = Geometry::new(level, n, chunk, ms - chunk).map(|g| g.capacity()).unwrap_or(0);
+                    assert!(ms == chunk || less < cap, "{level} x{n} {cap}: {ms} is more than needed");
+                }
+            }
+        }
+        assert!(member_size_for("v", Level::Raid1, 2, 4096, 0).is_err());
     }
 }

@@ -1,77 +1,168 @@
-//! The superblock: a 4 KiB record at the start of every member that makes
-//! an array persistent and self-describing.
+//! The superblock: a 4 KiB record at the start of every member (and every
+//! spare) that makes an array persistent and self-describing: who the
+//! members are, what state each is in, and the table of Matrix volumes.
 //!
-//! Format (version 1, all integers little-endian), in the spirit of md's
-//! v1.x superblock but simpler:
+//! Format (version 2, all integers little-endian), in the spirit of md's
+//! v1.x superblock (`struct mdp_superblock_1` in Linux
+//! `include/uapi/linux/raid/md_p.h`: event counter, per-device role table,
+//! `recovery_offset`, internal bitmap) plus an Intel Matrix-style volume
+//! table (several volumes of different levels over the same members):
 //!
 //! | offset | size | field |
 //! |---|---|---|
-//! | 0 | 8 | magic `URAIDSB\x01` |
-//! | 8 | 4 | format version (1) |
+//! | 0 | 8 | magic `URAIDSB\x01` (the same in every version) |
+//! | 8 | 4 | format version (2) |
 //! | 12 | 4 | superblock size in bytes (4096) |
 //! | 16 | 16 | array UUID |
 //! | 32 | 16 | this member's UUID |
 //! | 48 | 32 | array name, UTF-8, zero padded |
-//! | 80 | 4 | level (0) |
-//! | 84 | 4 | chunk size in bytes |
-//! | 88 | 4 | member count |
-//! | 92 | 4 | this member's index (role) |
-//! | 96 | 8 | data offset in bytes (multiple of 1 MiB) |
-//! | 104 | 8 | data size per member in bytes |
-//! | 112 | 8 | creation time, seconds since the Unix epoch |
-//! | 120 | 8 | update time, seconds since the Unix epoch |
-//! | 128 | 8 | event counter (bumped on every assemble and state change) |
-//! | 136 | 4 | state (0 clean, 1 active) |
-//! | 512 | 16 x 32 | member UUID of each role, in role order |
+//! | 80 | 4 | member count: the roles of the array (spares not counted) |
+//! | 84 | 4 | slot count: member count + spares (at most member count + [`MAX_SPARES`]) |
+//! | 88 | 4 | this member's slot (below the member count: its role; above: a spare) |
+//! | 92 | 4 | volume count (1 to [`MAX_VOLUMES`]) |
+//! | 96 | 8 | creation time, seconds since the Unix epoch |
+//! | 104 | 8 | update time, seconds since the Unix epoch |
+//! | 112 | 8 | event counter (bumped on every assemble, stop and state change) |
+//! | 120 | 4 | state (0 clean, 1 active) |
+//! | 128 | 8 | write-intent bitmap region size in bytes (0: no bitmap) |
+//! | 256 | 40 x 32 | slot table, one entry per slot, roles first, then spares |
+//! | 1536 | 8 x 128 | volume table, one entry per volume, in member-offset order |
 //! | 4092 | 4 | CRC-32C (Castagnoli) of bytes 0..4092 |
 //!
+//! A slot entry (32 bytes):
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 16 | UUID of the device in the slot (all zero: no device) |
+//! | 16 | 1 | state: [`MemberState`] as `u8` (0 active, 1 faulty, 2 rebuilding, 3 spare, 4 missing) |
+//! | 24 | 8 | recovery offset: absolute member byte offset below which a rebuilding member holds valid data (`u64::MAX`: in sync) |
+//!
+//! A volume entry (128 bytes):
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 32 | volume name, UTF-8, zero padded |
+//! | 32 | 16 | volume UUID |
+//! | 48 | 4 | RAID level (0, 1, 5, 6, 10) |
+//! | 52 | 4 | chunk size in bytes |
+//! | 56 | 8 | member start: absolute byte offset of the volume's area on every member (the first volume at [`DATA_OFFSET`]) |
+//! | 64 | 8 | member size: bytes of every member the volume uses (whole chunks) |
+//! | 72 | 1 | cache mode (0 = off; reserved for the write-back cache) |
+//!
 //! Bytes not named are zero and reserved for later versions.
+//!
+//! Spares: a spare is a device with its own superblock whose slot is at or
+//! above the member count; its slot entry has the state `Spare`. Every
+//! member and spare holds the same slot and volume tables. A role whose
+//! device was removed keeps its entry with a zero UUID and the state
+//! `Missing`; a removed spare's entry is dropped (the spares after it move
+//! down one slot). The member area below [`DATA_OFFSET`] holds the
+//! superblock (first 4 KiB) and the write-intent bitmap (from
+//! `bitmap::BITMAP_OFFSET` = 64 KiB up to [`DATA_OFFSET`]).
+//!
+//! Version 1 superblocks (RAID 0 only, no volume table, written before
+//! redundant arrays existed) are recognised and refused with a clear error;
+//! no conversion is offered.
 
+use crate::health::MemberState;
 use crate::{bail, Result};
 
 /// Magic bytes at offset 0.
 pub const MAGIC: &[u8; 8] = b"URAIDSB\x01";
 /// Current format version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes the superblock occupies on each member.
 pub const SB_SIZE: usize = 4096;
-/// Data offset of new arrays, in bytes: the data area starts 1 MiB in.
+/// Data offset of new arrays, in bytes: the first volume starts 1 MiB in.
 pub const DATA_OFFSET: u64 = 1 << 20;
-/// Longest array name, in bytes.
+/// Longest array or volume name, in bytes.
 pub const NAME_MAX: usize = 32;
-const MEMBERS_AT: usize = 512;
+/// Most spares an array may hold.
+pub const MAX_SPARES: usize = 8;
+/// Most volumes (Matrix volumes) an array may hold.
+pub const MAX_VOLUMES: usize = 8;
+/// Most slots (roles plus spares).
+pub const MAX_SLOTS: usize = crate::geometry::MAX_MEMBERS + MAX_SPARES;
+/// Value of a slot's recovery offset when the device is in sync.
+pub const IN_SYNC: u64 = u64::MAX;
+
+const SLOTS_AT: usize = 256;
+const SLOT_SIZE: usize = 32;
+const VOLUMES_AT: usize = 1536;
+const VOLUME_SIZE: usize = 128;
 const CRC_AT: usize = SB_SIZE - 4;
 
 /// Whether the array was stopped cleanly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum State {
-    /// Stopped cleanly.
+    /// Stopped cleanly: copies and parity agree, the bitmap is clear.
     Clean,
-    /// In use, or stopped without marking it clean.
+    /// In use, or stopped without marking it clean (crash): redundant
+    /// volumes need a resync of the regions the bitmap marks dirty.
     Active,
 }
 
-/// The decoded superblock of one member.
+/// One entry of the slot table: a role of the array or a spare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Slot {
+    /// UUID of the device in this slot; all zero when no device holds it
+    /// (a removed member).
+    pub uuid: [u8; 16],
+    /// State of the slot.
+    pub state: MemberState,
+    /// For a rebuilding member: absolute byte offset on the member below
+    /// which it holds valid data (the rebuild checkpoint). `None` when in
+    /// sync.
+    pub recovery_offset: Option<u64>,
+}
+
+impl Slot {
+    /// True when no device holds the slot (zero UUID).
+    pub fn is_empty(&self) -> bool {
+        self.uuid == [0; 16]
+    }
+}
+
+/// One entry of the volume table: a Matrix volume over every member.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Superblock {
-    /// Array UUID (same on every member).
-    pub array_uuid: [u8; 16],
-    /// This member's UUID.
-    pub member_uuid: [u8; 16],
-    /// Array name.
+pub struct VolumeEntry {
+    /// Volume name (same rules as an array name).
     pub name: String,
+    /// Volume UUID.
+    pub uuid: [u8; 16],
     /// RAID level number (0, 1, 5, 6, 10).
     pub level: u32,
     /// Chunk size in bytes.
     pub chunk: u64,
-    /// Members in the array.
+    /// Absolute byte offset on every member where the volume's area starts.
+    pub member_start: u64,
+    /// Bytes of every member the volume uses (whole chunks).
+    pub member_size: u64,
+    /// Cache mode (0 = off; reserved).
+    pub cache_mode: u8,
+}
+
+impl VolumeEntry {
+    /// Absolute byte offset on every member just past the volume's area.
+    pub fn member_end(&self) -> u64 {
+        self.member_start + self.member_size
+    }
+}
+
+/// The decoded superblock of one member or spare.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Superblock {
+    /// Array UUID (same on every member).
+    pub array_uuid: [u8; 16],
+    /// This device's UUID (equal to `slots[slot].uuid`).
+    pub member_uuid: [u8; 16],
+    /// Array name.
+    pub name: String,
+    /// Roles of the array (members, not counting spares).
     pub member_count: u32,
-    /// This member's role.
-    pub member_index: u32,
-    /// Byte offset where data starts on each member.
-    pub data_offset: u64,
-    /// Bytes of data per member.
-    pub data_size: u64,
+    /// This device's slot: its role when below `member_count`, otherwise
+    /// a spare slot.
+    pub slot: u32,
     /// Creation time, Unix seconds.
     pub ctime: u64,
     /// Last update, Unix seconds.
@@ -80,8 +171,45 @@ pub struct Superblock {
     pub events: u64,
     /// Clean or active.
     pub state: State,
-    /// UUID of the member in each role.
-    pub members: Vec<[u8; 16]>,
+    /// Write-intent bitmap region size in bytes; 0 when the array has no
+    /// bitmap.
+    pub bitmap_region: u64,
+    /// The slot table: `member_count` roles, then the spares.
+    pub slots: Vec<Slot>,
+    /// The volume table, in member-offset order.
+    pub volumes: Vec<VolumeEntry>,
+}
+
+impl Superblock {
+    /// True when this device is a spare.
+    pub fn is_spare(&self) -> bool {
+        self.slot >= self.member_count
+    }
+
+    /// Absolute byte offset on every member just past the last volume: the
+    /// least size a member (or a new spare) must have.
+    pub fn data_end(&self) -> u64 {
+        self.volumes.iter().map(VolumeEntry::member_end).max().unwrap_or(DATA_OFFSET)
+    }
+
+    /// The roles' entries (no spares).
+    pub fn roles(&self) -> &[Slot] {
+        &self.slots[..self.member_count as usize]
+    }
+
+    /// The spares' entries.
+    pub fn spares(&self) -> &[Slot] {
+        &self.slots[self.member_count as usize..]
+    }
+
+    /// True when every volume's layout, the member count and the bitmap
+    /// region agree (what no event changes after create).
+    pub fn same_layout(&self, other: &Superblock) -> bool {
+        self.array_uuid == other.array_uuid
+            && self.member_count == other.member_count
+            && self.volumes == other.volumes
+            && self.bitmap_region == other.bitmap_region
+    }
 }
 
 /// Why a block is not a valid superblock.
@@ -91,7 +219,7 @@ pub enum DecodeError {
     NoMagic,
     /// Magic present but the checksum does not match: corrupted.
     BadCrc { stored: u32, computed: u32 },
-    /// A format version this build does not know.
+    /// A format version this build does not read.
     Version(u32),
     /// Fields that cannot be right (named).
     Invalid(String),
@@ -104,7 +232,15 @@ impl std::fmt::Display for DecodeError {
             DecodeError::BadCrc { stored, computed } => {
                 write!(f, "superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")
             }
-            DecodeError::Version(v) => write!(f, "superblock format version {v} is newer than this uraid knows ({VERSION})"),
+            DecodeError::Version(v) if *v < VERSION => write!(
+                f,
+                "superblock format version {v} was written by an older uraid (before redundant arrays and \
+                 volumes); this uraid reads version {VERSION} only and cannot convert it. Use the older uraid \
+                 to copy the data off, then create the array again"
+            ),
+            DecodeError::Version(v) => {
+                write!(f, "superblock format version {v} is newer than this uraid knows ({VERSION}); use a newer uraid")
+            }
             DecodeError::Invalid(s) => write!(f, "superblock field out of range: {s}"),
         }
     }
@@ -115,6 +251,19 @@ fn u32_at(b: &[u8], o: usize) -> u32 {
 }
 fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+fn uuid_at(b: &[u8], o: usize) -> [u8; 16] {
+    b[o..o + 16].try_into().expect("16 bytes")
+}
+fn put_name(b: &mut [u8], o: usize, name: &str) {
+    let n = name.as_bytes();
+    let len = n.len().min(NAME_MAX);
+    b[o..o + len].copy_from_slice(&n[..len]);
+}
+fn name_at(b: &[u8], o: usize) -> String {
+    let raw = &b[o..o + NAME_MAX];
+    let end = raw.iter().position(|&c| c == 0).unwrap_or(NAME_MAX);
+    String::from_utf8_lossy(&raw[..end]).into_owned()
 }
 
 /// Formats a UUID the usual 8-4-4-4-12 way.
@@ -138,20 +287,28 @@ pub fn unix_now() -> u64 {
 
 /// Checks an array name: 1 to 32 bytes of letters, digits, `-`, `_`, `.`.
 pub fn check_name(name: &str) -> Result<()> {
+    check_name_of("array", name)
+}
+
+/// Checks a name of `what` (array, volume): 1 to 32 bytes of letters,
+/// digits, `-`, `_`, `.`. Errors: `InvalidInput` naming the rule.
+pub fn check_name_of(what: &str, name: &str) -> Result<()> {
     if name.is_empty()
         || name.len() > NAME_MAX
         || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
     {
         bail!(
             InvalidInput,
-            "array name '{name}' is not valid: use 1 to {NAME_MAX} letters, digits, '-', '_' or '.'"
+            "{what} name '{name}' is not valid: use 1 to {NAME_MAX} letters, digits, '-', '_' or '.'"
         );
     }
     Ok(())
 }
 
 impl Superblock {
-    /// Encodes into a 4 KiB block with the checksum filled in.
+    /// Encodes into a 4 KiB block with the checksum filled in. Entries past
+    /// [`MAX_SLOTS`] slots or [`MAX_VOLUMES`] volumes are not written (the
+    /// control path never makes them).
     pub fn encode(&self) -> [u8; SB_SIZE] {
         let mut b = [0u8; SB_SIZE];
         b[0..8].copy_from_slice(MAGIC);
@@ -159,24 +316,37 @@ impl Superblock {
         b[12..16].copy_from_slice(&(SB_SIZE as u32).to_le_bytes());
         b[16..32].copy_from_slice(&self.array_uuid);
         b[32..48].copy_from_slice(&self.member_uuid);
-        let n = self.name.as_bytes();
-        b[48..48 + n.len().min(NAME_MAX)].copy_from_slice(&n[..n.len().min(NAME_MAX)]);
-        b[80..84].copy_from_slice(&self.level.to_le_bytes());
-        b[84..88].copy_from_slice(&(self.chunk as u32).to_le_bytes());
-        b[88..92].copy_from_slice(&self.member_count.to_le_bytes());
-        b[92..96].copy_from_slice(&self.member_index.to_le_bytes());
-        b[96..104].copy_from_slice(&self.data_offset.to_le_bytes());
-        b[104..112].copy_from_slice(&self.data_size.to_le_bytes());
-        b[112..120].copy_from_slice(&self.ctime.to_le_bytes());
-        b[120..128].copy_from_slice(&self.utime.to_le_bytes());
-        b[128..136].copy_from_slice(&self.events.to_le_bytes());
+        put_name(&mut b, 48, &self.name);
+        let slots = &self.slots[..self.slots.len().min(MAX_SLOTS)];
+        let volumes = &self.volumes[..self.volumes.len().min(MAX_VOLUMES)];
+        b[80..84].copy_from_slice(&self.member_count.to_le_bytes());
+        b[84..88].copy_from_slice(&(slots.len() as u32).to_le_bytes());
+        b[88..92].copy_from_slice(&self.slot.to_le_bytes());
+        b[92..96].copy_from_slice(&(volumes.len() as u32).to_le_bytes());
+        b[96..104].copy_from_slice(&self.ctime.to_le_bytes());
+        b[104..112].copy_from_slice(&self.utime.to_le_bytes());
+        b[112..120].copy_from_slice(&self.events.to_le_bytes());
         let st: u32 = match self.state {
             State::Clean => 0,
             State::Active => 1,
         };
-        b[136..140].copy_from_slice(&st.to_le_bytes());
-        for (i, u) in self.members.iter().enumerate().take(crate::geometry::MAX_MEMBERS) {
-            b[MEMBERS_AT + 16 * i..MEMBERS_AT + 16 * (i + 1)].copy_from_slice(u);
+        b[120..124].copy_from_slice(&st.to_le_bytes());
+        b[128..136].copy_from_slice(&self.bitmap_region.to_le_bytes());
+        for (i, s) in slots.iter().enumerate() {
+            let o = SLOTS_AT + SLOT_SIZE * i;
+            b[o..o + 16].copy_from_slice(&s.uuid);
+            b[o + 16] = s.state as u8;
+            b[o + 24..o + 32].copy_from_slice(&s.recovery_offset.unwrap_or(IN_SYNC).to_le_bytes());
+        }
+        for (i, v) in volumes.iter().enumerate() {
+            let o = VOLUMES_AT + VOLUME_SIZE * i;
+            put_name(&mut b, o, &v.name);
+            b[o + 32..o + 48].copy_from_slice(&v.uuid);
+            b[o + 48..o + 52].copy_from_slice(&v.level.to_le_bytes());
+            b[o + 52..o + 56].copy_from_slice(&(v.chunk as u32).to_le_bytes());
+            b[o + 56..o + 64].copy_from_slice(&v.member_start.to_le_bytes());
+            b[o + 64..o + 72].copy_from_slice(&v.member_size.to_le_bytes());
+            b[o + 72] = v.cache_mode;
         }
         let crc = crc32c::crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
@@ -184,6 +354,11 @@ impl Superblock {
     }
 
     /// Decodes and validates a block read from offset 0 of a member.
+    ///
+    /// Errors: [`DecodeError::NoMagic`] (not a uraid device),
+    /// [`DecodeError::BadCrc`], [`DecodeError::Version`] (version 1 or a
+    /// newer one), [`DecodeError::Invalid`] naming a field that cannot be
+    /// right (counts, slot, states, levels, chunks, overlapping volumes).
     pub fn decode(b: &[u8]) -> std::result::Result<Superblock, DecodeError> {
         if b.len() < SB_SIZE || &b[0..8] != MAGIC {
             return Err(DecodeError::NoMagic);
@@ -198,48 +373,96 @@ impl Superblock {
             return Err(DecodeError::Version(version));
         }
         let inv = |s: String| Err(DecodeError::Invalid(s));
-        let member_count = u32_at(b, 88);
-        let member_index = u32_at(b, 92);
+        if u32_at(b, 12) as usize != SB_SIZE {
+            return inv(format!("superblock size {}", u32_at(b, 12)));
+        }
+        let member_count = u32_at(b, 80);
+        let slot_count = u32_at(b, 84);
+        let slot = u32_at(b, 88);
+        let volume_count = u32_at(b, 92);
         if member_count == 0 || member_count as usize > crate::geometry::MAX_MEMBERS {
             return inv(format!("member count {member_count}"));
         }
-        if member_index >= member_count {
-            return inv(format!("member index {member_index} of {member_count}"));
+        if slot_count < member_count || slot_count as usize > member_count as usize + MAX_SPARES {
+            return inv(format!("slot count {slot_count} with {member_count} members"));
         }
-        let chunk = u32_at(b, 84) as u64;
-        if crate::geometry::check_chunk(chunk).is_err() {
-            return inv(format!("chunk size {chunk}"));
+        if slot >= slot_count {
+            return inv(format!("slot {slot} of {slot_count}"));
         }
-        let data_offset = u64_at(b, 96);
-        if data_offset < SB_SIZE as u64 || data_offset % (1 << 20) != 0 {
-            return inv(format!("data offset {data_offset}"));
+        if volume_count == 0 || volume_count as usize > MAX_VOLUMES {
+            return inv(format!("volume count {volume_count}"));
         }
-        let name_raw = &b[48..80];
-        let end = name_raw.iter().position(|&c| c == 0).unwrap_or(NAME_MAX);
-        let name = String::from_utf8_lossy(&name_raw[..end]).into_owned();
-        let state = match u32_at(b, 136) {
+        let state = match u32_at(b, 120) {
             0 => State::Clean,
             1 => State::Active,
             s => return inv(format!("state {s}")),
         };
-        let members = (0..member_count as usize)
-            .map(|i| b[MEMBERS_AT + 16 * i..MEMBERS_AT + 16 * (i + 1)].try_into().expect("16 bytes"))
-            .collect();
+        let bitmap_region = u64_at(b, 128);
+        if bitmap_region != 0 && (!bitmap_region.is_power_of_two() || bitmap_region < 4096) {
+            return inv(format!("bitmap region size {bitmap_region}"));
+        }
+        let mut slots = Vec::with_capacity(slot_count as usize);
+        for i in 0..slot_count as usize {
+            let o = SLOTS_AT + SLOT_SIZE * i;
+            let raw = b[o + 16];
+            if raw > MemberState::Missing as u8 {
+                return inv(format!("state {raw} of slot {i}"));
+            }
+            let state = MemberState::from_u8(raw);
+            let spare = i >= member_count as usize;
+            if spare != (state == MemberState::Spare) {
+                return inv(format!("slot {i} is {} but {}", state.name(), if spare { "a spare slot" } else { "a role" }));
+            }
+            let rec = u64_at(b, o + 24);
+            slots.push(Slot { uuid: uuid_at(b, o), state, recovery_offset: (rec != IN_SYNC).then_some(rec) });
+        }
+        let member_uuid = uuid_at(b, 32);
+        if slots[slot as usize].uuid != member_uuid {
+            return inv(format!("slot {slot} records another member UUID than this member's"));
+        }
+        let mut volumes: Vec<VolumeEntry> = Vec::with_capacity(volume_count as usize);
+        for i in 0..volume_count as usize {
+            let o = VOLUMES_AT + VOLUME_SIZE * i;
+            let v = VolumeEntry {
+                name: name_at(b, o),
+                uuid: uuid_at(b, o + 32),
+                level: u32_at(b, o + 48),
+                chunk: u32_at(b, o + 52) as u64,
+                member_start: u64_at(b, o + 56),
+                member_size: u64_at(b, o + 64),
+                cache_mode: b[o + 72],
+            };
+            let Ok(level) = crate::geometry::Level::from_number(v.level) else {
+                return inv(format!("level {} of volume {i}", v.level));
+            };
+            if level.min_members() > member_count as usize {
+                return inv(format!("volume {i} is RAID {} over {member_count} members", v.level));
+            }
+            if crate::geometry::check_chunk(v.chunk).is_err() {
+                return inv(format!("chunk size {} of volume {i}", v.chunk));
+            }
+            let prev_end = volumes.last().map_or(DATA_OFFSET, VolumeEntry::member_end);
+            if v.member_start < prev_end || v.member_start % 4096 != 0 {
+                return inv(format!("member start {} of volume {i}", v.member_start));
+            }
+            if v.member_size < v.chunk || v.member_size % v.chunk != 0 || v.member_start.checked_add(v.member_size).is_none() {
+                return inv(format!("member size {} of volume {i}", v.member_size));
+            }
+            volumes.push(v);
+        }
         Ok(Superblock {
-            array_uuid: b[16..32].try_into().expect("16 bytes"),
-            member_uuid: b[32..48].try_into().expect("16 bytes"),
-            name,
-            level: u32_at(b, 80),
-            chunk,
+            array_uuid: uuid_at(b, 16),
+            member_uuid,
+            name: name_at(b, 48),
             member_count,
-            member_index,
-            data_offset,
-            data_size: u64_at(b, 104),
-            ctime: u64_at(b, 112),
-            utime: u64_at(b, 120),
-            events: u64_at(b, 128),
+            slot,
+            ctime: u64_at(b, 96),
+            utime: u64_at(b, 104),
+            events: u64_at(b, 112),
             state,
-            members,
+            bitmap_region,
+            slots,
+            volumes,
         })
     }
 }
@@ -248,38 +471,118 @@ impl Superblock {
 mod tests {
     use super::*;
 
+    fn volume(name: &str, level: u32, chunk: u64, start: u64, size: u64) -> VolumeEntry {
+        VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0 }
+    }
+
     fn sample() -> Superblock {
         Superblock {
             array_uuid: new_uuid(),
             member_uuid: [7; 16],
             name: "fast".into(),
-            level: 0,
-            chunk: 128 << 10,
             member_count: 3,
-            member_index: 1,
-            data_offset: DATA_OFFSET,
-            data_size: 1 << 30,
+            slot: 1,
             ctime: 1,
             utime: 2,
             events: 3,
-            state: State::Clean,
-            members: vec![[1; 16], [7; 16], [9; 16]],
+            state: State::Active,
+            bitmap_region: 64 << 20,
+            slots: vec![
+                Slot { uuid: [1; 16], state: MemberState::Active, recovery_offset: None },
+                Slot { uuid: [7; 16], state: MemberState::Rebuilding, recovery_offset: Some(5 << 20) },
+                Slot { uuid: [0; 16], state: MemberState::Missing, recovery_offset: None },
+                Slot { uuid: [9; 16], state: MemberState::Spare, recovery_offset: None },
+            ],
+            volumes: vec![
+                volume("speed", 0, 128 << 10, DATA_OFFSET, 256 << 20),
+                volume("safe", 5, 64 << 10, DATA_OFFSET + (256 << 20), 512 << 20),
+            ],
         }
     }
 
     #[test]
-    fn roundtrip() {
+    fn roundtrip_with_volume_table_spares_and_checkpoint() {
         let s = sample();
-        assert_eq!(Superblock::decode(&s.encode()).unwrap(), s);
+        let d = Superblock::decode(&s.encode()).unwrap();
+        assert_eq!(d, s);
+        assert_eq!(d.roles().len(), 3);
+        assert_eq!(d.spares().len(), 1);
+        assert!(!d.is_spare());
+        assert_eq!(d.data_end(), DATA_OFFSET + (768 << 20));
+        // Field positions as the format table gives them.
+        let b = s.encode();
+        assert_eq!(u32_at(&b, 8), 2);
+        assert_eq!(u32_at(&b, 84), 4);
+        assert_eq!(b[SLOTS_AT + SLOT_SIZE + 16], MemberState::Rebuilding as u8);
+        assert_eq!(u64_at(&b, SLOTS_AT + SLOT_SIZE + 24), 5 << 20);
+        assert_eq!(u64_at(&b, SLOTS_AT + 24), u64::MAX);
+        assert_eq!(u32_at(&b, VOLUMES_AT + VOLUME_SIZE + 48), 5);
+        assert_eq!(u64_at(&b, VOLUMES_AT + VOLUME_SIZE + 56), DATA_OFFSET + (256 << 20));
+        // A spare's own superblock.
+        let mut sp = s.clone();
+        sp.slot = 3;
+        sp.member_uuid = [9; 16];
+        let d = Superblock::decode(&sp.encode()).unwrap();
+        assert!(d.is_spare());
+        assert!(d.same_layout(&s));
     }
 
     #[test]
     fn every_flipped_bit_is_caught() {
         let b = sample().encode();
-        for i in (0..SB_SIZE).step_by(7) {
+        for i in (0..SB_SIZE).step_by(7).chain([80, 88, 256 + 16, 1536 + 48, 4092]) {
             let mut c = b;
             c[i] ^= 0x10;
             assert!(Superblock::decode(&c).is_err(), "flip at byte {i} not detected");
+        }
+    }
+
+    fn reseal(b: &mut [u8; SB_SIZE]) {
+        let crc = crc32c::crc32c(&b[..CRC_AT]);
+        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    #[test]
+    fn version_1_is_refused_clearly() {
+        let mut b = sample().encode();
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        reseal(&mut b);
+        let e = Superblock::decode(&b).unwrap_err();
+        assert_eq!(e, DecodeError::Version(1));
+        let msg = e.to_string();
+        assert!(msg.contains("version 1") && msg.contains("older uraid") && msg.contains("create the array again"), "{msg}");
+        b[8..12].copy_from_slice(&3u32.to_le_bytes());
+        reseal(&mut b);
+        assert!(Superblock::decode(&b).unwrap_err().to_string().contains("newer"));
+    }
+
+    type Damage = Box<dyn Fn(&mut [u8; SB_SIZE])>;
+
+    #[test]
+    fn impossible_fields_are_named() {
+        let cases: Vec<(Damage, &str)> = vec![
+            (Box::new(|b| b[80..84].copy_from_slice(&0u32.to_le_bytes())), "member count"),
+            (Box::new(|b| b[84..88].copy_from_slice(&20u32.to_le_bytes())), "slot count"),
+            (Box::new(|b| b[88..92].copy_from_slice(&4u32.to_le_bytes())), "slot 4"),
+            (Box::new(|b| b[92..96].copy_from_slice(&9u32.to_le_bytes())), "volume count"),
+            (Box::new(|b| b[SLOTS_AT + 16] = 9), "state 9 of slot 0"),
+            (Box::new(|b| b[SLOTS_AT + 16] = MemberState::Spare as u8), "slot 0 is spare"),
+            (Box::new(|b| b[VOLUMES_AT + 48] = 7), "level 7"),
+            (Box::new(|b| b[VOLUMES_AT + VOLUME_SIZE + 48] = 6), "RAID 6 over 3"),
+            (Box::new(|b| b[VOLUMES_AT + 52..VOLUMES_AT + 56].copy_from_slice(&3000u32.to_le_bytes())), "chunk size 3000"),
+            (
+                Box::new(|b| b[VOLUMES_AT + VOLUME_SIZE + 56..VOLUMES_AT + VOLUME_SIZE + 64].copy_from_slice(&(DATA_OFFSET + 4096).to_le_bytes())),
+                "member start",
+            ),
+            (Box::new(|b| b[128..136].copy_from_slice(&5000u64.to_le_bytes())), "bitmap region"),
+            (Box::new(|b| b[32] ^= 1), "another member UUID"),
+        ];
+        for (f, needle) in cases {
+            let mut b = sample().encode();
+            f(&mut b);
+            reseal(&mut b);
+            let e = Superblock::decode(&b).unwrap_err();
+            assert!(matches!(e, DecodeError::Invalid(_)) && e.to_string().contains(needle), "{needle}: {e}");
         }
     }
 
@@ -289,6 +592,7 @@ mod tests {
         assert!(check_name("").is_err());
         assert!(check_name("a b").is_err());
         assert!(check_name(&"x".repeat(33)).is_err());
+        assert!(check_name_of("volume", "a/b").unwrap_err().to_string().contains("volume name 'a/b'"));
         let u = new_uuid();
         assert_eq!(fmt_uuid(&u).len(), 36);
         assert_eq!(u[6] >> 4, 4);

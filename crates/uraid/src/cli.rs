@@ -31,8 +31,24 @@ enum Cmd {
     Create(CreateArgs),
     /// Show the superblock (or other signature) on each member.
     Examine(ExamineArgs),
-    /// Check that the members form a complete array and open it.
+    /// Check that the members form an array, bring it up to date (resync after a crash), stop it cleanly.
     Assemble(AssembleArgs),
+    /// Each volume's level, size, chunk and state, each member's role and state (like /proc/mdstat).
+    Status(crate::manage::StatusArgs),
+    /// Mark a member faulty (it is no longer read or written).
+    Fail(crate::manage::FailArgs),
+    /// Take a faulty member or a spare out of the array.
+    Remove(crate::manage::RemoveArgs),
+    /// Add a drive: it fills a missing role (and is rebuilt) or waits as a spare.
+    Add(crate::manage::AddArgs),
+    /// Put a new drive in place of a member and rebuild it.
+    Replace(crate::manage::ReplaceArgs),
+    /// Rebuild the members being rebuilt (resumes where it stopped).
+    Rebuild(crate::manage::RebuildArgs),
+    /// Scrub: read every stripe and count where copies or parity disagree.
+    Check(crate::manage::CheckArgs),
+    /// Scrub and rewrite copies or parity where they disagree.
+    Repair(crate::manage::CheckArgs),
     /// Run the CrystalDiskMark profiles on a drive, a file or an array.
     Bench(BenchArgs),
     /// One drive alone against RAID 0 arrays of N such drives.
@@ -51,7 +67,7 @@ enum Cmd {
 
 #[derive(Args)]
 struct CreateArgs {
-    /// RAID level (this version: 0).
+    /// RAID level: 0, 1, 10, 5 or 6 (of the one volume, or of volumes that name none).
     #[arg(long, default_value_t = 0)]
     level: u32,
     /// Chunk (stripe unit, "stripe size" in Windows): a power of two from 4K to 1M.
@@ -63,6 +79,15 @@ struct CreateArgs {
     /// Overwrite members that hold a filesystem or another array.
     #[arg(long)]
     force: bool,
+    /// Write-intent bitmap region size (default 64M when a volume is redundant).
+    #[arg(long, conflicts_with = "no_bitmap")]
+    bitmap_region: Option<String>,
+    /// No write-intent bitmap (a crash then resyncs whole redundant volumes).
+    #[arg(long)]
+    no_bitmap: bool,
+    /// A Matrix volume: NAME,level=L,size=SIZE[,chunk=C]; repeat for several, in order; the last may leave out size (= the rest). Default: one volume named like the array over all the space.
+    #[arg(long = "volume", value_name = "NAME,level=L,size=SIZE[,chunk=C]")]
+    volumes: Vec<String>,
     /// Members: files, block devices or mem:SIZE[,bw=B/s][,iops=N][,lat=µs].
     #[arg(required = true)]
     members: Vec<String>,
@@ -83,6 +108,9 @@ struct AssembleArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Take stale members back (rebuilt in full) and start a degraded RAID 5/6 volume that was not stopped cleanly.
+    #[arg(long)]
+    force: bool,
     /// Every member of the array, in any order.
     #[arg(required = true)]
     members: Vec<String>,
@@ -143,6 +171,9 @@ struct BenchArgs {
     /// Chunk of the temporary RAID 0 made when several raw targets are given.
     #[arg(long, default_value = "128K")]
     chunk: String,
+    /// The volume of the array to run on (Matrix volumes; default: the first).
+    #[arg(long)]
+    volume: Option<String>,
     /// A file, block device or mem: drive; several uraid members = their array;
     /// several raw drives = a temporary RAID 0 over them (nothing persisted).
     #[arg(required = true)]
@@ -184,6 +215,14 @@ pub fn run() -> Result<()> {
         Cmd::Create(a) => cmd_create(a),
         Cmd::Examine(a) => cmd_examine(a),
         Cmd::Assemble(a) => cmd_assemble(a),
+        Cmd::Status(a) => crate::manage::cmd_status(a),
+        Cmd::Fail(a) => crate::manage::cmd_fail(a),
+        Cmd::Remove(a) => crate::manage::cmd_remove(a),
+        Cmd::Add(a) => crate::manage::cmd_add(a),
+        Cmd::Replace(a) => crate::manage::cmd_replace(a),
+        Cmd::Rebuild(a) => crate::manage::cmd_rebuild(a),
+        Cmd::Check(a) => crate::manage::cmd_check(a, false),
+        Cmd::Repair(a) => crate::manage::cmd_check(a, true),
         Cmd::Bench(a) => cmd_bench(a),
         Cmd::Compare(a) => cmd_compare(a),
         Cmd::Demo(a) => crate::demo::run(a),
@@ -200,22 +239,47 @@ pub(crate) fn specs(names: &[String]) -> Result<Vec<MemberSpec>> {
 
 fn cmd_create(a: CreateArgs) -> Result<()> {
     let chunk = parse_size(&a.chunk, "chunk size")?;
+    let bitmap_region = match (&a.bitmap_region, a.no_bitmap) {
+        (_, true) => Some(0),
+        (Some(r), false) => Some(parse_size(r, "bitmap region size")?),
+        (None, false) => None,
+    };
+    let volumes = a.volumes.iter().map(|v| crate::manage::parse_volume(v)).collect::<Result<Vec<_>>>()?;
     let specs = specs(&a.members)?;
-    let arr = array::create(&specs, &CreateOptions { level: a.level, chunk, name: a.name, force: a.force })?;
+    let opts = CreateOptions { level: a.level, chunk, name: a.name, force: a.force, bitmap_region, volumes };
+    let arr = array::create(&specs, &opts)?;
     for w in arr.warnings() {
         eprintln!("uraid: warning: {w}");
     }
-    let v = arr.volume().clone();
-    println!(
-        "created array '{}' ({}): RAID {} over {} members, chunk {}, capacity {} bytes ({})",
-        arr.name(),
-        arr.uuid(),
-        v.geometry().level().number(),
-        v.members().len(),
-        fmt_size(v.geometry().chunk()),
-        v.capacity(),
-        fmt_size(v.capacity())
-    );
+    let entries = arr.volume_entries();
+    let n = arr.member_count();
+    if entries.len() == 1 {
+        let v = arr.volume().clone();
+        println!(
+            "created array '{}' ({}): RAID {} over {} members, chunk {}, capacity {} bytes ({})",
+            arr.name(),
+            arr.uuid(),
+            v.geometry().level().number(),
+            n,
+            fmt_size(v.geometry().chunk()),
+            v.capacity(),
+            fmt_size(v.capacity())
+        );
+    } else {
+        println!("created array '{}' ({}) over {} members with {} volumes:", arr.name(), arr.uuid(), n, entries.len());
+        for (e, v) in entries.iter().zip(arr.volumes()) {
+            println!(
+                "  volume '{}': RAID {}, chunk {}, capacity {} bytes ({}), member bytes {}..{}",
+                e.name,
+                e.level,
+                fmt_size(e.chunk),
+                v.capacity(),
+                fmt_size(v.capacity()),
+                e.member_start,
+                e.member_end()
+            );
+        }
+    }
     arr.stop()?;
     Ok(())
 }
@@ -225,17 +289,48 @@ fn print_superblock(name: &str, sb: &Superblock) {
     println!("          magic : uraid superblock, version {}", uraid_core::superblock::VERSION);
     println!("     array uuid : {}", fmt_uuid(&sb.array_uuid));
     println!("           name : {}", sb.name);
-    println!("          level : raid{}", sb.level);
-    println!("     chunk size : {}", fmt_size(sb.chunk));
     println!("        members : {}", sb.member_count);
-    println!("    this member : role {} ({})", sb.member_index, fmt_uuid(&sb.member_uuid));
-    println!("    data offset : {} bytes", sb.data_offset);
-    println!("      data size : {} bytes per member", sb.data_size);
-    println!("  array capacity: {} bytes ({})", sb.data_size * sb.member_count as u64, fmt_size(sb.data_size * sb.member_count as u64));
+    if sb.is_spare() {
+        println!("    this member : spare, slot {} ({})", sb.slot, fmt_uuid(&sb.member_uuid));
+    } else {
+        println!("    this member : role {} ({})", sb.slot, fmt_uuid(&sb.member_uuid));
+    }
     println!("  creation time : {} (unix)", sb.ctime);
     println!("    update time : {} (unix)", sb.utime);
     println!("         events : {}", sb.events);
     println!("          state : {:?}", sb.state);
+    if sb.bitmap_region == 0 {
+        println!("         bitmap : none");
+    } else {
+        println!("         bitmap : {} regions", fmt_size(sb.bitmap_region));
+    }
+    println!("      data ends : byte {} of every member", sb.data_end());
+    for (i, v) in sb.volumes.iter().enumerate() {
+        let cap = uraid_core::Level::from_number(v.level)
+            .and_then(|l| Geometry::new(l, sb.member_count as usize, v.chunk, v.member_size))
+            .map(|g| g.capacity())
+            .unwrap_or(0);
+        println!(
+            "       volume {i} : '{}' raid{}, chunk {}, capacity {} bytes ({}), member bytes {}..{}, cache {}, uuid {}",
+            v.name,
+            v.level,
+            fmt_size(v.chunk),
+            cap,
+            fmt_size(cap),
+            v.member_start,
+            v.member_end(),
+            if v.cache_mode == 0 { "off".to_string() } else { v.cache_mode.to_string() },
+            fmt_uuid(&v.uuid)
+        );
+    }
+    for (i, s) in sb.slots.iter().enumerate() {
+        let what = if i < sb.member_count as usize { format!("role {i}") } else { format!("spare {i}") };
+        let uuid = if s.is_empty() { "-".to_string() } else { fmt_uuid(&s.uuid) };
+        match s.recovery_offset {
+            Some(o) => println!("{what:>15} : {} {uuid} (rebuilt up to byte {o})", s.state.name()),
+            None => println!("{what:>15} : {} {uuid}", s.state.name()),
+        }
+    }
 }
 
 fn cmd_examine(a: ExamineArgs) -> Result<()> {
@@ -275,16 +370,24 @@ fn cmd_examine(a: ExamineArgs) -> Result<()> {
 }
 
 fn cmd_assemble(a: AssembleArgs) -> Result<()> {
-    let arr = array::assemble(&specs(&a.members)?)?;
+    let arr = array::assemble_with(&specs(&a.members)?, &array::AssembleOptions { force: a.force, ..Default::default() })?;
+    for w in arr.warnings() {
+        eprintln!("uraid: warning: {w}");
+    }
     let v = arr.volume().clone();
+    let st = arr.status();
     if a.json {
-        let members: Vec<_> = v.members().iter().enumerate().map(|(i, m)| serde_json::json!({"role": i, "member": m.name()})).collect();
+        let members: Vec<_> = st
+            .members
+            .iter()
+            .map(|m| serde_json::json!({"role": m.role, "slot": m.slot, "member": m.device, "state": m.state}))
+            .collect();
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "name": arr.name(), "uuid": arr.uuid(), "level": v.geometry().level().number(),
-                "chunk": v.geometry().chunk(), "capacity": v.capacity(), "events": arr.superblocks()[0].events,
-                "members": members,
+                "chunk": v.geometry().chunk(), "capacity": v.capacity(), "events": arr.events(),
+                "members": members, "volumes": st.volumes,
             }))?
         );
     } else {
@@ -296,10 +399,22 @@ fn cmd_assemble(a: AssembleArgs) -> Result<()> {
             fmt_size(v.geometry().chunk()),
             v.capacity(),
             fmt_size(v.capacity()),
-            arr.superblocks()[0].events
+            arr.events()
         );
-        for (i, m) in v.members().iter().enumerate() {
-            println!("  role {i}: {}", m.name());
+        for m in &st.members {
+            match m.role {
+                Some(r) => println!("  role {r}: {} {}", m.device.as_deref().unwrap_or("-"), m.state),
+                None => println!("  spare {}: {} {}", m.slot, m.device.as_deref().unwrap_or("-"), m.state),
+            }
+        }
+        if st.volumes.len() > 1 {
+            for vs in &st.volumes {
+                println!("  volume '{}': raid{} {} bytes, chunk {}, {}", vs.name, vs.level, vs.capacity, fmt_size(vs.chunk), vs.state);
+            }
+        }
+        let pending = arr.rebuilding();
+        if !pending.is_empty() {
+            println!("  role(s) {pending:?} need a rebuild: run 'uraid rebuild'");
         }
     }
     drop(v);
@@ -426,7 +541,16 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             // Check before anything is written: assembling for real bumps
             // the event counter, which a refused or read-only run must not.
             let mut arr = array::open(&specs)?;
-            let v = arr.volume().clone();
+            let v = match &a.volume {
+                None => arr.volume().clone(),
+                Some(name) => match arr.volume_named(name) {
+                    Some(v) => v.clone(),
+                    None => {
+                        let names: Vec<String> = arr.volume_entries().into_iter().map(|e| format!("'{}'", e.name)).collect();
+                        bail!("array '{}' has no volume '{name}'; its volumes: {}", arr.name(), names.join(", "));
+                    }
+                },
+            };
             let head = v.read_at(0, (uraid_core::signature::PROBE_LEN as u64).min(v.capacity()) as usize & !4095)?;
             guard_writes(&opts, a.suite.overwrite, &format!("array '{}'", arr.name()), uraid_core::signature::detect(&head))?;
             if !a.suite.read_only {
@@ -435,6 +559,9 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             assembled = Some(arr);
             v
         } else {
+            if a.volume.is_some() {
+                bail!("--volume picks a volume of an array, but the targets are not the members of a uraid array");
+            }
             let members = array::open_members(&specs, !a.suite.read_only, true)?;
             for m in &members {
                 guard_writes(&opts, a.suite.overwrite, m.name(), array::probe(m)?)?;

@@ -3,6 +3,7 @@
 
 mod cli;
 mod demo;
+mod manage;
 mod serve;
 mod suite_cmds;
 

@@ -31,3 +31,8 @@ mod suite;
 // Crash recovery: SIGKILL at random moments, assemble, verify, check.
 #[path = "e2e/crash.rs"]
 mod crash;
+
+// Redundant arrays: create at every level, Matrix volumes, assemble rules,
+// fail / remove / add / replace, rebuild, check and repair, status.
+#[path = "e2e/manage.rs"]
+mod manage;

@@ -359,7 +359,7 @@ fn persistent_case(label: &str, members: &[PathBuf], backing: &[PathBuf], sizes:
     let n = members.len();
     let layout = Layout { n: n as u64, chunk };
     let name = format!("e2e-{n}x{}k", chunk >> 10);
-    let arr = array::create(&specs(members), &CreateOptions { level: 0, chunk, name: name.clone(), force: false })
+    let arr = array::create(&specs(members), &CreateOptions { level: 0, chunk, name: name.clone(), force: false, ..Default::default() })
         .unwrap_or_else(|e| panic!("{label}: create failed: {e}"));
     assert_eq!(!arr.warnings().is_empty(), sizes.iter().any(|&s| s != sizes[0]), "{label}: warnings {:?}", arr.warnings());
     assert_eq!(arr.name(), name);
@@ -373,7 +373,7 @@ fn persistent_case(label: &str, members: &[PathBuf], backing: &[PathBuf], sizes:
     let uuid = raw_superblock(&backing[0]).array_uuid;
     for (i, f) in backing.iter().enumerate() {
         let sb = raw_superblock(f);
-        assert_eq!((sb.member_index, sb.member_count, sb.state), (i as u32, n as u32, 0), "{label}: superblock of {}", f.display());
+        assert_eq!((sb.slot, sb.member_count, sb.state), (i as u32, n as u32, 0), "{label}: superblock of {}", f.display());
         assert_eq!(sb.array_uuid, uuid, "{label}: array UUID of {}", f.display());
     }
 

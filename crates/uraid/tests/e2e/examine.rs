@@ -40,22 +40,35 @@ fn examine_and_assemble_after_create() {
         let sb = &e["superblock"];
         assert_eq!(e["member"], f[i], "{e}");
         assert_eq!(sb["name"], "e2e-examine", "{e}");
-        assert_eq!(sb["level"], 0, "{e}");
-        assert_eq!(sb["chunk"], 65536, "{e}");
+        // One volume named like the array, over all the space from 1 MiB on.
+        let vols = sb["volumes"].as_array().expect("a volume table");
+        assert_eq!(vols.len(), 1, "{e}");
+        assert_eq!(vols[0]["name"], "e2e-examine", "{e}");
+        assert_eq!(vols[0]["level"], 0, "{e}");
+        assert_eq!(vols[0]["chunk"], 65536, "{e}");
+        assert_eq!(vols[0]["member_start"], MIB, "{e}");
+        assert_eq!(vols[0]["member_size"], 7 * MIB, "{e}");
+        assert_eq!(vols[0]["cache_mode"], 0, "{e}");
         assert_eq!(sb["member_count"], 3, "{e}");
-        assert_eq!(sb["member_index"], i, "{e}");
-        assert_eq!(sb["data_offset"], MIB, "{e}");
-        assert_eq!(sb["data_size"], 7 * MIB, "{e}");
+        assert_eq!(sb["slot"], i, "{e}");
+        assert_eq!(sb["bitmap_region"], 0, "RAID 0 has no bitmap: {e}");
         assert_eq!(sb["state"], "Clean", "create stops the array cleanly: {e}");
         assert_eq!(sb["array_uuid"], list[0]["superblock"]["array_uuid"], "one array UUID");
-        let table: Vec<Vec<u8>> = sb["members"].as_array().unwrap().iter().map(uuid_of).collect();
+        let slots = sb["slots"].as_array().unwrap();
+        let table: Vec<Vec<u8>> = slots.iter().map(|s| uuid_of(&s["uuid"])).collect();
         assert_eq!(table, member_uuids, "role table of member {i}");
+        assert!(slots.iter().all(|s| s["state"] == "Active" && s["recovery_offset"].is_null()), "{e}");
         // The same fields straight from the bytes on the member.
         let raw = raw_superblock(&files[i]);
-        assert_eq!((raw.version, raw.sb_size), (1, 4096));
+        assert_eq!((raw.version, raw.sb_size), (2, 4096));
         assert_eq!(raw.name, "e2e-examine");
-        assert_eq!((raw.level, raw.chunk, raw.member_count, raw.member_index), (0, 65536, 3, i as u32));
-        assert_eq!((raw.data_offset, raw.data_size, raw.state), (MIB, 7 * MIB, 0));
+        assert_eq!((raw.member_count, raw.slot, raw.state, raw.bitmap_region), (3, i as u32, 0, 0));
+        assert_eq!(raw.volumes.len(), 1);
+        let v = &raw.volumes[0];
+        assert_eq!((v.name.as_str(), v.level, v.chunk, v.member_start, v.member_size, v.cache_mode), ("e2e-examine", 0, 65536, MIB, 7 * MIB, 0));
+        assert_eq!(v.uuid.to_vec(), uuid_of(&vols[0]["uuid"]));
+        assert_eq!(raw.slots.iter().map(|s| s.uuid.to_vec()).collect::<Vec<_>>(), member_uuids);
+        assert!(raw.slots.iter().all(|s| s.state == 0 && s.recovery == u64::MAX), "{:?}", raw.slots);
         assert_eq!(raw.events, sb["events"].as_u64().unwrap());
         assert_eq!(raw.array_uuid.to_vec(), uuid_of(&sb["array_uuid"]));
         assert_eq!(raw.member_uuid.to_vec(), member_uuids[i]);
@@ -67,11 +80,11 @@ fn examine_and_assemble_after_create() {
 
     // Examine in another order reports each member's own role.
     let j = examine_json(&[f[2], f[0]]);
-    assert_eq!((j[0]["member"].as_str(), j[0]["superblock"]["member_index"].as_u64()), (Some(f[2]), Some(2)));
-    assert_eq!((j[1]["member"].as_str(), j[1]["superblock"]["member_index"].as_u64()), (Some(f[0]), Some(0)));
+    assert_eq!((j[0]["member"].as_str(), j[0]["superblock"]["slot"].as_u64()), (Some(f[2]), Some(2)));
+    assert_eq!((j[1]["member"].as_str(), j[1]["superblock"]["slot"].as_u64()), (Some(f[0]), Some(0)));
     // The text form.
     let o = uraid_ok(&["examine", f[1]]);
-    assert_contains(&o.stdout, &["name : e2e-examine", "level : raid0", "chunk size : 64K", "members : 3", "this member : role 1", "state : Clean"], "examine");
+    assert_contains(&o.stdout, &["name : e2e-examine", "version 2", "volume 0 : 'e2e-examine' raid0, chunk 64K", "members : 3", "this member : role 1", "state : Clean", "role 2 : active"], "examine");
 
     // Assemble from every order: roles come from the superblocks, and the
     // event counter moves on each time.

@@ -326,8 +326,30 @@ pub fn crc32c(data: &[u8]) -> u32 {
     !crc
 }
 
+/// One slot-table entry of a raw superblock (format version 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawSlot {
+    pub uuid: [u8; 16],
+    /// 0 active, 1 faulty, 2 rebuilding, 3 spare, 4 missing.
+    pub state: u8,
+    /// Absolute member byte offset rebuilt so far; u64::MAX when in sync.
+    pub recovery: u64,
+}
+
+/// One volume-table entry of a raw superblock (format version 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawVolume {
+    pub name: String,
+    pub uuid: [u8; 16],
+    pub level: u32,
+    pub chunk: u32,
+    pub member_start: u64,
+    pub member_size: u64,
+    pub cache_mode: u8,
+}
+
 /// The superblock fields as the on-disk format table in superblock.rs
-/// documents them, decoded here independently of the library.
+/// documents them (version 2), decoded here independently of the library.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawSuperblock {
     pub version: u32,
@@ -335,15 +357,21 @@ pub struct RawSuperblock {
     pub array_uuid: [u8; 16],
     pub member_uuid: [u8; 16],
     pub name: String,
-    pub level: u32,
-    pub chunk: u32,
     pub member_count: u32,
-    pub member_index: u32,
-    pub data_offset: u64,
-    pub data_size: u64,
+    /// This member's slot: its role, or a spare slot at or above member_count.
+    pub slot: u32,
     pub events: u64,
+    /// 0 clean, 1 active.
     pub state: u32,
-    pub members: Vec<[u8; 16]>,
+    pub bitmap_region: u64,
+    /// Roles, then spares.
+    pub slots: Vec<RawSlot>,
+    pub volumes: Vec<RawVolume>,
+}
+
+fn name_from(raw: &[u8]) -> String {
+    let end = raw.iter().position(|&c| c == 0).unwrap_or(32);
+    String::from_utf8(raw[..end].to_vec()).unwrap()
 }
 
 /// Decodes the first 4 KiB of a member file by the documented layout and
@@ -358,24 +386,40 @@ pub fn raw_superblock(path: &Path) -> RawSuperblock {
     let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
     let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
     assert_eq!(u32_at(4092), crc32c(&b[..4092]), "{}: superblock CRC-32C does not match", path.display());
-    let name_raw = &b[48..80];
-    let end = name_raw.iter().position(|&c| c == 0).unwrap_or(32);
-    let member_count = u32_at(88);
+    let slot_count = u32_at(84) as usize;
+    let volume_count = u32_at(92) as usize;
+    assert!(slot_count <= 40 && volume_count <= 8, "{}: {slot_count} slots, {volume_count} volumes", path.display());
     RawSuperblock {
         version: u32_at(8),
         sb_size: u32_at(12),
         array_uuid: b[16..32].try_into().unwrap(),
         member_uuid: b[32..48].try_into().unwrap(),
-        name: String::from_utf8(name_raw[..end].to_vec()).unwrap(),
-        level: u32_at(80),
-        chunk: u32_at(84),
-        member_count,
-        member_index: u32_at(92),
-        data_offset: u64_at(96),
-        data_size: u64_at(104),
-        events: u64_at(128),
-        state: u32_at(136),
-        members: (0..member_count as usize).map(|i| b[512 + 16 * i..512 + 16 * (i + 1)].try_into().unwrap()).collect(),
+        name: name_from(&b[48..80]),
+        member_count: u32_at(80),
+        slot: u32_at(88),
+        events: u64_at(112),
+        state: u32_at(120),
+        bitmap_region: u64_at(128),
+        slots: (0..slot_count)
+            .map(|i| {
+                let o = 256 + 32 * i;
+                RawSlot { uuid: b[o..o + 16].try_into().unwrap(), state: b[o + 16], recovery: u64_at(o + 24) }
+            })
+            .collect(),
+        volumes: (0..volume_count)
+            .map(|i| {
+                let o = 1536 + 128 * i;
+                RawVolume {
+                    name: name_from(&b[o..o + 32]),
+                    uuid: b[o + 32..o + 48].try_into().unwrap(),
+                    level: u32_at(o + 48),
+                    chunk: u32_at(o + 52),
+                    member_start: u64_at(o + 56),
+                    member_size: u64_at(o + 64),
+                    cache_mode: b[o + 72],
+                }
+            })
+            .collect(),
     }
 }
 

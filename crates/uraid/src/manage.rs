@@ -1,0 +1,435 @@
+//! The membership and maintenance subcommands: `status`, `fail`, `remove`,
+//! `add`, `replace`, `rebuild`, `check` and `repair`, and the parsing of
+//! `create --volume`. The RAID logic lives in `uraid_core::array::Array`.
+//!
+//! `status`, `fail`, `remove`, `add` and `replace` open the array without
+//! writing (`array::open`), so that a refused request leaves every member
+//! as it was; an accepted change persists itself (event counter + 1). When
+//! a member is left rebuilding, the array is activated and the rebuild runs
+//! in the foreground with a progress bar (unless `--no-rebuild`), then the
+//! array is stopped cleanly. `rebuild`, `check` and `repair` assemble the
+//! array (resync after a crash included), work, and stop it cleanly.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use uraid_core::array::{self, Added, Array, ArrayStatus, VolumeSpec};
+use uraid_core::units::{fmt_size, parse_rate, parse_size};
+use uraid_core::MemberSpec;
+
+use crate::cli::specs;
+
+#[derive(Args)]
+pub(crate) struct ArrayMembers {
+    /// The members (and spares) of the array, in any order.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct StatusArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    array: ArrayMembers,
+}
+
+#[derive(Args)]
+pub(crate) struct FailArgs {
+    /// The member to mark faulty: its role number or its path.
+    #[arg(long)]
+    member: String,
+    /// Fail it even when a volume then loses data (it stops taking writes).
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    rebuild: RebuildFlags,
+    #[command(flatten)]
+    array: ArrayMembers,
+}
+
+#[derive(Args)]
+pub(crate) struct RemoveArgs {
+    /// The faulty member or spare to remove: its slot number or its path.
+    #[arg(long)]
+    member: String,
+    #[command(flatten)]
+    array: ArrayMembers,
+}
+
+#[derive(Args)]
+pub(crate) struct AddArgs {
+    /// The new drive: it fills a missing role (and is rebuilt), or waits as a spare.
+    #[arg(long, value_name = "NEWDEV")]
+    spare: String,
+    /// Overwrite a new drive that holds a filesystem or another array.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    rebuild: RebuildFlags,
+    #[command(flatten)]
+    array: ArrayMembers,
+}
+
+#[derive(Args)]
+pub(crate) struct ReplaceArgs {
+    /// The member to replace: its role number or its path.
+    #[arg(long)]
+    old: String,
+    /// The drive that takes its place (it is rebuilt).
+    #[arg(long, value_name = "NEWDEV")]
+    new: String,
+    /// Replace an active member even when a volume has no redundancy left
+    /// while the new one rebuilds, and overwrite a new drive that holds data.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    rebuild: RebuildFlags,
+    #[command(flatten)]
+    array: ArrayMembers,
+}
+
+#[derive(Args)]
+pub(crate) struct RebuildRun {
+    /// Rebuild rate limit in MB/s (10^6 bytes/s); a plain number is MB/s, or give units (250M).
+    #[arg(long)]
+    rate: Option<String>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct RebuildFlags {
+    /// Do not start the rebuild now (it starts with 'uraid rebuild' or the next command that rebuilds).
+    #[arg(long)]
+    no_rebuild: bool,
+    #[command(flatten)]
+    run: RebuildRun,
+}
+
+#[derive(Args)]
+pub(crate) struct RebuildArgs {
+    #[command(flatten)]
+    run: RebuildRun,
+    #[command(flatten)]
+    array: ArrayMembers,
+}
+
+#[derive(Args)]
+pub(crate) struct CheckArgs {
+    /// Only this volume (default: every redundant volume).
+    #[arg(long)]
+    volume: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    array: ArrayMembers,
+}
+
+/// Parses `NAME,level=L[,size=SIZE][,chunk=C]` (the `create --volume`
+/// syntax; SIZE and C in powers of 1024).
+pub(crate) fn parse_volume(s: &str) -> Result<VolumeSpec> {
+    let mut parts = s.split(',');
+    let name = parts.next().unwrap_or("").trim().to_string();
+    if name.is_empty() || name.contains('=') {
+        bail!("--volume '{s}' must start with the volume's name: NAME,level=L,size=SIZE[,chunk=C]");
+    }
+    let (mut level, mut size, mut chunk) = (None, None, None);
+    for p in parts {
+        let Some((k, v)) = p.split_once('=') else {
+            bail!("'{p}' in --volume '{s}' is not KEY=VALUE; use level=5, size=10G or chunk=64K");
+        };
+        match k.trim() {
+            "level" => {
+                level = Some(v.trim().parse::<u32>().map_err(|_| anyhow!("level '{v}' in --volume '{s}' is not a number; use 0, 1, 10, 5 or 6"))?)
+            }
+            "size" => size = Some(parse_size(v, "volume size")?),
+            "chunk" => chunk = Some(parse_size(v, "chunk size")?),
+            _ => bail!("unknown key '{k}' in --volume '{s}'; known: level, size, chunk"),
+        }
+    }
+    let level = level.ok_or_else(|| anyhow!("--volume '{s}' has no level; add level=0, 1, 10, 5 or 6"))?;
+    Ok(VolumeSpec { name, level, size, chunk })
+}
+
+fn rate(r: &Option<String>) -> Result<Option<u64>> {
+    let Some(r) = r else { return Ok(None) };
+    let bytes = match r.trim().parse::<u64>() {
+        Ok(mb) => mb.checked_mul(1_000_000).ok_or_else(|| anyhow!("--rate {r} is too large"))?,
+        Err(_) => parse_rate(r, "rebuild rate")?,
+    };
+    if bytes == 0 {
+        bail!("--rate must be above 0 (leave it out for no limit)");
+    }
+    Ok(Some(bytes))
+}
+
+/// Opens the array without writing anything.
+fn open(members: &[String]) -> Result<Array> {
+    let arr = array::open(&specs(members)?)?;
+    for w in arr.warnings() {
+        eprintln!("uraid: warning: {w}");
+    }
+    Ok(arr)
+}
+
+/// The role or slot named by `m`: a number, or the path of one of the
+/// array's devices.
+fn resolve(arr: &Array, m: &str) -> Result<u32> {
+    if let Ok(n) = m.trim().parse::<u32>() {
+        return Ok(n);
+    }
+    let spec: MemberSpec = m.parse()?;
+    arr.slot_of(&spec).ok_or_else(|| {
+        anyhow!(
+            "{m} is not a member of array '{}'; give a role number (see 'uraid status') or the path of one of the \
+             members given",
+            arr.name()
+        )
+    })
+}
+
+fn bytes_bar(quiet: bool, what: &str) -> ProgressBar {
+    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {percent:>3}% {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// Runs the rebuild of every rebuilding role with a progress bar.
+fn run_rebuild(arr: &mut Array, rate: Option<u64>, quiet: bool) -> Result<()> {
+    let roles = arr.rebuilding();
+    if roles.is_empty() {
+        return Ok(());
+    }
+    let bar = bytes_bar(quiet, "");
+    let r = arr.rebuild(rate, &mut |role, done, total| {
+        bar.set_message(format!("rebuilding role {role}"));
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let reports = r.context("rebuild stopped; its progress is kept: 'uraid rebuild' resumes it")?;
+    for (role, rep) in roles.iter().zip(&reports) {
+        println!("rebuilt role {role}: {}", compact(&serde_json::to_value(rep)?));
+    }
+    Ok(())
+}
+
+/// After a change on an opened array: rebuild in the foreground when a
+/// member is left rebuilding (and `flags` allow it), then stop cleanly;
+/// otherwise let go without writing more.
+fn after_change(mut arr: Array, flags: Option<&RebuildFlags>) -> Result<()> {
+    let pending = arr.rebuilding();
+    match flags {
+        Some(f) if !f.no_rebuild && !pending.is_empty() => {
+            let r = rate(&f.run.rate)?;
+            arr.activate()?;
+            let done = run_rebuild(&mut arr, r, f.run.quiet);
+            print_status(&arr.status());
+            let stopped = arr.stop();
+            done?;
+            stopped?;
+        }
+        _ => {
+            if !pending.is_empty() {
+                println!("role(s) {pending:?} need a rebuild: run 'uraid rebuild'");
+            }
+            print_status(&arr.status());
+            arr.release();
+        }
+    }
+    Ok(())
+}
+
+/// `uraid status`.
+pub(crate) fn cmd_status(a: StatusArgs) -> Result<()> {
+    let arr = array::open_with(&specs(&a.array.members)?, &array::AssembleOptions { force: false, inspect: true })?;
+    for w in arr.warnings() {
+        eprintln!("uraid: warning: {w}");
+    }
+    let st = arr.status();
+    arr.release();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&st)?);
+    } else {
+        print_status(&st);
+    }
+    Ok(())
+}
+
+/// Prints the status the /proc/mdstat way: per volume its level, size,
+/// chunk, state, `[roles/in sync] [U_U]` and rebuild progress; then every
+/// member and spare with its role and state.
+pub(crate) fn print_status(st: &ArrayStatus) {
+    let n = st.member_count as usize;
+    let up = st.members.iter().take(n).filter(|m| m.state == "active").count();
+    let map: String = st.members.iter().take(n).map(|m| if m.state == "active" { 'U' } else { '_' }).collect();
+    println!(
+        "array '{}' ({}): {} members, {}, events {}, bitmap {}",
+        st.name,
+        st.uuid,
+        n,
+        st.state,
+        st.events,
+        if st.bitmap_region == 0 { "none".to_string() } else { format!("{} regions, {} dirty", fmt_size(st.bitmap_region), fmt_size(st.bitmap_dirty_bytes)) }
+    );
+    for v in &st.volumes {
+        println!(
+            "  volume '{}': raid{} {} ({} bytes), chunk {}, {} [{n}/{up}] [{map}]",
+            v.name,
+            v.level,
+            fmt_size(v.capacity),
+            v.capacity,
+            fmt_size(v.chunk),
+            v.state
+        );
+        if let Some(p) = v.rebuild_percent {
+            println!("      rebuild = {p:.1}%");
+        }
+    }
+    for m in &st.members {
+        let what = match m.role {
+            Some(r) => format!("role {r}"),
+            None => format!("spare {}", m.slot),
+        };
+        let dev = m.device.as_deref().unwrap_or("-");
+        match m.recovery_offset {
+            Some(o) => println!("  {what}: {dev} {} (rebuilt up to byte {o})", m.state),
+            None => println!("  {what}: {dev} {}", m.state),
+        }
+    }
+}
+
+/// `uraid fail`.
+pub(crate) fn cmd_fail(a: FailArgs) -> Result<()> {
+    let mut arr = open(&a.array.members)?;
+    let role = resolve(&arr, &a.member)?;
+    arr.fail(role, a.force)?;
+    println!("role {role} of array '{}' marked faulty (events {})", arr.name(), arr.events());
+    let promoted = arr.promote_spares()?;
+    for r in &promoted {
+        println!("a spare takes over role {r}");
+    }
+    after_change(arr, Some(&a.rebuild))
+}
+
+/// `uraid remove`.
+pub(crate) fn cmd_remove(a: RemoveArgs) -> Result<()> {
+    let mut arr = open(&a.array.members)?;
+    let slot = resolve(&arr, &a.member)?;
+    arr.remove(slot)?;
+    println!("slot {slot} removed from array '{}' (events {})", arr.name(), arr.events());
+    after_change(arr, None)
+}
+
+/// `uraid add`.
+pub(crate) fn cmd_add(a: AddArgs) -> Result<()> {
+    let mut arr = open(&a.array.members)?;
+    let spec: MemberSpec = a.spare.parse()?;
+    match arr.add(&spec, a.force)? {
+        Added::Role(r) => println!("{} added to array '{}' in role {r}, to be rebuilt", a.spare, arr.name()),
+        Added::Spare(s) => {
+            // A spare may have been moved into a faulty role at once.
+            let now = arr.slot_of(&spec).unwrap_or(s);
+            if now < arr.member_count() {
+                println!("{} added to array '{}'; it takes over role {now}, to be rebuilt", a.spare, arr.name());
+            } else {
+                println!("{} added to array '{}' as a spare (slot {now})", a.spare, arr.name());
+            }
+        }
+    }
+    after_change(arr, Some(&a.rebuild))
+}
+
+/// `uraid replace`.
+pub(crate) fn cmd_replace(a: ReplaceArgs) -> Result<()> {
+    let mut arr = open(&a.array.members)?;
+    let role = resolve(&arr, &a.old)?;
+    let spec: MemberSpec = a.new.parse()?;
+    arr.replace(role, &spec, a.force)?;
+    println!("{} replaces role {role} of array '{}', to be rebuilt", a.new, arr.name());
+    after_change(arr, Some(&a.rebuild))
+}
+
+/// `uraid rebuild`.
+pub(crate) fn cmd_rebuild(a: RebuildArgs) -> Result<()> {
+    let rate = rate(&a.run.rate)?;
+    let mut arr = open(&a.array.members)?;
+    if arr.rebuilding().is_empty() && arr.superblock().spares().is_empty() {
+        println!("array '{}': nothing to rebuild", arr.name());
+        print_status(&arr.status());
+        arr.release();
+        return Ok(());
+    }
+    // Activation also moves spares into failed roles.
+    arr.activate()?;
+    let done = run_rebuild(&mut arr, rate, a.run.quiet);
+    print_status(&arr.status());
+    let stopped = arr.stop();
+    done?;
+    stopped?;
+    Ok(())
+}
+
+fn compact(v: &serde_json::Value) -> String {
+    match v.as_object() {
+        Some(o) => o.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "),
+        None => v.to_string(),
+    }
+}
+
+/// `uraid check` (`repair` = true: `uraid repair`).
+pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
+    let mut arr = open(&a.array.members)?;
+    let entries = arr.volume_entries();
+    let chosen: Vec<usize> = match &a.volume {
+        Some(name) => vec![entries
+            .iter()
+            .position(|v| &v.name == name)
+            .ok_or_else(|| anyhow!("array '{}' has no volume '{name}'; see 'uraid status'", arr.name()))?],
+        None => (0..entries.len()).filter(|&i| entries[i].level != 0).collect(),
+    };
+    if chosen.is_empty() {
+        bail!("array '{}' has no redundant volume to check (RAID 0 keeps no copies or parity)", arr.name());
+    }
+    arr.activate()?;
+    let mut out = Vec::new();
+    for i in chosen {
+        let bar = bytes_bar(a.quiet || a.json, &format!("{} '{}'", if repair { "repairing" } else { "checking" }, entries[i].name));
+        let r = arr.check(i, repair, &mut |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        });
+        bar.finish_and_clear();
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = arr.stop();
+                return Err(e.into());
+            }
+        };
+        let report = serde_json::to_value(r)?;
+        if !a.json {
+            println!("volume '{}' (raid{}): {}", entries[i].name, entries[i].level, compact(&report));
+        }
+        out.push(serde_json::json!({"volume": entries[i].name, "level": entries[i].level, "repair": repair, "report": report}));
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    arr.stop()?;
+    Ok(())
+}
