@@ -1,4 +1,4 @@
-//! End-to-end tests of the RAID 0 foundation: the engine, the control path
+//! End-to-end tests: the engine at every level, the control path
 //! (create, examine, assemble) and the `uraid` command, on every kind of
 //! member (emulated `mem:` drives, regular files, loop block devices), with
 //! real clients (fio, mkfs.ext4, losetup) where the test needs them.
