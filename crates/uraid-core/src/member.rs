@@ -178,8 +178,10 @@ pub struct Member {
 }
 
 static BUFFERED_WARNING: Once = Once::new();
-/// Retries of 20 ms for a member that is busy (about half a second).
-const BUSY_RETRIES: u32 = 25;
+/// Retries of 20 ms for a member that is busy (about two seconds: the lock
+/// of a process that just died goes only when the kernel has torn down its
+/// io_uring, which holds the member files, and that work is deferred).
+const BUSY_RETRIES: u32 = 100;
 
 impl Member {
     /// Opens the member named by `spec`.
