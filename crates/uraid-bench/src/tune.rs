@@ -219,12 +219,21 @@ pub type TuneProgress<'a> = (&'a str, Progress<'a>);
 /// each chunk size, then recommends one. No superblock is written; the
 /// members' data areas are overwritten by write tests.
 ///
-/// Errors: `Unsupported` for a level this build lacks, `InvalidInput` for
-/// a bad chunk list or fewer than two members, and any error of the suite.
+/// Errors: `InvalidInput` for an unknown level, fewer members than the level
+/// needs, a bad chunk list or fewer than two members, and any error of the suite.
 pub fn tune(members: &[Member], opts: &TuneOptions, progress: &mut dyn FnMut(TuneProgress)) -> Result<Tuning> {
     let level = Level::from_number(opts.level)?;
     if members.len() < 2 {
         bail!(InvalidInput, "tuning needs at least two members (one drive alone has no chunk size)");
+    }
+    if members.len() < level.min_members() {
+        bail!(
+            InvalidInput,
+            "RAID {} needs at least {} members, {} given; add members or choose another --level",
+            level.number(),
+            level.min_members(),
+            members.len()
+        );
     }
     if opts.chunks.is_empty() {
         bail!(InvalidInput, "give at least one chunk size");
@@ -246,7 +255,15 @@ pub fn tune(members: &[Member], opts: &TuneOptions, progress: &mut dyn FnMut(Tun
     let mut results = Vec::new();
     for &chunk in &chunks {
         let ms = members.iter().map(Member::try_clone).collect::<Result<Vec<_>>>()?;
-        let (vol, _) = temporary(ms, chunk)?;
+        // A temporary array at the chosen level (no superblock, no bitmap).
+        let vol = match level {
+            Level::Raid0 => temporary(ms, chunk)?.0,
+            _ => {
+                let size = ms.iter().map(Member::size).min().unwrap_or(0).saturating_sub(DATA_OFFSET);
+                let g = Geometry::new(level, ms.len(), chunk, size)?;
+                Volume::new(Arc::new(ms), g, DATA_OFFSET)?
+            }
+        };
         let label = format!("RAID {} x{} {}", level.number(), members.len(), fmt_size(chunk));
         let r = run_suite(&vol, &opts.suite, &mut |p| progress((&label, p)))?;
         results.push(ChunkResult { chunk, results: r, shares: vec![], score: 0.0, worst: 0.0 });

@@ -614,7 +614,8 @@ fn suite_rejects_bad_input_clearly() {
     snap.assert_unchanged("suite on ext4 without --overwrite");
     // tune
     uraid_fails(&["tune", "--runs", "1", "--time", "0.1", "mem:8M"], &["at least two members"]);
-    uraid_fails(&["tune", "--level", "5", "mem:8M", "mem:8M"], &["RAID 5 is not implemented"]);
+    uraid_fails(&["tune", "--level", "5", "mem:8M", "mem:8M"], &["RAID 5 needs at least 3 members"]);
+    uraid_fails(&["tune", "--level", "7", "mem:8M", "mem:8M"], &["unknown RAID level 7"]);
     uraid_fails(&["tune", "--chunks", "4K,3M", "mem:8M", "mem:8M"], &["chunk size", "power of two"]);
     uraid_fails(&["tune", "--sets", "atto", "mem:8M", "mem:8M"], &["sweep", "uraid suite"]);
 }
