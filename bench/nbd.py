@@ -14,30 +14,12 @@ Prints figures and ratios from ONE run. Issue 4's targets:
 Needs root, the testbed (../shared/testbed), fio, libnbd-bin and btrfs-progs
 (installed with apt-get when missing). Usage: python3 bench/nbd.py [--runs N] [--time S]
 """
-import argparse, json, os, shutil, signal, socket, subprocess, sys, time
+import os, signal, socket, subprocess, sys, time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-TESTBED = os.path.join(ROOT, "..", "shared", "testbed")
-DRIVES = os.path.join(TESTBED, "drives")
-PEER = os.path.join(TESTBED, "peer-btrfs")
-URAID = os.path.join(ROOT, "target", "release", "uraid")
+from common import DRIVES, PEER, URAID, best_of, fio_cmd, fio_figures, fio_job, parser, prepare, sh, testbed_down, uraid_bench
+
 SOCK = "/tmp/uraid-bench-nbd.sock"
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def sh(*args, capture=True):
-    r = subprocess.run(args, capture_output=capture, text=True)
-    if r.returncode != 0:
-        sys.exit(f"command failed ({r.returncode}): {' '.join(args)}\n{r.stderr}")
-    return r.stdout
-
-
-def need_tools():
-    missing = [p for p, t in (("fio", "fio"), ("btrfs-progs", "mkfs.btrfs"), ("libnbd-bin", "nbdinfo")) if not shutil.which(t)]
-    if missing:
-        sh("apt-get", "update", "-qq")
-        sh("apt-get", "install", "-y", "-qq", *missing)
 
 
 def proc_cpu(pid):
@@ -71,44 +53,21 @@ class Serve:
 
 
 def fio(args, rw, bs, qd, target, nbd=False, size="1G"):
-    best = None
-    for _ in range(args.runs):
-        cmd = ["fio", "--name=t", f"--rw={rw}", f"--bs={bs}", f"--iodepth={qd}", f"--size={size}",
-               "--time_based", f"--runtime={args.time}", "--ramp_time=1", "--norandommap",
-               "--randrepeat=0", "--output-format=json"]
+    def one():
+        cmd = fio_cmd(rw, bs, qd, args.time, size)
         if nbd:
             cmd += ["--ioengine=nbd", f"--uri={target}"]
         else:
             cmd = [DRIVES, "run", "--"] + cmd + ["--ioengine=io_uring", "--direct=1", f"--filename={target}"]
-        out = subprocess.run(cmd, capture_output=True, text=True).stdout
-        j = json.loads(out[out.index("{"):])["jobs"][0]
-        d = j["read"] if "read" in rw else j["write"]
-        r = {"mbps": d["bw_bytes"] / 1e6, "iops": d["iops"], "bytes": d["io_bytes"],
-             "client_cpu": (j["usr_cpu"] + j["sys_cpu"]) / 100.0 * d["runtime"] / 1000.0}
-        if best is None or r["mbps"] > best["mbps"]:
-            best = r
-    return best
-
-
-def uraid_bench(args, targets, profiles, read_only=False):
-    cmd = [DRIVES, "run", "--", URAID, "bench", "--json", "--quiet", "--overwrite", "--profile",
-           ",".join(profiles), "--runs", str(args.runs), "--time", str(args.time), "--warmup", "1",
-           "--size", "1G"] + (["--read-only"] if read_only else []) + targets
-    out = json.loads(sh(*cmd))
-    return {(r["test"]["profile"]["name"], r["test"]["dir"].lower()): r["best"] for r in out["results"]}
+        f = fio_figures(fio_job(sh(*cmd, check=False)), rw)
+        return {"mbps": f["mbps"], "iops": f["iops"], "bytes": f["bytes"], "client_cpu": f["cpu"]}
+    return best_of(args.runs, "mbps", one)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--time", type=float, default=5)
-    args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("run as root")
-    need_tools()
-    sh("cargo", "build", "--release", "-q", "-p", "uraid", capture=False)
-    subprocess.run([PEER, "down"], capture_output=True)
-    subprocess.run([DRIVES, "down"], capture_output=True)
+    args = parser(__doc__).parse_args()
+    prepare(None, ("fio", "fio"), ("btrfs-progs", "mkfs.btrfs"), ("libnbd-bin", "nbdinfo"))
+    testbed_down()
 
     devs = sh(DRIVES, "up", "4").split()
     limits = dict(kv.split("=") for kv in sh(DRIVES, "limits").split())

@@ -14,63 +14,18 @@ machine are noise; ratios measured together are not). Issue 2's targets:
 Needs root, the testbed (../shared/testbed), fio and btrfs-progs (installed
 with apt-get when missing). Usage: python3 bench/raid0.py [--runs N] [--time S]
 """
-import argparse, json, os, shutil, subprocess, sys
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-TESTBED = os.path.join(ROOT, "..", "shared", "testbed")
-DRIVES = os.path.join(TESTBED, "drives")
-PEER = os.path.join(TESTBED, "peer-btrfs")
-URAID = os.path.join(ROOT, "target", "release", "uraid")
-
-
-def sh(*args, capture=True, check=True):
-    r = subprocess.run(args, capture_output=capture, text=True)
-    if check and r.returncode != 0:
-        sys.exit(f"command failed ({r.returncode}): {' '.join(args)}\n{r.stderr}")
-    return r.stdout if capture else None
-
-
-def need_tools():
-    missing = [p for p, t in (("fio", "fio"), ("btrfs-progs", "mkfs.btrfs")) if not shutil.which(t)]
-    if missing:
-        sh("apt-get", "update", "-qq")
-        sh("apt-get", "install", "-y", "-qq", *missing)
-
-
-def uraid_bench(targets, profiles, args, read_only=False, extra=()):
-    cmd = [DRIVES, "run", "--", URAID, "bench", "--json", "--quiet", "--overwrite",
-           "--profile", ",".join(profiles), "--runs", str(args.runs), "--time", str(args.time),
-           "--warmup", "1", "--size", "1G", *extra, *targets]
-    if read_only:
-        cmd.insert(-len(targets), "--read-only")
-    out = json.loads(sh(*cmd))
-    res = {}
-    for r in out["results"]:
-        key = (r["test"]["profile"]["name"], r["test"]["dir"].lower())
-        res[key] = r["best"]
-    return res
+from common import DRIVES, PEER, URAID, best_of, fio_cmd, fio_figures, fio_job, parser, prepare, sh, testbed_down, uraid_bench
 
 
 def fio(filename, rw, bs, qd, args, size="1G", throttled=True):
     """Best of args.runs fio runs (CrystalDiskMark reports the best run too)."""
-    best = None
-    for _ in range(args.runs):
-        cmd = ["fio", "--name=t", f"--filename={filename}", f"--rw={rw}", f"--bs={bs}",
-               f"--iodepth={qd}", "--ioengine=io_uring", "--direct=1", f"--size={size}",
-               "--time_based", f"--runtime={args.time}", "--ramp_time=1", "--norandommap",
-               "--randrepeat=0", "--output-format=json"]
+    def one():
+        cmd = fio_cmd(rw, bs, qd, args.time, size) + [f"--filename={filename}", "--ioengine=io_uring", "--direct=1"]
         if throttled:
             cmd = [DRIVES, "run", "--"] + cmd
-        j = json.loads(sh(*cmd))["jobs"][0]
-        d = j["read"] if "read" in rw else j["write"]
-        runtime = d["runtime"] / 1000.0
-        cpu = (j["usr_cpu"] + j["sys_cpu"]) / 100.0 * runtime
-        r = {"mbps": d["bw_bytes"] / 1e6, "iops": d["iops"], "bytes": d["io_bytes"],
-             "cpu_secs_per_gb": cpu / (d["io_bytes"] / 1e9) if d["io_bytes"] else 0}
-        if best is None or r["mbps"] > best["mbps"]:
-            best = r
-    return best
+        f = fio_figures(fio_job(sh(*cmd)), rw)
+        return {"mbps": f["mbps"], "iops": f["iops"], "bytes": f["bytes"], "cpu_secs_per_gb": f["cpu_gb"]}
+    return best_of(args.runs, "mbps", one)
 
 
 def fig(r, seq):
@@ -82,16 +37,9 @@ def unit(seq):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=3, help="timed runs per test (best is kept)")
-    ap.add_argument("--time", type=float, default=5, help="seconds per run")
-    args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("run as root (the testbed makes loop devices and blkio throttles)")
-    need_tools()
-    sh("cargo", "build", "--release", "-q", "-p", "uraid", capture=False)
-    subprocess.run([PEER, "down"], capture_output=True)
-    subprocess.run([DRIVES, "down"], capture_output=True)
+    args = parser(__doc__, runs_help="timed runs per test (best is kept)", time_help="seconds per run").parse_args()
+    prepare("the testbed makes loop devices and blkio throttles", ("fio", "fio"), ("btrfs-progs", "mkfs.btrfs"))
+    testbed_down()
 
     # ---- part 1: throttled drives -------------------------------------------------
     devs = sh(DRIVES, "up", "4").split()
@@ -102,9 +50,9 @@ def main():
     tests = [("SEQ1M Q8T1", "read", True, "1M", 8), ("SEQ1M Q8T1", "write", True, "1M", 8),
              ("RND4K Q32T1", "read", False, "4k", 32), ("RND4K Q32T1", "write", False, "4k", 32)]
     profiles = ["SEQ1M-Q8T1", "RND4K-Q32T1"]
-    single = uraid_bench([devs[0]], profiles, args)
+    single = uraid_bench(args, [devs[0]], profiles)
     sh(URAID, "create", "--level", "0", "--chunk", "128K", "--name", "bench", "--force", *devs)
-    array = uraid_bench(devs, profiles, args)  # assembles the array from its superblocks
+    array = uraid_bench(args, devs, profiles)  # assembles the array from its superblocks
     testfile = sh(PEER, "up").strip()
     btrfs = {}
     for name, d, seq, bs, qd in tests:
@@ -131,7 +79,7 @@ def main():
     for dv in devs:  # fill the drives so both read real data
         sh("fio", "--name=fill", f"--filename={dv}", "--rw=write", "--bs=1M", "--iodepth=8",
            "--ioengine=io_uring", "--direct=1", "--size=300M")
-    u = uraid_bench(devs, ["RND4K-Q32T1"], args, read_only=True)[("RND4K Q32T1", "read")]
+    u = uraid_bench(args, devs, ["RND4K-Q32T1"], read_only=True)[("RND4K Q32T1", "read")]
     f = fio(":".join(devs), "randread", "4k", 32, args, size="1G", throttled=False)
     ratio = u["iops"] / f["iops"]
     print()

@@ -16,28 +16,11 @@ other engineers have the testbed up):
 Needs root (loop devices) and fio (installed with apt-get when missing).
 Usage: python3 bench/suite.py [--runs N] [--time S] [--skip-full]
 """
-import argparse, json, os, shutil, subprocess, sys, time
+import json, os, subprocess, sys, time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-TESTBED = os.path.join(ROOT, "..", "shared", "testbed")
-DRIVES = os.path.join(TESTBED, "drives")
-TARGET_DIR = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-URAID = os.path.join(TARGET_DIR, "release", "uraid")
+from common import DRIVES, URAID, fio_cmd, fio_figures, fio_job, parser, prepare, sh
+
 OWN_IMG = "/dev/shm/uraid-bench-suite.img"
-
-
-def sh(*args, capture=True, check=True):
-    r = subprocess.run(args, capture_output=capture, text=True)
-    if check and r.returncode != 0:
-        sys.exit(f"command failed ({r.returncode}): {' '.join(args)}\n{r.stderr}")
-    return r.stdout if capture else None
-
-
-def need_tools():
-    if not shutil.which("fio"):
-        sh("apt-get", "update", "-qq")
-        sh("apt-get", "install", "-y", "-qq", "fio")
 
 
 class Drive:
@@ -85,25 +68,14 @@ def uraid(dev, profile, args):
 
 
 def fio(dev, rw, bs, qd, args):
-    j = json.loads(sh("fio", "--name=t", f"--filename={dev}", f"--rw={rw}", f"--bs={bs}", f"--iodepth={qd}",
-                      "--ioengine=io_uring", "--direct=1", "--size=1G", "--time_based", f"--runtime={args.time}",
-                      "--ramp_time=1", "--norandommap", "--randrepeat=0", "--output-format=json"))["jobs"][0]
-    d = j["read"]
-    runtime = d["runtime"] / 1000.0
-    cpu = (j["usr_cpu"] + j["sys_cpu"]) / 100.0 * runtime
-    return {"mbps": d["bw_bytes"] / 1e6, "iops": d["iops"], "cpu_gb": cpu / (d["io_bytes"] / 1e9) if d["io_bytes"] else 0}
+    return fio_figures(fio_job(sh(*fio_cmd(rw, bs, qd, args.time), f"--filename={dev}", "--ioengine=io_uring", "--direct=1")), rw)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=3, help="alternating runs per side in part 1 (best is kept)")
-    ap.add_argument("--time", type=float, default=5, help="seconds per run in part 1")
+    ap = parser(__doc__, runs_help="alternating runs per side in part 1 (best is kept)", time_help="seconds per run in part 1")
     ap.add_argument("--skip-full", action="store_true", help="skip part 2 (the 4-minute full run)")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("run as root (loop devices)")
-    need_tools()
-    sh("cargo", "build", "--release", "-q", "-p", "uraid", capture=False)
+    prepare("loop devices", ("fio", "fio"))
     drive = Drive()
     try:
         print(f"drive: {drive.what}")

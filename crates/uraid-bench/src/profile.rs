@@ -5,14 +5,20 @@
 //! random 4 KiB blocks, 16 threads with 32 requests in flight each. Any such
 //! name parses (`SEQ256K Q4T2`), so custom loads need no code.
 //!
-//! Sets (`--sets`), with their sources:
+//! Sets (`--sets`), with their sources. CrystalDiskMark 8 keeps nine test
+//! slots (`m_BenchType/Size/Queues/Threads[0..9]` in its source,
+//! `DiskMarkDlg.cpp` and `DiskBench.cpp`): the default profile runs slots
+//! 0-3, "Peak Performance" slots 4-5 and "Real World Performance" slots
+//! 6-7. The "NVMe SSD" settings change slots 1, 2 and 5, so Peak differs
+//! between the two settings and Real World does not.
 //!
 //! | set | tests |
 //! |---|---|
 //! | `cdm` | CrystalDiskMark 8 default: SEQ1M Q8T1, SEQ1M Q1T1, RND4K Q32T1, RND4K Q1T1; read and write |
 //! | `nvme` | CrystalDiskMark 8 "NVMe SSD" settings: SEQ1M Q8T1, SEQ128K Q32T1, RND4K Q32T16, RND4K Q1T1 |
-//! | `peak` | CrystalDiskMark 8 "Peak Performance": SEQ1M Q8T1, RND4K Q32T16 |
-//! | `realworld` | CrystalDiskMark 8 "Real World Performance": SEQ1M Q1T1, RND4K Q1T1 |
+//! | `peak` | CrystalDiskMark 8 "Peak Performance" (default settings): SEQ1M Q8T1, RND4K Q32T1 |
+//! | `peak-nvme` | CrystalDiskMark 8 "Peak Performance" under the NVMe SSD settings: SEQ1M Q8T1, RND4K Q32T16 |
+//! | `realworld` | CrystalDiskMark 8 "Real World Performance" (either settings): SEQ1M Q1T1, RND4K Q1T1 |
 //! | `mix` | CrystalDiskMark 8 "+Mix": the default profiles as mixed read/write (70% read by default) |
 //! | `iometer` | Iometer's 4 KiB random 50% read / 50% write at QD32 |
 //! | `asssd` | AS SSD: Seq (16 MiB, QD1), 4K (QD1), 4K-64Thrd (64 threads, QD1 each), access time (512 B, QD1); score |
@@ -127,9 +133,14 @@ pub const ASSSD_ACCESS: Profile = Profile { name: "AS SSD Acc.time", block: 512,
 pub const CDM_DEFAULT: [Profile; 4] = [SEQ1M_Q8T1, SEQ1M_Q1T1, RND4K_Q32T1, RND4K_Q1T1];
 /// CrystalDiskMark 8's NVMe SSD set, in its order.
 pub const CDM_NVME: [Profile; 4] = [SEQ1M_Q8T1, SEQ128K_Q32T1, RND4K_Q32T16, RND4K_Q1T1];
-/// CrystalDiskMark 8's Peak Performance profile.
-pub const CDM_PEAK: [Profile; 2] = [SEQ1M_Q8T1, RND4K_Q32T16];
-/// CrystalDiskMark 8's Real World Performance profile.
+/// CrystalDiskMark 8's Peak Performance profile under its default
+/// settings (its test slots 4 and 5).
+pub const CDM_PEAK: [Profile; 2] = [SEQ1M_Q8T1, RND4K_Q32T1];
+/// CrystalDiskMark 8's Peak Performance profile under its NVMe SSD
+/// settings, which make slot 5 RND4K Q32T16.
+pub const CDM_PEAK_NVME: [Profile; 2] = [SEQ1M_Q8T1, RND4K_Q32T16];
+/// CrystalDiskMark 8's Real World Performance profile (slots 6 and 7, the
+/// same under both settings).
 pub const CDM_REAL_WORLD: [Profile; 2] = [SEQ1M_Q1T1, RND4K_Q1T1];
 /// AS SSD's tests, in its order.
 pub const ASSSD: [Profile; 4] = [ASSSD_SEQ, ASSSD_4K, ASSSD_4K_64, ASSSD_ACCESS];
@@ -247,8 +258,10 @@ pub enum Set {
     Cdm,
     /// CrystalDiskMark 8 NVMe SSD settings.
     Nvme,
-    /// CrystalDiskMark 8 Peak Performance.
+    /// CrystalDiskMark 8 Peak Performance (default settings).
     Peak,
+    /// CrystalDiskMark 8 Peak Performance under the NVMe SSD settings.
+    PeakNvme,
     /// CrystalDiskMark 8 Real World Performance.
     RealWorld,
     /// CrystalDiskMark 8 default profiles as mixed read/write.
@@ -264,7 +277,7 @@ pub enum Set {
 }
 
 /// Every set, in the order they run.
-pub const SETS: [Set; 9] = [Set::Cdm, Set::Nvme, Set::Peak, Set::RealWorld, Set::Mix, Set::Iometer, Set::AsSsd, Set::Atto, Set::Linear];
+pub const SETS: [Set; 10] = [Set::Cdm, Set::Nvme, Set::Peak, Set::PeakNvme, Set::RealWorld, Set::Mix, Set::Iometer, Set::AsSsd, Set::Atto, Set::Linear];
 
 impl Set {
     /// The name on the command line.
@@ -273,6 +286,7 @@ impl Set {
             Set::Cdm => "cdm",
             Set::Nvme => "nvme",
             Set::Peak => "peak",
+            Set::PeakNvme => "peak-nvme",
             Set::RealWorld => "realworld",
             Set::Mix => "mix",
             Set::Iometer => "iometer",
@@ -287,7 +301,8 @@ impl Set {
         match self {
             Set::Cdm => "CrystalDiskMark 8 default (1 GiB, 5 runs of 5 s); read and write",
             Set::Nvme => "CrystalDiskMark 8 NVMe SSD settings; read and write",
-            Set::Peak => "CrystalDiskMark 8 Peak Performance; read and write",
+            Set::Peak => "CrystalDiskMark 8 Peak Performance (default settings); read and write",
+            Set::PeakNvme => "CrystalDiskMark 8 Peak Performance under the NVMe SSD settings; read and write",
             Set::RealWorld => "CrystalDiskMark 8 Real World Performance; read and write",
             Set::Mix => "CrystalDiskMark 8 +Mix: default profiles, mixed (70% read by default)",
             Set::Iometer => "Iometer 4 KiB random, 50% read / 50% write, QD32",
@@ -297,7 +312,8 @@ impl Set {
         }
     }
 
-    /// Parses a set name (case-insensitive; `real-world`, `as-ssd` too).
+    /// Parses a set name (case-insensitive, ignoring `-`, `_` and spaces:
+    /// `real-world`, `as-ssd`, `peaknvme` too).
     pub fn parse(s: &str) -> Option<Set> {
         let n = norm(s);
         SETS.iter().copied().find(|set| norm(set.name()) == n)
@@ -314,6 +330,7 @@ impl Set {
             Set::Cdm => rw(&CDM_DEFAULT),
             Set::Nvme => rw(&CDM_NVME),
             Set::Peak => rw(&CDM_PEAK),
+            Set::PeakNvme => rw(&CDM_PEAK_NVME),
             Set::RealWorld => rw(&CDM_REAL_WORLD),
             Set::Mix => CDM_DEFAULT.iter().map(|&p| Test { profile: p, dir: Dir::Mix(mix_read) }).collect(),
             Set::Iometer => vec![Test { profile: IOMETER_4K_Q32, dir: Dir::Mix(IOMETER_READ_PCT) }],
@@ -403,7 +420,8 @@ mod tests {
                 "RND4K Q32T16 write", "RND4K Q1T1 read", "RND4K Q1T1 write"
             ]
         );
-        assert_eq!(names(Set::Peak), ["SEQ1M Q8T1 read", "SEQ1M Q8T1 write", "RND4K Q32T16 read", "RND4K Q32T16 write"]);
+        assert_eq!(names(Set::Peak), ["SEQ1M Q8T1 read", "SEQ1M Q8T1 write", "RND4K Q32T1 read", "RND4K Q32T1 write"]);
+        assert_eq!(names(Set::PeakNvme), ["SEQ1M Q8T1 read", "SEQ1M Q8T1 write", "RND4K Q32T16 read", "RND4K Q32T16 write"]);
         assert_eq!(names(Set::RealWorld), ["SEQ1M Q1T1 read", "SEQ1M Q1T1 write", "RND4K Q1T1 read", "RND4K Q1T1 write"]);
         assert_eq!(
             names(Set::Mix),
@@ -413,9 +431,12 @@ mod tests {
         assert_eq!(names(Set::AsSsd).len(), 8);
         assert!(Set::Atto.tests(70).is_empty() && Set::Linear.tests(70).is_empty());
         // Overlapping sets run a shared test once.
-        assert_eq!(tests_of(&[Set::Cdm, Set::Peak], 70).len(), 10);
+        assert_eq!(tests_of(&[Set::Cdm, Set::Peak], 70).len(), 8);
+        assert_eq!(tests_of(&[Set::Cdm, Set::PeakNvme], 70).len(), 10);
         assert_eq!(Set::parse("Real-World"), Some(Set::RealWorld));
         assert_eq!(Set::parse("AS-SSD"), Some(Set::AsSsd));
+        assert_eq!(Set::parse("peak-nvme"), Some(Set::PeakNvme));
+        assert_eq!(Set::parse("Peak"), Some(Set::Peak));
         assert_eq!(Set::parse("nope"), None);
     }
 }

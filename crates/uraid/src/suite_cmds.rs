@@ -24,7 +24,7 @@ use uraid_core::units::{fmt_size, parse_size};
 /// Options every suite command shares: what to run and how long.
 #[derive(Args, Clone, Debug)]
 pub(crate) struct RunArgs {
-    /// Test sets (comma-separated): cdm, nvme, peak, realworld, mix, iometer, asssd, atto, linear, all, or none (only --profile).
+    /// Test sets (comma-separated): cdm, nvme, peak, peak-nvme, realworld, mix, iometer, asssd, atto, linear, all, or none (only --profile).
     #[arg(long, value_delimiter = ',', default_value = "cdm")]
     sets: Vec<String>,
     /// Extra profiles, CrystalDiskMark-style (SEQ1M-Q8T1, RND4K-Q32T16, SEQ256K-Q4T1, ...), read and write.

@@ -1,0 +1,105 @@
+"""What the benchmark scripts in bench/ share: paths, running commands,
+installing the tools they need, building uraid, and running fio.
+
+Each script prints figures and ratios from ONE run (see ../shared/DESIGN.md,
+"How speed is measured"); this module prints nothing itself.
+"""
+import argparse, json, os, shutil, subprocess, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TESTBED = os.path.join(ROOT, "..", "shared", "testbed")
+DRIVES = os.path.join(TESTBED, "drives")
+PEER = os.path.join(TESTBED, "peer-btrfs")
+# Where `cargo build` puts the binary: CARGO_TARGET_DIR when set, as cargo does.
+TARGET_DIR = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+URAID = os.path.join(TARGET_DIR, "release", "uraid")
+
+
+def sh(*args, capture=True, check=True):
+    """Runs a command; returns its stdout (None when not captured). Exits the
+    script with the command and its stderr when it fails and `check` is set."""
+    r = subprocess.run(args, capture_output=capture, text=True)
+    if check and r.returncode != 0:
+        sys.exit(f"command failed ({r.returncode}): {' '.join(args)}\n{r.stderr}")
+    return r.stdout if capture else None
+
+
+def need_tools(*tools):
+    """Installs with apt-get the Debian packages of the missing tools, given
+    as (package, executable) pairs."""
+    missing = [pkg for pkg, exe in tools if not shutil.which(exe)]
+    if missing:
+        sh("apt-get", "update", "-qq")
+        sh("apt-get", "install", "-y", "-qq", *missing)
+
+
+def parser(doc, runs=3, time=5.0, runs_help=None, time_help=None):
+    """The argument parser every script starts from: --runs and --time."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=runs, help=runs_help)
+    ap.add_argument("--time", type=float, default=time, help=time_help)
+    return ap
+
+
+def prepare(root_why, *tools):
+    """Checks for root (`root_why` says what needs it), installs the missing
+    tools and builds the release binary."""
+    if os.geteuid() != 0:
+        sys.exit(f"run as root{f' ({root_why})' if root_why else ''}")
+    need_tools(*tools)
+    sh("cargo", "build", "--release", "-q", "-p", "uraid", capture=False)
+
+
+def testbed_down():
+    """Takes the btrfs peer and the testbed drives down, ignoring errors."""
+    subprocess.run([PEER, "down"], capture_output=True)
+    subprocess.run([DRIVES, "down"], capture_output=True)
+
+
+def fio_cmd(rw, bs, qd, runtime, size="1G"):
+    """A timed fio job with CrystalDiskMark's shape: one job at queue depth
+    `qd`, a 1 s ramp, random offsets without a map, JSON output. The caller
+    adds the engine and the target."""
+    return ["fio", "--name=t", f"--rw={rw}", f"--bs={bs}", f"--iodepth={qd}", f"--size={size}",
+            "--time_based", f"--runtime={runtime}", "--ramp_time=1", "--norandommap",
+            "--randrepeat=0", "--output-format=json"]
+
+
+def fio_job(out):
+    """The first job of fio's JSON output (anything fio printed before it,
+    such as an engine's notes, is skipped)."""
+    return json.loads(out[out.index("{"):])["jobs"][0]
+
+
+def fio_figures(job, rw):
+    """MB/s (bw_bytes / 1e6), IOPS, bytes, process CPU seconds (user +
+    system) and CPU seconds per GB (10^9 bytes) of the read or write side of
+    one fio job."""
+    d = job["read"] if "read" in rw else job["write"]
+    runtime = d["runtime"] / 1000.0
+    cpu = (job["usr_cpu"] + job["sys_cpu"]) / 100.0 * runtime
+    return {"mbps": d["bw_bytes"] / 1e6, "iops": d["iops"], "bytes": d["io_bytes"], "cpu": cpu,
+            "cpu_gb": cpu / (d["io_bytes"] / 1e9) if d["io_bytes"] else 0}
+
+
+def best_of(runs, key, one):
+    """The best (highest `key`) of `runs` calls of `one()`: CrystalDiskMark
+    reports the best run too."""
+    best = None
+    for _ in range(runs):
+        r = one()
+        if best is None or r[key] > best[key]:
+            best = r
+    return best
+
+
+def uraid_bench(args, targets, profiles, read_only=False, extra=()):
+    """`uraid bench` under the testbed's ceilings, args.runs runs of args.time
+    seconds: the best run of each test, keyed by (profile name, direction in
+    lower case)."""
+    cmd = [DRIVES, "run", "--", URAID, "bench", "--json", "--quiet", "--overwrite",
+           "--profile", ",".join(profiles), "--runs", str(args.runs), "--time", str(args.time),
+           "--warmup", "1", "--size", "1G", *extra] + (["--read-only"] if read_only else []) + list(targets)
+    out = json.loads(sh(*cmd))
+    return {(r["test"]["profile"]["name"], r["test"]["dir"].lower()): r["best"] for r in out["results"]}
