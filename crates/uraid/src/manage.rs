@@ -111,6 +111,10 @@ pub(crate) struct RebuildFlags {
 
 #[derive(Args)]
 pub(crate) struct RebuildArgs {
+    /// Print JSON: one object per rebuilt role with its report (bytes
+    /// written, bytes skipped as never written, seconds), and the status.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     run: RebuildRun,
     #[command(flatten)]
@@ -210,9 +214,18 @@ fn bytes_bar(quiet: bool, what: &str) -> ProgressBar {
 
 /// Runs the rebuild of every rebuilding role with a progress bar.
 fn run_rebuild(arr: &mut Array, rate: Option<u64>, quiet: bool) -> Result<()> {
+    for (role, rep) in rebuild_reports(arr, rate, quiet)? {
+        println!("rebuilt role {role}: {}", compact(&rep));
+    }
+    Ok(())
+}
+
+/// Rebuilds every rebuilding role (progress bar unless `quiet`); returns
+/// each role with its report as JSON.
+fn rebuild_reports(arr: &mut Array, rate: Option<u64>, quiet: bool) -> Result<Vec<(u32, serde_json::Value)>> {
     let roles = arr.rebuilding();
     if roles.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let bar = bytes_bar(quiet, "");
     let r = arr.rebuild(rate, &mut |role, done, total| {
@@ -222,10 +235,11 @@ fn run_rebuild(arr: &mut Array, rate: Option<u64>, quiet: bool) -> Result<()> {
     });
     bar.finish_and_clear();
     let reports = r.context("rebuild stopped; its progress is kept: 'uraid rebuild' resumes it")?;
+    let mut out = Vec::new();
     for (role, rep) in roles.iter().zip(&reports) {
-        println!("rebuilt role {role}: {}", compact(&serde_json::to_value(rep)?));
+        out.push((*role as u32, serde_json::to_value(rep)?));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// After a change on an opened array: rebuild in the foreground when a
@@ -376,6 +390,16 @@ pub(crate) fn cmd_rebuild(a: RebuildArgs) -> Result<()> {
     }
     // Activation also moves spares into failed roles.
     arr.activate()?;
+    if a.json {
+        let done = rebuild_reports(&mut arr, rate, true);
+        let status = serde_json::to_value(arr.status())?;
+        let stopped = arr.stop();
+        let reports: Vec<serde_json::Value> =
+            done?.into_iter().map(|(role, rep)| serde_json::json!({"role": role, "report": rep})).collect();
+        stopped?;
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"rebuilt": reports, "status": status}))?);
+        return Ok(());
+    }
     let done = run_rebuild(&mut arr, rate, a.run.quiet);
     print_status(&arr.status());
     let stopped = arr.stop();
