@@ -195,6 +195,14 @@ impl State {
     }
 }
 
+/// The `URAID_FAILPOINT_TORN_STRIPE` failpoint (crash tests only): set in
+/// the environment, every stripe write sends its first member write, waits
+/// 300 µs, then the others.
+fn torn_stripe_failpoint() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("URAID_FAILPOINT_TORN_STRIPE").is_some())
+}
+
 fn eio(msg: String) -> Error {
     Error::new(ErrorKind::Io, msg)
 }
@@ -679,6 +687,7 @@ impl Queue {
         }
         let throttled = self.vol.members().iter().any(|m| m.throttle().is_some());
         let now = if throttled { now_ns() } else { 0 };
+        let torn = phase == Phase::Write && n > 1 && torn_stripe_failpoint();
         for pi in 0..n {
             let p = &mut self.raid.sops[idx].pieces[pi];
             p.deadline = match self.vol.members()[p.member as usize].throttle() {
@@ -686,6 +695,13 @@ impl Queue {
                 None => 0,
             };
             self.push_sop_piece(idx, pi);
+            if torn && pi == 0 {
+                // Failpoint: the first member write reaches the kernel alone
+                // and the rest a moment later, so a crash test's SIGKILL can
+                // land between them (a stripe written in part).
+                self.submit();
+                std::thread::sleep(std::time::Duration::from_micros(300));
+            }
         }
     }
 
