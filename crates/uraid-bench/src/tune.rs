@@ -219,10 +219,20 @@ pub type TuneProgress<'a> = (&'a str, Progress<'a>);
 /// each chunk size, then recommends one. No superblock is written; the
 /// members' data areas are overwritten by write tests.
 ///
-/// Errors: `Unsupported` for a level this build lacks, `InvalidInput` for
-/// a bad chunk list or fewer than two members, and any error of the suite.
+/// Errors: `InvalidInput` for an unknown level, a bad chunk list or fewer
+/// than two members; `Unsupported` for RAID 1, 10, 5 and 6, whose data path
+/// (mirrored and parity writes, md's layouts) the engine does not run yet:
+/// their figures would be RAID 0's; and any error of the suite.
 pub fn tune(members: &[Member], opts: &TuneOptions, progress: &mut dyn FnMut(TuneProgress)) -> Result<Tuning> {
     let level = Level::from_number(opts.level)?;
+    if level != Level::Raid0 {
+        bail!(
+            Unsupported,
+            "uraid tune builds RAID 0 arrays only for now: the engine does not run the RAID {} data path yet, so \
+             its figures would be RAID 0's. Nothing was written. Use --level 0",
+            level.number()
+        );
+    }
     if members.len() < 2 {
         bail!(InvalidInput, "tuning needs at least two members (one drive alone has no chunk size)");
     }
