@@ -88,8 +88,8 @@ pub(crate) struct SuiteCmdArgs {
     /// ATTO: requests in flight.
     #[arg(long, default_value_t = 4)]
     atto_qd: usize,
-    /// ATTO: most seconds one pass may take (it is then measured over what it moved).
-    #[arg(long, default_value_t = 5.0)]
+    /// ATTO: most seconds one pass may take (a pass cut short is measured over what it moved, marked *).
+    #[arg(long, default_value_t = 60.0)]
     atto_cap: f64,
     /// Linear: also write the whole target (DESTROYS ITS DATA; needs --overwrite on a target that holds data).
     #[arg(long)]
@@ -539,8 +539,10 @@ pub(crate) fn run_profiles_cmd(a: ProfilesArgs) -> Result<()> {
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "sets": sets,
-                "atto": {"min": atto.min, "max": atto.max, "qd": atto.qd, "area": atto.area, "order": ["write", "read"]},
-                "linear": {"block": surface.block, "qd": 1, "points": surface.points},
+                "atto": {"min": atto.min, "max": atto.max, "qd": atto.qd, "area": atto.area, "order": ["write", "read"],
+                          "passes_per_size_and_direction": 1, "cap_secs": atto.cap.as_secs_f64()},
+                "linear": {"block": surface.block, "qd": 1, "points": surface.points, "covers": "the whole target",
+                            "default": "read", "write_flag": "--linear-write"},
                 "timed": {"area": 1u64 << 30, "runs": 5, "run_secs": 5.0, "warmup_secs": 2.0},
             }))?
         );

@@ -105,7 +105,11 @@ fn suite_profiles_match_the_table() {
     let a = &j["atto"];
     assert_eq!((a["min"].as_u64(), a["max"].as_u64(), a["qd"].as_u64(), a["area"].as_u64()), (Some(512), Some(64 << 20), Some(4), Some(256 << 20)));
     assert_eq!(a["order"], serde_json::json!(["write", "read"]));
-    assert_eq!((j["linear"]["block"].as_u64(), j["linear"]["qd"].as_u64()), (Some(1 << 20), Some(1)));
+    // One pass per size and direction; the cap only stops a pass that would run for minutes.
+    assert_eq!((a["passes_per_size_and_direction"].as_u64(), a["cap_secs"].as_f64()), (Some(1), Some(60.0)));
+    let l = &j["linear"];
+    assert_eq!((l["block"].as_u64(), l["qd"].as_u64()), (Some(1 << 20), Some(1)));
+    assert_eq!((l["covers"].as_str(), l["default"].as_str(), l["write_flag"].as_str()), (Some("the whole target"), Some("read"), Some("--linear-write")));
     // CrystalDiskMark's timing: 1 GiB, 5 runs of 5 s.
     let t = &j["timed"];
     assert_eq!((t["area"].as_u64(), t["runs"].as_u64(), t["run_secs"].as_f64()), (Some(1 << 30), Some(5), Some(5.0)));
@@ -163,13 +167,23 @@ fn suite_reaches_mem_ceilings() {
     }
     let points = t["atto"]["points"].as_array().unwrap();
     assert_eq!(points.len(), 18, "512 B to 64 MiB");
+    let atto_area = t["atto"]["area"].as_u64().unwrap();
+    assert_eq!(atto_area, 64 * MIB);
     for p in points {
         let size = p["size"].as_f64().unwrap();
         let want = size / service_secs(size, BW, IOPS) / 1e6;
         for d in ["write", "read"] {
             check(format!("ATTO {} {d}", size as u64), p[d]["mbps"].as_f64().unwrap(), want, "MB/s");
+            // One pass over the area per size and direction: a pass the cap
+            // did not stop moved the area exactly once.
+            if p[d]["capped"] == false {
+                assert_eq!(p[d]["bytes"].as_u64(), Some(atto_area), "ATTO {size} {d}: {}", p[d]);
+                assert_eq!(p[d]["ios"].as_u64(), Some(atto_area / size as u64), "ATTO {size} {d}: {}", p[d]);
+            }
         }
     }
+    // 0.15 s lets the 1 GB/s sizes finish (64 MiB takes 67 ms).
+    assert_eq!(points[17]["read"]["capped"], false, "the 64M read pass was cut short: {}", points[17]);
     let surf = &t["surfaces"][0];
     let want = MIB as f64 / service_secs(MIB as f64, BW, IOPS) / 1e6;
     check("linear read (average)".into(), surf["total"]["mbps"].as_f64().unwrap(), want, "MB/s");
@@ -178,6 +192,9 @@ fn suite_reaches_mem_ceilings() {
     slices.sort_by(f64::total_cmp);
     check("linear read (median slice)".into(), slices[slices.len() / 2], want, "MB/s");
     assert_eq!(surf["len"].as_u64(), Some(128 * MIB), "the whole device");
+    assert_eq!(surf["total"]["bytes"].as_u64(), Some(128 * MIB), "one pass over the whole device");
+    assert_eq!(surf["dir"], "Read", "the surface test reads unless --linear-write is given");
+    assert_eq!(t["surfaces"].as_array().map(Vec::len), Some(1), "no write pass without --linear-write");
     // The AS SSD score follows from the figures.
     let sc = &t["asssd"];
     let mb = |b: f64| b / service_secs(b, BW, IOPS) / 1e6;
@@ -552,6 +569,28 @@ fn suite_data_patterns_are_written() {
         assert!(piece[1024..].iter().all(|&x| x == 0), "a 4 KiB piece has random bytes past its first quarter");
         assert!(piece[..1024].iter().filter(|&&x| x == 0).count() < 64, "a 4 KiB piece starts with zeros");
     }
+}
+
+#[test]
+fn suite_linear_writes_only_with_its_flag() {
+    let _g = shared();
+    let dir = tmpdir();
+    let f = written_file(dir.path(), "surface.img", 8 * MIB);
+    let snap = Snapshot::take(&[&f]);
+    // The linear set alone reads the whole target and writes nothing.
+    let o = uraid_ok(&["suite", "--json", "--quiet", "--sets", "linear", "--linear-points", "8", s(&f)]);
+    let j = json(&o);
+    let surfaces = j["targets"][0]["surfaces"].as_array().unwrap();
+    assert_eq!(surfaces.len(), 1);
+    assert_eq!((surfaces[0]["dir"].as_str(), surfaces[0]["total"]["bytes"].as_u64()), (Some("Read"), Some(8 * MIB)));
+    assert_eq!(surfaces[0]["points"].as_array().map(Vec::len), Some(8));
+    snap.assert_unchanged("suite --sets linear");
+    // With --linear-write it is read, then every byte of it written (zeros here).
+    let o = uraid_ok(&["suite", "--json", "--quiet", "--sets", "linear", "--linear-write", "--fill", "zero", s(&f)]);
+    let j = json(&o);
+    let dirs: Vec<&str> = j["targets"][0]["surfaces"].as_array().unwrap().iter().map(|x| x["dir"].as_str().unwrap()).collect();
+    assert_eq!(dirs, ["Read", "Write"]);
+    assert!(std::fs::read(&f).unwrap().iter().all(|&b| b == 0), "--linear-write left bytes unwritten");
 }
 
 #[test]
