@@ -111,7 +111,6 @@ fn workload(v: &Arc<Volume>, model: &mut [u8], rng: &mut StdRng, ops: usize) {
     let mut q = v.queue(8).unwrap();
     let mut done = Vec::new();
     let mut busy: Vec<(u64, u64)> = Vec::new();
-    let mut tag = 0u64;
     for _ in 0..ops {
         let len = (rng.random_range(1..=max / bs)) * bs;
         let off = rng.random_range(0..=(cap - len) / bs) * bs;
@@ -127,10 +126,8 @@ fn workload(v: &Arc<Volume>, model: &mut [u8], rng: &mut StdRng, ops: usize) {
         let mut buf = uraid_core::IoBuf::new(len as usize);
         rng.fill_bytes(&mut buf);
         model[off as usize..(off + len) as usize].copy_from_slice(&buf);
-        tag += 1;
         q.push(Request::write(off, len as usize, buf, off)).map_err(|r| r.error).unwrap();
         busy.push((off, len));
-        let _ = tag;
     }
     done.clear();
     while q.in_flight() > 0 {

@@ -45,6 +45,8 @@ pub struct Volume {
     health: Arc<Health>,
     bitmap: Option<Arc<Bitmap>>,
     locks: StripeLocks,
+    /// Some member is an emulated drive with ceilings.
+    throttled: bool,
 }
 
 /// The array-wide state a volume shares with the other volumes on the same
@@ -90,6 +92,7 @@ impl Volume {
             }
         }
         let block_size = members.iter().map(|m| m.block_size()).max().unwrap_or(512).max(SECTOR as u32);
+        let throttled = members.iter().any(|m| m.throttle().is_some());
         Ok(Arc::new(Volume {
             members,
             geometry,
@@ -98,6 +101,7 @@ impl Volume {
             health: shared.health,
             bitmap: shared.bitmap,
             locks: StripeLocks::default(),
+            throttled,
         }))
     }
 
@@ -128,6 +132,21 @@ impl Volume {
     /// The volume's stripe locks (rebuild and scrub take them too).
     pub fn locks(&self) -> &StripeLocks {
         &self.locks
+    }
+
+    /// The clock (ns, [`now_ns`]) that emulated ceilings are admitted at, or
+    /// 0 when no member has one (no clock read on the hot path then).
+    fn throttle_clock(&self) -> u64 {
+        if self.throttled { now_ns() } else { 0 }
+    }
+
+    /// When member `m`'s emulated drive would finish an I/O of `len` bytes
+    /// admitted at `now` (ns); 0 for a member without ceilings.
+    fn deadline(&self, m: u32, len: usize, now: u64) -> u64 {
+        match self.members[m as usize].throttle() {
+            Some(t) => t.admit(len as u64, now),
+            None => 0,
+        }
     }
 
     /// Smallest I/O unit and alignment in bytes (the largest logical block
@@ -460,61 +479,24 @@ impl Queue {
             Op::Discard | Op::WriteZeroes { .. } => {
                 let mut last = [usize::MAX; crate::geometry::MAX_MEMBERS];
                 vol.geometry().for_each_segment(req.offset, req.len, |seg| {
-                    let abs = data_offset + seg.member_offset;
-                    let li = last[seg.member as usize];
-                    if li != usize::MAX {
-                        let p = &mut slot.pieces[li];
-                        if p.offset + p.len as u64 == abs {
-                            p.len += seg.len;
-                            return;
-                        }
-                    }
-                    last[seg.member as usize] = slot.npieces;
-                    let p = next_piece(slot);
-                    p.member = seg.member;
-                    p.offset = abs;
-                    p.len = seg.len;
+                    add_segment(slot, &mut last, seg.member, data_offset + seg.member_offset, None, seg.len);
                 });
             }
             Op::Read | Op::Write => {
                 let base = slot.buf.as_mut().expect("checked").as_mut_ptr();
                 let mut last = [usize::MAX; crate::geometry::MAX_MEMBERS];
                 vol.geometry().for_each_segment(req.offset, req.len, |seg| {
-                    let abs = data_offset + seg.member_offset;
                     // SAFETY: buf_offset + len <= req.len <= buffer length (checked).
                     let ptr = unsafe { base.add(seg.buf_offset) };
-                    let li = last[seg.member as usize];
-                    if li != usize::MAX {
-                        let p = &mut slot.pieces[li];
-                        if p.offset + p.len as u64 == abs && p.iov.len() < IOV_MAX {
-                            let tail = p.iov.last_mut().expect("piece has an iovec");
-                            // SAFETY: pointer arithmetic inside the same buffer.
-                            if unsafe { (tail.iov_base as *mut u8).add(tail.iov_len) } == ptr {
-                                tail.iov_len += seg.len;
-                            } else {
-                                p.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: seg.len });
-                            }
-                            p.len += seg.len;
-                            return;
-                        }
-                    }
-                    last[seg.member as usize] = slot.npieces;
-                    let p = next_piece(slot);
-                    p.member = seg.member;
-                    p.offset = abs;
-                    p.len = seg.len;
-                    p.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: seg.len });
+                    add_segment(slot, &mut last, seg.member, data_offset + seg.member_offset, Some(ptr), seg.len);
                 });
             }
         }
         slot.pending = slot.npieces;
-        let now = if vol.members().iter().any(|m| m.throttle().is_some()) { now_ns() } else { 0 };
+        let now = vol.throttle_clock();
         for pi in 0..self.slots[si].npieces {
             let p = &mut self.slots[si].pieces[pi];
-            p.deadline = match vol.members()[p.member as usize].throttle() {
-                Some(t) => t.admit(p.len as u64, now),
-                None => 0,
-            };
+            p.deadline = vol.deadline(p.member, p.len, now);
             self.push_piece(si, pi);
         }
         Ok(())
@@ -852,6 +834,40 @@ fn fallocate_mode(op: Op, kind: MemberKind, second: bool) -> i32 {
         (Op::WriteZeroes { no_hole: true }, MemberKind::BlockDevice) => ZERO | KEEP,
         (Op::WriteZeroes { no_hole: true }, _) if second => KEEP,
         _ => PUNCH | KEEP,
+    }
+}
+
+/// Adds `len` bytes at absolute offset `abs` of `member` to the slot's
+/// pieces: the member's last piece (`last[member]`, `usize::MAX` for none)
+/// grows when it ends at `abs` (and, with a buffer `ptr`, has room for
+/// another iovec; memory contiguous with its last iovec extends that one),
+/// otherwise a new piece starts. So a request is one (vectored) I/O per
+/// run of contiguous member bytes, whatever the chunk size.
+fn add_segment(slot: &mut Slot, last: &mut [usize; crate::geometry::MAX_MEMBERS], member: u32, abs: u64, ptr: Option<*mut u8>, len: usize) {
+    let li = last[member as usize];
+    if li != usize::MAX {
+        let p = &mut slot.pieces[li];
+        if p.offset + p.len as u64 == abs && (ptr.is_none() || p.iov.len() < IOV_MAX) {
+            if let Some(ptr) = ptr {
+                let tail = p.iov.last_mut().expect("piece has an iovec");
+                // SAFETY: pointer arithmetic inside the same buffer.
+                if unsafe { (tail.iov_base as *mut u8).add(tail.iov_len) } == ptr {
+                    tail.iov_len += len;
+                } else {
+                    p.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: len });
+                }
+            }
+            p.len += len;
+            return;
+        }
+    }
+    last[member as usize] = slot.npieces;
+    let p = next_piece(slot);
+    p.member = member;
+    p.offset = abs;
+    p.len = len;
+    if let Some(ptr) = ptr {
+        p.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: len });
     }
 }
 

@@ -33,7 +33,7 @@
 
 use std::collections::VecDeque;
 
-use super::{new_piece, now_ns, progress, Completion, Op, Outcome, Piece, Queue, Reverse, IOV_MAX, SOP_BIT};
+use super::{new_piece, now_ns, progress, Completion, Op, Outcome, Piece, Queue, Reverse, SOP_BIT};
 use crate::layout::{Layout, Places, RedundantLevel};
 use crate::parity::Kernel;
 use crate::{Error, ErrorKind, IoBuf};
@@ -287,17 +287,13 @@ impl Queue {
         // One count for the plan itself, dropped below, so that nothing
         // completes the request while it is being started.
         self.slots[si].pending = npieces + started.len() + self.raid.plugged_now + 1;
-        let throttled = self.vol.members().iter().any(|m| m.throttle().is_some());
-        let now = if throttled { now_ns() } else { 0 };
+        let now = self.vol.throttle_clock();
         for pi in 0..npieces {
             let p = &mut self.slots[si].pieces[pi];
             if p.op == Op::Read {
                 self.raid.load[p.member as usize] += p.len as u64;
             }
-            p.deadline = match self.vol.members()[p.member as usize].throttle() {
-                Some(t) => t.admit(p.len as u64, now),
-                None => 0,
-            };
+            p.deadline = self.vol.deadline(p.member, p.len, now);
             self.push_piece(si, pi);
         }
         for &idx in &started {
@@ -317,6 +313,9 @@ impl Queue {
         let mirror = !l.level().has_parity();
         let base = self.slots[si].buf.as_mut().expect("checked").as_mut_ptr();
         let mut last = [usize::MAX; crate::geometry::MAX_MEMBERS];
+        // Bytes this request already sends to each member: a RAID 1/10
+        // read's next piece prefers another copy.
+        let mut planned = [0u64; crate::geometry::MAX_MEMBERS];
         let mut i = 0;
         while i < lp.len() {
             let stripe = lp[i].stripe;
@@ -333,40 +332,12 @@ impl Queue {
                         .places
                         .iter()
                         .filter(|pl| readable(pl.member, pl.member_offset, p.len))
-                        .min_by_key(|pl| self.raid.load[pl.member as usize])
+                        .min_by_key(|pl| self.raid.load[pl.member as usize] + planned[pl.member as usize])
                         .expect("checked");
-                    if mirror {
-                        // Count it now so the next piece of this request
-                        // prefers another copy.
-                        self.raid.load[pl.member as usize] += p.len as u64;
-                    }
-                    let abs = data_offset + pl.member_offset;
+                    planned[pl.member as usize] += p.len as u64;
                     // SAFETY: buf_offset + len <= request length <= buffer length.
                     let ptr = unsafe { base.add(p.buf_offset) };
-                    let slot = &mut self.slots[si];
-                    let li = last[pl.member as usize];
-                    if li != usize::MAX {
-                        let q = &mut slot.pieces[li];
-                        let nio = q.iov.len();
-                        let tail = q.iov.last_mut().expect("piece has an iovec");
-                        // SAFETY: pointer arithmetic inside the same buffer.
-                        let contiguous = unsafe { (tail.iov_base as *mut u8).add(tail.iov_len) } == ptr;
-                        if q.offset + q.len as u64 == abs && nio < IOV_MAX {
-                            if contiguous {
-                                tail.iov_len += p.len;
-                            } else {
-                                q.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: p.len });
-                            }
-                            q.len += p.len;
-                            continue;
-                        }
-                    }
-                    last[pl.member as usize] = slot.npieces;
-                    let q = super::next_piece(slot);
-                    q.member = pl.member;
-                    q.offset = abs;
-                    q.len = p.len;
-                    q.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: p.len });
+                    super::add_segment(&mut self.slots[si], &mut last, pl.member, data_offset + pl.member_offset, Some(ptr), p.len);
                 }
             } else if mirror {
                 let p = &lp[i];
@@ -386,15 +357,6 @@ impl Queue {
                 self.raid.started.push(idx);
             }
             i = j;
-        }
-        if mirror {
-            // The planning counts above only steered this request's choice;
-            // the real accounting is per pushed piece (plan_into).
-            for pi in 0..self.slots[si].npieces {
-                let p = &self.slots[si].pieces[pi];
-                let m = p.member as usize;
-                self.raid.load[m] = self.raid.load[m].saturating_sub(p.len as u64);
-            }
         }
         self.raid.lpieces = lp;
     }
@@ -596,14 +558,8 @@ impl Queue {
     /// Starts every plugged write (nothing else can make progress, or the
     /// oldest waited long enough).
     pub(super) fn unplug(&mut self, out: &mut Vec<Completion>) {
-        let plugged = std::mem::take(&mut self.raid.plugged);
-        for &idx in &plugged {
+        for idx in std::mem::take(&mut self.raid.plugged) {
             self.sop_start(idx as usize, out);
-        }
-        let mut v = plugged;
-        v.clear();
-        if self.raid.plugged.is_empty() {
-            self.raid.plugged = v;
         }
     }
 
@@ -685,15 +641,11 @@ impl Queue {
             self.sop_phase_done(idx, out);
             return;
         }
-        let throttled = self.vol.members().iter().any(|m| m.throttle().is_some());
-        let now = if throttled { now_ns() } else { 0 };
+        let now = self.vol.throttle_clock();
         let torn = phase == Phase::Write && n > 1 && torn_stripe_failpoint();
         for pi in 0..n {
             let p = &mut self.raid.sops[idx].pieces[pi];
-            p.deadline = match self.vol.members()[p.member as usize].throttle() {
-                Some(t) => t.admit(p.len as u64, now),
-                None => 0,
-            };
+            p.deadline = self.vol.deadline(p.member, p.len, now);
             self.push_sop_piece(idx, pi);
             if torn && pi == 0 {
                 // Failpoint: the first member write reaches the kernel alone
