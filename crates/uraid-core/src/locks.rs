@@ -7,15 +7,21 @@
 //! take its lock waits in its queue and retries (see the engine); the
 //! control path (rebuild, scrub) uses [`StripeLocks::lock`], which spins
 //! with short sleeps.
+//!
+//! Each lock word also counts the writes released through it (its
+//! *generation*): a queue that keeps a reconstructed degraded stripe for
+//! the next request (see the engine) checks, under the lock, that no write
+//! to a stripe of that word happened since.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Number of lock words (a power of two).
 const WORDS: usize = 1 << 14;
 
 /// The lock table of one volume.
 pub struct StripeLocks {
-    words: Box<[AtomicBool]>,
+    /// Bit 0: held. Bits 1..: the generation.
+    words: Box<[AtomicU64]>,
 }
 
 impl std::fmt::Debug for StripeLocks {
@@ -26,7 +32,7 @@ impl std::fmt::Debug for StripeLocks {
 
 impl Default for StripeLocks {
     fn default() -> Self {
-        StripeLocks { words: (0..WORDS).map(|_| AtomicBool::new(false)).collect() }
+        StripeLocks { words: (0..WORDS).map(|_| AtomicU64::new(0)).collect() }
     }
 }
 
@@ -38,12 +44,29 @@ fn slot(stripe: u64) -> usize {
 impl StripeLocks {
     /// Takes the lock of `stripe` if it is free; true when taken.
     pub fn try_lock(&self, stripe: u64) -> bool {
-        self.words[slot(stripe)].compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        let w = &self.words[slot(stripe)];
+        let v = w.load(Ordering::Relaxed);
+        v & 1 == 0 && w.compare_exchange(v, v | 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
     }
 
-    /// Releases the lock of `stripe` (taken by this caller).
+    /// Releases the lock of `stripe` (taken by this caller) after reading
+    /// only: the generation stays.
     pub fn unlock(&self, stripe: u64) {
-        self.words[slot(stripe)].store(false, Ordering::Release);
+        self.words[slot(stripe)].fetch_and(!1, Ordering::Release);
+    }
+
+    /// Releases the lock of `stripe` (taken by this caller) after changing
+    /// what the members hold there: the generation goes up by one.
+    pub fn unlock_written(&self, stripe: u64) {
+        // Held means bit 0 is set: adding 1 clears it and carries into the
+        // generation.
+        self.words[slot(stripe)].fetch_add(1, Ordering::Release);
+    }
+
+    /// The write generation of `stripe`'s lock word (shared with the
+    /// stripes that hash alike); stable while the caller holds the lock.
+    pub fn generation(&self, stripe: u64) -> u64 {
+        self.words[slot(stripe)].load(Ordering::Acquire) >> 1
     }
 
     /// Takes the lock of `stripe`, waiting as long as needed (control path).
@@ -82,7 +105,8 @@ impl StripeLocks {
     }
 }
 
-/// Holds one stripe lock; released on drop.
+/// Holds one stripe lock; released on drop as a write (the control path
+/// may have rewritten the stripe), so the generation goes up.
 pub struct StripeGuard<'a> {
     locks: &'a StripeLocks,
     stripe: u64,
@@ -90,7 +114,7 @@ pub struct StripeGuard<'a> {
 
 impl Drop for StripeGuard<'_> {
     fn drop(&mut self) {
-        self.locks.unlock(self.stripe);
+        self.locks.unlock_written(self.stripe);
     }
 }
 
@@ -110,6 +134,23 @@ mod tests {
         }
         assert!(l.try_lock(7));
         l.unlock(7);
+    }
+
+    #[test]
+    fn writes_bump_the_generation_reads_do_not() {
+        let l = StripeLocks::default();
+        let g0 = l.generation(9);
+        assert!(l.try_lock(9));
+        l.unlock(9);
+        assert_eq!(l.generation(9), g0);
+        assert!(l.try_lock(9));
+        l.unlock_written(9);
+        assert_eq!(l.generation(9), g0 + 1);
+        assert!(l.try_lock(9), "unlocked after a write");
+        assert!(!l.try_lock(9));
+        l.unlock(9);
+        drop(l.lock(9));
+        assert_eq!(l.generation(9), g0 + 2, "the control path's guard counts as a write");
     }
 
     #[test]

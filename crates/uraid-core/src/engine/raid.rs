@@ -116,6 +116,26 @@ struct Part {
     ptr: *mut u8,
 }
 
+/// A degraded stripe's rows read and reconstructed by this queue, kept
+/// for the next request: a sequential reader's requests share their edge
+/// stripes, which would otherwise be read twice.
+struct Recent {
+    stripe: u64,
+    /// Rows `[start, end)` held.
+    start: u64,
+    end: u64,
+    /// The stripe lock's write generation when the rows were read: a
+    /// write to the stripe since (from any queue, or the control path)
+    /// makes them stale.
+    generation: u64,
+    /// Row buffers by member role (data rows reconstructed).
+    bufs: Vec<Option<IoBuf>>,
+}
+
+/// Bytes of reconstructed stripes a queue keeps at most (at least two
+/// stripes are kept whatever their size).
+const RECENT_BYTES: u64 = 8 << 20;
+
 /// The per-queue state of the redundant data path.
 pub(super) struct State {
     sops: Vec<Sop>,
@@ -144,6 +164,11 @@ pub(super) struct State {
     plugged_now: usize,
     /// Full stripes written by merging requests (for tests and status).
     merged: u64,
+    /// Recently reconstructed stripes, oldest first.
+    recent: VecDeque<Recent>,
+    recent_cap: usize,
+    /// Degraded stripe reads served from `recent` (for tests and status).
+    recent_hits: u64,
 }
 
 /// Longest a plugged partial-stripe write waits for a partner (ns).
@@ -166,6 +191,12 @@ impl State {
             plugged_at: 0,
             plugged_now: 0,
             merged: 0,
+            recent: VecDeque::new(),
+            recent_cap: {
+                let per_stripe = vol.members().len() as u64 * vol.geometry().chunk();
+                (RECENT_BYTES / per_stripe.max(1)).clamp(2, 8) as usize
+            },
+            recent_hits: 0,
         }
     }
 
@@ -176,7 +207,12 @@ impl State {
 
     /// Counters for debugging (URAID_DEBUG_QUEUE=1 prints them).
     pub(super) fn debug_stats(&self) -> String {
-        format!("merged full stripes {}, stripe operations allocated {}", self.merged, self.sops.len())
+        format!(
+            "merged full stripes {}, degraded stripes reused {}, stripe operations allocated {}",
+            self.merged,
+            self.recent_hits,
+            self.sops.len()
+        )
     }
 
     /// True when writes are plugged.
@@ -324,7 +360,18 @@ impl Queue {
                 j += 1;
             }
             let readable = |m: u32, off: u64, n: usize| health.readable(m, data_offset + off, n as u64);
-            let all = lp[i..j].iter().all(|p| p.places.iter().any(|pl| readable(pl.member, pl.member_offset, p.len)));
+            let mut all = lp[i..j].iter().all(|p| p.places.iter().any(|pl| readable(pl.member, pl.member_offset, p.len)));
+            if all && !mirror && len as u64 >= l.chunk() && lp[i..j].iter().map(|p| p.len as u64).sum::<u64>() < l.stripe_data_width() {
+                // A large read that covers part of a degraded stripe (its
+                // lost member holds other data or parity) goes through a
+                // stripe operation too: the neighbouring request reads the
+                // rest of the stripe, so one of them reads it whole and the
+                // other finds it in `recent` (a sequential reader then
+                // reads every stripe once).
+                let (sm, k) = Self::stripe_members(l, stripe);
+                let abs = data_offset + l.stripe_offset(stripe);
+                all = sm[..k].iter().all(|&m| health.readable(m, abs, l.chunk()));
+            }
             if all {
                 for p in &lp[i..j] {
                     // The readable place with the fewest bytes in flight.
@@ -351,8 +398,15 @@ impl Queue {
                     )));
                 }
             } else {
-                let start = lp[i..j].iter().map(|p| p.chunk_offset).min().expect("non-empty");
-                let end = lp[i..j].iter().map(|p| p.chunk_offset + p.len as u64).max().expect("non-empty");
+                let (mut start, mut end) = (
+                    lp[i..j].iter().map(|p| p.chunk_offset).min().expect("non-empty"),
+                    lp[i..j].iter().map(|p| p.chunk_offset + p.len as u64).max().expect("non-empty"),
+                );
+                if len as u64 >= l.chunk() {
+                    // A large (sequential-looking) read reconstructs whole
+                    // rows: the next request finds its head in `recent`.
+                    (start, end) = (0, l.chunk());
+                }
                 let idx = self.new_sop(si, Kind::Read, stripe, start, end);
                 self.raid.started.push(idx);
             }
@@ -695,6 +749,11 @@ impl Queue {
         let l = self.layout();
         let health = self.vol.health().clone();
         let data_offset = self.vol.data_offset();
+        if self.raid.sops[idx].kind == Kind::Read && self.read_recent(idx, &l) {
+            // Served from memory; `plans` says the lock is held.
+            self.raid.sops[idx].plans += 1;
+            return self.sop_finish(idx, out);
+        }
         let sop = &mut self.raid.sops[idx];
         sop.plans += 1;
         sop.npieces = 0;
@@ -987,11 +1046,12 @@ impl Queue {
                 }
             }
         }
-        self.raid.sops[idx].bufs = bufs;
         if kind == Kind::Read {
-            self.copy_out(idx, &l, &sm[..d]);
+            self.copy_out(idx, &l, &sm[..d], &bufs, start);
+            self.keep_recent(idx, bufs);
             return self.sop_finish(idx, out);
         }
+        self.raid.sops[idx].bufs = bufs;
         self.raid.sops[idx].npieces = 0;
         for i in first..first + count {
             if health.writable(sm[i]) {
@@ -1007,8 +1067,61 @@ impl Queue {
         self.sop_issue(idx, Phase::Write, out);
     }
 
-    /// Copies a degraded read's reconstructed rows into the request.
-    fn copy_out(&mut self, idx: usize, l: &Layout, data_members: &[u32]) {
+    /// Serves degraded read `idx` (its stripe lock held) from a stripe
+    /// this queue reconstructed before, if one holds its rows and no write
+    /// touched the stripe since. True when served.
+    fn read_recent(&mut self, idx: usize, l: &Layout) -> bool {
+        let (s, start, end) = (self.raid.sops[idx].stripe, self.raid.sops[idx].start, self.raid.sops[idx].end);
+        let Some(pos) = self.raid.recent.iter().position(|r| r.stripe == s) else { return false };
+        let r = self.raid.recent.remove(pos).expect("found");
+        if r.generation != self.vol.locks().generation(s) || r.start > start || r.end < end {
+            self.drop_recent(r);
+            return false;
+        }
+        let (sm, _) = Self::stripe_members(l, s);
+        self.copy_out(idx, l, &sm[..l.data_chunks() as usize], &r.bufs, r.start);
+        self.raid.recent_hits += 1;
+        self.raid.recent.push_back(r);
+        true
+    }
+
+    /// Keeps degraded read `idx`'s row buffers (its lock still held) in
+    /// `recent`, evicting the oldest.
+    fn keep_recent(&mut self, idx: usize, bufs: Vec<Option<IoBuf>>) {
+        let sop = &self.raid.sops[idx];
+        let s = sop.stripe;
+        let (start, end) = (sop.start, sop.end);
+        let generation = self.vol.locks().generation(s);
+        // The operation gets back an empty vector (an evicted one when
+        // there is one: no allocation once `recent` is full).
+        let mut empty = None;
+        if let Some(pos) = self.raid.recent.iter().position(|r| r.stripe == s) {
+            let r = self.raid.recent.remove(pos).expect("found");
+            empty = Some(self.drop_recent(r));
+        }
+        if empty.is_none() && self.raid.recent.len() >= self.raid.recent_cap {
+            let r = self.raid.recent.pop_front().expect("full");
+            empty = Some(self.drop_recent(r));
+        }
+        let n = bufs.len();
+        self.raid.sops[idx].bufs = empty.unwrap_or_else(|| (0..n).map(|_| None).collect());
+        self.raid.recent.push_back(Recent { stripe: s, start, end, generation, bufs });
+    }
+
+    /// Returns a kept stripe's buffers to the pool; hands back its (now
+    /// empty) vector.
+    fn drop_recent(&mut self, mut r: Recent) -> Vec<Option<IoBuf>> {
+        for b in r.bufs.iter_mut() {
+            if let Some(b) = b.take() {
+                self.raid.pool.push(b);
+            }
+        }
+        r.bufs
+    }
+
+    /// Copies a degraded read's reconstructed rows into the request:
+    /// `bufs` (by member role) hold rows from `base` on.
+    fn copy_out(&mut self, idx: usize, l: &Layout, data_members: &[u32], bufs: &[Option<IoBuf>], base: u64) {
         let sop = &self.raid.sops[idx];
         let si = sop.slot as usize;
         let (roff, rlen) = (self.slots[si].offset, self.slots[si].len as u64);
@@ -1019,7 +1132,8 @@ impl Queue {
             if a >= b {
                 continue;
             }
-            let src = &sop.bufs[m as usize].as_ref().expect("row buffer")[(a - lstart) as usize..(b - lstart) as usize];
+            let skip = sop.start - base;
+            let src = &bufs[m as usize].as_ref().expect("row buffer")[(skip + a - lstart) as usize..(skip + b - lstart) as usize];
             let dst = self.slots[si].buf.as_mut().expect("checked");
             dst[(a - roff) as usize..(b - roff) as usize].copy_from_slice(src);
         }
@@ -1106,7 +1220,11 @@ impl Queue {
     fn sop_finish(&mut self, idx: usize, out: &mut Vec<Completion>) {
         let sop = &mut self.raid.sops[idx];
         if sop.plans > 0 {
-            self.vol.locks().unlock(sop.stripe);
+            if sop.kind == Kind::Read {
+                self.vol.locks().unlock(sop.stripe);
+            } else {
+                self.vol.locks().unlock_written(sop.stripe);
+            }
         }
         if let Some(bm) = self.vol.bitmap() {
             for &(o, l) in &sop.marks[..sop.nmarks] {
