@@ -126,6 +126,9 @@ pub struct AssembleOptions {
 pub enum Added {
     /// Into role `.0`, which had no member: it is being rebuilt.
     Role(u32),
+    /// Back into role `.0`, which it held before it was removed: only the
+    /// regions written since (the bitmap's dirty regions) are resynced.
+    ReAdded(u32),
     /// As a spare, in slot `.0` (at or above the member count).
     Spare(u32),
 }
@@ -192,6 +195,9 @@ impl Meta {
                 self.sb.slots[r].state = state;
                 self.sb.slots[r].recovery_offset =
                     (state == MemberState::Rebuilding).then(|| health.recovery(r as u32)).filter(|&o| o != u64::MAX);
+                if state != MemberState::Rebuilding {
+                    self.sb.slots[r].resync_from_bitmap = false;
+                }
             }
             self.sb.events += 1;
             self.sb.utime = superblock::unix_now();
@@ -630,7 +636,7 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
     let array_uuid = superblock::new_uuid();
     let now = superblock::unix_now();
     let slots: Vec<Slot> = (0..n)
-        .map(|_| Slot { uuid: superblock::new_uuid(), state: MemberState::Active, recovery_offset: None })
+        .map(|_| Slot { uuid: superblock::new_uuid(), state: MemberState::Active, resync_from_bitmap: false, recovery_offset: None })
         .collect();
     let sb = Superblock {
         array_uuid,
@@ -765,7 +771,8 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     let redundant = auth.volumes.iter().any(is_redundant);
     let end = auth.data_end();
     for ((m, sb), spec) in members.into_iter().zip(&sbs).zip(specs) {
-        let Some(slot) = slots.iter().position(|s| s.uuid == sb.member_uuid) else {
+        let slot = slots.iter().position(|s| s.uuid == sb.member_uuid && s.state != MemberState::Missing);
+        let Some(slot) = slot else {
             bail!(
                 Superblock,
                 "{} is no longer part of array '{}': it was removed or replaced (its event counter is {}, the \
@@ -1413,9 +1420,10 @@ impl Array {
         }
         {
             let mut m = self.meta();
+            // The slot keeps the device's UUID: `add` recognises it and
+            // takes it back with a resync from the bitmap.
             m.devices[slot as usize] = None;
             m.specs[slot as usize] = None;
-            m.sb.slots[slot as usize].uuid = [0; 16];
         }
         self.health.set_state(slot, MemberState::Missing);
         self.rebuild_after_membership_change()?;
@@ -1475,6 +1483,7 @@ impl Array {
             g.devices[role as usize] = Some(m);
             g.specs[role as usize] = Some(spec.clone());
             g.sb.slots[role as usize].uuid = superblock::new_uuid();
+            g.sb.slots[role as usize].resync_from_bitmap = false;
         }
         self.health.set_state(role, MemberState::Rebuilding);
         self.rebuild_after_membership_change()?;
@@ -1495,6 +1504,21 @@ impl Array {
     /// filesystem or another array and `force` is off), `Busy`.
     pub fn add(&mut self, spec: &MemberSpec, force: bool) -> Result<Added> {
         let m = self.open_new(spec, force)?;
+        if let Some(role) = self.returning_role(&m)? {
+            {
+                let mut g = self.meta();
+                g.devices[role as usize] = Some(m);
+                g.specs[role as usize] = Some(spec.clone());
+                g.sb.slots[role as usize].resync_from_bitmap = true;
+            }
+            self.health.set_state(role, MemberState::Rebuilding);
+            self.rebuild_after_membership_change()?;
+            if let Some(b) = &self.bitmap {
+                b.write_to(role)?;
+            }
+            self.persist()?;
+            return Ok(Added::ReAdded(role));
+        }
         let missing = self.health.states().iter().position(|&s| s == MemberState::Missing).map(|r| r as u32);
         let added = if let Some(role) = missing {
             self.install(role, m, spec)?;
@@ -1508,7 +1532,7 @@ impl Array {
             for v in &entries {
                 zero_range(&m, v.member_start, v.member_size)?;
             }
-            g.sb.slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Spare, recovery_offset: None });
+            g.sb.slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Spare, resync_from_bitmap: false, recovery_offset: None });
             g.devices.push(Some(m));
             g.specs.push(Some(spec.clone()));
             Added::Spare(g.sb.slots.len() as u32 - 1)
@@ -1516,6 +1540,25 @@ impl Array {
         self.promote_spares()?;
         self.persist()?;
         Ok(added)
+    }
+
+    /// The role `m` held before it was removed, when it can be taken back
+    /// with a resync from the bitmap (md's re-add): its superblock names
+    /// this array and the member UUID that a missing role still records,
+    /// and the array has a bitmap. Nobody else has held the role since
+    /// (that would have recorded another UUID), so the array has been
+    /// degraded ever since and its bitmap kept every region written
+    /// meanwhile dirty.
+    fn returning_role(&self, m: &Member) -> Result<Option<u32>> {
+        if self.bitmap.is_none() {
+            return Ok(None);
+        }
+        let Ok(sb) = read_superblock(m)? else { return Ok(None) };
+        let g = self.meta();
+        if sb.array_uuid != g.sb.array_uuid || sb.member_uuid == [0; 16] {
+            return Ok(None);
+        }
+        Ok((0..g.n()).find(|&r| g.sb.slots[r].uuid == sb.member_uuid && self.health.state(r as u32) == MemberState::Missing).map(|r| r as u32))
     }
 
     /// Replaces the member in `role` with a new device (`uraid replace`):
@@ -1558,6 +1601,7 @@ impl Array {
                 let dev = g.devices.remove(n);
                 let spec = g.specs.remove(n);
                 g.sb.slots[role].uuid = slot.uuid;
+                g.sb.slots[role].resync_from_bitmap = false;
                 g.devices[role] = dev;
                 g.specs[role] = spec;
             }
@@ -1602,7 +1646,8 @@ impl Array {
                 health.set_recovery(role, offset);
                 meta.lock().unwrap_or_else(|e| e.into_inner()).persist(&health)
             };
-            let opts = crate::maint::RebuildOptions { rate, checkpoint: &checkpoint };
+            let only_dirty = self.meta().sb.slots[role as usize].resync_from_bitmap && self.bitmap.is_some();
+            let opts = crate::maint::RebuildOptions { rate, checkpoint: &checkpoint, only_dirty };
             let report = crate::maint::rebuild(&self.volumes, role, &opts, &mut |d, t| progress(role, d, t))?;
             self.health.set_state(role, MemberState::Active);
             self.persist()?;

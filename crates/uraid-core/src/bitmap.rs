@@ -60,6 +60,14 @@
 //! (so every write that ended is durable) and only then writes the cleared
 //! bits. The argument that clearing never races a starting write is given
 //! at [`Bitmap::clear_idle`].
+//!
+//! # Degraded arrays keep their bits
+//!
+//! While any role is not active (faulty, missing or rebuilding), no dirty
+//! bit is cleared, lazily or at a stop (md does the same): the bits then
+//! cover every region written since the array became degraded, which is
+//! exactly what a member that comes back (`uraid add` of a removed member)
+//! missed, so it is resynced from them alone instead of rebuilt in full.
 
 use std::ops::Range;
 use std::os::fd::AsRawFd;
@@ -69,7 +77,7 @@ use std::time::Duration;
 
 use io_uring::{opcode, types, IoUring};
 
-use crate::health::Health;
+use crate::health::{Health, MemberState};
 use crate::member::{now_ns, Member};
 use crate::superblock::DATA_OFFSET;
 use crate::{bail, Error, ErrorKind, IoBuf, Result};
@@ -499,6 +507,31 @@ impl Bitmap {
         out
     }
 
+    /// True when any region overlapping absolute member bytes `[start,
+    /// end)` is dirty; true for a range not inside the covered bytes (as
+    /// [`written_range`](Self::written_range)), false for an empty one.
+    pub fn dirty_range(&self, start: u64, end: u64) -> bool {
+        self.any_region(start, end, |r| self.is_dirty(r))
+    }
+
+    /// True when `f` holds for a region overlapping `[start, end)`; true
+    /// outside the covered bytes, false for an empty range.
+    fn any_region(&self, start: u64, end: u64, f: impl Fn(usize) -> bool) -> bool {
+        if end <= start {
+            return false;
+        }
+        match self.regions_of(start, end - start) {
+            Ok((r0, r1)) => (r0..r1).any(f),
+            Err(_) => true,
+        }
+    }
+
+    /// True when every role is active: only then may dirty bits be
+    /// cleared (see "Degraded arrays keep their bits" above).
+    fn may_clear(&self) -> bool {
+        (0..self.health.members() as u32).all(|m| self.health.state(m) == MemberState::Active)
+    }
+
     fn is_written(&self, r: usize) -> bool {
         let (w, bit) = Self::dirty_bit(r);
         self.image[w].load(Ordering::SeqCst) & (bit << 1) != 0
@@ -520,13 +553,7 @@ impl Bitmap {
     /// end)` was ever written (see [`written`](Self::written)); true for a
     /// range not inside the covered bytes, false for an empty one.
     pub fn written_range(&self, start: u64, end: u64) -> bool {
-        if end <= start {
-            return false;
-        }
-        match self.regions_of(start, end - start) {
-            Ok((r0, r1)) => (r0..r1).any(|r| self.is_written(r)),
-            Err(_) => true,
-        }
+        self.any_region(start, end, |r| self.is_written(r))
     }
 
     /// Clears lazily: the dirty regions that have no write in flight and
@@ -572,7 +599,10 @@ impl Bitmap {
                 }
             }
         }
-        if cand.is_empty() {
+        // Read after the in-flight counts above: a write that failed a
+        // member marked it faulty before its count dropped to 0, so a
+        // region it left dirty is kept here.
+        if cand.is_empty() || !self.may_clear() {
             return Ok(0);
         }
         self.sync_members()?;
@@ -601,10 +631,14 @@ impl Bitmap {
     /// Clears every dirty bit, in memory and durably on every writable
     /// member (after an fdatasync of each). For the end of a resync or a
     /// clean stop: the caller guarantees that no write is in flight or
-    /// starts meanwhile. Errors: `Io` when no member took the write.
+    /// starts meanwhile. While a role is not active the bits are kept
+    /// (synced, not cleared). Errors: `Io` when no member took the write.
     pub fn clear_all(&self) -> Result<()> {
         let mut io = self.lock_io();
         self.sync_members()?;
+        if !self.may_clear() {
+            return Ok(());
+        }
         for w in self.image.iter() {
             w.fetch_and(!DIRTY_BITS, Ordering::SeqCst);
         }

@@ -91,6 +91,12 @@ pub struct RebuildOptions<'a> {
     /// [`CHECKPOINT_BYTES`] and at the end; the caller persists it in the
     /// superblocks. An error stops the rebuild with that error.
     pub checkpoint: &'a (dyn Fn(u64) -> Result<()> + Sync),
+    /// A resync from the write-intent bitmap (md's re-add): the member
+    /// came back after missing only the writes since it left, all of which
+    /// the bitmap marks dirty (a degraded array keeps its bits); only
+    /// dirty regions are reconstructed, the rest is left as it is. Needs a
+    /// bitmap.
+    pub only_dirty: bool,
 }
 
 /// What a rebuild did.
@@ -100,6 +106,9 @@ pub struct RebuildReport {
     pub bytes_written: u64,
     /// Bytes of never-written regions, zeroed instead of reconstructed.
     pub bytes_skipped: u64,
+    /// Bytes left as they were by a resync from the bitmap (regions not
+    /// dirty: the member already holds them).
+    pub bytes_in_sync: u64,
     /// Bytes of the member in RAID 0 volumes, which cannot be rebuilt.
     pub bytes_lost: u64,
     /// Indices (into the `vols` given) of the RAID 0 volumes on the member:
@@ -470,6 +479,8 @@ struct ReadBatch<'v> {
     /// The sources read into `bufs`, or `None` for a never-written batch
     /// (to be zeroed).
     read: Option<(Vec<Read>, Vec<IoBuf>)>,
+    /// Already in sync (a resync from the bitmap): nothing to write.
+    keep: bool,
     guards: Vec<StripeGuard<'v>>,
 }
 
@@ -478,6 +489,8 @@ struct Job<'v> {
     range: Range<u64>,
     /// Reconstructed bytes, or `None` to zero the range.
     data: Option<IoBuf>,
+    /// Leave the range as it is (already in sync).
+    keep: bool,
     guards: Vec<StripeGuard<'v>>,
 }
 
@@ -492,7 +505,9 @@ struct Job<'v> {
 /// member by a third, so the reads of one batch overlap the reconstruction
 /// and the write of the two before it; after the write the recovery offset
 /// moves to the batch's end and its locks are released. Regions the volume's bitmap says were never written are
-/// zeroed instead (they are zeros on every member). RAID 0 volumes cannot
+/// zeroed instead (they are zeros on every member); with
+/// [`RebuildOptions::only_dirty`] only the bitmap's dirty regions are
+/// reconstructed and the rest is left as it is. RAID 0 volumes cannot
 /// be rebuilt and are listed as lost. `progress(done, total)` is called
 /// after every batch with member bytes. At the end the member is synced, the
 /// checkpoint is called with the end of the last volume, and the member is
@@ -536,6 +551,9 @@ pub fn rebuild(
     if opts.rate == Some(0) {
         bail!(InvalidInput, "a rebuild rate of 0 bytes/s would never finish; give a positive rate or none");
     }
+    if opts.only_dirty && vols.iter().any(|v| v.bitmap().is_none()) {
+        bail!(InvalidInput, "a resync from the bitmap needs a write-intent bitmap, and the array has none; rebuild in full");
+    }
     let t0 = Instant::now();
     let target = &first.members()[member as usize];
     let kernel = Kernel::detect();
@@ -550,13 +568,13 @@ pub fn rebuild(
     let cap = vols.iter().filter_map(|v| v.geometry().layout()).map(buf_len).max().unwrap_or(0);
     progress(done.load(Ordering::Relaxed), total);
 
-    let (written, skipped) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (written, skipped, kept) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let result: Result<()> = std::thread::scope(|s| {
         let (read_tx, read_rx) = mpsc::sync_channel::<ReadBatch<'_>>(0);
         let (job_tx, job_rx) = mpsc::sync_channel::<Job<'_>>(0);
         let (set_tx, set_rx) = mpsc::channel::<Vec<IoBuf>>();
         let (out_tx, out_rx) = mpsc::channel::<IoBuf>();
-        let (health, done, written, skipped) = (&health, &done, &written, &skipped);
+        let (health, done, written, skipped, kept) = (&health, &done, &written, &skipped, &kept);
 
         // Stage 3: writes to the member, moves the recovery offset,
         // releases the locks, checkpoints.
@@ -565,6 +583,7 @@ pub fn rebuild(
             for job in job_rx {
                 let len = job.range.end - job.range.start;
                 let r = match &job.data {
+                    _ if job.keep => Ok(()),
                     Some(buf) => write_member(target, &buf[..len as usize], job.range.start),
                     None => zero_member(target, job.range.start, len),
                 };
@@ -576,6 +595,9 @@ pub fn rebuild(
                     Some(buf) => {
                         written.fetch_add(len, Ordering::Relaxed);
                         let _ = out_tx.send(buf);
+                    }
+                    None if job.keep => {
+                        kept.fetch_add(len, Ordering::Relaxed);
                     }
                     None => {
                         skipped.fetch_add(len, Ordering::Relaxed);
@@ -607,7 +629,7 @@ pub fn rebuild(
                     let _ = set_tx.send(bufs);
                     out
                 });
-                if job_tx.send(Job { range, data, guards: b.guards }).is_err() {
+                if job_tx.send(Job { range, data, keep: b.keep, guards: b.guards }).is_err() {
                     return; // the writer failed
                 }
             }
@@ -636,11 +658,15 @@ pub fn rebuild(
             while row < rows {
                 let mut rb = (row + per).min(rows);
                 if let Some(b) = vol.bitmap() {
-                    // End the batch where the written state changes, so that
-                    // never-written regions are skipped whole.
-                    let written = |r: u64| b.written_range(base + r * chunk, base + (r + 1) * chunk);
-                    let w0 = written(row);
-                    rb = (row + 1..rb).find(|&r| written(r) != w0).unwrap_or(rb);
+                    // End the batch where the written (for a resync from the
+                    // bitmap: the dirty) state changes, so that regions that
+                    // need nothing are passed whole.
+                    let state = |r: u64| {
+                        let (a, e) = (base + r * chunk, base + (r + 1) * chunk);
+                        if opts.only_dirty { b.dirty_range(a, e) } else { b.written_range(a, e) }
+                    };
+                    let w0 = state(row);
+                    rb = (row + 1..rb).find(|&r| state(r) != w0).unwrap_or(rb);
                 }
                 let range = base + row * chunk..base + rb * chunk;
                 if let Some(rate) = opts.rate {
@@ -657,7 +683,8 @@ pub fn rebuild(
                     Some(b) => b.written_range(range.start, range.end),
                     None => true,
                 };
-                let read = if written {
+                let keep = opts.only_dirty && !vol.bitmap().is_some_and(|b| b.dirty_range(range.start, range.end));
+                let read = if written && !keep {
                     let Some(mut bufs) = sets.pop().or_else(|| set_rx.recv().ok()) else {
                         break 'vols; // stage 2 stopped: the writer's error is returned below
                     };
@@ -674,7 +701,7 @@ pub fn rebuild(
                 } else {
                     None
                 };
-                if read_tx.send(ReadBatch { l, base, rows: row..rb, read, guards }).is_err() {
+                if read_tx.send(ReadBatch { l, base, rows: row..rb, read, keep, guards }).is_err() {
                     break 'vols;
                 }
                 progress(done.load(Ordering::Relaxed), total);
@@ -688,6 +715,7 @@ pub fn rebuild(
     });
     report.bytes_written = written.load(Ordering::Relaxed);
     report.bytes_skipped = skipped.load(Ordering::Relaxed);
+    report.bytes_in_sync = kept.load(Ordering::Relaxed);
     if let Err(e) = result {
         if health.state(member) == MemberState::Rebuilding && sync(target, &health, member).is_ok() {
             let _ = (opts.checkpoint)(health.recovery(member));
@@ -1219,7 +1247,7 @@ mod tests {
                     calls.lock().unwrap().push(o);
                     Ok(())
                 };
-                let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp }, &mut |_, _| {}).unwrap();
+                let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |_, _| {}).unwrap();
                 assert_eq!(r.bytes_written, l.member_size(), "{what}");
                 assert_eq!(r.bytes_skipped, 0);
                 assert_eq!(vol.health().state(t), MemberState::Active, "{what}");
@@ -1246,7 +1274,7 @@ mod tests {
             vol.health().set_recovery(t, resume);
             let mut first = None;
             let cp = no_checkpoint();
-            let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp }, &mut |d, _| {
+            let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |d, _| {
                 first.get_or_insert(d);
             })
             .unwrap();
@@ -1280,7 +1308,7 @@ mod tests {
             garbage(&vol, t);
             vol.health().set_state(t, MemberState::Rebuilding);
             let cp = no_checkpoint();
-            let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp }, &mut |_, _| {}).unwrap();
+            let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |_, _| {}).unwrap();
             assert_eq!(r.bytes_written, 128 << 10, "{level}: only the written regions are reconstructed");
             assert_eq!(r.bytes_skipped, 2 * MIB - (128 << 10), "{level}");
             assert!(image(&vol, t as usize) == img[t as usize], "{level}: rebuilt member differs (zeros expected outside)");
@@ -1335,7 +1363,7 @@ mod tests {
             Ok(())
         };
         let before = image(&vol, 1);
-        let e = rebuild(std::slice::from_ref(&vol), 1, &RebuildOptions { rate: None, checkpoint: &cp }, &mut |_, _| {}).unwrap_err();
+        let e = rebuild(std::slice::from_ref(&vol), 1, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |_, _| {}).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Io);
         assert!(e.to_string().contains("stays rebuilding"), "{e}");
         assert_eq!(vol.health().state(1), MemberState::Rebuilding);
@@ -1377,7 +1405,7 @@ mod tests {
             health.set_state(t, MemberState::Rebuilding);
             std::fs::OpenOptions::new().write(true).open(&paths[2]).unwrap().set_len(DATA_OFFSET + 5 * MIB).unwrap();
             let cp = no_checkpoint();
-            let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp }, &mut |_, _| {});
+            let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |_, _| {});
             assert_eq!(health.state(2), MemberState::Faulty, "{level}");
             if level == Level::Raid6 {
                 r.unwrap();
@@ -1416,7 +1444,7 @@ mod tests {
             Ok(())
         };
         let mut last = (0, 0);
-        let r = rebuild(&vols, t, &RebuildOptions { rate: None, checkpoint: &cp }, &mut |d, tot| last = (d, tot)).unwrap();
+        let r = rebuild(&vols, t, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |d, tot| last = (d, tot)).unwrap();
         assert_eq!(r.lost_volumes, vec![1]);
         assert_eq!(r.bytes_lost, MIB);
         assert_eq!(r.bytes_written, 5 * MIB);
@@ -1431,14 +1459,19 @@ mod tests {
     fn rebuild_refuses_bad_requests_and_honours_rate_and_checkpoints() {
         let vol = build(Level::Raid1, 2, 1 << 20, 130 * MIB, false);
         let cp = no_checkpoint();
-        let opts = RebuildOptions { rate: None, checkpoint: &cp };
+        let opts = RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false };
         let e = rebuild(std::slice::from_ref(&vol), 1, &opts, &mut |_, _| {}).unwrap_err();
         assert!(e.to_string().contains("is active, not rebuilding"), "{e}");
         assert_eq!(rebuild(std::slice::from_ref(&vol), 2, &opts, &mut |_, _| {}).unwrap_err().kind(), ErrorKind::InvalidInput);
         assert_eq!(rebuild(&[], 0, &opts, &mut |_, _| {}).unwrap_err().kind(), ErrorKind::InvalidInput);
         vol.health().set_state(1, MemberState::Rebuilding);
-        let zero = RebuildOptions { rate: Some(0), checkpoint: &cp };
+        let zero = RebuildOptions { rate: Some(0), checkpoint: &cp, only_dirty: false };
         assert_eq!(rebuild(std::slice::from_ref(&vol), 1, &zero, &mut |_, _| {}).unwrap_err().kind(), ErrorKind::InvalidInput);
+        if vol.bitmap().is_none() {
+            let from_bitmap = RebuildOptions { rate: None, checkpoint: &cp, only_dirty: true };
+            let e = rebuild(std::slice::from_ref(&vol), 1, &from_bitmap, &mut |_, _| {}).unwrap_err();
+            assert!(e.kind() == ErrorKind::InvalidInput && e.to_string().contains("needs a write-intent bitmap"), "{e}");
+        }
 
         // 130 MiB: checkpoints after 64 and 128 MiB, then at the end.
         let mut pattern = IoBuf::new(130 << 20);
@@ -1449,21 +1482,21 @@ mod tests {
             calls.lock().unwrap().push(o);
             Ok(())
         };
-        rebuild(std::slice::from_ref(&vol), 1, &RebuildOptions { rate: None, checkpoint: &cp }, &mut |_, _| {}).unwrap();
+        rebuild(std::slice::from_ref(&vol), 1, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |_, _| {}).unwrap();
         assert_eq!(*calls.lock().unwrap(), vec![DATA_OFFSET + 64 * MIB, DATA_OFFSET + 128 * MIB, DATA_OFFSET + 130 * MIB]);
         assert!(image(&vol, 1) == pattern[..]);
 
         // A failing checkpoint stops the rebuild.
         vol.health().set_state(1, MemberState::Rebuilding);
         let fail = |_: u64| Err(Error::new(ErrorKind::Superblock, "cannot persist"));
-        let e = rebuild(std::slice::from_ref(&vol), 1, &RebuildOptions { rate: None, checkpoint: &fail }, &mut |_, _| {}).unwrap_err();
+        let e = rebuild(std::slice::from_ref(&vol), 1, &RebuildOptions { rate: None, checkpoint: &fail, only_dirty: false }, &mut |_, _| {}).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Superblock);
         assert_eq!(vol.health().state(1), MemberState::Rebuilding);
 
         // Rate: 8 MiB at 80 MB/s takes at least ~0.1 s.
         let vol = build(Level::Raid1, 2, 1 << 20, 8 * MIB, false);
         vol.health().set_state(1, MemberState::Rebuilding);
-        let r = rebuild(std::slice::from_ref(&vol), 1, &RebuildOptions { rate: Some(80_000_000), checkpoint: &cp }, &mut |_, _| {}).unwrap();
+        let r = rebuild(std::slice::from_ref(&vol), 1, &RebuildOptions { rate: Some(80_000_000), checkpoint: &cp, only_dirty: false }, &mut |_, _| {}).unwrap();
         // The limiter sleeps before each batch for the bytes already sent:
         // all but the last 4 MiB batch are paced.
         assert!(r.seconds >= (4 << 20) as f64 / 80e6, "rate not honoured: {} s", r.seconds);
@@ -1497,7 +1530,7 @@ mod tests {
         vol.health().set_state(0, MemberState::Rebuilding);
         let cp = no_checkpoint();
         let mut samples: Vec<(Instant, u64)> = Vec::new();
-        rebuild(std::slice::from_ref(&vol), 0, &RebuildOptions { rate: None, checkpoint: &cp }, &mut |d, _| {
+        rebuild(std::slice::from_ref(&vol), 0, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |d, _| {
             samples.push((Instant::now(), d))
         })
         .unwrap();
@@ -1587,7 +1620,7 @@ mod tests {
                         std::thread::yield_now();
                     }
                 };
-                let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp }, &mut pace);
+                let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut pace);
                 stop.store(true, Ordering::Relaxed);
                 r.unwrap();
                 w.join().unwrap()

@@ -35,6 +35,7 @@
 //! |---|---|---|
 //! | 0 | 16 | UUID of the device in the slot (all zero: no device) |
 //! | 16 | 1 | state: [`MemberState`] as `u8` (0 active, 1 faulty, 2 rebuilding, 3 spare, 4 missing) |
+//! | 17 | 1 | flags: bit 0 = a re-added member being resynced from the write-intent bitmap (only its dirty regions differ) |
 //! | 24 | 8 | recovery offset: absolute member byte offset below which a rebuilding member holds valid data (`u64::MAX`: in sync) |
 //!
 //! A volume entry (128 bytes):
@@ -54,8 +55,8 @@
 //! Spares: a spare is a device with its own superblock whose slot is at or
 //! above the member count; its slot entry has the state `Spare`. Every
 //! member and spare holds the same slot and volume tables. A role whose
-//! device was removed keeps its entry with a zero UUID and the state
-//! `Missing`; a removed spare's entry is dropped (the spares after it move
+//! device was removed keeps its entry, with the removed device's UUID (so
+//! that it can be re-added) and the state `Missing`; a removed spare's entry is dropped (the spares after it move
 //! down one slot). The member area below [`DATA_OFFSET`] holds the
 //! superblock (first 4 KiB) and the write-intent bitmap (from
 //! `bitmap::BITMAP_OFFSET` = 64 KiB up to [`DATA_OFFSET`]).
@@ -105,11 +106,15 @@ pub enum State {
 /// One entry of the slot table: a role of the array or a spare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Slot {
-    /// UUID of the device in this slot; all zero when no device holds it
-    /// (a removed member).
+    /// UUID of the device in this slot; for a missing role, the UUID of
+    /// the device that held it last (all zero: none).
     pub uuid: [u8; 16],
     /// State of the slot.
     pub state: MemberState,
+    /// A rebuilding member that was re-added: it holds everything but the
+    /// regions the write-intent bitmap marks dirty, and only those are
+    /// resynced (md's re-add with a bitmap).
+    pub resync_from_bitmap: bool,
     /// For a rebuilding member: absolute byte offset on the member below
     /// which it holds valid data (the rebuild checkpoint). `None` when in
     /// sync.
@@ -117,7 +122,7 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// True when no device holds the slot (zero UUID).
+    /// True when no device was ever recorded in the slot (zero UUID).
     pub fn is_empty(&self) -> bool {
         self.uuid == [0; 16]
     }
@@ -336,6 +341,7 @@ impl Superblock {
             let o = SLOTS_AT + SLOT_SIZE * i;
             b[o..o + 16].copy_from_slice(&s.uuid);
             b[o + 16] = s.state as u8;
+            b[o + 17] = s.resync_from_bitmap as u8;
             b[o + 24..o + 32].copy_from_slice(&s.recovery_offset.unwrap_or(IN_SYNC).to_le_bytes());
         }
         for (i, v) in volumes.iter().enumerate() {
@@ -414,7 +420,12 @@ impl Superblock {
                 return inv(format!("slot {i} is {} but {}", state.name(), if spare { "a spare slot" } else { "a role" }));
             }
             let rec = u64_at(b, o + 24);
-            slots.push(Slot { uuid: uuid_at(b, o), state, recovery_offset: (rec != IN_SYNC).then_some(rec) });
+            slots.push(Slot {
+                uuid: uuid_at(b, o),
+                state,
+                resync_from_bitmap: b[o + 17] & 1 != 0,
+                recovery_offset: (rec != IN_SYNC).then_some(rec),
+            });
         }
         let member_uuid = uuid_at(b, 32);
         if slots[slot as usize].uuid != member_uuid {
@@ -488,10 +499,10 @@ mod tests {
             state: State::Active,
             bitmap_region: 64 << 20,
             slots: vec![
-                Slot { uuid: [1; 16], state: MemberState::Active, recovery_offset: None },
-                Slot { uuid: [7; 16], state: MemberState::Rebuilding, recovery_offset: Some(5 << 20) },
-                Slot { uuid: [0; 16], state: MemberState::Missing, recovery_offset: None },
-                Slot { uuid: [9; 16], state: MemberState::Spare, recovery_offset: None },
+                Slot { uuid: [1; 16], state: MemberState::Active, resync_from_bitmap: false, recovery_offset: None },
+                Slot { uuid: [7; 16], state: MemberState::Rebuilding, resync_from_bitmap: true, recovery_offset: Some(5 << 20) },
+                Slot { uuid: [0; 16], state: MemberState::Missing, resync_from_bitmap: false, recovery_offset: None },
+                Slot { uuid: [9; 16], state: MemberState::Spare, resync_from_bitmap: false, recovery_offset: None },
             ],
             volumes: vec![
                 volume("speed", 0, 128 << 10, DATA_OFFSET, 256 << 20),

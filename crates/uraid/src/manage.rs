@@ -355,6 +355,12 @@ pub(crate) fn cmd_add(a: AddArgs) -> Result<()> {
     let spec: MemberSpec = a.spare.parse()?;
     match arr.add(&spec, a.force)? {
         Added::Role(r) => println!("{} added to array '{}' in role {r}, to be rebuilt", a.spare, arr.name()),
+        Added::ReAdded(r) => println!(
+            "{} re-added to array '{}' in role {r}, which it held before: only the regions written since it left \
+             (the write-intent bitmap's dirty regions) are resynced",
+            a.spare,
+            arr.name()
+        ),
         Added::Spare(s) => {
             // A spare may have been moved into a faulty role at once.
             let now = arr.slot_of(&spec).unwrap_or(s);
