@@ -1638,13 +1638,32 @@ impl Array {
         rate: Option<u64>,
         progress: &mut dyn FnMut(u32, u64, u64),
     ) -> Result<Vec<crate::maint::RebuildReport>> {
+        self.rebuild_until(rate, None, progress)
+    }
+
+    /// [`rebuild`](Self::rebuild) that also stops, at its next checkpoint
+    /// (every [`CHECKPOINT_BYTES`](crate::maint::CHECKPOINT_BYTES) of
+    /// progress, after persisting it), once `stop` is set: for a rebuild in
+    /// the background of `uraid serve`, which the next assemble resumes.
+    ///
+    /// Errors: as `rebuild`, and `Interrupted` when stopped.
+    pub fn rebuild_until(
+        &mut self,
+        rate: Option<u64>,
+        stop: Option<&std::sync::atomic::AtomicBool>,
+        progress: &mut dyn FnMut(u32, u64, u64),
+    ) -> Result<Vec<crate::maint::RebuildReport>> {
         let mut reports = Vec::new();
         for role in self.rebuilding() {
             let meta = self.meta.clone();
             let health = self.health.clone();
             let checkpoint = move |offset: u64| -> Result<()> {
                 health.set_recovery(role, offset);
-                meta.lock().unwrap_or_else(|e| e.into_inner()).persist(&health)
+                meta.lock().unwrap_or_else(|e| e.into_inner()).persist(&health)?;
+                if stop.is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed)) {
+                    bail!(Interrupted, "the rebuild of role {role} was stopped at member byte {offset}; it resumes there");
+                }
+                Ok(())
             };
             let only_dirty = self.meta().sb.slots[role as usize].resync_from_bitmap && self.bitmap.is_some();
             let opts = crate::maint::RebuildOptions { rate, checkpoint: &checkpoint, only_dirty };

@@ -30,6 +30,8 @@ pub enum ErrorKind {
     OutOfRange,
     /// The platform lacks something the engine needs (io_uring, O_DIRECT).
     Unsupported,
+    /// A long operation (a rebuild) was asked to stop; its progress is kept.
+    Interrupted,
 }
 
 /// The engine's error: a kind, a message for humans, and the OS errno when
@@ -85,6 +87,7 @@ impl Error {
             ErrorKind::Busy => libc::EBUSY,
             ErrorKind::OutOfRange => libc::ENOSPC,
             ErrorKind::Unsupported => libc::EOPNOTSUPP,
+            ErrorKind::Interrupted => libc::EINTR,
             ErrorKind::WouldDestroy
             | ErrorKind::Superblock
             | ErrorKind::Membership

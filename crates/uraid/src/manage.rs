@@ -162,7 +162,7 @@ pub(crate) fn parse_volume(s: &str) -> Result<VolumeSpec> {
     Ok(VolumeSpec { name, level, size, chunk })
 }
 
-fn rate(r: &Option<String>) -> Result<Option<u64>> {
+pub(crate) fn rate(r: &Option<String>) -> Result<Option<u64>> {
     let Some(r) = r else { return Ok(None) };
     let bytes = match r.trim().parse::<u64>() {
         Ok(mb) => mb.checked_mul(1_000_000).ok_or_else(|| anyhow!("--rate {r} is too large"))?,

@@ -1,4 +1,10 @@
 //! `uraid serve`: export an array's volume over NBD until SIGINT/SIGTERM.
+//!
+//! A member left rebuilding when the array is assembled (a spare that took
+//! over a failed role, or one added with `--no-rebuild`) is rebuilt in the
+//! background while the export serves I/O (the stripe locks order the two);
+//! a stop interrupts it at its next checkpoint and the next assemble
+//! resumes it.
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::UnixListener;
@@ -40,6 +46,10 @@ pub(crate) struct ServeArgs {
     /// Requests in flight per connection.
     #[arg(long, default_value_t = 64)]
     queue_depth: usize,
+    /// Rebuild rate limit for a background rebuild, in MB/s (10^6 bytes/s);
+    /// a plain number is MB/s, or give units (250M). Default: no limit.
+    #[arg(long)]
+    rebuild_rate: Option<String>,
     /// Chunk of the temporary RAID 0 when every member is a `mem:` drive.
     #[arg(long, default_value = "128K")]
     chunk: String,
@@ -71,8 +81,9 @@ fn install_signal_handlers() {
 
 pub(crate) fn run(a: ServeArgs) -> Result<()> {
     let specs = specs(&a.members)?;
+    let rebuild_rate = crate::manage::rate(&a.rebuild_rate).context("--rebuild-rate")?;
     let all_mem = specs.iter().all(|s| matches!(s, uraid_core::MemberSpec::Mem(_)));
-    let (name, volume, arr) = if all_mem {
+    let (name, volume, mut arr) = if all_mem {
         let members = array::open_members(&specs, true, true)?;
         let (v, _) = array::temporary(members, parse_size(&a.chunk, "chunk size")?)?;
         ("mem".to_string(), v, None)
@@ -153,6 +164,30 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         None => format!("-unix {}", uri.split("socket=").nth(1).unwrap_or("")),
     });
     println!("stop with Ctrl-C (SIGINT) or SIGTERM: requests in flight finish, members are flushed and marked clean.");
+    // A rebuild in the background; it gives the array back when it ends.
+    let stop_rebuild = std::sync::Arc::new(AtomicBool::new(false));
+    let rebuilding = arr.as_ref().map(|x| x.rebuilding()).unwrap_or_default();
+    let background = match arr.take() {
+        Some(mut x) if !rebuilding.is_empty() && !a.read_only => {
+            println!("rebuilding role(s) {rebuilding:?} in the background while serving (progress on stderr)");
+            let stop = stop_rebuild.clone();
+            Some(std::thread::spawn(move || {
+                let mut last = 0u64;
+                let r = x.rebuild_until(rebuild_rate, Some(&stop), &mut |role, done, total| {
+                    let pct = if total == 0 { 100 } else { done * 100 / total };
+                    if pct >= last + 10 || done == total {
+                        last = pct;
+                        eprintln!("uraid serve: rebuild of role {role}: {pct}% ({done} of {total} member bytes)");
+                    }
+                });
+                (x, r)
+            }))
+        }
+        other => {
+            arr = other;
+            None
+        }
+    };
     let flag = server.shutdown_flag();
     let watcher = {
         let flag = flag.clone();
@@ -168,6 +203,23 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     let _ = watcher.join();
     if let Listener::Unix(_, p) = &listener {
         let _ = std::fs::remove_file(p);
+    }
+    stop_rebuild.store(true, Ordering::Relaxed);
+    if let Some(h) = background {
+        let (x, r) = h.join().map_err(|_| anyhow::anyhow!("the background rebuild thread panicked"))?;
+        match r {
+            Ok(reports) => {
+                for (role, rep) in rebuilding.iter().zip(&reports) {
+                    eprintln!(
+                        "uraid serve: role {role} rebuilt: {} bytes written, {} zeroed, {} already in sync, in {:.1} s",
+                        rep.bytes_written, rep.bytes_skipped, rep.bytes_in_sync, rep.seconds
+                    );
+                }
+            }
+            Err(e) if e.kind() == uraid_core::ErrorKind::Interrupted => eprintln!("uraid serve: {e}"),
+            Err(e) => eprintln!("uraid serve: the background rebuild failed: {e}"),
+        }
+        arr = Some(x);
     }
     res.context("the listening socket failed")?;
     volume.flush().context("final flush failed")?;

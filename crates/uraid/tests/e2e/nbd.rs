@@ -614,3 +614,50 @@ fn tls_export_works_with_libnbd_and_refuses_clear_text() {
     let st = Command::new("nbdinfo").arg(format!("nbd://localhost:{port}/sec")).stderr(Stdio::null()).stdout(Stdio::null()).status().unwrap();
     assert!(!st.success(), "a clear-text client must be refused");
 }
+
+/// A spare that took over a failed role is rebuilt in the background of
+/// `uraid serve` while a client writes through the export; after the stop
+/// the array is whole, the copies agree and every byte reads back.
+#[test]
+fn serve_rebuilds_in_the_background_while_clients_write() {
+    let _g = shared();
+    tools();
+    require_tool("qemu-io", "qemu-utils");
+    let d = tmpdir();
+    let mut rng = rng("serve_rebuilds_in_the_background");
+    let m = sparse_files(d.path(), "b", 3, 64 << 20);
+    let (m0, m1, sp) = (s(&m[0]), s(&m[1]), s(&m[2]));
+    uraid_ok(&["create", "--level", "1", "--chunk", "64K", "--name", "bg", "--bitmap-region", "1M", m0, m1]);
+    let arr = uraid_core::array::assemble(&specs(&m[..2])).unwrap();
+    let cap = arr.volume().capacity() as usize;
+    let mut model = vec![0u8; cap];
+    rng.fill_bytes(&mut model[..48 << 20]);
+    arr.volume().write_at(0, &model[..48 << 20]).unwrap();
+    arr.stop().unwrap();
+    uraid_ok(&["add", "--spare", sp, m0, m1]);
+    let o = uraid_ok(&["fail", "--no-rebuild", "--member", "1", m0, m1, sp]);
+    assert_contains(&o.stdout, &["a spare takes over role 1"], "fail with a spare");
+    // 48 MiB to rebuild at 16 MB/s: about 3 s of rebuild under the client.
+    let srv = Served::start(&[m[0].clone(), m[2].clone()], &d.path().join("s.sock"), &["--rebuild-rate", "16"]);
+    run_tool(Command::new("qemu-io").args(["-f", "raw", "-c", "write -P 0x3c 2M 5M", "-c", "flush"]).arg(srv.uri()));
+    model[2 << 20..7 << 20].fill(0x3c);
+    let rebuilding = raw_superblock(&m[2]).slots[1].state;
+    assert_eq!(rebuilding, 2, "the client's write ran while role 1 was still rebuilding (rate too high?)");
+    let t0 = Instant::now();
+    while raw_superblock(&m[0]).slots[1].state != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the background rebuild did not finish");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (st, out, err) = srv.stop();
+    assert!(st.success(), "serve exit {st}: {err}");
+    assert_contains(&out, &["rebuilding role(s) [1] in the background"], "serve stdout");
+    assert_contains(&err, &["rebuild of role 1: 100%", "role 1 rebuilt", "stopped cleanly"], "serve stderr");
+    let chk = uraid_ok(&["check", "--json", m0, sp]);
+    let v: serde_json::Value = serde_json::from_str(&chk.stdout).unwrap();
+    assert_eq!(v[0]["report"]["mismatches"].as_u64(), Some(0), "copies differ after the background rebuild: {v}");
+    // Every byte from the rebuilt member alone.
+    uraid_ok(&["fail", "--member", "0", m0, sp]);
+    let arr = uraid_core::array::assemble(&specs(&m[2..])).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "the rebuilt member's data differs");
+    arr.release();
+}
