@@ -173,7 +173,7 @@ pub fn open(spec: &TargetSpec, index: usize, o: OpenOptions) -> Result<Target> {
     let members: Vec<MemberInfo> = vol.members().iter().map(member_info).collect();
     let label = spec.label.clone().unwrap_or_else(|| match (&kind, vol.members().len()) {
         (TargetKind::Raw, _) | (TargetKind::MemberDataArea(_), _) => vol.members()[0].name().to_string(),
-        (TargetKind::Array(n), k) => format!("{n} (RAID 0 x{k})"),
+        (TargetKind::Array(n), k) => format!("{n} (RAID {} x{k})", vol.geometry().level().number()),
         (TargetKind::Temporary(_), k) => format!("RAID 0 x{k}"),
     });
     let _ = index;
