@@ -42,6 +42,12 @@ fn slot(stripe: u64) -> usize {
 }
 
 impl StripeLocks {
+    /// The lock word `stripe` hashes to (stripes with the same word share
+    /// one lock).
+    pub fn word(&self, stripe: u64) -> usize {
+        slot(stripe)
+    }
+
     /// Takes the lock of `stripe` if it is free; true when taken.
     pub fn try_lock(&self, stripe: u64) -> bool {
         let w = &self.words[slot(stripe)];

@@ -592,7 +592,7 @@ impl Queue {
             if let Some(d) = self.raid.plug_deadline() {
                 until = Some(until.map_or(d, |u| u.min(d)));
             }
-            if self.raid.has_waiting() {
+            if self.raid.waits_on_others(self.vol.locks()) {
                 // A stripe operation waits for a lock another thread
                 // holds: look again soon.
                 let t = now + raid::LOCK_RETRY_NS;
