@@ -1584,40 +1584,62 @@ impl Array {
     /// released), where they are rebuilt, as md does on its own. Returns
     /// the roles that got a spare; persists when there were any.
     pub fn promote_spares(&mut self) -> Result<Vec<u32>> {
-        let mut promoted = Vec::new();
-        loop {
-            let role = self.health.states().iter().position(|s| matches!(s, MemberState::Faulty | MemberState::Missing));
-            let Some(role) = role else { break };
-            let (n, spares) = {
-                let g = self.meta();
-                (g.n(), g.sb.slots.len() - g.n())
-            };
-            if spares == 0 {
-                break;
-            }
-            {
-                let mut g = self.meta();
-                let slot = g.sb.slots.remove(n);
-                let dev = g.devices.remove(n);
-                let spec = g.specs.remove(n);
-                g.sb.slots[role].uuid = slot.uuid;
-                g.sb.slots[role].resync_from_bitmap = false;
-                g.devices[role] = dev;
-                g.specs[role] = spec;
-            }
-            self.health.set_state(role as u32, MemberState::Rebuilding);
-            promoted.push(role as u32);
-        }
+        let promoted = self.attach_spares()?;
         if !promoted.is_empty() {
-            self.rebuild_after_membership_change()?;
-            if let Some(b) = &self.bitmap {
-                for &r in &promoted {
-                    b.write_to(r)?;
-                }
-            }
-            self.persist()?;
+            self.start_rebuilding(&promoted)?;
         }
         Ok(promoted)
+    }
+
+    /// The first half of [`promote_spares`](Self::promote_spares), for a
+    /// takeover while the volumes are in use: puts spares into the slots of
+    /// faulty or missing roles (the faulty devices are released) and makes
+    /// new [`volumes`](Self::volumes) over them, but leaves those roles'
+    /// states as they are (so nothing reads or writes them yet) and writes
+    /// nothing. Move every user of the old volumes to the new ones, then
+    /// call [`start_rebuilding`](Self::start_rebuilding) with the roles
+    /// returned.
+    pub fn attach_spares(&mut self) -> Result<Vec<u32>> {
+        let mut attached = Vec::new();
+        for role in 0..self.member_count() {
+            if !matches!(self.health.state(role), MemberState::Faulty | MemberState::Missing) {
+                continue;
+            }
+            let mut g = self.meta();
+            let n = g.n();
+            if g.sb.slots.len() == n {
+                break; // no spare left
+            }
+            let slot = g.sb.slots.remove(n);
+            let dev = g.devices.remove(n);
+            let spec = g.specs.remove(n);
+            let r = role as usize;
+            g.sb.slots[r].uuid = slot.uuid;
+            g.sb.slots[r].resync_from_bitmap = false;
+            g.devices[r] = dev;
+            g.specs[r] = spec;
+            attached.push(role);
+        }
+        if !attached.is_empty() {
+            self.rebuild_after_membership_change()?;
+        }
+        Ok(attached)
+    }
+
+    /// The second half of [`promote_spares`](Self::promote_spares): roles
+    /// (from [`attach_spares`](Self::attach_spares)) become rebuilding
+    /// from offset 0, get the bitmap, and the superblocks say so.
+    pub fn start_rebuilding(&mut self, roles: &[u32]) -> Result<()> {
+        for &r in roles {
+            self.check_role(r)?;
+            self.health.set_state(r, MemberState::Rebuilding);
+        }
+        if let Some(b) = &self.bitmap {
+            for &r in roles {
+                b.write_to(r)?;
+            }
+        }
+        self.persist()
     }
 
     /// Roles being rebuilt.

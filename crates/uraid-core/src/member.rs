@@ -183,6 +183,23 @@ static BUFFERED_WARNING: Once = Once::new();
 /// io_uring, which holds the member files, and that work is deferred).
 const BUSY_RETRIES: u32 = 100;
 
+/// The `URAID_FAILPOINT_FAIL_WRITES=PATH@START-END` failpoint (end-to-end
+/// tests of a member failing under a running process): the member opened
+/// as `PATH` fails every write that touches absolute member bytes
+/// `[START, END)` with EIO. Anything else in the variable is ignored.
+fn fail_writes_failpoint(name: &str) -> Option<Arc<crate::fault::Faults>> {
+    let v = std::env::var("URAID_FAILPOINT_FAIL_WRITES").ok()?;
+    let (path, range) = v.rsplit_once('@')?;
+    let (a, b) = range.split_once('-')?;
+    let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
+    if path != name || a >= b {
+        return None;
+    }
+    let f = Arc::new(crate::fault::Faults::new());
+    f.fail_writes(a..b);
+    Some(f)
+}
+
 impl Member {
     /// Opens the member named by `spec`.
     ///
@@ -190,10 +207,14 @@ impl Member {
     /// holds it (`exclusive`), `InvalidInput` for something that is neither
     /// a regular file nor a block device.
     pub fn open(spec: &MemberSpec, mode: OpenMode) -> Result<Member> {
-        match spec {
+        let mut m = match spec {
             MemberSpec::Mem(m) => Self::open_mem(m),
             MemberSpec::Path(p) => Self::open_path(p, mode),
+        }?;
+        if let Some(f) = fail_writes_failpoint(&m.name) {
+            m.set_faults(f);
         }
+        Ok(m)
     }
 
     fn open_mem(m: &MemSpec) -> Result<Member> {

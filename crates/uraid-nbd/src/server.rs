@@ -17,7 +17,7 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +36,27 @@ pub struct Export {
     pub description: String,
     /// The volume.
     pub volume: Arc<Volume>,
+}
+
+/// An export as the server holds it: the volume behind it can be replaced
+/// while it serves (see [`Server::replace_volume`]); capacity and block
+/// size stay those of the first volume.
+#[derive(Debug)]
+struct Live {
+    name: String,
+    description: String,
+    capacity: u64,
+    block_size: u32,
+    current: std::sync::Mutex<Arc<Volume>>,
+    /// Bumped by every replacement; connections compare it with theirs.
+    generation: AtomicU64,
+}
+
+impl Live {
+    fn volume(&self) -> (Arc<Volume>, u64) {
+        let v = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        (v, self.generation.load(Ordering::Acquire))
+    }
 }
 
 /// Server settings.
@@ -70,7 +91,7 @@ pub enum Listener {
 /// may set.
 #[derive(Debug)]
 pub struct Server {
-    exports: Arc<Vec<Export>>,
+    exports: Arc<Vec<Live>>,
     opts: ServerOptions,
     shutdown: Arc<AtomicBool>,
     connections: Arc<AtomicUsize>,
@@ -85,6 +106,17 @@ impl Server {
     /// A server for `exports` (the first one is the default export, used
     /// when a client asks for the empty name).
     pub fn new(exports: Vec<Export>, opts: ServerOptions) -> Server {
+        let exports = exports
+            .into_iter()
+            .map(|e| Live {
+                capacity: e.volume.capacity(),
+                block_size: e.volume.block_size(),
+                name: e.name,
+                description: e.description,
+                current: std::sync::Mutex::new(e.volume),
+                generation: AtomicU64::new(0),
+            })
+            .collect();
         Server {
             exports: Arc::new(exports),
             opts,
@@ -103,6 +135,37 @@ impl Server {
     /// Connections open now.
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::Relaxed)
+    }
+
+    /// The volume export `name` serves now (`""`: the default export).
+    pub fn volume(&self, name: &str) -> Option<Arc<Volume>> {
+        find(&self.exports, name).map(|e| e.volume().0)
+    }
+
+    /// Makes export `name` serve `vol` from now on: each connection
+    /// answers the requests it has in flight on the old volume, then moves
+    /// to the new one before it reads another request (so no request runs
+    /// on the old volume once every connection has moved: the caller can
+    /// tell by the old volume's `Arc` count). Used when a spare takes over
+    /// a member's role while the array is exported.
+    ///
+    /// Errors: no such export, or `vol` has another capacity or block size
+    /// (clients were told those at the handshake).
+    pub fn replace_volume(&self, name: &str, vol: Arc<Volume>) -> Result<(), String> {
+        let e = find(&self.exports, name).ok_or_else(|| format!("no export named '{name}'"))?;
+        if vol.capacity() != e.capacity || vol.block_size() != e.block_size {
+            return Err(format!(
+                "the new volume of export '{}' has {} bytes in blocks of {}, the clients were told {} in blocks of {}",
+                e.name,
+                vol.capacity(),
+                vol.block_size(),
+                e.capacity,
+                e.block_size
+            ));
+        }
+        *e.current.lock().unwrap_or_else(|p| p.into_inner()) = vol;
+        e.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Accepts connections until the shutdown flag is set, then waits for
@@ -196,23 +259,23 @@ pub fn transmission_flags(read_only: bool) -> u16 {
     f
 }
 
-fn find<'a>(exports: &'a [Export], name: &str) -> Option<&'a Export> {
+fn find<'a>(exports: &'a [Live], name: &str) -> Option<&'a Live> {
     if name.is_empty() {
         return exports.first();
     }
     exports.iter().find(|e| e.name == name)
 }
 
-fn info_replies(option: u32, e: &Export, items: &[u16], read_only: bool) -> Vec<u8> {
+fn info_replies(option: u32, e: &Live, items: &[u16], read_only: bool) -> Vec<u8> {
     let mut v = Vec::new();
     let mut export = Vec::with_capacity(12);
     export.extend_from_slice(&INFO_EXPORT.to_be_bytes());
-    export.extend_from_slice(&e.volume.capacity().to_be_bytes());
+    export.extend_from_slice(&e.capacity.to_be_bytes());
     export.extend_from_slice(&transmission_flags(read_only).to_be_bytes());
     v.extend(option_reply(option, REP_INFO, &export));
     // The spec lets a server send block sizes unasked; clients that honour
     // them (qemu, libnbd) then never send misaligned requests.
-    let min = e.volume.block_size();
+    let min = e.block_size;
     let mut bs = Vec::with_capacity(14);
     bs.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
     bs.extend_from_slice(&min.to_be_bytes());
@@ -236,7 +299,7 @@ fn info_replies(option: u32, e: &Export, items: &[u16], read_only: bool) -> Vec<
 /// The outcome of a successful handshake: which export, and whether
 /// structured replies were negotiated.
 struct Negotiated<'a> {
-    export: &'a Export,
+    export: &'a Live,
     structured: bool,
 }
 
@@ -245,7 +308,7 @@ struct Negotiated<'a> {
 /// EXPORT_NAME, a bad option magic).
 fn handshake<'a, S: Read + Write + AsRawFd>(
     s: &mut Wire<S>,
-    exports: &'a [Export],
+    exports: &'a [Live],
     opts: &ServerOptions,
     shutdown: &AtomicBool,
 ) -> io::Result<Option<Negotiated<'a>>> {
@@ -290,7 +353,7 @@ fn handshake<'a, S: Read + Write + AsRawFd>(
                 let Ok(name) = std::str::from_utf8(&data) else { return Ok(None) };
                 let Some(e) = find(exports, name) else { return Ok(None) };
                 let mut r = Vec::with_capacity(134);
-                r.extend_from_slice(&e.volume.capacity().to_be_bytes());
+                r.extend_from_slice(&e.capacity.to_be_bytes());
                 r.extend_from_slice(&transmission_flags(opts.read_only).to_be_bytes());
                 if !no_zeroes {
                     r.extend_from_slice(&[0u8; 124]);
@@ -364,13 +427,13 @@ fn handshake<'a, S: Read + Write + AsRawFd>(
 
 fn connection<S: Read + Write + AsRawFd>(
     s: S,
-    exports: &[Export],
+    exports: &[Live],
     opts: ServerOptions,
     shutdown: &AtomicBool,
 ) -> io::Result<()> {
     let mut w = Wire::Plain(s);
     let Some(n) = handshake(&mut w, exports, &opts, shutdown)? else { return Ok(()) };
-    Transmission::new(&mut w, n.export.volume.clone(), n.structured, &opts)?.run(shutdown);
+    Transmission::new(&mut w, n.export, n.structured, &opts)?.run(shutdown);
     Ok(())
 }
 
@@ -404,7 +467,10 @@ const INBUF: usize = 256 << 10;
 struct Transmission<'s, S: Read + Write + AsRawFd> {
     s: &'s mut Wire<S>,
     fd: RawFd,
+    live: &'s Live,
     vol: Arc<Volume>,
+    /// The export's generation `vol` belongs to.
+    generation: u64,
     q: Queue,
     structured: bool,
     read_only: bool,
@@ -430,8 +496,9 @@ struct Transmission<'s, S: Read + Write + AsRawFd> {
 }
 
 impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
-    fn new(s: &'s mut Wire<S>, vol: Arc<Volume>, structured: bool, opts: &ServerOptions) -> io::Result<Self> {
+    fn new(s: &'s mut Wire<S>, live: &'s Live, structured: bool, opts: &ServerOptions) -> io::Result<Self> {
         let depth = opts.queue_depth.max(1);
+        let (vol, generation) = live.volume();
         let q = vol.queue(depth).map_err(|e| io::Error::other(e.to_string()))?;
         let fd = s.raw_fd();
         // Replies are written with blocking writes and no time limit: a slow
@@ -450,7 +517,9 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
         Ok(Transmission {
             s,
             fd,
+            live,
             vol,
+            generation,
             q,
             structured,
             read_only: opts.read_only,
@@ -475,12 +544,21 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
                 // Stop taking requests; answer those in flight, then close.
                 self.reading = false;
             }
-            self.read_requests();
+            // The export moved to another volume: finish what is in flight
+            // here, then move before reading more.
+            let moving = self.live.generation.load(Ordering::Acquire) != self.generation;
+            if moving && self.q.in_flight() == 0 && !self.move_volume() {
+                self.reading = false;
+            }
+            let moving = self.live.generation.load(Ordering::Acquire) != self.generation;
+            if !moving {
+                self.read_requests();
+            }
             self.flush_replies();
             if !self.reading && self.q.in_flight() == 0 {
                 break;
             }
-            let poll = (self.reading && !self.free.is_empty()).then_some(self.fd);
+            let poll = (self.reading && !moving && !self.free.is_empty()).then_some(self.fd);
             self.q.wait_event(&mut out, poll, TICK);
             for c in out.drain(..) {
                 self.complete(c);
@@ -496,6 +574,21 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
         }
         // SAFETY: shutdown(2) on the connection's own, still open socket.
         unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+    }
+
+    /// Moves to the export's current volume (nothing in flight). False
+    /// when its queue cannot be made (the connection then ends).
+    fn move_volume(&mut self) -> bool {
+        let (vol, generation) = self.live.volume();
+        match vol.queue(self.slots.len()) {
+            Ok(q) => {
+                self.q = q;
+                self.vol = vol;
+                self.generation = generation;
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     fn take_buf(&mut self, len: usize) -> IoBuf {

@@ -164,30 +164,12 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         None => format!("-unix {}", uri.split("socket=").nth(1).unwrap_or("")),
     });
     println!("stop with Ctrl-C (SIGINT) or SIGTERM: requests in flight finish, members are flushed and marked clean.");
-    // A rebuild in the background; it gives the array back when it ends.
-    let stop_rebuild = std::sync::Arc::new(AtomicBool::new(false));
-    let rebuilding = arr.as_ref().map(|x| x.rebuilding()).unwrap_or_default();
-    let background = match arr.take() {
-        Some(mut x) if !rebuilding.is_empty() && !a.read_only => {
-            println!("rebuilding role(s) {rebuilding:?} in the background while serving (progress on stderr)");
-            let stop = stop_rebuild.clone();
-            Some(std::thread::spawn(move || {
-                let mut last = 0u64;
-                let r = x.rebuild_until(rebuild_rate, Some(&stop), &mut |role, done, total| {
-                    let pct = if total == 0 { 100 } else { done * 100 / total };
-                    if pct >= last + 10 || done == total {
-                        last = pct;
-                        eprintln!("uraid serve: rebuild of role {role}: {pct}% ({done} of {total} member bytes)");
-                    }
-                });
-                (x, r)
-            }))
-        }
-        other => {
-            arr = other;
-            None
-        }
-    };
+    let capacity = volume.capacity();
+    // From here the server alone holds the volume, so that after a spare
+    // takes over a role the old volume's Arc count tells when every
+    // connection has moved to the new one.
+    drop(volume);
+    let stop_manager = AtomicBool::new(false);
     let flag = server.shutdown_flag();
     let watcher = {
         let flag = flag.clone();
@@ -198,35 +180,104 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
             flag.store(true, Ordering::Relaxed);
         })
     };
-    let res = server.run(&listener);
-    flag.store(true, Ordering::Relaxed);
+    let (res, arr) = std::thread::scope(|sc| {
+        // The array's manager: rebuilds in the background and lets a spare
+        // take over a role that fails while serving.
+        let manager = match arr.take() {
+            Some(x) if !a.read_only => Some(sc.spawn(|| manage(x, &server, &name, rebuild_rate, &stop_manager))),
+            other => {
+                arr = other;
+                None
+            }
+        };
+        let res = server.run(&listener);
+        flag.store(true, Ordering::Relaxed);
+        stop_manager.store(true, Ordering::Relaxed);
+        let managed = manager.map(|m| m.join().map_err(|_| anyhow::anyhow!("the array manager thread panicked")));
+        (res, managed.transpose().map(|m| m.or(arr)))
+    });
     let _ = watcher.join();
     if let Listener::Unix(_, p) = &listener {
         let _ = std::fs::remove_file(p);
     }
-    stop_rebuild.store(true, Ordering::Relaxed);
-    if let Some(h) = background {
-        let (x, r) = h.join().map_err(|_| anyhow::anyhow!("the background rebuild thread panicked"))?;
-        match r {
-            Ok(reports) => {
-                for (role, rep) in rebuilding.iter().zip(&reports) {
-                    eprintln!(
-                        "uraid serve: role {role} rebuilt: {} bytes written, {} zeroed, {} already in sync, in {:.1} s",
-                        rep.bytes_written, rep.bytes_skipped, rep.bytes_in_sync, rep.seconds
-                    );
-                }
-            }
-            Err(e) if e.kind() == uraid_core::ErrorKind::Interrupted => eprintln!("uraid serve: {e}"),
-            Err(e) => eprintln!("uraid serve: the background rebuild failed: {e}"),
-        }
-        arr = Some(x);
-    }
+    let arr = arr?;
     res.context("the listening socket failed")?;
-    volume.flush().context("final flush failed")?;
-    drop(volume);
+    if let Some(v) = server.volume(&name) {
+        debug_assert_eq!(v.capacity(), capacity);
+        v.flush().context("final flush failed")?;
+    }
+    drop(server);
     if let Some(arr) = arr {
         arr.stop()?;
     }
     eprintln!("uraid serve: stopped cleanly");
     Ok(())
+}
+
+/// The array's manager while `serve` runs, until `stop`: rebuilds the
+/// rebuilding roles in the background (interrupted at a checkpoint by the
+/// stop), and when a role is faulty or missing and a spare is there, moves
+/// the spare in: new volumes over it, every connection moved to them
+/// (requests in flight finish on the old ones), then the rebuild. Returns
+/// the array for the final stop.
+fn manage(mut arr: array::Array, server: &Server, name: &str, rate: Option<u64>, stop: &AtomicBool) -> array::Array {
+    while !stop.load(Ordering::Relaxed) {
+        let rebuilding = arr.rebuilding();
+        if !rebuilding.is_empty() {
+            eprintln!("uraid serve: rebuilding role(s) {rebuilding:?} in the background");
+            let mut last = 0u64;
+            let r = arr.rebuild_until(rate, Some(stop), &mut |role, done, total| {
+                let pct = if total == 0 { 100 } else { done * 100 / total };
+                if pct >= last + 10 || done == total {
+                    last = pct;
+                    eprintln!("uraid serve: rebuild of role {role}: {pct}% ({done} of {total} member bytes)");
+                }
+            });
+            match r {
+                Ok(reports) => {
+                    for (role, rep) in rebuilding.iter().zip(&reports) {
+                        eprintln!(
+                            "uraid serve: role {role} rebuilt: {} bytes written, {} zeroed, {} already in sync, in {:.1} s",
+                            rep.bytes_written, rep.bytes_skipped, rep.bytes_in_sync, rep.seconds
+                        );
+                    }
+                }
+                Err(e) if e.kind() == uraid_core::ErrorKind::Interrupted => eprintln!("uraid serve: {e}"),
+                Err(e) => {
+                    eprintln!("uraid serve: the background rebuild failed: {e}");
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                }
+            }
+            continue;
+        }
+        let down = (0..arr.member_count()).any(|r| {
+            matches!(arr.health().state(r), uraid_core::health::MemberState::Faulty | uraid_core::health::MemberState::Missing)
+        });
+        if down && !arr.superblock().spares().is_empty() {
+            let old = arr.volume().clone();
+            match arr.attach_spares() {
+                Ok(roles) if !roles.is_empty() => {
+                    eprintln!("uraid serve: a spare takes over role(s) {roles:?}; moving the connections to it");
+                    if let Err(e) = server.replace_volume(name, arr.volume().clone()) {
+                        eprintln!("uraid serve: cannot move the export to the spare: {e}");
+                        return arr;
+                    }
+                    // Connections move between requests; a stop ends them.
+                    while std::sync::Arc::strong_count(&old) > 1 {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    drop(old);
+                    if let Err(e) = arr.start_rebuilding(&roles) {
+                        eprintln!("uraid serve: cannot start the rebuild onto the spare: {e}");
+                        return arr;
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("uraid serve: a spare could not take over: {e}"),
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    arr
 }

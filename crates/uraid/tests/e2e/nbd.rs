@@ -22,8 +22,13 @@ struct Served {
 
 impl Served {
     fn start(members: &[PathBuf], socket: &Path, extra: &[&str]) -> Served {
+        Served::start_env(members, socket, extra, &[])
+    }
+
+    fn start_env(members: &[PathBuf], socket: &Path, extra: &[&str], env: &[(&str, String)]) -> Served {
         let mut cmd = Command::new(URAID);
         cmd.arg("serve").arg("--socket").arg(socket).args(extra).args(members);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let child = ChildGuard(cmd.spawn().expect("cannot start uraid serve"));
         let t0 = Instant::now();
@@ -648,10 +653,9 @@ fn serve_rebuilds_in_the_background_while_clients_write() {
         assert!(t0.elapsed() < Duration::from_secs(60), "the background rebuild did not finish");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (st, out, err) = srv.stop();
+    let (st, _, err) = srv.stop();
     assert!(st.success(), "serve exit {st}: {err}");
-    assert_contains(&out, &["rebuilding role(s) [1] in the background"], "serve stdout");
-    assert_contains(&err, &["rebuild of role 1: 100%", "role 1 rebuilt", "stopped cleanly"], "serve stderr");
+    assert_contains(&err, &["rebuilding role(s) [1] in the background", "rebuild of role 1: 100%", "role 1 rebuilt", "stopped cleanly"], "serve stderr");
     let chk = uraid_ok(&["check", "--json", m0, sp]);
     let v: serde_json::Value = serde_json::from_str(&chk.stdout).unwrap();
     assert_eq!(v[0]["report"]["mismatches"].as_u64(), Some(0), "copies differ after the background rebuild: {v}");
@@ -659,5 +663,71 @@ fn serve_rebuilds_in_the_background_while_clients_write() {
     uraid_ok(&["fail", "--member", "0", m0, sp]);
     let arr = uraid_core::array::assemble(&specs(&m[2..])).unwrap();
     assert!(arr.volume().read_at(0, cap).unwrap() == model, "the rebuilt member's data differs");
+    arr.release();
+}
+
+/// A member that fails while `uraid serve` runs is replaced by the spare at
+/// once (mdadm's behaviour): the connections move to the new volume between
+/// requests, the spare is rebuilt in the background, and the client's
+/// writes before, during and after all land.
+#[test]
+fn a_spare_takes_over_a_role_that_fails_while_serving() {
+    let _g = shared();
+    tools();
+    require_tool("qemu-io", "qemu-utils");
+    let d = tmpdir();
+    let mut rng = rng("a_spare_takes_over_while_serving");
+    let m = sparse_files(d.path(), "t", 3, 64 << 20);
+    let (m0, m1, sp) = (s(&m[0]), s(&m[1]), s(&m[2]));
+    uraid_ok(&["create", "--level", "1", "--chunk", "64K", "--name", "hot", "--bitmap-region", "1M", m0, m1]);
+    let arr = uraid_core::array::assemble(&specs(&m[..2])).unwrap();
+    let cap = arr.volume().capacity() as usize;
+    let mut model = vec![0u8; cap];
+    rng.fill_bytes(&mut model[..32 << 20]);
+    arr.volume().write_at(0, &model[..32 << 20]).unwrap();
+    arr.stop().unwrap();
+    uraid_ok(&["add", "--spare", sp, m0, m1]);
+    // Member 1 fails the first write that reaches its bytes 40..41 MiB of
+    // the data area (RAID 1: logical 40 MiB).
+    let at = uraid_core::superblock::DATA_OFFSET + (40 << 20);
+    let fp = ("URAID_FAILPOINT_FAIL_WRITES", format!("{m1}@{at}-{}", at + (1 << 20)));
+    let srv = Served::start_env(&m, &d.path().join("s.sock"), &["--rebuild-rate", "24"], &[fp]);
+    let qio = |cmds: &[&str]| {
+        let mut c = Command::new("qemu-io");
+        c.args(["-f", "raw"]);
+        for x in cmds {
+            c.args(["-c", x]);
+        }
+        run_tool(c.arg(srv.uri()))
+    };
+    qio(&["write -P 0x11 40M 1M", "flush"]);
+    model[40 << 20..41 << 20].fill(0x11);
+    // More writes while the spare comes in and rebuilds.
+    for (i, off) in [8usize, 20, 44, 2].into_iter().enumerate() {
+        let p = 0x21 + i as u8;
+        qio(&[&format!("write -P {p} {off}M 2M"), "flush", &format!("read -P {p} {off}M 2M")]);
+        model[off << 20..(off + 2) << 20].fill(p);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let t0 = Instant::now();
+    loop {
+        let raw = raw_superblock(&m[0]);
+        if raw.slots.len() == 2 && raw.slots[1].uuid == raw_superblock(&m[2]).member_uuid && raw.slots[1].state == 0 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the spare did not take over and finish its rebuild: {:?}", raw.slots);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    qio(&["read -P 0x11 40M 1M"]);
+    let (st, _, err) = srv.stop();
+    assert!(st.success(), "serve exit {st}: {err}");
+    assert_contains(&err, &["member", "a spare takes over role(s) [1]", "role 1 rebuilt", "stopped cleanly"], "serve stderr");
+    uraid_fails(&["status", m0, m1, sp], &["no longer part of array 'hot'", m1]);
+    let chk = uraid_ok(&["check", "--json", m0, sp]);
+    let v: serde_json::Value = serde_json::from_str(&chk.stdout).unwrap();
+    assert_eq!(v[0]["report"]["mismatches"].as_u64(), Some(0), "copies differ after the takeover: {v}");
+    uraid_ok(&["fail", "--member", "0", m0, sp]);
+    let arr = uraid_core::array::assemble(&specs(&m[2..])).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "the spare's data differs");
     arr.release();
 }
