@@ -620,6 +620,23 @@ fn tls_export_works_with_libnbd_and_refuses_clear_text() {
     assert!(!st.success(), "a clear-text client must be refused");
 }
 
+/// A RAID 1 array `name` over two 64 MiB files with `data` random bytes
+/// written from offset 0, and a third file added as a spare; returns the
+/// files (members, then the spare), the capacity and the expected contents.
+fn mirror_and_spare(dir: &Path, name: &str, data: usize) -> (Vec<PathBuf>, usize, Vec<u8>) {
+    let m = sparse_files(dir, name, 3, 64 << 20);
+    let (m0, m1, sp) = (s(&m[0]), s(&m[1]), s(&m[2]));
+    uraid_ok(&["create", "--level", "1", "--chunk", "64K", "--name", name, "--bitmap-region", "1M", m0, m1]);
+    let arr = uraid_core::array::assemble(&specs(&m[..2])).unwrap();
+    let cap = arr.volume().capacity() as usize;
+    let mut model = vec![0u8; cap];
+    rng(name).fill_bytes(&mut model[..data]);
+    arr.volume().write_at(0, &model[..data]).unwrap();
+    arr.stop().unwrap();
+    uraid_ok(&["add", "--spare", sp, m0, m1]);
+    (m, cap, model)
+}
+
 /// A spare that took over a failed role is rebuilt in the background of
 /// `uraid serve` while a client writes through the export; after the stop
 /// the array is whole, the copies agree and every byte reads back.
@@ -629,17 +646,8 @@ fn serve_rebuilds_in_the_background_while_clients_write() {
     tools();
     require_tool("qemu-io", "qemu-utils");
     let d = tmpdir();
-    let mut rng = rng("serve_rebuilds_in_the_background");
-    let m = sparse_files(d.path(), "b", 3, 64 << 20);
+    let (m, cap, mut model) = mirror_and_spare(d.path(), "bg", 48 << 20);
     let (m0, m1, sp) = (s(&m[0]), s(&m[1]), s(&m[2]));
-    uraid_ok(&["create", "--level", "1", "--chunk", "64K", "--name", "bg", "--bitmap-region", "1M", m0, m1]);
-    let arr = uraid_core::array::assemble(&specs(&m[..2])).unwrap();
-    let cap = arr.volume().capacity() as usize;
-    let mut model = vec![0u8; cap];
-    rng.fill_bytes(&mut model[..48 << 20]);
-    arr.volume().write_at(0, &model[..48 << 20]).unwrap();
-    arr.stop().unwrap();
-    uraid_ok(&["add", "--spare", sp, m0, m1]);
     let o = uraid_ok(&["fail", "--no-rebuild", "--member", "1", m0, m1, sp]);
     assert_contains(&o.stdout, &["a spare takes over role 1"], "fail with a spare");
     // 48 MiB to rebuild at 16 MB/s: about 3 s of rebuild under the client.
@@ -676,17 +684,8 @@ fn a_spare_takes_over_a_role_that_fails_while_serving() {
     tools();
     require_tool("qemu-io", "qemu-utils");
     let d = tmpdir();
-    let mut rng = rng("a_spare_takes_over_while_serving");
-    let m = sparse_files(d.path(), "t", 3, 64 << 20);
+    let (m, cap, mut model) = mirror_and_spare(d.path(), "hot", 32 << 20);
     let (m0, m1, sp) = (s(&m[0]), s(&m[1]), s(&m[2]));
-    uraid_ok(&["create", "--level", "1", "--chunk", "64K", "--name", "hot", "--bitmap-region", "1M", m0, m1]);
-    let arr = uraid_core::array::assemble(&specs(&m[..2])).unwrap();
-    let cap = arr.volume().capacity() as usize;
-    let mut model = vec![0u8; cap];
-    rng.fill_bytes(&mut model[..32 << 20]);
-    arr.volume().write_at(0, &model[..32 << 20]).unwrap();
-    arr.stop().unwrap();
-    uraid_ok(&["add", "--spare", sp, m0, m1]);
     // Member 1 fails the first write that reaches its bytes 40..41 MiB of
     // the data area (RAID 1: logical 40 MiB).
     let at = uraid_core::superblock::DATA_OFFSET + (40 << 20);
