@@ -105,6 +105,8 @@ def main():
             print(f"{name:<14} {bu[key]:>9.0f} {unit:<4}{bf[key]:>9.0f} {unit:<4}{ratio:>8.1%} {'>= 95%':>8}  "
                   f"{bu['cpu_gb']:>15.2f} {bf['cpu_gb']:>6.2f}  {'MET' if ok else 'NOT MET'}")
         print(f"target: uraid >= 95% of fio on both: {'MET' if ok_all else 'NOT MET'}")
+        print("CPU: uraid's figure is the whole process (getrusage RUSAGE_SELF, which includes io_uring's worker "
+              "threads when the kernel hands requests to them); fio's is its job thread's usr+sys, without them.")
         # ---- part 2: a full default CrystalDiskMark run -------------------------------
         if not args.skip_full:
             print("\npart 2: a full default CrystalDiskMark run: uraid suite --sets cdm "

@@ -1,4 +1,15 @@
 //! Page-aligned I/O buffers, as O_DIRECT and io_uring need them.
+//!
+//! Buffers of [`HUGE_MIN`] bytes or more are their own anonymous mappings,
+//! aligned to 2 MiB and advised as transparent huge pages
+//! (`madvise(MADV_HUGEPAGE)`, which works when the kernel's THP mode is
+//! `always` or `madvise`). A 1 MiB O_DIRECT transfer into one huge page is
+//! a few physically contiguous segments instead of 256 separate 4 KiB
+//! pages: the block layer then need not split the bio (a loop device takes
+//! 128 segments), and io_uring, which may not split a request it issues
+//! without blocking, does not hand it to a worker thread. On an unthrottled
+//! loop device that took uraid's SEQ1M Q8T1 read from the io_uring worker
+//! path (one extra kernel thread at ~35% of a core) to the inline one.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
@@ -7,6 +18,13 @@ use std::ptr::NonNull;
 /// any logical block size up to 4 KiB).
 pub const BUF_ALIGN: usize = 4096;
 
+/// Buffers this large (bytes) or larger are backed by huge pages where
+/// the kernel allows it (see the module doc).
+pub const HUGE_MIN: usize = 1 << 20;
+/// The huge page size the large buffers are aligned to (x86-64 and arm64
+/// with 4 KiB pages: 2 MiB).
+const HUGE: usize = 2 << 20;
+
 /// A heap buffer aligned to [`BUF_ALIGN`] bytes, zero-filled when made.
 ///
 /// Moving an `IoBuf` moves a pointer, never the bytes, so a buffer handed to
@@ -14,6 +32,8 @@ pub const BUF_ALIGN: usize = 4096;
 pub struct IoBuf {
     ptr: NonNull<u8>,
     len: usize,
+    /// Length of its own mapping (a huge-page buffer), 0 for a heap one.
+    mapped: usize,
 }
 
 // SAFETY: IoBuf owns its allocation exclusively, like Vec<u8>.
@@ -26,11 +46,48 @@ impl IoBuf {
     /// pointer is never dangling). Panics only when memory is exhausted,
     /// like `Vec`.
     pub fn new(len: usize) -> IoBuf {
+        if len >= HUGE_MIN {
+            if let Some(b) = Self::new_huge(len) {
+                return b;
+            }
+        }
         let layout = Self::layout(len);
         // SAFETY: the layout has a non-zero size (at least BUF_ALIGN).
         let ptr = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        IoBuf { ptr, len }
+        IoBuf { ptr, len, mapped: 0 }
+    }
+
+    /// A buffer in its own 2 MiB-aligned anonymous mapping (zero-filled by
+    /// the kernel) advised as huge pages; `None` when the mapping fails
+    /// (the caller falls back to the heap).
+    fn new_huge(len: usize) -> Option<IoBuf> {
+        let size = len.next_multiple_of(HUGE);
+        let map = size + HUGE;
+        // SAFETY: a new private anonymous mapping; no existing memory is
+        // named.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), map, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let start = p as usize;
+        let aligned = start.next_multiple_of(HUGE);
+        let (head, tail) = (aligned - start, start + map - (aligned + size));
+        // SAFETY: the head and tail ranges lie inside the mapping made above
+        // and outside the part kept; unmapping them touches nothing else.
+        // madvise only advises on the kept part.
+        unsafe {
+            if head > 0 {
+                libc::munmap(p, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned + size) as *mut libc::c_void, tail);
+            }
+            libc::madvise(aligned as *mut libc::c_void, size, libc::MADV_HUGEPAGE);
+        }
+        Some(IoBuf { ptr: NonNull::new(aligned as *mut u8)?, len, mapped: size })
     }
 
     fn layout(len: usize) -> Layout {
@@ -71,6 +128,12 @@ impl std::ops::DerefMut for IoBuf {
 
 impl Drop for IoBuf {
     fn drop(&mut self) {
+        if self.mapped > 0 {
+            // SAFETY: the mapping of `mapped` bytes at ptr was made in
+            // `new_huge` and is owned by this buffer alone.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
+            return;
+        }
         // SAFETY: allocated in `new` with the same layout.
         unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
     }
@@ -79,5 +142,27 @@ impl Drop for IoBuf {
 impl std::fmt::Debug for IoBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "IoBuf({} bytes)", self.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_and_large_buffers_are_aligned_zeroed_and_usable() {
+        for len in [1, 4096, 128 << 10, HUGE_MIN - 4096, HUGE_MIN, HUGE_MIN + 512, 3 << 20, 64 << 20] {
+            let mut b = IoBuf::new(len);
+            assert_eq!(b.len(), len);
+            let addr = b.as_mut_ptr() as usize;
+            assert_eq!(addr % BUF_ALIGN, 0, "{len} bytes at {addr:#x}");
+            if len >= HUGE_MIN {
+                assert_eq!(addr % HUGE, 0, "a large buffer starts on a huge page: {len} bytes at {addr:#x}");
+            }
+            assert!(b.iter().all(|&x| x == 0), "{len} bytes not zeroed");
+            b[len - 1] = 7;
+            b[0] = 9;
+            assert_eq!((b[0], b[len - 1]), (9, if len == 1 { 9 } else { 7 }));
+        }
     }
 }
