@@ -17,6 +17,7 @@
 
 pub mod array;
 pub mod bitmap;
+pub mod cache;
 pub mod buf;
 pub mod engine;
 pub mod error;

@@ -47,6 +47,11 @@ pub struct Volume {
     locks: StripeLocks,
     /// Some member is an emulated drive with ceilings.
     throttled: bool,
+    /// The volume cache, once enabled ([`Volume::enable_cache`]).
+    cache: std::sync::OnceLock<Arc<crate::cache::Cache>>,
+    /// Member reads issued by stripe operations (read-modify-write,
+    /// reconstruct-write, degraded reads).
+    stripe_reads: std::sync::atomic::AtomicU64,
 }
 
 /// The array-wide state a volume shares with the other volumes on the same
@@ -102,6 +107,8 @@ impl Volume {
             bitmap: shared.bitmap,
             locks: StripeLocks::default(),
             throttled,
+            cache: std::sync::OnceLock::new(),
+            stripe_reads: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -156,9 +163,49 @@ impl Volume {
     }
 
     /// Makes a queue for the calling thread with room for `depth` logical
-    /// requests in flight. Errors: `Unsupported` when io_uring is missing.
+    /// requests in flight (through the cache when there is one). Errors:
+    /// `Unsupported` when io_uring is missing.
     pub fn queue(self: &Arc<Self>, depth: usize) -> Result<Queue> {
-        Queue::new(self.clone(), depth)
+        Queue::new(self.clone(), depth, self.cache.get().cloned())
+    }
+
+    /// A queue that goes straight to the members even when the volume has
+    /// a cache (the cache's own flusher).
+    pub(crate) fn queue_uncached(self: &Arc<Self>, depth: usize) -> Result<Queue> {
+        Queue::new(self.clone(), depth, None)
+    }
+
+    /// Puts a cache in front of the volume (see [`crate::cache`]); every
+    /// queue made afterwards uses it. `Off` does nothing. Flush the volume
+    /// ([`flush`](Self::flush)) before the last handle goes: write-back
+    /// data not yet written is lost otherwise, as on a crash.
+    ///
+    /// Errors: `InvalidInput` when a cache is already there or the size
+    /// and dirty limit cannot hold one line (one stripe's data).
+    pub fn enable_cache(self: &Arc<Self>, cfg: crate::cache::CacheConfig) -> Result<()> {
+        if cfg.mode == crate::cache::CacheMode::Off {
+            return Ok(());
+        }
+        let c = Arc::new(crate::cache::Cache::new(self, cfg)?);
+        if self.cache.set(c.clone()).is_err() {
+            bail!(InvalidInput, "the volume already has a cache");
+        }
+        if cfg.mode == crate::cache::CacheMode::WriteBack {
+            c.start_flusher(Arc::downgrade(self));
+        }
+        Ok(())
+    }
+
+    /// Member reads issued so far by stripe operations: the reads of
+    /// read-modify-write and reconstruct-write, and of degraded reads (a
+    /// write stream the coalescer turns into full stripes issues none).
+    pub fn stripe_reads(&self) -> u64 {
+        self.stripe_reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The volume's cache, if any.
+    pub fn cache(&self) -> Option<&Arc<crate::cache::Cache>> {
+        self.cache.get()
     }
 
     /// Reads `len` bytes at `offset` (blocking; control path and tests).
@@ -177,10 +224,20 @@ impl Volume {
         q.run(Request { op: Op::Write, offset, len: data.len(), buf: Some(buf), tag: 0, fua: false }).result.map(|_| ())
     }
 
-    /// Makes every completed write durable on every member (blocking).
+    /// Makes every completed write durable on every member (blocking;
+    /// with a write-back cache, writes everything back first).
     pub fn flush(self: &Arc<Self>) -> Result<()> {
         let mut q = self.queue(1)?;
         q.run(Request { op: Op::Flush, offset: 0, len: 0, buf: None, tag: 0, fua: false }).result.map(|_| ())
+    }
+
+    /// Flushes and stops the cache's flusher (the end of a clean stop).
+    pub fn close_cache(self: &Arc<Self>) -> Result<()> {
+        if let Some(c) = self.cache.get() {
+            self.flush()?;
+            c.close();
+        }
+        Ok(())
     }
 }
 
@@ -296,6 +353,9 @@ struct Slot {
     replan: bool,
     /// Plans so far (bounded by the member count).
     plans: u8,
+    /// A read that missed the cache: the lines to lay over its result and
+    /// the cache's write-through epoch at its start.
+    cache_read: Option<(Vec<u64>, u64)>,
 }
 
 /// A per-thread submission and completion queue over a [`Volume`].
@@ -320,7 +380,27 @@ pub struct Queue {
     raid: raid::State,
     /// Completions of member I/Os a fault plan failed (user data, -errno).
     synthetic: Vec<(u64, i32)>,
+    /// The volume's cache, unless this queue bypasses it.
+    cache: Option<Arc<crate::cache::Cache>>,
+    /// Requests the cache completed, handed out at the next wait.
+    cache_ready: Vec<Completion>,
+    /// Requests waiting on the cache: for durability (flush, FUA) or room.
+    cache_parked: Vec<(Request, Parked)>,
 }
+
+/// Why a request waits on the cache.
+#[derive(Debug, Clone, Copy)]
+enum Parked {
+    /// Until writes below this sequence number are durable.
+    Durable(u64),
+    /// The same, then to the members.
+    DurableThenMembers(u64),
+    /// Until the dirty bytes fall below the limit.
+    Room,
+}
+
+/// How often a queue looks at requests waiting on the cache (ns).
+const CACHE_POLL_NS: u64 = 100_000;
 
 /// user_data of the poll armed by [`Queue::wait_event`].
 const POLL_TAG: u64 = u64::MAX;
@@ -333,7 +413,7 @@ const SOP_BIT: u64 = 1 << 62;
 mod raid;
 
 impl Queue {
-    fn new(vol: Arc<Volume>, depth: usize) -> Result<Queue> {
+    fn new(vol: Arc<Volume>, depth: usize, cache: Option<Arc<crate::cache::Cache>>) -> Result<Queue> {
         let depth = depth.clamp(1, 4096);
         let entries = (depth * vol.members().len().min(8)).next_power_of_two().clamp(64, 4096) as u32;
         // A queue belongs to the thread that made it (it is not Send), so
@@ -370,6 +450,7 @@ impl Queue {
                 offset: 0,
                 replan: false,
                 plans: 0,
+                cache_read: None,
             })
             .collect();
         Ok(Queue {
@@ -384,6 +465,9 @@ impl Queue {
             poll_ready: false,
             raid: raid::State::new(&vol_for_state),
             synthetic: Vec::new(),
+            cache,
+            cache_ready: Vec::new(),
+            cache_parked: Vec::new(),
         })
     }
 
@@ -394,16 +478,16 @@ impl Queue {
 
     /// Logical requests in flight.
     pub fn in_flight(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.slots.len() - self.free.len() + self.cache_ready.len() + self.cache_parked.len()
     }
 
     /// Room for more requests.
     pub fn has_room(&self) -> bool {
-        !self.free.is_empty()
+        self.in_flight() < self.slots.len()
     }
 
     fn check(&self, req: &Request) -> Result<()> {
-        if self.free.is_empty() {
+        if !self.has_room() {
             bail!(Busy, "queue is full ({} requests in flight); wait for completions first", self.slots.len());
         }
         if req.op == Op::Flush {
@@ -445,11 +529,79 @@ impl Queue {
     ///
     /// Errors (the request is handed back): `Busy` when `depth` requests are
     /// in flight, `OutOfRange` past the end, `InvalidInput` when misaligned.
-    pub fn push(&mut self, req: Request) -> std::result::Result<(), Rejected> {
+    pub fn push(&mut self, mut req: Request) -> std::result::Result<(), Rejected> {
         if let Err(error) = self.check(&req) {
             return Err(Rejected { error, request: req });
         }
+        let mut cache_read = None;
+        if let Some(c) = self.cache.clone() {
+            match c.take(&mut req) {
+                crate::cache::Taken::Done(n) => {
+                    self.cache_ready.push(Completion { tag: req.tag, result: Ok(n), buf: req.buf });
+                    return Ok(());
+                }
+                crate::cache::Taken::Durable(t) => {
+                    self.cache_parked.push((req, Parked::Durable(t)));
+                    return Ok(());
+                }
+                crate::cache::Taken::DurableThenMembers(t) => {
+                    self.cache_parked.push((req, Parked::DurableThenMembers(t)));
+                    return Ok(());
+                }
+                crate::cache::Taken::Full => {
+                    self.cache_parked.push((req, Parked::Room));
+                    return Ok(());
+                }
+                crate::cache::Taken::Members { pins, epoch } => {
+                    if req.op == Op::Read {
+                        cache_read = Some((pins, epoch));
+                    }
+                }
+            }
+        }
+        self.push_members(req, cache_read);
+        Ok(())
+    }
+
+    /// Requests parked on the cache that may go on: completes them, or
+    /// sends them on to the members. True when some are still parked.
+    fn cache_poll(&mut self, out: &mut Vec<Completion>) -> bool {
+        out.append(&mut self.cache_ready);
+        let Some(c) = self.cache.clone() else { return false };
+        let mut i = 0;
+        while i < self.cache_parked.len() {
+            let go = match self.cache_parked[i].1 {
+                Parked::Durable(t) | Parked::DurableThenMembers(t) => c.durable(t),
+                Parked::Room => c.has_room().then_some(Ok(())),
+            };
+            let Some(res) = go else {
+                i += 1;
+                continue;
+            };
+            let (mut req, why) = self.cache_parked.swap_remove(i);
+            match (why, res) {
+                (_, Err(e)) => out.push(Completion { tag: req.tag, result: Err(e), buf: req.buf }),
+                (Parked::Durable(_), Ok(())) => out.push(Completion { tag: req.tag, result: Ok(req.len), buf: req.buf }),
+                (Parked::DurableThenMembers(_), Ok(())) => {
+                    c.invalidate(req.offset, req.len);
+                    self.push_members(req, None);
+                }
+                (Parked::Room, Ok(())) => match c.take(&mut req) {
+                    crate::cache::Taken::Done(n) => out.push(Completion { tag: req.tag, result: Ok(n), buf: req.buf }),
+                    crate::cache::Taken::Durable(t) => self.cache_parked.push((req, Parked::Durable(t))),
+                    crate::cache::Taken::DurableThenMembers(t) => self.cache_parked.push((req, Parked::DurableThenMembers(t))),
+                    crate::cache::Taken::Full => self.cache_parked.push((req, Parked::Room)),
+                    crate::cache::Taken::Members { .. } => self.push_members(req, None),
+                },
+            }
+        }
+        !self.cache_parked.is_empty()
+    }
+
+    /// Queues `req` (checked) on the members.
+    fn push_members(&mut self, req: Request, cache_read: Option<(Vec<u64>, u64)>) {
         let si = self.free.pop().expect("checked") as usize;
+        self.slots[si].cache_read = cache_read;
         let data_offset = self.vol.data_offset;
         let vol = self.vol.clone();
         let slot = &mut self.slots[si];
@@ -465,7 +617,7 @@ impl Queue {
         slot.plans = 0;
         if vol.geometry().layout().is_some() {
             self.plan(si);
-            return Ok(());
+            return;
         }
         match req.op {
             Op::Flush => {
@@ -499,7 +651,6 @@ impl Queue {
             p.deadline = vol.deadline(p.member, p.len, now);
             self.push_piece(si, pi);
         }
-        Ok(())
     }
 
     fn push_piece(&mut self, si: usize, pi: usize) {
@@ -561,6 +712,8 @@ impl Queue {
     fn wait_until(&mut self, min: usize, out: &mut Vec<Completion>, deadline: Option<u64>) -> bool {
         let start = out.len();
         loop {
+            let parked = !self.cache_parked.is_empty() || !self.cache_ready.is_empty();
+            let parked = parked && self.cache_poll(out);
             self.reap(out);
             if !self.held.is_empty() {
                 self.release_held(now_ns(), out);
@@ -591,6 +744,11 @@ impl Queue {
             };
             if let Some(d) = self.raid.plug_deadline() {
                 until = Some(until.map_or(d, |u| u.min(d)));
+            }
+            if parked {
+                // Requests wait on the cache's flusher: look again soon.
+                let t = now + CACHE_POLL_NS;
+                until = Some(until.map_or(t, |u| u.min(t)));
             }
             if self.raid.waits_on_others(self.vol.locks()) {
                 // A stripe operation waits for a lock another thread
@@ -754,6 +912,9 @@ impl Queue {
             Some(e) => Err(e),
             None => Ok(slot.len),
         };
+        if let (Some((pins, epoch)), Some(c), Some(b)) = (slot.cache_read.take(), &self.cache, slot.buf.as_mut()) {
+            c.finish_read(slot.offset, &mut b[..slot.len], &pins, epoch, result.is_ok());
+        }
         out.push(Completion { tag: slot.tag, result, buf: slot.buf.take() });
         self.free.push(si as u32);
     }

@@ -686,6 +686,9 @@ impl Queue {
     /// Adds a member I/O to stripe operation `idx`; `ptr` is the memory it
     /// reads into or writes from (`len` bytes; none for fallocate).
     fn sop_piece(&mut self, idx: usize, op: Op, member: u32, offset: u64, len: usize, ptr: *mut u8) {
+        if op == Op::Read {
+            self.vol.stripe_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let fua = self.slots[self.raid.sops[idx].slot as usize].fua && op == Op::Write;
         let sop = &mut self.raid.sops[idx];
         if sop.npieces == sop.pieces.len() {

@@ -1,0 +1,742 @@
+//! The volume cache: write-through (reads cached) or write-back (writes
+//! acknowledged from memory and written to the members in the background,
+//! merged into whole lines), shared by every queue of a volume.
+//!
+//! The cache is cut into *lines* of one stripe's data (RAID 5/6: every data
+//! chunk of a stripe, so a line written whole is a full-stripe write that
+//! reads nothing; RAID 0/10: one chunk per data member; RAID 1: one chunk),
+//! each with a valid and a dirty bit per 512-byte sector. Lines live in
+//! shards (a mutex each, hashed by line number), so queues on different
+//! lines do not wait for each other.
+//!
+//! Write-back (like Intel Matrix RAID's volume write-back cache and md's
+//! raid5-cache in write-back mode, without the journal): a write is copied
+//! into its lines and completes at once; a flusher thread writes dirty lines
+//! to the members, oldest first, every [`FLUSH_INTERVAL`] or sooner when the
+//! dirty bytes pass half the dirty limit or a flush asks. A line dirty as a
+//! whole goes out as one write of the whole line (the coalescer: small
+//! sequential writes become full-stripe writes). A writer that would pass
+//! the dirty limit waits (its request is held by its queue) until the
+//! flusher has made room. A FLUSH completes once every write acknowledged
+//! before it is on the members and the members have been flushed; a FUA
+//! write completes once it is. Data not yet flushed is lost when the
+//! process dies or the power fails: that is what the mode trades for speed,
+//! and `uraid status` says so.
+//!
+//! Reads: a read whose every sector is valid in the cache is served from it
+//! (a hit); otherwise it goes to the members, and the cached sectors it
+//! overlaps (newer than the members while dirty) are laid over the result
+//! when it completes; the lines it overlaps cannot be evicted meanwhile.
+//! Write-through also keeps what reads brought in, unless a write touched
+//! the cache since the read started.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use crate::engine::{Op, Request, Volume};
+use crate::{bail, IoBuf, Result};
+
+/// Sector size the cache tracks validity and dirtiness in (bytes).
+pub const CACHE_SECTOR: u64 = 512;
+/// How often the flusher looks for dirty lines when nobody asks.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
+/// Default cache size in bytes.
+pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
+/// Default dirty limit in bytes.
+pub const DEFAULT_DIRTY_LIMIT: u64 = 64 << 20;
+const SHARDS: usize = 64;
+/// Member requests the flusher keeps in flight.
+const FLUSH_DEPTH: usize = 16;
+
+/// What a volume's cache does, as stored in the volume table (one byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum CacheMode {
+    /// No cache (0, the default).
+    Off,
+    /// Reads cached; writes go straight to the members (1).
+    WriteThrough,
+    /// Writes acknowledged from memory and written back in the background;
+    /// un-flushed writes are lost on a crash or power loss (2).
+    WriteBack,
+}
+
+impl CacheMode {
+    /// The byte stored in the volume table.
+    pub fn to_u8(self) -> u8 {
+        match self {
+            CacheMode::Off => 0,
+            CacheMode::WriteThrough => 1,
+            CacheMode::WriteBack => 2,
+        }
+    }
+    /// The mode stored as `b`. Errors: `Superblock` for an unknown value
+    /// (3 is reserved for write-back with a journal, not built yet).
+    pub fn from_u8(b: u8) -> Result<CacheMode> {
+        match b {
+            0 => Ok(CacheMode::Off),
+            1 => Ok(CacheMode::WriteThrough),
+            2 => Ok(CacheMode::WriteBack),
+            _ => bail!(Superblock, "unknown cache mode {b} in the volume table (this uraid knows 0 off, 1 writethrough, 2 writeback)"),
+        }
+    }
+    /// The name users type: off, writethrough, writeback.
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheMode::Off => "off",
+            CacheMode::WriteThrough => "writethrough",
+            CacheMode::WriteBack => "writeback",
+        }
+    }
+}
+
+impl std::str::FromStr for CacheMode {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<CacheMode> {
+        match s {
+            "off" | "none" => Ok(CacheMode::Off),
+            "writethrough" | "wt" => Ok(CacheMode::WriteThrough),
+            "writeback" | "wb" => Ok(CacheMode::WriteBack),
+            "writeback-journal" | "journal" => bail!(
+                Unsupported,
+                "the write-back cache with a journal is not built yet; use 'writeback' (loses un-flushed writes on \
+                 power loss), 'writethrough' or 'off'"
+            ),
+            _ => bail!(InvalidInput, "unknown cache mode '{s}'; use off, writethrough or writeback"),
+        }
+    }
+}
+
+/// How a volume's cache is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CacheConfig {
+    /// The mode.
+    pub mode: CacheMode,
+    /// Most bytes of lines held (clean and dirty).
+    pub size: u64,
+    /// Most dirty bytes; writers wait beyond it.
+    pub dirty_limit: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { mode: CacheMode::Off, size: DEFAULT_CACHE_SIZE, dirty_limit: DEFAULT_DIRTY_LIMIT }
+    }
+}
+
+/// Counters of a cache, as `uraid status` and the benchmark report show.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct CacheStats {
+    /// The mode's name.
+    pub mode: &'static str,
+    /// Bytes written to the cache and not yet to the members.
+    pub dirty_bytes: u64,
+    /// Bytes of lines held.
+    pub cached_bytes: u64,
+    /// Reads served from the cache.
+    pub read_hits: u64,
+    /// Reads that went to the members.
+    pub read_misses: u64,
+    /// Hits per read, 0 to 1.
+    pub hit_ratio: f64,
+    /// Writes taken into the cache.
+    pub writes: u64,
+    /// Member writes the flusher issued for them (fewer than `writes`
+    /// when writes were merged).
+    pub writebacks: u64,
+    /// Of those, whole lines (full stripes on RAID 5/6).
+    pub full_lines: u64,
+    /// Writes merged into a line that was already dirty.
+    pub merged: u64,
+    /// Times a writer waited for the flusher (dirty limit or size).
+    pub throttled: u64,
+}
+
+struct Line {
+    data: IoBuf,
+    /// One bit per sector.
+    valid: Vec<u64>,
+    dirty: Vec<u64>,
+    /// Bumped by every write into the line.
+    generation: u64,
+    /// Reads in flight that will lay this line over their result.
+    readers: u32,
+    /// Sequence number of the oldest write the dirty sectors carry (for
+    /// the flusher's order), 0 when clean.
+    oldest: u64,
+    last_use: u64,
+}
+
+impl Line {
+    fn count(bits: &[u64]) -> u64 {
+        bits.iter().map(|w| w.count_ones() as u64).sum()
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    lines: HashMap<u64, Line>,
+}
+
+/// A volume's cache. Made by [`Volume::enable_cache`]; the queues of the
+/// volume use it on their own.
+pub struct Cache {
+    cfg: CacheConfig,
+    /// Bytes per line.
+    line: u64,
+    sectors: usize,
+    shards: Box<[Mutex<Shard>]>,
+    dirty: AtomicU64,
+    cached: AtomicU64,
+    /// Write sequence: every write into the cache takes the next number.
+    seq: AtomicU64,
+    /// Held shared by a writer from taking its number until its data is in
+    /// the lines; the flusher takes it alone to read a number below which
+    /// every write is in the lines.
+    gate: std::sync::RwLock<()>,
+    /// Every write with a sequence number below this is durable.
+    durable: Mutex<u64>,
+    durable_cv: Condvar,
+    /// Highest sequence number a flush is waiting for.
+    wanted: AtomicU64,
+    kick: Mutex<bool>,
+    kick_cv: Condvar,
+    /// Bumped by every write through a write-through cache (reads keep
+    /// what they brought in only when it did not move).
+    wt_epoch: AtomicU64,
+    closed: AtomicBool,
+    /// The flusher's last error (writes were lost), reported to flushes.
+    failed: Mutex<Option<crate::Error>>,
+    clock: AtomicU64,
+    stats: Mutex<CacheStats>,
+    pool: Mutex<Vec<IoBuf>>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Cache({:?}, line {} bytes)", self.cfg, self.line)
+    }
+}
+
+fn set_bits(bits: &mut [u64], a: usize, b: usize) {
+    for i in a..b {
+        bits[i / 64] |= 1 << (i % 64);
+    }
+}
+
+fn all_set(bits: &[u64], a: usize, b: usize) -> bool {
+    (a..b).all(|i| bits[i / 64] & (1 << (i % 64)) != 0)
+}
+
+fn is_set(bits: &[u64], i: usize) -> bool {
+    bits[i / 64] & (1 << (i % 64)) != 0
+}
+
+/// What a queue does with a request when the volume has a cache.
+pub(crate) enum Taken {
+    /// Done: the completion result (bytes).
+    Done(usize),
+    /// Handed back: run it on the members (a read miss: lay the pinned
+    /// lines over its result when it completes with [`Cache::finish_read`]).
+    Members { pins: Vec<u64>, epoch: u64 },
+    /// Wait: complete it once every write below this sequence number is
+    /// durable (a flush, a FUA write).
+    Durable(u64),
+    /// Wait until every write below this sequence number is durable, then
+    /// drop the range from the cache ([`Cache::invalidate`]) and run it on
+    /// the members (a discard or zeroing under write-back: written-back
+    /// data must not land after it).
+    DurableThenMembers(u64),
+    /// Wait for room (dirty limit), then offer it again.
+    Full,
+}
+
+impl Cache {
+    pub(crate) fn new(vol: &Volume, cfg: CacheConfig) -> Result<Cache> {
+        let g = vol.geometry();
+        let line = match g.layout() {
+            Some(l) => l.stripe_data_width(),
+            None => g.chunk() * g.members() as u64,
+        }
+        .min(g.capacity().max(CACHE_SECTOR));
+        if cfg.size < line || cfg.dirty_limit < line || cfg.dirty_limit > cfg.size {
+            bail!(
+                InvalidInput,
+                "cache size {} and dirty limit {} do not fit: both must hold at least one line ({} bytes: one stripe's \
+                 data) and the dirty limit cannot pass the size",
+                cfg.size,
+                cfg.dirty_limit,
+                line
+            );
+        }
+        let sectors = (line / CACHE_SECTOR) as usize;
+        Ok(Cache {
+            cfg,
+            line,
+            sectors,
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            dirty: AtomicU64::new(0),
+            cached: AtomicU64::new(0),
+            seq: AtomicU64::new(1),
+            gate: std::sync::RwLock::new(()),
+            durable: Mutex::new(1),
+            durable_cv: Condvar::new(),
+            wanted: AtomicU64::new(0),
+            kick: Mutex::new(false),
+            kick_cv: Condvar::new(),
+            wt_epoch: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            failed: Mutex::new(None),
+            clock: AtomicU64::new(0),
+            stats: Mutex::new(CacheStats { mode: cfg.mode.name(), ..Default::default() }),
+            pool: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> CacheConfig {
+        self.cfg
+    }
+
+    /// Bytes per line.
+    pub fn line_size(&self) -> u64 {
+        self.line
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> CacheStats {
+        let mut s = *lock(&self.stats);
+        s.dirty_bytes = self.dirty.load(Ordering::Relaxed);
+        s.cached_bytes = self.cached.load(Ordering::Relaxed);
+        let reads = s.read_hits + s.read_misses;
+        s.hit_ratio = if reads == 0 { 0.0 } else { s.read_hits as f64 / reads as f64 };
+        s
+    }
+
+    fn shard(&self, idx: u64) -> MutexGuard<'_, Shard> {
+        lock(&self.shards[(idx.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SHARDS])
+    }
+
+    /// Lines `[first, last]` of `[offset, offset + len)`, and for each the
+    /// sector range inside it and the byte offset in the request.
+    fn spans(&self, offset: u64, len: usize) -> impl Iterator<Item = (u64, usize, usize, usize)> + '_ {
+        let end = offset + len as u64;
+        let first = offset / self.line;
+        let last = (end - 1) / self.line;
+        (first..=last).map(move |idx| {
+            let base = idx * self.line;
+            let a = offset.max(base);
+            let b = end.min(base + self.line);
+            (idx, ((a - base) / CACHE_SECTOR) as usize, ((b - base) / CACHE_SECTOR) as usize, (a - offset) as usize)
+        })
+    }
+
+    fn new_line(&self) -> Line {
+        let data = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
+        let words = self.sectors.div_ceil(64);
+        self.cached.fetch_add(self.line, Ordering::Relaxed);
+        Line { data, valid: vec![0; words], dirty: vec![0; words], generation: 0, readers: 0, oldest: 0, last_use: 0 }
+    }
+
+    /// Offers request `req` (with its data) to the cache; see [`Taken`].
+    pub(crate) fn take(&self, req: &mut Request) -> Taken {
+        match (req.op, self.cfg.mode) {
+            (Op::Flush, CacheMode::WriteBack) => {
+                let target = self.seq.load(Ordering::Acquire);
+                self.want(target);
+                Taken::Durable(target)
+            }
+            (Op::Write, CacheMode::WriteBack) => self.write_back(req),
+            (Op::Discard | Op::WriteZeroes { .. }, CacheMode::WriteBack) => {
+                let target = self.seq.load(Ordering::Acquire);
+                self.want(target);
+                Taken::DurableThenMembers(target)
+            }
+            (Op::Write | Op::Discard | Op::WriteZeroes { .. }, _) => {
+                // Goes to the members; what the cache holds of the range
+                // is dropped (write-back: written back first).
+                self.invalidate(req.offset, req.len);
+                Taken::Members { pins: Vec::new(), epoch: 0 }
+            }
+            (Op::Read, _) => self.read(req),
+            (Op::Flush, _) => Taken::Members { pins: Vec::new(), epoch: 0 },
+        }
+    }
+
+    fn write_back(&self, req: &mut Request) -> Taken {
+        let new_lines = self.spans(req.offset, req.len).filter(|&(idx, ..)| !self.shard(idx).lines.contains_key(&idx)).count() as u64;
+        let dirty = self.dirty.load(Ordering::Relaxed);
+        if dirty + req.len as u64 > self.cfg.dirty_limit && dirty > 0
+            || self.cached.load(Ordering::Relaxed) + new_lines * self.line > self.cfg.size && !self.evict(new_lines * self.line)
+        {
+            lock(&self.stats).throttled += 1;
+            self.kick();
+            return Taken::Full;
+        }
+        let _gate = self.gate.read().unwrap_or_else(|e| e.into_inner());
+        let seq = self.seq.fetch_add(1, Ordering::AcqRel);
+        let data = req.buf.as_ref().expect("a write has a buffer");
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        let mut merged = 0;
+        for (idx, a, b, off) in self.spans(req.offset, req.len) {
+            let mut sh = self.shard(idx);
+            let line = sh.lines.entry(idx).or_insert_with(|| self.new_line());
+            let bytes = (b - a) * CACHE_SECTOR as usize;
+            line.data[a * CACHE_SECTOR as usize..][..bytes].copy_from_slice(&data[off..off + bytes]);
+            let before = Line::count(&line.dirty);
+            if before > 0 {
+                merged += 1;
+            }
+            set_bits(&mut line.valid, a, b);
+            set_bits(&mut line.dirty, a, b);
+            let after = Line::count(&line.dirty);
+            self.dirty.fetch_add((after - before) * CACHE_SECTOR, Ordering::Relaxed);
+            line.generation += 1;
+            if line.oldest == 0 {
+                line.oldest = seq;
+            }
+            line.last_use = now;
+        }
+        {
+            let mut s = lock(&self.stats);
+            s.writes += 1;
+            s.merged += merged;
+        }
+        if self.dirty.load(Ordering::Relaxed) * 2 > self.cfg.dirty_limit {
+            self.kick();
+        }
+        if req.fua {
+            self.want(seq + 1);
+            return Taken::Durable(seq + 1);
+        }
+        Taken::Done(req.len)
+    }
+
+    /// Drops clean lines nobody reads, least recently used first, until
+    /// `need` more bytes fit. True when they do.
+    fn evict(&self, need: u64) -> bool {
+        let mut cands: Vec<(u64, u64)> = Vec::new();
+        for sh in self.shards.iter() {
+            let sh = lock(sh);
+            cands.extend(sh.lines.iter().filter(|(_, l)| l.oldest == 0 && l.readers == 0).map(|(&i, l)| (l.last_use, i)));
+        }
+        cands.sort_unstable();
+        for (_, idx) in cands {
+            if self.cached.load(Ordering::Relaxed) + need <= self.cfg.size {
+                break;
+            }
+            let mut sh = self.shard(idx);
+            if sh.lines.get(&idx).is_some_and(|l| l.oldest == 0 && l.readers == 0) {
+                let l = sh.lines.remove(&idx).expect("present");
+                self.cached.fetch_sub(self.line, Ordering::Relaxed);
+                lock(&self.pool).push(l.data);
+            }
+        }
+        self.cached.load(Ordering::Relaxed) + need <= self.cfg.size
+    }
+
+    /// A write or discard that bypasses the cache: write-through drops the
+    /// range's valid bits; write-back cannot have dirty data there that
+    /// would later overwrite it, so the dirty sectors of the range are
+    /// dropped too (the new data supersedes them).
+    pub(crate) fn invalidate(&self, offset: u64, len: usize) {
+        self.wt_epoch.fetch_add(1, Ordering::AcqRel);
+        if len == 0 {
+            return;
+        }
+        for (idx, a, b, _) in self.spans(offset, len) {
+            let mut sh = self.shard(idx);
+            if let Some(line) = sh.lines.get_mut(&idx) {
+                let mut dropped = 0;
+                for i in a..b {
+                    let (w, bit) = (i / 64, 1u64 << (i % 64));
+                    line.valid[w] &= !bit;
+                    if line.dirty[w] & bit != 0 {
+                        line.dirty[w] &= !bit;
+                        dropped += 1;
+                    }
+                }
+                line.generation += 1;
+                self.dirty.fetch_sub(dropped * CACHE_SECTOR, Ordering::Relaxed);
+                if Line::count(&line.dirty) == 0 {
+                    line.oldest = 0;
+                }
+            }
+        }
+    }
+
+    fn read(&self, req: &mut Request) -> Taken {
+        let epoch = self.wt_epoch.load(Ordering::Acquire);
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        let spans: Vec<_> = self.spans(req.offset, req.len).collect();
+        let hit = spans.iter().all(|&(idx, a, b, _)| self.shard(idx).lines.get(&idx).is_some_and(|l| all_set(&l.valid, a, b)));
+        if hit {
+            let buf = req.buf.as_mut().expect("a read has a buffer");
+            let mut complete = true;
+            for &(idx, a, b, off) in &spans {
+                let mut sh = self.shard(idx);
+                match sh.lines.get_mut(&idx) {
+                    Some(l) if all_set(&l.valid, a, b) => {
+                        let bytes = (b - a) * CACHE_SECTOR as usize;
+                        buf[off..off + bytes].copy_from_slice(&l.data[a * CACHE_SECTOR as usize..][..bytes]);
+                        l.last_use = now;
+                    }
+                    _ => complete = false, // evicted meanwhile
+                }
+            }
+            if complete {
+                lock(&self.stats).read_hits += 1;
+                return Taken::Done(req.len);
+            }
+        }
+        lock(&self.stats).read_misses += 1;
+        let mut pins = Vec::new();
+        for &(idx, ..) in &spans {
+            if let Some(l) = self.shard(idx).lines.get_mut(&idx) {
+                l.readers += 1;
+                pins.push(idx);
+            }
+        }
+        Taken::Members { pins, epoch }
+    }
+
+    /// A read that went to the members completed (`ok`) into `buf`: lays
+    /// the valid sectors of its pinned lines over it and unpins them; a
+    /// write-through cache keeps what was read when no write moved since.
+    pub(crate) fn finish_read(&self, offset: u64, buf: &mut [u8], pins: &[u64], epoch: u64, ok: bool) {
+        let len = buf.len();
+        if ok && self.cfg.mode == CacheMode::WriteThrough && self.wt_epoch.load(Ordering::Acquire) == epoch {
+            // Room for the lines this read brings in (least used go first).
+            let new = self.spans(offset, len).filter(|&(idx, ..)| !self.shard(idx).lines.contains_key(&idx)).count() as u64;
+            self.evict(new * self.line);
+        }
+        for (idx, a, b, off) in self.spans(offset, len) {
+            let pinned = pins.contains(&idx);
+            let mut sh = self.shard(idx);
+            if ok {
+                if let Some(l) = sh.lines.get_mut(&idx) {
+                    if pinned {
+                        for i in a..b {
+                            if is_set(&l.valid, i) {
+                                let (s, o) = (i * CACHE_SECTOR as usize, off + (i - a) * CACHE_SECTOR as usize);
+                                buf[o..o + CACHE_SECTOR as usize].copy_from_slice(&l.data[s..s + CACHE_SECTOR as usize]);
+                            }
+                        }
+                    }
+                }
+                let keep = self.cfg.mode == CacheMode::WriteThrough
+                    && self.wt_epoch.load(Ordering::Acquire) == epoch
+                    && (sh.lines.contains_key(&idx) || self.cached.load(Ordering::Relaxed) + self.line <= self.cfg.size);
+                if keep {
+                    let l = sh.lines.entry(idx).or_insert_with(|| self.new_line());
+                    let bytes = (b - a) * CACHE_SECTOR as usize;
+                    l.data[a * CACHE_SECTOR as usize..][..bytes].copy_from_slice(&buf[off..off + bytes]);
+                    set_bits(&mut l.valid, a, b);
+                }
+            }
+            if pinned {
+                if let Some(l) = sh.lines.get_mut(&idx) {
+                    l.readers -= 1;
+                }
+            }
+        }
+    }
+
+    /// True once every write below sequence `target` is durable; the
+    /// flusher's error, if it lost writes.
+    pub(crate) fn durable(&self, target: u64) -> Option<std::result::Result<(), crate::Error>> {
+        if let Some(e) = lock(&self.failed).clone() {
+            return Some(Err(e));
+        }
+        (*lock(&self.durable) >= target).then_some(Ok(()))
+    }
+
+    /// True when a writer held for room may try again.
+    pub(crate) fn has_room(&self) -> bool {
+        self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit
+    }
+
+    fn want(&self, target: u64) {
+        self.wanted.fetch_max(target, Ordering::AcqRel);
+        self.kick();
+    }
+
+    fn kick(&self) {
+        *lock(&self.kick) = true;
+        self.kick_cv.notify_one();
+    }
+
+    /// The dirty lines, oldest first: (line, generation, data, dirty bits).
+    fn dirty_lines(&self) -> Vec<(u64, u64, IoBuf, Vec<u64>)> {
+        let mut v: Vec<(u64, u64)> = Vec::new();
+        for sh in self.shards.iter() {
+            v.extend(lock(sh).lines.iter().filter(|(_, l)| l.oldest != 0).map(|(&i, l)| (l.oldest, i)));
+        }
+        v.sort_unstable();
+        v.into_iter()
+            .filter_map(|(_, idx)| {
+                let sh = self.shard(idx);
+                let l = sh.lines.get(&idx)?;
+                let mut copy = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
+                copy.copy_from_slice(&l.data);
+                Some((idx, l.generation, copy, l.dirty.clone()))
+            })
+            .collect()
+    }
+
+    /// Marks the sectors `bits` of line `idx` clean, if no write came in
+    /// since generation `generation`.
+    fn written_back(&self, idx: u64, generation: u64, bits: &[u64]) {
+        let mut sh = self.shard(idx);
+        if let Some(l) = sh.lines.get_mut(&idx) {
+            if l.generation == generation {
+                let n = Line::count(&l.dirty);
+                l.dirty.iter_mut().zip(bits).for_each(|(d, b)| *d &= !b);
+                let left = Line::count(&l.dirty);
+                self.dirty.fetch_sub((n - left) * CACHE_SECTOR, Ordering::Relaxed);
+                if left == 0 {
+                    l.oldest = 0;
+                }
+            }
+        }
+    }
+
+    /// One pass of the flusher over `vol` (a queue that bypasses the
+    /// cache): writes back every line dirty when it starts, then, when a
+    /// flush waits, flushes the members and moves the durable mark.
+    fn pass(&self, vol: &Arc<Volume>) -> Result<()> {
+        let start_seq = {
+            let _g = self.gate.write().unwrap_or_else(|e| e.into_inner());
+            self.seq.load(Ordering::Acquire)
+        };
+        let flush = self.wanted.load(Ordering::Acquire) > *lock(&self.durable);
+        let lines = self.dirty_lines();
+        if lines.is_empty() && !flush {
+            return Ok(());
+        }
+        let mut q = vol.queue_uncached(FLUSH_DEPTH)?;
+        let mut out = Vec::new();
+        // (tag -> line index, generation, bits written) of writes in flight.
+        let mut inflight: HashMap<u64, (u64, u64, Vec<u64>)> = HashMap::new();
+        let mut tag = 0u64;
+        let mut first_err: Option<crate::Error> = None;
+        let sector = CACHE_SECTOR as usize;
+        for (idx, generation, data, bits) in lines {
+            let full = all_set(&bits, 0, self.sectors) && (idx + 1) * self.line <= vol.capacity();
+            let runs: Vec<(usize, usize)> = if full {
+                vec![(0, self.sectors)]
+            } else {
+                let mut r = Vec::new();
+                let mut i = 0;
+                while i < self.sectors {
+                    if is_set(&bits, i) {
+                        let s = i;
+                        while i < self.sectors && is_set(&bits, i) {
+                            i += 1;
+                        }
+                        r.push((s, i));
+                    } else {
+                        i += 1;
+                    }
+                }
+                r
+            };
+            {
+                let mut s = lock(&self.stats);
+                s.writebacks += runs.len() as u64;
+                s.full_lines += full as u64;
+            }
+            for (a, b) in runs {
+                while !q.has_room() {
+                    q.wait(1, &mut out);
+                    self.reap(&mut out, &mut inflight, &mut first_err);
+                }
+                let len = (b - a) * sector;
+                let mut buf = lock(&self.pool).pop().filter(|p| p.len() >= len).unwrap_or_else(|| IoBuf::new(self.line as usize));
+                buf[..len].copy_from_slice(&data[a * sector..b * sector]);
+                let mut mine = vec![0u64; bits.len()];
+                set_bits(&mut mine, a, b);
+                tag += 1;
+                inflight.insert(tag, (idx, generation, mine));
+                let r = Request { op: Op::Write, offset: idx * self.line + (a * sector) as u64, len, buf: Some(buf), tag, fua: false };
+                if let Err(r) = q.push(r) {
+                    inflight.remove(&tag);
+                    first_err.get_or_insert(r.error);
+                }
+            }
+            lock(&self.pool).push(data);
+        }
+        while q.in_flight() > 0 {
+            q.wait(1, &mut out);
+            self.reap(&mut out, &mut inflight, &mut first_err);
+        }
+        if let Some(e) = first_err {
+            *lock(&self.failed) = Some(e.clone());
+            self.durable_cv.notify_all();
+            return Err(e);
+        }
+        if flush {
+            let c = q.run(Request::flush(0));
+            if let Err(e) = c.result {
+                *lock(&self.failed) = Some(e.clone());
+                self.durable_cv.notify_all();
+                return Err(e);
+            }
+            let mut d = lock(&self.durable);
+            *d = (*d).max(start_seq);
+            self.durable_cv.notify_all();
+        }
+        Ok(())
+    }
+
+    fn reap(&self, out: &mut Vec<crate::Completion>, inflight: &mut HashMap<u64, (u64, u64, Vec<u64>)>, err: &mut Option<crate::Error>) {
+        for c in out.drain(..) {
+            if let Some(b) = c.buf {
+                lock(&self.pool).push(b);
+            }
+            let Some((idx, generation, bits)) = inflight.remove(&c.tag) else { continue };
+            match c.result {
+                Ok(_) => self.written_back(idx, generation, &bits),
+                Err(e) => {
+                    err.get_or_insert(e);
+                }
+            }
+        }
+    }
+
+    /// Starts the flusher thread of `vol`'s cache. It holds the volume only
+    /// during a pass, and ends when the volume is gone or the cache closed.
+    pub(crate) fn start_flusher(self: &Arc<Self>, vol: Weak<Volume>) {
+        let cache = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("uraid-flusher".into())
+            .spawn(move || loop {
+                let Some(c) = cache.upgrade() else { return };
+                {
+                    let k = lock(&c.kick);
+                    let (mut k, _) = c.kick_cv.wait_timeout_while(k, FLUSH_INTERVAL, |k| !*k).unwrap_or_else(|e| e.into_inner());
+                    *k = false;
+                }
+                if c.closed.load(Ordering::Acquire) {
+                    return;
+                }
+                let Some(v) = vol.upgrade() else { return };
+                if let Err(e) = c.pass(&v) {
+                    eprintln!("uraid: the write-back cache could not write to the members: {e}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            })
+            .expect("cannot start the cache flusher thread");
+    }
+
+    /// Stops the flusher (after [`Volume::flush`] has written everything).
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.kick();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

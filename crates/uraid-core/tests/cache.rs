@@ -1,0 +1,260 @@
+//! The volume cache on `mem:` members: write-back and write-through against
+//! a reference model (several queues, flushes, throttling at the dirty
+//! limit, eviction), what is on the members after a flush (read through a
+//! second, uncached volume over the same members, and scrubbed), FUA, and
+//! the coalescer: small sequential writes on RAID 5 issue no member reads.
+
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, RngCore, SeedableRng};
+use uraid_core::cache::{CacheConfig, CacheMode};
+use uraid_core::geometry::Geometry;
+use uraid_core::member::{Member, MemberSpec, OpenMode};
+use uraid_core::superblock::DATA_OFFSET;
+use uraid_core::{IoBuf, Level, Request, Volume};
+
+fn seed() -> u64 {
+    std::env::var("URAID_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random())
+}
+
+/// A volume over fresh `mem:` members, and a second, uncached one over the
+/// same members (what a crash would leave: only what reached them).
+fn volumes(level: Level, n: usize, chunk: u64, rows: u64, cfg: CacheConfig) -> (Arc<Volume>, Arc<Volume>) {
+    let spec: MemberSpec = format!("mem:{}", DATA_OFFSET + rows * chunk).parse().unwrap();
+    let ms: Vec<Member> = (0..n).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap()).collect();
+    let g = Geometry::new(level, n, chunk, rows * chunk).unwrap();
+    let raw = Arc::new(ms.iter().map(|m| m.try_clone().unwrap()).collect::<Vec<_>>());
+    let v = Volume::new(Arc::new(ms), g, DATA_OFFSET).unwrap();
+    v.enable_cache(cfg).unwrap();
+    (v, Volume::new(raw, g, DATA_OFFSET).unwrap())
+}
+
+/// `threads` queues, each on its own slice of the volume, doing random
+/// writes, reads (checked against the model as they complete), flushes
+/// and FUA writes, up to `qd` in flight with no two overlapping.
+fn workload(v: &Arc<Volume>, model: &mut [u8], seed: u64, threads: usize, ops: usize, qd: usize) {
+    let slice = model.len() / threads / 4096 * 4096;
+    std::thread::scope(|s| {
+        for (t, part) in model.chunks_mut(slice).take(threads).enumerate() {
+            let v = v.clone();
+            s.spawn(move || {
+                let base = (t * slice) as u64;
+                let mut rng = StdRng::seed_from_u64(seed + t as u64);
+                let mut q = v.queue(qd).unwrap();
+                let mut busy: Vec<(u64, u64, bool)> = Vec::new();
+                let mut out = Vec::new();
+                let check = |out: &mut Vec<uraid_core::Completion>, busy: &mut Vec<(u64, u64, bool)>, part: &[u8]| {
+                    for c in out.drain(..) {
+                        c.result.as_ref().unwrap_or_else(|e| panic!("request {} failed: {e}", c.tag));
+                        let i = busy.iter().position(|b| b.0 == c.tag).expect("known tag");
+                        let (off, len, read) = busy.swap_remove(i);
+                        if read {
+                            let o = (off - base) as usize;
+                            assert!(c.buf.unwrap()[..len as usize] == part[o..o + len as usize], "read of {len} at {off} differs from the model");
+                        }
+                    }
+                };
+                for op in 0..ops {
+                    let len = rng.random_range(1..=64u64) * 4096;
+                    let off = base + rng.random_range(0..=(slice as u64 - len) / 4096) * 4096;
+                    while busy.iter().any(|&(o, l, _)| o < off + len && off < o + l) || !q.has_room() {
+                        q.wait(1, &mut out);
+                        check(&mut out, &mut busy, part);
+                    }
+                    let o = (off - base) as usize;
+                    if op % 29 == 28 {
+                        // A flush (run wants an idle queue).
+                        while q.in_flight() > 0 {
+                            q.wait(1, &mut out);
+                            check(&mut out, &mut busy, part);
+                        }
+                        q.run(Request::flush(u64::MAX)).result.unwrap();
+                        continue;
+                    }
+                    if rng.random_bool(0.5) {
+                        q.push(Request::read(off, len as usize, IoBuf::new(len as usize), off)).map_err(|r| r.error).unwrap();
+                        busy.push((off, len, true));
+                    } else {
+                        let mut b = IoBuf::new(len as usize);
+                        rng.fill_bytes(&mut b);
+                        part[o..o + len as usize].copy_from_slice(&b);
+                        let mut r = Request::write(off, len as usize, b, off);
+                        r.fua = op % 7 == 0;
+                        q.push(r).map_err(|r| r.error).unwrap();
+                        busy.push((off, len, false));
+                    }
+                }
+                while q.in_flight() > 0 {
+                    q.wait(1, &mut out);
+                    check(&mut out, &mut busy, part);
+                }
+            });
+        }
+    });
+}
+
+fn run_mode(mode: CacheMode, level: Level, n: usize, chunk: u64) {
+    let s = seed();
+    eprintln!("{mode:?} {level} x{n}: seed {s} (URAID_SEED={s} replays it)");
+    // A small cache so that writers wait at the dirty limit and lines get
+    // evicted.
+    let cfg = CacheConfig { mode, size: 6 << 20, dirty_limit: 3 << 20 };
+    let (v, raw) = volumes(level, n, chunk, (16 << 20) / chunk, cfg);
+    let mut model = vec![0u8; v.capacity() as usize];
+    workload(&v, &mut model, s, 3, 300, 8);
+    // Everything reads back through the cache...
+    assert!(v.read_at(0, model.len()).unwrap() == model, "{mode:?}: volume differs from the model");
+    // ... and, once flushed, from the members alone.
+    v.flush().unwrap();
+    assert!(raw.read_at(0, model.len()).unwrap() == model, "{mode:?}: members differ from the model after a flush");
+    if level != Level::Raid0 {
+        let r = uraid_core::maint::check(&raw, false, &mut |_, _| {}).unwrap();
+        assert_eq!(r.mismatches, 0, "{mode:?}: parity or copies disagree after a flush");
+    }
+    let st = v.cache().unwrap().stats();
+    assert_eq!(st.dirty_bytes, 0, "{st:?}");
+    if mode == CacheMode::WriteBack {
+        assert!(st.writes > 0 && st.writebacks > 0, "{st:?}");
+    }
+    // A read of what was just written (write-back) or read (write-through)
+    // is served from the cache.
+    let x = vec![0x6bu8; 64 << 10];
+    match mode {
+        CacheMode::WriteBack => v.write_at(0, &x).unwrap(),
+        _ => drop(v.read_at(0, x.len()).unwrap()),
+    }
+    let hits = v.cache().unwrap().stats().read_hits;
+    v.read_at(0, x.len()).unwrap();
+    assert_eq!(v.cache().unwrap().stats().read_hits, hits + 1, "{mode:?}: the read was not served from the cache");
+    v.close_cache().unwrap();
+}
+
+#[test]
+fn writeback_raid5_matches_the_model_and_the_members_after_a_flush() {
+    run_mode(CacheMode::WriteBack, Level::Raid5, 4, 64 << 10);
+}
+
+#[test]
+fn writeback_raid0_raid1_raid6_match_the_model() {
+    run_mode(CacheMode::WriteBack, Level::Raid0, 3, 128 << 10);
+    run_mode(CacheMode::WriteBack, Level::Raid1, 2, 64 << 10);
+    run_mode(CacheMode::WriteBack, Level::Raid6, 5, 32 << 10);
+}
+
+#[test]
+fn writethrough_matches_the_model_and_never_holds_dirty_data() {
+    run_mode(CacheMode::WriteThrough, Level::Raid5, 4, 64 << 10);
+    // Write-through: every completed write is on the members already.
+    let cfg = CacheConfig { mode: CacheMode::WriteThrough, size: 4 << 20, dirty_limit: 1 << 20 };
+    let (v, raw) = volumes(Level::Raid1, 2, 64 << 10, 64, cfg);
+    let data = vec![0x5au8; 256 << 10];
+    v.read_at(0, 256 << 10).unwrap(); // cached
+    v.write_at(0, &data).unwrap();
+    assert!(raw.read_at(0, data.len()).unwrap() == data, "a write-through write did not reach the members");
+    assert!(v.read_at(0, data.len()).unwrap() == data, "a stale cached read after a write");
+}
+
+#[test]
+fn small_sequential_writes_become_full_stripes_without_member_reads() {
+    // 16 KiB writes one at a time on RAID 5 x4, chunk 64 KiB (a stripe
+    // holds 192 KiB of data): without the cache each is a read-modify-
+    // write; with write-back they merge into whole lines.
+    for (mode, expect_reads) in [(CacheMode::Off, true), (CacheMode::WriteBack, false)] {
+        let cfg = CacheConfig { mode, ..CacheConfig::default() };
+        let (v, raw) = volumes(Level::Raid5, 4, 64 << 10, 64, cfg);
+        let mut q = v.queue(1).unwrap();
+        let mut model = vec![0u8; 3 << 20];
+        StdRng::seed_from_u64(seed()).fill_bytes(&mut model);
+        for (i, piece) in model.chunks(16 << 10).enumerate() {
+            let mut b = IoBuf::new(piece.len());
+            b.copy_from_slice(piece);
+            q.run(Request::write((i * piece.len()) as u64, piece.len(), b, 0)).result.unwrap();
+        }
+        q.run(Request::flush(0)).result.unwrap();
+        let reads = v.stripe_reads();
+        assert_eq!(reads > 0, expect_reads, "{mode:?}: {reads} member reads by stripe operations");
+        assert!(raw.read_at(0, model.len()).unwrap() == model, "{mode:?}: members differ");
+        assert_eq!(uraid_core::maint::check(&raw, false, &mut |_, _| {}).unwrap().mismatches, 0);
+        if mode == CacheMode::WriteBack {
+            let st = v.cache().unwrap().stats();
+            assert_eq!(st.full_lines, (3 << 20) / (192 << 10), "every stripe written whole: {st:?}");
+            assert!(st.merged > 0, "{st:?}");
+        }
+    }
+}
+
+#[test]
+fn writeback_acknowledges_before_the_members_and_flush_and_fua_make_it_durable() {
+    // A cache whose flusher rarely runs on its own (high limits) shows the
+    // write-back: a completed write is not on the members until a flush
+    // or FUA says so.
+    let cfg = CacheConfig { mode: CacheMode::WriteBack, size: 64 << 20, dirty_limit: 32 << 20 };
+    let (v, raw) = volumes(Level::Raid5, 3, 64 << 10, 64, cfg);
+    let mut q = v.queue(4).unwrap();
+    let a = vec![0x11u8; 128 << 10];
+    let mut b = IoBuf::new(a.len());
+    b.copy_from_slice(&a);
+    q.run(Request::write(0, a.len(), b, 0)).result.unwrap();
+    assert_eq!(v.cache().unwrap().stats().dirty_bytes, a.len() as u64, "the write is held in memory");
+    q.run(Request::flush(1)).result.unwrap();
+    assert!(raw.read_at(0, a.len()).unwrap() == a, "a flush left the write in the cache");
+    assert_eq!(v.cache().unwrap().stats().dirty_bytes, 0);
+    let c = vec![0x22u8; 8 << 10];
+    let mut b = IoBuf::new(c.len());
+    b.copy_from_slice(&c);
+    let mut r = Request::write(1 << 20, c.len(), b, 2);
+    r.fua = true;
+    q.run(r).result.unwrap();
+    assert!(raw.read_at(1 << 20, c.len()).unwrap() == c, "a FUA write completed before it was on the members");
+    // Discard under write-back: older cached data must not come back.
+    let d = vec![0x33u8; 64 << 10];
+    v.write_at(2 << 20, &d).unwrap();
+    let c = q.run(uraid_core::Request { op: uraid_core::Op::Discard, offset: 2 << 20, len: d.len(), buf: None, tag: 3, fua: false });
+    c.result.unwrap();
+    v.flush().unwrap();
+    assert!(v.read_at(2 << 20, d.len()).unwrap().iter().all(|&x| x == 0), "discarded data came back from the cache");
+    assert!(raw.read_at(2 << 20, d.len()).unwrap().iter().all(|&x| x == 0), "discarded data came back on the members");
+}
+
+#[test]
+fn bad_cache_settings_are_refused() {
+    let spec: MemberSpec = format!("mem:{}", DATA_OFFSET + (8 << 20)).parse().unwrap();
+    let ms: Vec<Member> = (0..3).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap()).collect();
+    let v = Volume::new(Arc::new(ms), Geometry::new(Level::Raid5, 3, 1 << 20, 8 << 20).unwrap(), DATA_OFFSET).unwrap();
+    let e = v.enable_cache(CacheConfig { mode: CacheMode::WriteBack, size: 1 << 20, dirty_limit: 1 << 20 }).unwrap_err();
+    assert!(e.to_string().contains("one line"), "{e}");
+    v.enable_cache(CacheConfig { mode: CacheMode::WriteBack, ..CacheConfig::default() }).unwrap();
+    assert!(v.enable_cache(CacheConfig { mode: CacheMode::WriteThrough, ..CacheConfig::default() }).is_err());
+    assert!("journal".parse::<CacheMode>().is_err() && "fast".parse::<CacheMode>().is_err());
+    assert_eq!("writeback".parse::<CacheMode>().unwrap(), CacheMode::WriteBack);
+}
+
+#[test]
+fn writers_wait_at_the_dirty_limit_and_nothing_is_lost() {
+    // Dirty limit of two lines (RAID 5 x3, 64 KiB chunks: 128 KiB lines);
+    // sixteen one-line writes pushed back to back: the third finds the
+    // limit reached (the flusher needs far longer than the pushes to write
+    // anything), waits in its queue, and completes once there is room.
+    let cfg = CacheConfig { mode: CacheMode::WriteBack, size: 1 << 20, dirty_limit: 256 << 10 };
+    let (v, raw) = volumes(Level::Raid5, 3, 64 << 10, 64, cfg);
+    let mut q = v.queue(16).unwrap();
+    let mut model = vec![0u8; 16 * (128 << 10)];
+    StdRng::seed_from_u64(seed()).fill_bytes(&mut model);
+    for (i, line) in model.chunks(128 << 10).enumerate() {
+        let mut b = IoBuf::new(line.len());
+        b.copy_from_slice(line);
+        q.push(Request::write((i * line.len()) as u64, line.len(), b, i as u64)).map_err(|r| r.error).unwrap();
+    }
+    let mut out = Vec::new();
+    while q.in_flight() > 0 {
+        q.wait(1, &mut out);
+    }
+    assert_eq!(out.len(), 16);
+    assert!(out.iter().all(|c| c.result.is_ok()));
+    let st = v.cache().unwrap().stats();
+    assert!(st.throttled > 0, "no writer waited at the dirty limit: {st:?}");
+    assert!(st.dirty_bytes <= (256 << 10) + (128 << 10), "{st:?}");
+    q.run(Request::flush(99)).result.unwrap();
+    assert!(raw.read_at(0, model.len()).unwrap() == model, "members differ after the flush");
+}
