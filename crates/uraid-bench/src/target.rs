@@ -195,11 +195,15 @@ pub fn describe(vol: &Volume, kind: &TargetKind) -> String {
             format!("{} data area (member of array '{a}'), {} bytes from offset {}", names[0], vol.capacity(), vol.data_offset())
         }
         TargetKind::Array(n) => format!(
-            "array '{n}': RAID {} over {} members, chunk {}, {} bytes: {}",
+            "array '{n}': RAID {} over {} members, chunk {}, {} bytes, cache {}: {}",
             geo.level().number(),
             vol.members().len(),
             fmt_size(geo.chunk()),
             vol.capacity(),
+            match vol.cache() {
+                Some(c) => format!("{} {}", c.config().mode.name(), fmt_size(c.config().size)),
+                None => "off".to_string(),
+            },
             names.join(" ")
         ),
         TargetKind::Temporary(c) => format!(

@@ -537,6 +537,8 @@ fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<Vec<VolumeEn
             member_start: start,
             member_size: g.member_size(),
             cache_mode: 0,
+            cache_size_mib: 0,
+            dirty_limit_mib: 0,
         });
     }
     Ok(plan)
@@ -992,7 +994,21 @@ pub struct VolumeStatus {
     /// Rebuild progress in percent of the volume's member area (the least
     /// advanced rebuilding member), when rebuilding.
     pub rebuild_percent: Option<f64>,
+    /// Cache mode (off, writethrough, writeback), size and dirty limit in
+    /// bytes as the volume table says.
+    pub cache: crate::cache::CacheConfig,
+    /// What the mode risks, for write-back: un-flushed writes are lost on
+    /// power loss or a crash.
+    pub cache_warning: Option<&'static str>,
+    /// This process's cache counters (dirty bytes, hit ratio, merged
+    /// writes), when the volume has a cache here.
+    pub cache_stats: Option<crate::cache::CacheStats>,
 }
+
+/// What `uraid status` and `create` say of a write-back cache.
+pub const WRITEBACK_WARNING: &str =
+    "write-back cache: writes are acknowledged from memory; those not yet flushed are lost on power loss or a crash \
+     (filesystems that send FLUSH/FUA keep their own consistency)";
 
 /// What `uraid status` shows of an array (like /proc/mdstat).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -1041,11 +1057,20 @@ impl Array {
         };
         let n = roles.len();
         let shared = Shared { health: self.health.clone(), bitmap: self.bitmap.clone() };
+        // Volumes made again over new members keep their caches (and the
+        // dirty data in them).
+        let old = std::mem::take(&mut self.volumes);
         self.volumes = entries
             .iter()
-            .map(|v| {
+            .enumerate()
+            .map(|(i, v)| {
                 let g = Geometry::new(Level::from_number(v.level)?, n, v.chunk, v.member_size)?;
-                Volume::with_state(roles.clone(), g, v.member_start, shared.clone())
+                let vol = Volume::with_state(roles.clone(), g, v.member_start, shared.clone())?;
+                match old.get(i).and_then(|o| o.cache().map(|c| (o, c.clone()))) {
+                    Some((o, c)) => vol.adopt_cache(c, o)?,
+                    None => vol.enable_cache(v.cache_config()?)?,
+                }
+                Ok(vol)
             })
             .collect::<Result<_>>()?;
         Ok(())
@@ -1060,7 +1085,6 @@ impl Array {
             m.rebuild_roles()?;
             (m.roles.clone(), m.sb.bitmap_region, m.sb.data_end())
         };
-        self.volumes.clear();
         if region > 0 {
             self.bitmap = None;
             self.bitmap = Some(Arc::new(Bitmap::load(roles, self.health.clone(), region, end)?));
@@ -1201,6 +1225,9 @@ impl Array {
                     state,
                     tolerance: level_tolerance(v, n),
                     rebuild_percent: if is_redundant(v) { percent } else { None },
+                    cache: v.cache_config().unwrap_or_default(),
+                    cache_warning: (v.cache_mode == crate::cache::CacheMode::WriteBack.to_u8()).then_some(WRITEBACK_WARNING),
+                    cache_stats: vol.cache().map(|c| c.stats()).filter(|c| c.writes + c.read_hits + c.read_misses > 0),
                 }
             })
             .collect();
@@ -1305,6 +1332,7 @@ impl Array {
     pub fn stop(mut self) -> Result<()> {
         for v in &self.volumes {
             if !self.health.writes_stopped() {
+                v.close_cache()?;
                 v.flush()?;
             }
         }
@@ -1642,6 +1670,41 @@ impl Array {
         self.persist()
     }
 
+    /// Sets the cache of volume `volume` (every volume when `None`) in the
+    /// volume table and the superblocks (`uraid config`, `create --cache`);
+    /// it takes effect at the next assemble. Returns the names of the
+    /// volumes changed.
+    ///
+    /// Errors, before anything is written: `InvalidInput` for an unknown
+    /// volume or sizes that cannot hold one line (one stripe's data).
+    pub fn set_cache(&mut self, volume: Option<&str>, cfg: &crate::cache::CacheConfig) -> Result<Vec<String>> {
+        let entries = self.volume_entries();
+        let chosen: Vec<usize> = match volume {
+            Some(name) => match entries.iter().position(|v| v.name == name) {
+                Some(i) => vec![i],
+                None => bail!(
+                    InvalidInput,
+                    "array '{}' has no volume '{name}'; its volumes: {}",
+                    self.name(),
+                    entries.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            },
+            None => (0..entries.len()).collect(),
+        };
+        for &i in &chosen {
+            crate::cache::Cache::check_config(&self.volumes[i], cfg)
+                .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("volume '{}': {e}", entries[i].name)))?;
+        }
+        {
+            let mut m = self.meta();
+            for &i in &chosen {
+                m.sb.volumes[i].set_cache_config(cfg);
+            }
+        }
+        self.persist()?;
+        Ok(chosen.iter().map(|&i| entries[i].name.clone()).collect())
+    }
+
     /// Roles being rebuilt.
     pub fn rebuilding(&self) -> Vec<u32> {
         (0..self.member_count()).filter(|&r| self.health.state(r) == MemberState::Rebuilding).collect()
@@ -1728,7 +1791,7 @@ mod tests {
     use super::*;
 
     fn entry(level: u32, chunk: u64, member_size: u64) -> VolumeEntry {
-        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0 }
+        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0 }
     }
 
     #[test]

@@ -12,10 +12,12 @@
 //! Write-back (like Intel Matrix RAID's volume write-back cache and md's
 //! raid5-cache in write-back mode, without the journal): a write is copied
 //! into its lines and completes at once; a flusher thread writes dirty lines
-//! to the members, oldest first, every [`FLUSH_INTERVAL`] or sooner when the
-//! dirty bytes pass half the dirty limit or a flush asks. A line dirty as a
-//! whole goes out as one write of the whole line (the coalescer: small
-//! sequential writes become full-stripe writes). A writer that would pass
+//! to the members, oldest first: a line dirty as a whole at the next look
+//! (every [`FLUSH_INTERVAL`]), as one write of the whole line (the
+//! coalescer: small sequential writes become full-stripe writes); a line
+//! dirty in part after [`DIRTY_EXPIRE_NS`], so that a stream has time to
+//! fill it; everything when the dirty bytes pass half the dirty limit or a
+//! flush asks. A writer that would pass
 //! the dirty limit waits (its request is held by its queue) until the
 //! flusher has made room. A FLUSH completes once every write acknowledged
 //! before it is on the members and the members have been flushed; a FUA
@@ -42,6 +44,10 @@ use crate::{bail, IoBuf, Result};
 pub const CACHE_SECTOR: u64 = 512;
 /// How often the flusher looks for dirty lines when nobody asks.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
+/// A line dirty in part is written back once it has been dirty this long
+/// (ns), unless it fills up first (then it goes as a whole line at the next
+/// look), a flush asks, or the dirty bytes pass half the limit.
+pub const DIRTY_EXPIRE_NS: u64 = 500_000_000;
 /// Default cache size in bytes.
 pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
 /// Default dirty limit in bytes.
@@ -52,6 +58,7 @@ const FLUSH_DEPTH: usize = 16;
 
 /// What a volume's cache does, as stored in the volume table (one byte).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum CacheMode {
     /// No cache (0, the default).
     Off,
@@ -165,6 +172,8 @@ struct Line {
     /// Sequence number of the oldest write the dirty sectors carry (for
     /// the flusher's order), 0 when clean.
     oldest: u64,
+    /// When it became dirty ([`now_ns`](crate::member::now_ns)).
+    dirty_since: u64,
     last_use: u64,
 }
 
@@ -209,6 +218,9 @@ pub struct Cache {
     /// The flusher's last error (writes were lost), reported to flushes.
     failed: Mutex<Option<crate::Error>>,
     clock: AtomicU64,
+    /// The volume the flusher writes through (a volume rebuilt over new
+    /// members takes the cache over: [`Volume::adopt_cache`]).
+    target: Mutex<Weak<Volume>>,
     stats: Mutex<CacheStats>,
     pool: Mutex<Vec<IoBuf>>,
 }
@@ -253,13 +265,21 @@ pub(crate) enum Taken {
 }
 
 impl Cache {
-    pub(crate) fn new(vol: &Volume, cfg: CacheConfig) -> Result<Cache> {
+    /// Bytes per line of a cache on `vol`: one stripe's data.
+    pub fn line_for(vol: &Volume) -> u64 {
         let g = vol.geometry();
-        let line = match g.layout() {
+        match g.layout() {
             Some(l) => l.stripe_data_width(),
             None => g.chunk() * g.members() as u64,
         }
-        .min(g.capacity().max(CACHE_SECTOR));
+        .min(g.capacity().max(CACHE_SECTOR))
+    }
+
+    /// Checks `cfg` for a cache on `vol`. Errors: `InvalidInput` when the
+    /// size or the dirty limit cannot hold one line, or the limit passes
+    /// the size.
+    pub fn check_config(vol: &Volume, cfg: &CacheConfig) -> Result<()> {
+        let line = Self::line_for(vol);
         if cfg.size < line || cfg.dirty_limit < line || cfg.dirty_limit > cfg.size {
             bail!(
                 InvalidInput,
@@ -270,6 +290,12 @@ impl Cache {
                 line
             );
         }
+        Ok(())
+    }
+
+    pub(crate) fn new(vol: &Volume, cfg: CacheConfig) -> Result<Cache> {
+        Self::check_config(vol, &cfg)?;
+        let line = Self::line_for(vol);
         let sectors = (line / CACHE_SECTOR) as usize;
         Ok(Cache {
             cfg,
@@ -289,6 +315,7 @@ impl Cache {
             closed: AtomicBool::new(false),
             failed: Mutex::new(None),
             clock: AtomicU64::new(0),
+            target: Mutex::new(Weak::new()),
             stats: Mutex::new(CacheStats { mode: cfg.mode.name(), ..Default::default() }),
             pool: Mutex::new(Vec::new()),
         })
@@ -336,7 +363,7 @@ impl Cache {
         let data = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
         let words = self.sectors.div_ceil(64);
         self.cached.fetch_add(self.line, Ordering::Relaxed);
-        Line { data, valid: vec![0; words], dirty: vec![0; words], generation: 0, readers: 0, oldest: 0, last_use: 0 }
+        Line { data, valid: vec![0; words], dirty: vec![0; words], generation: 0, readers: 0, oldest: 0, dirty_since: 0, last_use: 0 }
     }
 
     /// Offers request `req` (with its data) to the cache; see [`Taken`].
@@ -395,6 +422,7 @@ impl Cache {
             line.generation += 1;
             if line.oldest == 0 {
                 line.oldest = seq;
+                line.dirty_since = crate::member::now_ns();
             }
             line.last_use = now;
         }
@@ -567,11 +595,20 @@ impl Cache {
         self.kick_cv.notify_one();
     }
 
-    /// The dirty lines, oldest first: (line, generation, data, dirty bits).
-    fn dirty_lines(&self) -> Vec<(u64, u64, IoBuf, Vec<u64>)> {
+    /// The dirty lines to write back now, oldest first: every one when
+    /// `all`, else those dirty as a whole or for [`DIRTY_EXPIRE_NS`]:
+    /// (line, generation, data, dirty bits).
+    fn dirty_lines(&self, all: bool) -> Vec<(u64, u64, IoBuf, Vec<u64>)> {
         let mut v: Vec<(u64, u64)> = Vec::new();
+        let expired = crate::member::now_ns().saturating_sub(DIRTY_EXPIRE_NS);
         for sh in self.shards.iter() {
-            v.extend(lock(sh).lines.iter().filter(|(_, l)| l.oldest != 0).map(|(&i, l)| (l.oldest, i)));
+            v.extend(
+                lock(sh)
+                    .lines
+                    .iter()
+                    .filter(|(_, l)| l.oldest != 0 && (all || l.dirty_since <= expired || all_set(&l.dirty, 0, self.sectors)))
+                    .map(|(&i, l)| (l.oldest, i)),
+            );
         }
         v.sort_unstable();
         v.into_iter()
@@ -611,7 +648,8 @@ impl Cache {
             self.seq.load(Ordering::Acquire)
         };
         let flush = self.wanted.load(Ordering::Acquire) > *lock(&self.durable);
-        let lines = self.dirty_lines();
+        let pressed = self.dirty.load(Ordering::Relaxed) * 2 > self.cfg.dirty_limit;
+        let lines = self.dirty_lines(flush || pressed || self.closed.load(Ordering::Acquire));
         if lines.is_empty() && !flush {
             return Ok(());
         }
@@ -705,9 +743,15 @@ impl Cache {
         }
     }
 
+    /// Makes the flusher write through `vol` from now on.
+    pub(crate) fn retarget(&self, vol: Weak<Volume>) {
+        *lock(&self.target) = vol;
+    }
+
     /// Starts the flusher thread of `vol`'s cache. It holds the volume only
     /// during a pass, and ends when the volume is gone or the cache closed.
     pub(crate) fn start_flusher(self: &Arc<Self>, vol: Weak<Volume>) {
+        self.retarget(vol);
         let cache = Arc::downgrade(self);
         std::thread::Builder::new()
             .name("uraid-flusher".into())
@@ -721,7 +765,7 @@ impl Cache {
                 if c.closed.load(Ordering::Acquire) {
                     return;
                 }
-                let Some(v) = vol.upgrade() else { return };
+                let Some(v) = lock(&c.target).upgrade() else { return };
                 if let Err(e) = c.pass(&v) {
                     eprintln!("uraid: the write-back cache could not write to the members: {e}");
                     std::thread::sleep(Duration::from_millis(200));

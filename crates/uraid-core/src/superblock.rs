@@ -48,7 +48,9 @@
 //! | 52 | 4 | chunk size in bytes |
 //! | 56 | 8 | member start: absolute byte offset of the volume's area on every member (the first volume at [`DATA_OFFSET`]) |
 //! | 64 | 8 | member size: bytes of every member the volume uses (whole chunks) |
-//! | 72 | 1 | cache mode (0 = off; reserved for the write-back cache) |
+//! | 72 | 1 | cache mode: 0 off, 1 write-through, 2 write-back (3 reserved: write-back with a journal) |
+//! | 76 | 4 | cache size in MiB (0: the default, 256) |
+//! | 80 | 4 | cache dirty limit in MiB (0: the default, 64) |
 //!
 //! Bytes not named are zero and reserved for later versions.
 //!
@@ -143,11 +145,34 @@ pub struct VolumeEntry {
     pub member_start: u64,
     /// Bytes of every member the volume uses (whole chunks).
     pub member_size: u64,
-    /// Cache mode (0 = off; reserved).
+    /// Cache mode ([`crate::cache::CacheMode`] as its byte; 0 = off).
     pub cache_mode: u8,
+    /// Cache size in MiB (0: the default).
+    pub cache_size_mib: u32,
+    /// Cache dirty limit in MiB (0: the default).
+    pub dirty_limit_mib: u32,
 }
 
 impl VolumeEntry {
+    /// The cache this volume is set up with. Errors: `Superblock` for an
+    /// unknown mode byte.
+    pub fn cache_config(&self) -> crate::Result<crate::cache::CacheConfig> {
+        let d = crate::cache::CacheConfig::default();
+        let mib = |v: u32, def: u64| if v == 0 { def } else { v as u64 * (1 << 20) };
+        Ok(crate::cache::CacheConfig {
+            mode: crate::cache::CacheMode::from_u8(self.cache_mode)?,
+            size: mib(self.cache_size_mib, d.size),
+            dirty_limit: mib(self.dirty_limit_mib, d.dirty_limit),
+        })
+    }
+
+    /// Records `cfg` (sizes rounded up to whole MiB).
+    pub fn set_cache_config(&mut self, cfg: &crate::cache::CacheConfig) {
+        self.cache_mode = cfg.mode.to_u8();
+        self.cache_size_mib = cfg.size.div_ceil(1 << 20).min(u32::MAX as u64) as u32;
+        self.dirty_limit_mib = cfg.dirty_limit.div_ceil(1 << 20).min(u32::MAX as u64) as u32;
+    }
+
     /// Absolute byte offset on every member just past the volume's area.
     pub fn member_end(&self) -> u64 {
         self.member_start + self.member_size
@@ -353,6 +378,8 @@ impl Superblock {
             b[o + 56..o + 64].copy_from_slice(&v.member_start.to_le_bytes());
             b[o + 64..o + 72].copy_from_slice(&v.member_size.to_le_bytes());
             b[o + 72] = v.cache_mode;
+            b[o + 76..o + 80].copy_from_slice(&v.cache_size_mib.to_le_bytes());
+            b[o + 80..o + 84].copy_from_slice(&v.dirty_limit_mib.to_le_bytes());
         }
         let crc = crc32c::crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
@@ -442,12 +469,17 @@ impl Superblock {
                 member_start: u64_at(b, o + 56),
                 member_size: u64_at(b, o + 64),
                 cache_mode: b[o + 72],
+                cache_size_mib: u32_at(b, o + 76),
+                dirty_limit_mib: u32_at(b, o + 80),
             };
             let Ok(level) = crate::geometry::Level::from_number(v.level) else {
                 return inv(format!("level {} of volume {i}", v.level));
             };
             if level.min_members() > member_count as usize {
                 return inv(format!("volume {i} is RAID {} over {member_count} members", v.level));
+            }
+            if crate::cache::CacheMode::from_u8(v.cache_mode).is_err() {
+                return inv(format!("cache mode {} of volume {i}", v.cache_mode));
             }
             if crate::geometry::check_chunk(v.chunk).is_err() {
                 return inv(format!("chunk size {} of volume {i}", v.chunk));
@@ -483,7 +515,7 @@ mod tests {
     use super::*;
 
     fn volume(name: &str, level: u32, chunk: u64, start: u64, size: u64) -> VolumeEntry {
-        VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0 }
+        VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0 }
     }
 
     fn sample() -> Superblock {

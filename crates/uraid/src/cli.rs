@@ -45,6 +45,8 @@ enum Cmd {
     Replace(crate::manage::ReplaceArgs),
     /// Rebuild the members being rebuilt (resumes where it stopped).
     Rebuild(crate::manage::RebuildArgs),
+    /// Change a volume's cache (off, writethrough, writeback) in the superblocks; used from the next assemble.
+    Config(crate::manage::ConfigArgs),
     /// Scrub: read every stripe and count where copies or parity disagree.
     Check(crate::manage::CheckArgs),
     /// Scrub and rewrite copies or parity where they disagree.
@@ -88,6 +90,8 @@ struct CreateArgs {
     /// A Matrix volume: NAME,level=L,size=SIZE[,chunk=C]; repeat for several, in order; the last may leave out size (= the rest). Default: one volume named like the array over all the space.
     #[arg(long = "volume", value_name = "NAME,level=L,size=SIZE[,chunk=C]")]
     volumes: Vec<String>,
+    #[command(flatten)]
+    cache: crate::manage::CacheFlags,
     /// Members: files, block devices or mem:SIZE[,bw=B/s][,iops=N][,lat=µs].
     #[arg(required = true)]
     members: Vec<String>,
@@ -221,6 +225,7 @@ pub fn run() -> Result<()> {
         Cmd::Add(a) => crate::manage::cmd_add(a),
         Cmd::Replace(a) => crate::manage::cmd_replace(a),
         Cmd::Rebuild(a) => crate::manage::cmd_rebuild(a),
+        Cmd::Config(a) => crate::manage::cmd_config(a),
         Cmd::Check(a) => crate::manage::cmd_check(a, false),
         Cmd::Repair(a) => crate::manage::cmd_check(a, true),
         Cmd::Bench(a) => cmd_bench(a),
@@ -246,8 +251,13 @@ fn cmd_create(a: CreateArgs) -> Result<()> {
     };
     let volumes = a.volumes.iter().map(|v| crate::manage::parse_volume(v)).collect::<Result<Vec<_>>>()?;
     let specs = specs(&a.members)?;
+    let cache = a.cache.config()?;
     let opts = CreateOptions { level: a.level, chunk, name: a.name, force: a.force, bitmap_region, volumes };
-    let arr = array::create(&specs, &opts)?;
+    let mut arr = array::create(&specs, &opts)?;
+    if let Some(cfg) = &cache {
+        let names = arr.set_cache(None, cfg)?;
+        crate::manage::print_cache(&names, cfg);
+    }
     for w in arr.warnings() {
         eprintln!("uraid: warning: {w}");
     }
@@ -319,7 +329,7 @@ fn print_superblock(name: &str, sb: &Superblock) {
             fmt_size(cap),
             v.member_start,
             v.member_end(),
-            if v.cache_mode == 0 { "off".to_string() } else { v.cache_mode.to_string() },
+            uraid_core::cache::CacheMode::from_u8(v.cache_mode).map(|m| m.name().to_string()).unwrap_or_else(|_| v.cache_mode.to_string()),
             fmt_uuid(&v.uuid)
         );
     }

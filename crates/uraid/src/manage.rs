@@ -313,6 +313,23 @@ pub(crate) fn print_status(st: &ArrayStatus) {
         if let Some(p) = v.rebuild_percent {
             println!("      rebuild = {p:.1}%");
         }
+        if v.cache.mode != uraid_core::cache::CacheMode::Off {
+            println!("      cache {} {}, dirty limit {}", v.cache.mode.name(), fmt_size(v.cache.size), fmt_size(v.cache.dirty_limit));
+            if let Some(c) = &v.cache_stats {
+                println!(
+                    "      cache dirty {}, hit ratio {:.1}%, writes {}, merged {}, written back {} ({} whole stripes)",
+                    fmt_size(c.dirty_bytes),
+                    c.hit_ratio * 100.0,
+                    c.writes,
+                    c.merged,
+                    c.writebacks,
+                    c.full_lines
+                );
+            }
+        }
+        if let Some(w) = v.cache_warning {
+            println!("      WARNING: {w}");
+        }
     }
     for m in &st.members {
         let what = match m.role {
@@ -461,5 +478,77 @@ pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&out)?);
     }
     arr.stop()?;
+    Ok(())
+}
+
+/// The cache flags of `create` and `config`.
+#[derive(Args, Clone)]
+pub(crate) struct CacheFlags {
+    /// Volume cache: off, writethrough (reads cached) or writeback (writes
+    /// acknowledged from memory; those not yet flushed are LOST on power
+    /// loss or a crash).
+    #[arg(long, value_name = "MODE")]
+    pub cache: Option<String>,
+    /// Cache size (default 256M).
+    #[arg(long, value_name = "SIZE")]
+    pub cache_size: Option<String>,
+    /// Most dirty bytes before writers wait (default 64M).
+    #[arg(long, value_name = "SIZE")]
+    pub dirty_limit: Option<String>,
+}
+
+impl CacheFlags {
+    /// The configuration the flags ask for, if any flag was given.
+    pub(crate) fn config(&self) -> Result<Option<uraid_core::cache::CacheConfig>> {
+        if self.cache.is_none() && self.cache_size.is_none() && self.dirty_limit.is_none() {
+            return Ok(None);
+        }
+        let Some(mode) = &self.cache else { bail!("--cache-size and --dirty-limit need --cache MODE") };
+        let d = uraid_core::cache::CacheConfig::default();
+        let size = match &self.cache_size {
+            Some(s) => parse_size(s, "cache size")?,
+            None => d.size,
+        };
+        let dirty_limit = match &self.dirty_limit {
+            Some(s) => parse_size(s, "dirty limit")?,
+            None => d.dirty_limit.min(size),
+        };
+        Ok(Some(uraid_core::cache::CacheConfig { mode: mode.parse()?, size, dirty_limit }))
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct ConfigArgs {
+    #[command(flatten)]
+    cache: CacheFlags,
+    /// Only this volume (default: every volume).
+    #[arg(long)]
+    volume: Option<String>,
+    #[command(flatten)]
+    array: ArrayMembers,
+}
+
+/// Prints what the cache of `names` is now, and the write-back warning.
+pub(crate) fn print_cache(names: &[String], cfg: &uraid_core::cache::CacheConfig) {
+    for n in names {
+        println!(
+            "volume '{n}': cache {} {}, dirty limit {} (from the next assemble)",
+            cfg.mode.name(),
+            fmt_size(cfg.size),
+            fmt_size(cfg.dirty_limit)
+        );
+    }
+    if cfg.mode == uraid_core::cache::CacheMode::WriteBack {
+        eprintln!("uraid: warning: {}", uraid_core::array::WRITEBACK_WARNING);
+    }
+}
+
+/// `uraid config`.
+pub(crate) fn cmd_config(a: ConfigArgs) -> Result<()> {
+    let Some(cfg) = a.cache.config()? else { bail!("nothing to change: give --cache MODE (off, writethrough, writeback)") };
+    let mut arr = open(&a.array.members)?;
+    let names = arr.set_cache(a.volume.as_deref(), &cfg)?;
+    print_cache(&names, &cfg);
+    arr.release();
     Ok(())
 }

@@ -154,6 +154,13 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     install_signal_handlers();
     println!("serving '{name}' ({description}, {} bytes{}) on {uri}", volume.capacity(), if a.read_only { ", read-only" } else { "" });
     println!("members: {}", kinds.join(" "));
+    if let Some(c) = volume.cache() {
+        let cfg = c.config();
+        println!("cache: {} {}, dirty limit {}", cfg.mode.name(), uraid_core::units::fmt_size(cfg.size), uraid_core::units::fmt_size(cfg.dirty_limit));
+        if cfg.mode == uraid_core::cache::CacheMode::WriteBack {
+            println!("WARNING: {}", uraid_core::array::WRITEBACK_WARNING);
+        }
+    }
     println!("to put a filesystem on it (kernel without nbd: FUSE + a loop device):");
     println!("  mkdir -p /mnt/{name}-nbd /mnt/{name} && nbdfuse /mnt/{name}-nbd '{uri}' &");
     println!("  LOOP=$(losetup -f --show --direct-io=on /mnt/{name}-nbd/nbd)");
@@ -205,6 +212,22 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     if let Some(v) = server.volume(&name) {
         debug_assert_eq!(v.capacity(), capacity);
         v.flush().context("final flush failed")?;
+        if let Some(c) = v.cache() {
+            let st = c.stats();
+            eprintln!(
+                "uraid serve: cache {}: {} writes ({} merged into dirty lines), {} written back ({} whole stripes), \
+                 read hits {} of {} ({:.1}%), writers held at the dirty limit {} times",
+                st.mode,
+                st.writes,
+                st.merged,
+                st.writebacks,
+                st.full_lines,
+                st.read_hits,
+                st.read_hits + st.read_misses,
+                st.hit_ratio * 100.0,
+                st.throttled
+            );
+        }
     }
     drop(server);
     if let Some(arr) = arr {

@@ -203,6 +203,22 @@ impl Volume {
         self.stripe_reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Takes over the cache of another volume with the same geometry (the
+    /// array rebuilt its volumes over new members): what it holds, dirty
+    /// data included, is this volume's now, and its flusher writes here.
+    /// Errors: `InvalidInput` when this volume has a cache already or the
+    /// capacities differ.
+    pub fn adopt_cache(self: &Arc<Self>, c: Arc<crate::cache::Cache>, from: &Volume) -> Result<()> {
+        if from.capacity() != self.capacity() || from.geometry().chunk() != self.geometry().chunk() {
+            bail!(InvalidInput, "a cache cannot move between volumes of different shapes");
+        }
+        c.retarget(Arc::downgrade(self));
+        if self.cache.set(c).is_err() {
+            bail!(InvalidInput, "the volume already has a cache");
+        }
+        Ok(())
+    }
+
     /// The volume's cache, if any.
     pub fn cache(&self) -> Option<&Arc<crate::cache::Cache>> {
         self.cache.get()

@@ -421,28 +421,44 @@ impl Raw {
 fn flush_on_one_connection_covers_writes_of_another() {
     let _g = shared();
     tools();
-    let d = tmpdir();
-    let m = array(d.path(), 2, 8 << 20, "multi");
-    let srv = Served::start(&m, &d.path().join("s.sock"), &[]);
-    let mut a = Raw::connect(&srv.socket, "multi");
-    let mut b = Raw::connect(&srv.socket, "multi");
-    let mut c = Raw::connect(&srv.socket, "multi");
-    let mut data = vec![0u8; 192 << 10];
-    rng("multi").fill_bytes(&mut data);
-    // 64K chunks on 2 members: logical 64K..256K spans both members.
-    assert_eq!(a.write(1, 64 << 10, &data), 0);
-    b.send(0, 3, 2, 0, 0, &[]);
-    assert_eq!(b.reply(), (2, 0), "flush on connection b");
-    assert_eq!(c.read(3, 64 << 10, data.len() as u32).unwrap(), data, "connection c sees a's write");
-    // Durable on the members: chunk 1 (logical 64K) is member 1's first chunk.
-    let m1 = std::fs::read(&m[1]).unwrap();
-    assert_eq!(&m1[DATA_OFFSET as usize..DATA_OFFSET as usize + (64 << 10)], &data[..64 << 10]);
-    let m0 = std::fs::read(&m[0]).unwrap();
-    assert_eq!(&m0[DATA_OFFSET as usize + (64 << 10)..DATA_OFFSET as usize + (128 << 10)], &data[64 << 10..128 << 10]);
-    // FUA write on c, read back on a.
-    c.send(1, 1, 4, 0, 4096, &[0x77; 4096]);
-    assert_eq!(c.reply(), (4, 0));
-    assert_eq!(a.read(5, 0, 4096).unwrap(), vec![0x77; 4096]);
+    // In every cache mode: a FLUSH on one connection makes the writes that
+    // others had acknowledged durable on the members (write-back holds
+    // them in memory until then), and a FUA write is durable when answered.
+    for mode in ["off", "writethrough", "writeback"] {
+        let d = tmpdir();
+        let m = sparse_files(d.path(), "m", 2, 8 << 20);
+        // A flusher that waits for nobody: a dirty limit far above what is
+        // written, so only the flush can explain the bytes on the members.
+        uraid_ok(&["create", "--level", "0", "--chunk", "64K", "--name", "multi", "--cache", mode, "--cache-size", "64M", "--dirty-limit", "32M", s(&m[0]), s(&m[1])]);
+        let srv = Served::start(&m, &d.path().join("s.sock"), &[]);
+        let mut a = Raw::connect(&srv.socket, "multi");
+        let mut b = Raw::connect(&srv.socket, "multi");
+        let mut c = Raw::connect(&srv.socket, "multi");
+        let mut data = vec![0u8; 192 << 10];
+        rng("multi").fill_bytes(&mut data);
+        // 64K chunks on 2 members: logical 64K..256K spans both members.
+        assert_eq!(a.write(1, 64 << 10, &data), 0);
+        b.send(0, 3, 2, 0, 0, &[]);
+        assert_eq!(b.reply(), (2, 0), "{mode}: flush on connection b");
+        assert_eq!(c.read(3, 64 << 10, data.len() as u32).unwrap(), data, "{mode}: connection c sees a's write");
+        // Durable on the members: chunk 1 (logical 64K) is member 1's first chunk.
+        let m1 = std::fs::read(&m[1]).unwrap();
+        assert_eq!(&m1[DATA_OFFSET as usize..DATA_OFFSET as usize + (64 << 10)], &data[..64 << 10], "{mode}");
+        let m0 = std::fs::read(&m[0]).unwrap();
+        assert_eq!(&m0[DATA_OFFSET as usize + (64 << 10)..DATA_OFFSET as usize + (128 << 10)], &data[64 << 10..128 << 10], "{mode}");
+        // FUA write on c, read back on a, and on member 0 already.
+        c.send(1, 1, 4, 0, 4096, &[0x77; 4096]);
+        assert_eq!(c.reply(), (4, 0));
+        assert_eq!(a.read(5, 0, 4096).unwrap(), vec![0x77; 4096], "{mode}");
+        let m0 = std::fs::read(&m[0]).unwrap();
+        assert_eq!(&m0[DATA_OFFSET as usize..DATA_OFFSET as usize + 4096], &[0x77; 4096][..], "{mode}: FUA write not on the member");
+        drop((a, b, c));
+        let (st, _, err) = srv.stop();
+        assert!(st.success(), "{mode}: {err}");
+        if mode == "writeback" {
+            assert_contains(&err, &["cache writeback", "written back"], "serve prints the cache counters");
+        }
+    }
 }
 
 #[test]
