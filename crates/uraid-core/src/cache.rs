@@ -158,6 +158,9 @@ pub struct CacheStats {
     pub merged: u64,
     /// Times a writer waited for the flusher (dirty limit or size).
     pub throttled: u64,
+    /// Writes sent straight to the members because the cache was full and
+    /// held nothing of their range.
+    pub written_around: u64,
 }
 
 struct Line {
@@ -392,13 +395,22 @@ impl Cache {
     }
 
     fn write_back(&self, req: &mut Request) -> Taken {
+        let lines = self.spans(req.offset, req.len).count() as u64;
         let new_lines = self.spans(req.offset, req.len).filter(|&(idx, ..)| !self.shard(idx).lines.contains_key(&idx)).count() as u64;
         let dirty = self.dirty.load(Ordering::Relaxed);
         if dirty + req.len as u64 > self.cfg.dirty_limit && dirty > 0
             || self.cached.load(Ordering::Relaxed) + new_lines * self.line > self.cfg.size && !self.evict(new_lines * self.line)
         {
-            lock(&self.stats).throttled += 1;
             self.kick();
+            if new_lines == lines && !req.fua {
+                // Full, and nothing of the range is cached (so no older
+                // dirty data can be written back over it): the write goes
+                // around the cache, straight to the members.
+                lock(&self.stats).written_around += 1;
+                self.wt_epoch.fetch_add(1, Ordering::AcqRel);
+                return Taken::Members { pins: Vec::new(), epoch: 0 };
+            }
+            lock(&self.stats).throttled += 1;
             return Taken::Full;
         }
         let _gate = self.gate.read().unwrap_or_else(|e| e.into_inner());

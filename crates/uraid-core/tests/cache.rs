@@ -231,11 +231,12 @@ fn bad_cache_settings_are_refused() {
 }
 
 #[test]
-fn writers_wait_at_the_dirty_limit_and_nothing_is_lost() {
+fn the_dirty_limit_holds_and_nothing_is_lost() {
     // Dirty limit of two lines (RAID 5 x3, 64 KiB chunks: 128 KiB lines);
     // sixteen one-line writes pushed back to back: the third finds the
     // limit reached (the flusher needs far longer than the pushes to write
-    // anything), waits in its queue, and completes once there is room.
+    // anything) and either waits in its queue (a line the cache holds) or
+    // goes around the cache to the members (nothing of its range cached).
     let cfg = CacheConfig { mode: CacheMode::WriteBack, size: 1 << 20, dirty_limit: 256 << 10 };
     let (v, raw) = volumes(Level::Raid5, 3, 64 << 10, 64, cfg);
     let mut q = v.queue(16).unwrap();
@@ -253,7 +254,7 @@ fn writers_wait_at_the_dirty_limit_and_nothing_is_lost() {
     assert_eq!(out.len(), 16);
     assert!(out.iter().all(|c| c.result.is_ok()));
     let st = v.cache().unwrap().stats();
-    assert!(st.throttled > 0, "no writer waited at the dirty limit: {st:?}");
+    assert!(st.throttled + st.written_around > 0, "nothing held back or wrote around at the dirty limit: {st:?}");
     assert!(st.dirty_bytes <= (256 << 10) + (128 << 10), "{st:?}");
     q.run(Request::flush(99)).result.unwrap();
     assert!(raw.read_at(0, model.len()).unwrap() == model, "members differ after the flush");
