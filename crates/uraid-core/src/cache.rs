@@ -791,6 +791,17 @@ impl Cache {
         self.closed.store(true, Ordering::Release);
         self.kick();
     }
+
+    /// A crash (tests): the flusher stops without writing what is dirty,
+    /// and this returns once it has (no member write of the cache is in
+    /// progress after it). `c` must be the last handle besides the
+    /// flusher's.
+    pub fn crash(c: &Arc<Cache>) {
+        c.close();
+        while Arc::strong_count(c) > 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -11,8 +11,11 @@
 //!
 //! Faults: reads or writes failing with EIO over chosen byte ranges (a bad
 //! block), the member vanishing (every I/O fails with ENXIO, as a pulled
-//! NVMe drive's do), and a torn write (the next write that touches a range
-//! lands only its first half and then fails with EIO).
+//! NVMe drive's do), a torn write (the next write that touches a range
+//! lands only its first half and then fails with EIO), and a volatile write
+//! cache ([`Faults::volatile_cache`]): the engine's writes that were not
+//! flushed (nor FUA) may be lost at a simulated power cut
+//! ([`Faults::power_cut`]), any subset of them, newest undone first.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +32,9 @@ pub struct Faults {
     vanished: AtomicBool,
     injected: AtomicU64,
     armed: AtomicBool,
+    volatile: AtomicBool,
+    /// Pre-images of the writes since the last flush: (offset, old bytes).
+    undo: Mutex<Vec<(u64, Vec<u8>)>>,
 }
 
 /// What the engine does with an I/O the plan intercepts.
@@ -87,12 +93,64 @@ impl Faults {
     }
 
     /// I/Os failed or torn so far.
+    /// Models a volatile drive cache: from now on every write the engine
+    /// sends that is not FUA is remembered (its old bytes are read first),
+    /// until a flush reaches the member (counted when the flush is sent,
+    /// which loses fewer writes than a real drive could); see
+    /// [`power_cut`](Self::power_cut). Writes of the blocking helpers
+    /// (superblocks, which are synced) and the bitmap's (RWF_DSYNC) count as
+    /// durable.
+    pub fn volatile_cache(&self) {
+        self.volatile.store(true, Ordering::Release);
+    }
+
+    /// True when the volatile cache model is on.
+    pub fn is_volatile(&self) -> bool {
+        self.volatile.load(Ordering::Acquire)
+    }
+
+    /// Remembers that `old` was at `offset` before a write that is not
+    /// durable yet.
+    pub fn log_write(&self, offset: u64, old: Vec<u8>) {
+        self.undo.lock().unwrap_or_else(|e| e.into_inner()).push((offset, old));
+    }
+
+    /// A flush reached the member: what was written is durable.
+    pub fn flushed(&self) {
+        self.undo.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// A simulated power cut: each write not yet flushed is lost with
+    /// probability 1/2 (drawn from `seed`), newest first, by putting its
+    /// old bytes back on `m` (which must be the member this plan belongs
+    /// to). Returns how many were lost. Errors: `Io` from the rewrite.
+    pub fn power_cut(&self, m: &crate::Member, seed: u64) -> crate::Result<usize> {
+        let log = std::mem::take(&mut *self.undo.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut x = seed | 1;
+        let mut lost = 0;
+        for (off, old) in log.iter().rev() {
+            // xorshift64: a few random bits per write, no dependency.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x & 1 == 1 {
+                std::os::unix::fs::FileExt::write_all_at(m.file(), old, *off)
+                    .map_err(|e| crate::Error::io("cannot undo a write on", std::path::Path::new(m.name()), e))?;
+                lost += 1;
+            }
+        }
+        Ok(lost)
+    }
+
     pub fn injected(&self) -> u64 {
         self.injected.load(Ordering::Acquire)
     }
 
     /// The verdict on `op` of `len` bytes at absolute byte `offset`.
     pub fn intercept(&self, op: Op, offset: u64, len: u64) -> Verdict {
+        if op == Op::Flush && self.is_volatile() {
+            self.flushed();
+        }
         if !self.armed.load(Ordering::Acquire) {
             return Verdict::Pass;
         }

@@ -1075,7 +1075,15 @@ fn injected_fault(p: &Piece, m: &Member) -> Option<i32> {
     use crate::fault::Verdict;
     let f = m.faults()?;
     let off = p.offset + p.done as u64;
-    match f.intercept(p.op, off, (p.len - p.done.min(p.len)) as u64) {
+    let len = p.len - p.done.min(p.len);
+    if p.op == Op::Write && !p.fua && f.is_volatile() && len > 0 {
+        // The volatile drive cache model: remember what the write covers.
+        let mut old = vec![0u8; len];
+        if std::os::unix::fs::FileExt::read_exact_at(m.file(), &mut old, off).is_ok() {
+            f.log_write(off, old);
+        }
+    }
+    match f.intercept(p.op, off, len as u64) {
         Verdict::Pass => None,
         Verdict::Fail(errno) => Some(-errno),
         Verdict::Tear(n) => {
