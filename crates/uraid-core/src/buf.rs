@@ -87,6 +87,14 @@ impl IoBuf {
             }
             libc::madvise(aligned as *mut libc::c_void, size, libc::MADV_HUGEPAGE);
         }
+        // Fault every page in now (zeroing it, and compacting memory for a
+        // huge page if the kernel must), so that the first transfer into
+        // the buffer, often a timed one, does not pay for it.
+        for off in (0..size).step_by(BUF_ALIGN) {
+            // SAFETY: off < size, inside the mapping kept above; the bytes
+            // are zero already and stay zero.
+            unsafe { std::ptr::write_volatile((aligned + off) as *mut u8, 0) };
+        }
         Some(IoBuf { ptr: NonNull::new(aligned as *mut u8)?, len, mapped: size })
     }
 
