@@ -12,11 +12,8 @@
 //! - data patterns, the shared-device warning, and clear errors.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 
-use rand::RngCore;
 use serde_json::Value;
 
 use crate::util::*;
@@ -216,79 +213,6 @@ fn dir_name(d: &Value) -> String {
             format!("mix R{r}/W{}", 100 - r)
         }
         _ => panic!("bad dir {d}"),
-    }
-}
-
-/// A file of `size` bytes written in full with random data (no holes).
-fn written_file(dir: &Path, name: &str, size: u64) -> std::path::PathBuf {
-    let p = dir.join(name);
-    let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&p).unwrap());
-    let mut rng = rng("suite target fill");
-    let mut block = vec![0u8; 1 << 20];
-    for _ in 0..size >> 20 {
-        rng.fill_bytes(&mut block);
-        f.write_all(&block).unwrap();
-    }
-    f.into_inner().unwrap().sync_all().unwrap();
-    p
-}
-
-/// Per-device ceilings of the fio comparison's drive.
-const FIO_BW: u64 = 400_000_000;
-const FIO_IOPS: u64 = 10_000;
-
-/// A raw file on a drive with a ceiling, as the project's testbed makes
-/// them: ext4 on a loop device over a file in RAM, throttled by the
-/// kernel's blkio controller for the processes started with [`Self::cmd`].
-/// On a bare file in RAM both tools are CPU-bound and measure the noise of
-/// a shared 2-core machine; against a ceiling they measure the load.
-struct ThrottledFile {
-    file: std::path::PathBuf,
-    mnt: std::path::PathBuf,
-    cgroup: std::path::PathBuf,
-    _lo: LoopDev,
-    _dir: tempfile::TempDir,
-}
-
-impl ThrottledFile {
-    fn new(size: u64) -> ThrottledFile {
-        require_tool("mount", "mount");
-        let dir = shm_tmpdir();
-        let img = sparse_file(dir.path(), "drive.img", size + 64 * MIB);
-        mkfs_ext4(&img);
-        let lo = LoopDev::attach(&img);
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        run_tool(Command::new("mount").args(["-o", "noatime"]).arg(&lo.dev).arg(&mnt));
-        let cgroup = std::path::PathBuf::from(format!("/sys/fs/cgroup/blkio/uraid-e2e-suite-{}", std::process::id()));
-        let t = ThrottledFile { file: mnt.join("raw.img"), mnt, cgroup, _lo: lo, _dir: dir };
-        written_file(&t.mnt, "raw.img", size);
-        std::fs::create_dir_all(&t.cgroup).unwrap_or_else(|e| panic!("this test needs the cgroup v1 blkio controller: {e}"));
-        let name = t._lo.dev.file_name().unwrap().to_str().unwrap().to_string();
-        let mm = std::fs::read_to_string(format!("/sys/block/{name}/dev")).unwrap();
-        for (f, v) in [("read_bps_device", FIO_BW), ("write_bps_device", FIO_BW), ("read_iops_device", FIO_IOPS), ("write_iops_device", FIO_IOPS)] {
-            std::fs::write(t.cgroup.join(format!("blkio.throttle.{f}")), format!("{} {v}", mm.trim())).unwrap();
-        }
-        t
-    }
-
-    /// `prog args...` started inside the throttled cgroup.
-    fn cmd(&self, prog: &str) -> Command {
-        let mut c = Command::new("sh");
-        c.arg("-c").arg("echo $$ > \"$0\"/cgroup.procs && exec \"$@\"").arg(&self.cgroup).arg(prog);
-        c
-    }
-}
-
-impl Drop for ThrottledFile {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mnt).status();
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.cgroup).is_ok() || !self.cgroup.exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
     }
 }
 
