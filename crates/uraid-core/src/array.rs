@@ -1498,20 +1498,25 @@ impl Array {
     }
 
     /// Puts a freshly opened, checked device into role `role` as
-    /// rebuilding (recovery offset 0) after zeroing its volume areas (so
-    /// that regions the rebuild skips read as zeros, like on every other
-    /// member), and copies the bitmap onto it.
-    fn install(&mut self, role: u32, m: Member, spec: &MemberSpec) -> Result<()> {
-        let entries = self.volume_entries();
-        for v in &entries {
-            zero_range(&m, v.member_start, v.member_size)?;
+    /// rebuilding (recovery offset 0) and copies the bitmap onto it. A new
+    /// device gets a new UUID and its volume areas zeroed (so that regions
+    /// the rebuild skips read as zeros, like on every other member); a
+    /// `returning` one (see [`returning_role`](Self::returning_role)) keeps
+    /// both and is resynced from the bitmap.
+    fn install(&mut self, role: u32, m: Member, spec: &MemberSpec, returning: bool) -> Result<()> {
+        if !returning {
+            for v in &self.volume_entries() {
+                zero_range(&m, v.member_start, v.member_size)?;
+            }
         }
         {
             let mut g = self.meta();
             g.devices[role as usize] = Some(m);
             g.specs[role as usize] = Some(spec.clone());
-            g.sb.slots[role as usize].uuid = superblock::new_uuid();
-            g.sb.slots[role as usize].resync_from_bitmap = false;
+            if !returning {
+                g.sb.slots[role as usize].uuid = superblock::new_uuid();
+            }
+            g.sb.slots[role as usize].resync_from_bitmap = returning;
         }
         self.health.set_state(role, MemberState::Rebuilding);
         self.rebuild_after_membership_change()?;
@@ -1533,23 +1538,13 @@ impl Array {
     pub fn add(&mut self, spec: &MemberSpec, force: bool) -> Result<Added> {
         let m = self.open_new(spec, force)?;
         if let Some(role) = self.returning_role(&m)? {
-            {
-                let mut g = self.meta();
-                g.devices[role as usize] = Some(m);
-                g.specs[role as usize] = Some(spec.clone());
-                g.sb.slots[role as usize].resync_from_bitmap = true;
-            }
-            self.health.set_state(role, MemberState::Rebuilding);
-            self.rebuild_after_membership_change()?;
-            if let Some(b) = &self.bitmap {
-                b.write_to(role)?;
-            }
+            self.install(role, m, spec, true)?;
             self.persist()?;
             return Ok(Added::ReAdded(role));
         }
         let missing = self.health.states().iter().position(|&s| s == MemberState::Missing).map(|r| r as u32);
         let added = if let Some(role) = missing {
-            self.install(role, m, spec)?;
+            self.install(role, m, spec, false)?;
             Added::Role(role)
         } else {
             let entries = self.volume_entries();
@@ -1604,7 +1599,7 @@ impl Array {
             self.refuse_past_tolerance(role, "replacing")?;
         }
         let m = self.open_new(spec, force)?;
-        self.install(role, m, spec)?;
+        self.install(role, m, spec, false)?;
         self.persist()
     }
 

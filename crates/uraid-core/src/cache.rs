@@ -209,7 +209,6 @@ pub struct Cache {
     gate: std::sync::RwLock<()>,
     /// Every write with a sequence number below this is durable.
     durable: Mutex<u64>,
-    durable_cv: Condvar,
     /// Highest sequence number a flush is waiting for.
     wanted: AtomicU64,
     kick: Mutex<bool>,
@@ -310,7 +309,6 @@ impl Cache {
             seq: AtomicU64::new(1),
             gate: std::sync::RwLock::new(()),
             durable: Mutex::new(1),
-            durable_cv: Condvar::new(),
             wanted: AtomicU64::new(0),
             kick: Mutex::new(false),
             kick_cv: Condvar::new(),
@@ -327,11 +325,6 @@ impl Cache {
     /// The configuration.
     pub fn config(&self) -> CacheConfig {
         self.cfg
-    }
-
-    /// Bytes per line.
-    pub fn line_size(&self) -> u64 {
-        self.line
     }
 
     /// The counters now.
@@ -362,6 +355,11 @@ impl Cache {
         })
     }
 
+    /// How many lines of `[offset, offset + len)` the cache does not hold.
+    fn uncached_lines(&self, offset: u64, len: usize) -> u64 {
+        self.spans(offset, len).filter(|&(idx, ..)| !self.shard(idx).lines.contains_key(&idx)).count() as u64
+    }
+
     fn new_line(&self) -> Line {
         let data = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
         let words = self.sectors.div_ceil(64);
@@ -372,17 +370,9 @@ impl Cache {
     /// Offers request `req` (with its data) to the cache; see [`Taken`].
     pub(crate) fn take(&self, req: &mut Request) -> Taken {
         match (req.op, self.cfg.mode) {
-            (Op::Flush, CacheMode::WriteBack) => {
-                let target = self.seq.load(Ordering::Acquire);
-                self.want(target);
-                Taken::Durable(target)
-            }
+            (Op::Flush, CacheMode::WriteBack) => Taken::Durable(self.want_all()),
             (Op::Write, CacheMode::WriteBack) => self.write_back(req),
-            (Op::Discard | Op::WriteZeroes { .. }, CacheMode::WriteBack) => {
-                let target = self.seq.load(Ordering::Acquire);
-                self.want(target);
-                Taken::DurableThenMembers(target)
-            }
+            (Op::Discard | Op::WriteZeroes { .. }, CacheMode::WriteBack) => Taken::DurableThenMembers(self.want_all()),
             (Op::Write | Op::Discard | Op::WriteZeroes { .. }, _) => {
                 // Goes to the members; what the cache holds of the range
                 // is dropped (write-back: written back first).
@@ -396,7 +386,7 @@ impl Cache {
 
     fn write_back(&self, req: &mut Request) -> Taken {
         let lines = self.spans(req.offset, req.len).count() as u64;
-        let new_lines = self.spans(req.offset, req.len).filter(|&(idx, ..)| !self.shard(idx).lines.contains_key(&idx)).count() as u64;
+        let new_lines = self.uncached_lines(req.offset, req.len);
         let dirty = self.dirty.load(Ordering::Relaxed);
         if dirty + req.len as u64 > self.cfg.dirty_limit && dirty > 0
             || self.cached.load(Ordering::Relaxed) + new_lines * self.line > self.cfg.size && !self.evict(new_lines * self.line)
@@ -548,8 +538,7 @@ impl Cache {
         let len = buf.len();
         if ok && self.cfg.mode == CacheMode::WriteThrough && self.wt_epoch.load(Ordering::Acquire) == epoch {
             // Room for the lines this read brings in (least used go first).
-            let new = self.spans(offset, len).filter(|&(idx, ..)| !self.shard(idx).lines.contains_key(&idx)).count() as u64;
-            self.evict(new * self.line);
+            self.evict(self.uncached_lines(offset, len) * self.line);
         }
         for (idx, a, b, off) in self.spans(offset, len) {
             let pinned = pins.contains(&idx);
@@ -595,6 +584,14 @@ impl Cache {
     /// True when a writer held for room may try again.
     pub(crate) fn has_room(&self) -> bool {
         self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit
+    }
+
+    /// Asks the flusher for every write taken so far; returns the
+    /// sequence number to wait for.
+    fn want_all(&self) -> u64 {
+        let target = self.seq.load(Ordering::Acquire);
+        self.want(target);
+        target
     }
 
     fn want(&self, target: u64) {
@@ -673,25 +670,22 @@ impl Cache {
         let mut first_err: Option<crate::Error> = None;
         let sector = CACHE_SECTOR as usize;
         for (idx, generation, data, bits) in lines {
-            let full = all_set(&bits, 0, self.sectors) && (idx + 1) * self.line <= vol.capacity();
-            let runs: Vec<(usize, usize)> = if full {
-                vec![(0, self.sectors)]
-            } else {
-                let mut r = Vec::new();
-                let mut i = 0;
-                while i < self.sectors {
-                    if is_set(&bits, i) {
-                        let s = i;
-                        while i < self.sectors && is_set(&bits, i) {
-                            i += 1;
-                        }
-                        r.push((s, i));
-                    } else {
+            // The runs of dirty sectors; a line dirty as a whole is one.
+            let mut runs: Vec<(usize, usize)> = Vec::new();
+            let mut i = 0;
+            while i < self.sectors {
+                if is_set(&bits, i) {
+                    let s = i;
+                    while i < self.sectors && is_set(&bits, i) {
                         i += 1;
                     }
+                    runs.push((s, i));
+                } else {
+                    i += 1;
                 }
-                r
-            };
+            }
+            let full = runs == [(0, self.sectors)];
+            let mut data = Some(data);
             {
                 let mut s = lock(&self.stats);
                 s.writebacks += runs.len() as u64;
@@ -703,8 +697,15 @@ impl Cache {
                     self.reap(&mut out, &mut inflight, &mut first_err);
                 }
                 let len = (b - a) * sector;
-                let mut buf = lock(&self.pool).pop().filter(|p| p.len() >= len).unwrap_or_else(|| IoBuf::new(self.line as usize));
-                buf[..len].copy_from_slice(&data[a * sector..b * sector]);
+                let buf = if full {
+                    // The snapshot itself goes out: no second copy.
+                    data.take().expect("one run")
+                } else {
+                    let src = data.as_ref().expect("kept for the runs");
+                    let mut buf = lock(&self.pool).pop().filter(|p| p.len() >= len).unwrap_or_else(|| IoBuf::new(self.line as usize));
+                    buf[..len].copy_from_slice(&src[a * sector..b * sector]);
+                    buf
+                };
                 let mut mine = vec![0u64; bits.len()];
                 set_bits(&mut mine, a, b);
                 tag += 1;
@@ -715,29 +716,27 @@ impl Cache {
                     first_err.get_or_insert(r.error);
                 }
             }
-            lock(&self.pool).push(data);
+            if let Some(d) = data {
+                lock(&self.pool).push(d);
+            }
         }
         while q.in_flight() > 0 {
             q.wait(1, &mut out);
             self.reap(&mut out, &mut inflight, &mut first_err);
         }
-        if let Some(e) = first_err {
+        let res = match first_err {
+            Some(e) => Err(e),
+            None if flush => q.run(Request::flush(0)).result.map(|_| ()),
+            None => Ok(()),
+        };
+        if let Err(e) = &res {
+            // Writes were lost: every flush waiting or to come says so.
             *lock(&self.failed) = Some(e.clone());
-            self.durable_cv.notify_all();
-            return Err(e);
-        }
-        if flush {
-            let c = q.run(Request::flush(0));
-            if let Err(e) = c.result {
-                *lock(&self.failed) = Some(e.clone());
-                self.durable_cv.notify_all();
-                return Err(e);
-            }
+        } else if flush {
             let mut d = lock(&self.durable);
             *d = (*d).max(start_seq);
-            self.durable_cv.notify_all();
         }
-        Ok(())
+        res
     }
 
     fn reap(&self, out: &mut Vec<crate::Completion>, inflight: &mut HashMap<u64, (u64, u64, Vec<u64>)>, err: &mut Option<crate::Error>) {

@@ -545,44 +545,45 @@ impl Queue {
     ///
     /// Errors (the request is handed back): `Busy` when `depth` requests are
     /// in flight, `OutOfRange` past the end, `InvalidInput` when misaligned.
-    pub fn push(&mut self, mut req: Request) -> std::result::Result<(), Rejected> {
+    pub fn push(&mut self, req: Request) -> std::result::Result<(), Rejected> {
         if let Err(error) = self.check(&req) {
             return Err(Rejected { error, request: req });
         }
-        let mut cache_read = None;
-        if let Some(c) = self.cache.clone() {
-            match c.take(&mut req) {
-                crate::cache::Taken::Done(n) => {
-                    self.cache_ready.push(Completion { tag: req.tag, result: Ok(n), buf: req.buf });
-                    return Ok(());
-                }
-                crate::cache::Taken::Durable(t) => {
-                    self.cache_parked.push((req, Parked::Durable(t)));
-                    return Ok(());
-                }
-                crate::cache::Taken::DurableThenMembers(t) => {
-                    self.cache_parked.push((req, Parked::DurableThenMembers(t)));
-                    return Ok(());
-                }
-                crate::cache::Taken::Full => {
-                    self.cache_parked.push((req, Parked::Room));
-                    return Ok(());
-                }
-                crate::cache::Taken::Members { pins, epoch } => {
-                    if req.op == Op::Read {
-                        cache_read = Some((pins, epoch));
-                    }
-                }
-            }
+        match self.cache.clone() {
+            Some(c) => self.offer_to_cache(&c, req),
+            None => self.push_members(req, None),
         }
-        self.push_members(req, cache_read);
         Ok(())
     }
 
+    /// Offers `req` to the cache: completed there (handed out at the next
+    /// wait), parked on it, or sent on to the members (a read that missed
+    /// with the lines to lay over its result).
+    fn offer_to_cache(&mut self, c: &crate::cache::Cache, mut req: Request) {
+        use crate::cache::Taken;
+        let why = match c.take(&mut req) {
+            Taken::Done(n) => {
+                self.cache_ready.push(Completion { tag: req.tag, result: Ok(n), buf: req.buf });
+                return;
+            }
+            Taken::Members { pins, epoch } => {
+                let cache_read = (req.op == Op::Read).then_some((pins, epoch));
+                return self.push_members(req, cache_read);
+            }
+            Taken::Durable(t) => Parked::Durable(t),
+            Taken::DurableThenMembers(t) => Parked::DurableThenMembers(t),
+            Taken::Full => Parked::Room,
+        };
+        self.cache_parked.push((req, why));
+    }
+
     /// Requests parked on the cache that may go on: completes them, or
-    /// sends them on to the members. True when some are still parked.
+    /// sends them on to the members; hands out what the cache completed.
+    /// True when some are still parked.
     fn cache_poll(&mut self, out: &mut Vec<Completion>) -> bool {
-        out.append(&mut self.cache_ready);
+        if self.cache_parked.is_empty() && self.cache_ready.is_empty() {
+            return false;
+        }
         let Some(c) = self.cache.clone() else { return false };
         let mut i = 0;
         while i < self.cache_parked.len() {
@@ -594,7 +595,7 @@ impl Queue {
                 i += 1;
                 continue;
             };
-            let (mut req, why) = self.cache_parked.swap_remove(i);
+            let (req, why) = self.cache_parked.swap_remove(i);
             match (why, res) {
                 (_, Err(e)) => out.push(Completion { tag: req.tag, result: Err(e), buf: req.buf }),
                 (Parked::Durable(_), Ok(())) => out.push(Completion { tag: req.tag, result: Ok(req.len), buf: req.buf }),
@@ -602,15 +603,10 @@ impl Queue {
                     c.invalidate(req.offset, req.len);
                     self.push_members(req, None);
                 }
-                (Parked::Room, Ok(())) => match c.take(&mut req) {
-                    crate::cache::Taken::Done(n) => out.push(Completion { tag: req.tag, result: Ok(n), buf: req.buf }),
-                    crate::cache::Taken::Durable(t) => self.cache_parked.push((req, Parked::Durable(t))),
-                    crate::cache::Taken::DurableThenMembers(t) => self.cache_parked.push((req, Parked::DurableThenMembers(t))),
-                    crate::cache::Taken::Full => self.cache_parked.push((req, Parked::Room)),
-                    crate::cache::Taken::Members { .. } => self.push_members(req, None),
-                },
+                (Parked::Room, Ok(())) => self.offer_to_cache(&c, req),
             }
         }
+        out.append(&mut self.cache_ready);
         !self.cache_parked.is_empty()
     }
 
@@ -728,8 +724,7 @@ impl Queue {
     fn wait_until(&mut self, min: usize, out: &mut Vec<Completion>, deadline: Option<u64>) -> bool {
         let start = out.len();
         loop {
-            let parked = !self.cache_parked.is_empty() || !self.cache_ready.is_empty();
-            let parked = parked && self.cache_poll(out);
+            let parked = self.cache_poll(out);
             self.reap(out);
             if !self.held.is_empty() {
                 self.release_held(now_ns(), out);
