@@ -253,6 +253,9 @@ pub struct Array {
     warnings: Vec<String>,
     /// Opened with `inspect`: never activated.
     inspect: bool,
+    /// The journal devices given (journal cache mode), each named by a
+    /// volume entry's journal UUID.
+    journals: Vec<Arc<crate::journal::Journal>>,
 }
 
 impl std::fmt::Debug for Array {
@@ -539,6 +542,7 @@ fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<Vec<VolumeEn
             cache_mode: 0,
             cache_size_mib: 0,
             dirty_limit_mib: 0,
+            journal_uuid: [0; 16],
         });
     }
     Ok(plan)
@@ -672,7 +676,7 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
         }
     }
     meta.persist(&health)?;
-    let mut arr = Array::new(meta, health, bitmap, warnings)?;
+    let mut arr = Array::new(meta, health, bitmap, warnings, Vec::new(), false)?;
     arr.start_daemon();
     Ok(arr)
 }
@@ -715,7 +719,23 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     if specs.is_empty() {
         bail!(InvalidInput, "assemble needs the members of the array");
     }
-    let members = open_members(specs, true, true)?;
+    // Journal devices (journal cache mode) may be given with the members.
+    let mut members = Vec::new();
+    let mut member_specs = Vec::new();
+    let mut journal_devs = Vec::new();
+    for (m, spec) in open_members(specs, true, true)?.into_iter().zip(specs) {
+        match crate::journal::probe(&m)? {
+            Some(id) => journal_devs.push((m, id)),
+            None => {
+                members.push(m);
+                member_specs.push(spec.clone());
+            }
+        }
+    }
+    if members.is_empty() {
+        bail!(InvalidInput, "only journal devices were given; give the members of the array too");
+    }
+    let specs = &member_specs[..];
     let mut sbs = Vec::with_capacity(members.len());
     for m in &members {
         match read_superblock(m)? {
@@ -765,6 +785,20 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
                 auth.name
             );
         }
+    }
+    let mut journals = Vec::new();
+    for (m, id) in journal_devs {
+        let owner = auth.volumes.iter().find(|v| v.journal_uuid == id.journal && v.uuid == id.volume);
+        if id.array != auth.array_uuid || owner.is_none() {
+            bail!(
+                Superblock,
+                "{} is a journal, but not one of array '{}' (it names array {}); give this array's journal,                  or leave it out",
+                m.name(),
+                auth.name,
+                fmt_uuid(&id.array)
+            );
+        }
+        journals.push(Arc::new(crate::journal::Journal::open(m)?));
     }
     let mut warnings = Vec::new();
     let mut slots = auth.slots.clone();
@@ -936,9 +970,7 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     if !lost.is_empty() {
         health.stop_writes();
     }
-    let mut a = Array::new(meta, health, bitmap, warnings)?;
-    a.inspect = opts.inspect;
-    Ok(a)
+    Array::new(meta, health, bitmap, warnings, journals, opts.inspect)
 }
 
 /// The absolute member byte ranges a resync must cover after an unclean
@@ -1034,14 +1066,21 @@ pub struct ArrayStatus {
 }
 
 impl Array {
-    fn new(meta: Meta, health: Arc<Health>, bitmap: Option<Arc<Bitmap>>, warnings: Vec<String>) -> Result<Array> {
+    fn new(
+        meta: Meta,
+        health: Arc<Health>,
+        bitmap: Option<Arc<Bitmap>>,
+        warnings: Vec<String>,
+        journals: Vec<Arc<crate::journal::Journal>>,
+        inspect: bool,
+    ) -> Result<Array> {
         let meta = Arc::new(Mutex::new(meta));
         let hook_meta = Arc::downgrade(&meta);
         health.set_on_change(move |h, _role| match hook_meta.upgrade() {
             Some(m) => m.lock().unwrap_or_else(|e| e.into_inner()).persist(h),
             None => Ok(()),
         });
-        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect: false };
+        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect, journals };
         a.build_volumes()?;
         Ok(a)
     }
@@ -1066,14 +1105,51 @@ impl Array {
             .map(|(i, v)| {
                 let g = Geometry::new(Level::from_number(v.level)?, n, v.chunk, v.member_size)?;
                 let vol = Volume::with_state(roles.clone(), g, v.member_start, shared.clone())?;
+                let cfg = v.cache_config()?;
                 match old.get(i).and_then(|o| o.cache().map(|c| (o, c.clone()))) {
                     Some((o, c)) => vol.adopt_cache(c, o)?,
-                    None => vol.enable_cache(v.cache_config()?)?,
+                    None if cfg.mode == crate::cache::CacheMode::Journal => match self.journal_of(v) {
+                        Some(j) => vol.enable_journaled_cache(cfg, j)?,
+                        // Looking only: reads go to the members as they are.
+                        None if self.inspect => {}
+                        None => bail!(
+                            Membership,
+                            "volume '{}' keeps a write journal (journal UUID {}) and it was not given; give the \
+                             journal device with the members (its records may hold acknowledged writes). Nothing \
+                             was written",
+                            v.name,
+                            fmt_uuid(&v.journal_uuid)
+                        ),
+                    },
+                    None => vol.enable_cache(cfg)?,
                 }
                 Ok(vol)
             })
             .collect::<Result<_>>()?;
         Ok(())
+    }
+
+    /// Replays the journal of volume `i` if it has one (its records not yet
+    /// retired: acknowledged writes and whole lines written when the array
+    /// stopped) onto the members, then empties it; a warning says how much.
+    fn replay_journal(&mut self, i: usize) -> Result<()> {
+        let vol = &self.volumes[i];
+        if let Some(j) = vol.cache().and_then(|c| c.journal()) {
+            let (n, bytes) = j.replay(vol, crate::cache::Cache::line_for(vol))?;
+            if n > 0 {
+                let what = describe_volume(&self.meta().sb.volumes[i]);
+                self.warnings.push(format!(
+                    "{what}: replayed {n} record(s) of the write journal on {} ({bytes} bytes written to the members)",
+                    j.name()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The journal device given for volume entry `v`, if any.
+    fn journal_of(&self, v: &VolumeEntry) -> Option<Arc<crate::journal::Journal>> {
+        self.journals.iter().find(|j| j.id().journal == v.journal_uuid && j.id().volume == v.uuid).cloned()
     }
 
     /// After a device joined or left a role: new member handles, bitmap
@@ -1280,6 +1356,11 @@ impl Array {
             let m = self.meta();
             (m.sb.state == State::Active, m.sb.volumes.clone())
         };
+        // Journal mode: the records not yet retired hold acknowledged
+        // writes and whole lines written when the array stopped.
+        for i in 0..entries.len() {
+            self.replay_journal(i)?;
+        }
         if unclean {
             let ranges = {
                 let m = self.meta();
@@ -1667,8 +1748,10 @@ impl Array {
 
     /// Sets the cache of volume `volume` (every volume when `None`) in the
     /// volume table and the superblocks (`uraid config`, `create --cache`);
-    /// it takes effect at the next assemble. Returns the names of the
-    /// volumes changed.
+    /// it takes effect at the next assemble. A volume leaving the journal
+    /// mode has its journal replayed onto the members first (so nothing
+    /// it held is lost; see [`warnings`](Self::warnings)). Returns the
+    /// names of the volumes changed.
     ///
     /// Errors, before anything is written: `InvalidInput` for an unknown
     /// volume or sizes that cannot hold one line (one stripe's data).
@@ -1686,9 +1769,19 @@ impl Array {
             },
             None => (0..entries.len()).collect(),
         };
+        if cfg.mode == crate::cache::CacheMode::Journal {
+            bail!(InvalidInput, "the journal mode needs a journal device: give --journal DEVICE");
+        }
         for &i in &chosen {
             crate::cache::Cache::check_config(&self.volumes[i], cfg)
                 .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("volume '{}': {e}", entries[i].name)))?;
+        }
+        // A journal left behind would take its records with it: they go to
+        // the members first.
+        if !self.inspect {
+            for &i in &chosen {
+                self.replay_journal(i)?;
+            }
         }
         {
             let mut m = self.meta();
@@ -1698,6 +1791,58 @@ impl Array {
         }
         self.persist()?;
         Ok(chosen.iter().map(|&i| entries[i].name.clone()).collect())
+    }
+
+    /// Sets volume `volume` (by name; `None`: the only volume) to the
+    /// journal cache mode with `cfg`'s sizes, formatting `spec` as its
+    /// journal (the whole device, see [`crate::journal`]); kept in the
+    /// superblocks, used from the next assemble, where the journal device
+    /// must be given with the members. Returns the volume's name.
+    ///
+    /// Errors, before anything is written: `InvalidInput` (no such volume,
+    /// several volumes and none named, the device is a member or spare of
+    /// this array, sizes that do not fit); `WouldDestroy` when the device
+    /// holds a filesystem, an array or a journal, unless `force`;
+    /// `TooSmall` (below 64 MiB + 4 KiB); `Io`, `Busy`.
+    pub fn set_journal(&mut self, volume: Option<&str>, spec: &MemberSpec, cfg: &crate::cache::CacheConfig, force: bool) -> Result<String> {
+        let entries = self.volume_entries();
+        let i = match volume {
+            Some(name) => entries.iter().position(|v| v.name == name).ok_or_else(|| {
+                Error::new(ErrorKind::InvalidInput, format!("array '{}' has no volume '{name}'", self.name()))
+            })?,
+            None if entries.len() == 1 => 0,
+            None => bail!(InvalidInput, "a journal serves one volume and array '{}' has {}; name it with --volume", self.name(), entries.len()),
+        };
+        let cfg = crate::cache::CacheConfig { mode: crate::cache::CacheMode::Journal, ..*cfg };
+        crate::cache::Cache::check_config(&self.volumes[i], &cfg)
+            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("volume '{}': {e}", entries[i].name)))?;
+        if let Some(s) = self.slot_of(spec) {
+            bail!(InvalidInput, "{spec} is slot {s} of array '{}'; a journal needs a device of its own", self.name());
+        }
+        let m = Member::open(spec, OpenMode { write: true, exclusive: true })?;
+        if !force {
+            if let Some(sig) = probe(&m)? {
+                bail!(
+                    WouldDestroy,
+                    "{} holds {sig}; making it a journal would destroy it. Nothing was written. Check the device \
+                     name, or add --force to overwrite it",
+                    m.name()
+                );
+            }
+        }
+        let id = crate::journal::JournalId { array: self.meta().sb.array_uuid, volume: entries[i].uuid, journal: superblock::new_uuid() };
+        if !self.inspect {
+            self.replay_journal(i)?;
+        }
+        let j = crate::journal::Journal::format(m, id)?;
+        {
+            let mut g = self.meta();
+            g.sb.volumes[i].set_cache_config(&cfg);
+            g.sb.volumes[i].journal_uuid = id.journal;
+        }
+        self.journals.push(Arc::new(j));
+        self.persist()?;
+        Ok(entries[i].name.clone())
     }
 
     /// Roles being rebuilt.
@@ -1786,7 +1931,7 @@ mod tests {
     use super::*;
 
     fn entry(level: u32, chunk: u64, member_size: u64) -> VolumeEntry {
-        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0 }
+        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16] }
     }
 
     #[test]

@@ -25,6 +25,22 @@
 //! process dies or the power fails: that is what the mode trades for speed,
 //! and `uraid status` says so.
 //!
+//! Journal mode (md's raid5-cache with its log device, in write-back):
+//! the same cache, and every write is also recorded on a journal device
+//! ([`crate::journal`]) and acknowledged only once its record is durable;
+//! a FLUSH then needs only the members' flush (for discards and zeroes),
+//! and nothing acknowledged is lost when the process dies or the power
+//! fails: assemble replays the records not yet retired. On RAID 5/6 the
+//! flusher writes only whole lines: a line dirty in part is completed by
+//! reading the rest from the members and recorded whole (a stripe record)
+//! before it goes out, so that replay can write every interrupted stripe
+//! whole and its parity comes out right even with a member gone (the write
+//! hole closed). Each pass ends with a members' flush and a checkpoint
+//! that retires the records whose data is on the members. Writes never go
+//! around the cache in this mode; a full log holds writers like the dirty
+//! limit does. Discards and zeroes are not recorded: they wait for the
+//! write-back and go to the members as in write-back.
+//!
 //! Reads: a read whose every sector is valid in the cache is served from it
 //! (a hit); otherwise it goes to the members, and the cached sectors it
 //! overlaps (newer than the members while dirty) are laid over the result
@@ -67,6 +83,11 @@ pub enum CacheMode {
     /// Writes acknowledged from memory and written back in the background;
     /// un-flushed writes are lost on a crash or power loss (2).
     WriteBack,
+    /// Write-back with a journal (3): every write is recorded durably on a
+    /// journal device before it is acknowledged ([`crate::journal`]), so
+    /// none is lost, and RAID 5/6 lines are recorded whole before their
+    /// member writes, which closes the write hole.
+    Journal,
 }
 
 impl CacheMode {
@@ -76,25 +97,35 @@ impl CacheMode {
             CacheMode::Off => 0,
             CacheMode::WriteThrough => 1,
             CacheMode::WriteBack => 2,
+            CacheMode::Journal => 3,
         }
     }
-    /// The mode stored as `b`. Errors: `Superblock` for an unknown value
-    /// (3 is reserved for write-back with a journal, not built yet).
+    /// The mode stored as `b`. Errors: `Superblock` for an unknown value.
     pub fn from_u8(b: u8) -> Result<CacheMode> {
         match b {
             0 => Ok(CacheMode::Off),
             1 => Ok(CacheMode::WriteThrough),
             2 => Ok(CacheMode::WriteBack),
-            _ => bail!(Superblock, "unknown cache mode {b} in the volume table (this uraid knows 0 off, 1 writethrough, 2 writeback)"),
+            3 => Ok(CacheMode::Journal),
+            _ => bail!(
+                Superblock,
+                "unknown cache mode {b} in the volume table (this uraid knows 0 off, 1 writethrough, 2 writeback, 3 journal)"
+            ),
         }
     }
-    /// The name users type: off, writethrough, writeback.
+    /// The name users type: off, writethrough, writeback, journal.
     pub fn name(self) -> &'static str {
         match self {
             CacheMode::Off => "off",
             CacheMode::WriteThrough => "writethrough",
             CacheMode::WriteBack => "writeback",
+            CacheMode::Journal => "journal",
         }
+    }
+
+    /// True for the modes that acknowledge writes from memory.
+    pub fn writes_back(self) -> bool {
+        matches!(self, CacheMode::WriteBack | CacheMode::Journal)
     }
 }
 
@@ -105,12 +136,8 @@ impl std::str::FromStr for CacheMode {
             "off" | "none" => Ok(CacheMode::Off),
             "writethrough" | "wt" => Ok(CacheMode::WriteThrough),
             "writeback" | "wb" => Ok(CacheMode::WriteBack),
-            "writeback-journal" | "journal" => bail!(
-                Unsupported,
-                "the write-back cache with a journal is not built yet; use 'writeback' (loses un-flushed writes on \
-                 power loss), 'writethrough' or 'off'"
-            ),
-            _ => bail!(InvalidInput, "unknown cache mode '{s}'; use off, writethrough or writeback"),
+            "journal" | "writeback-journal" => Ok(CacheMode::Journal),
+            _ => bail!(InvalidInput, "unknown cache mode '{s}'; use off, writethrough, writeback or journal"),
         }
     }
 }
@@ -154,13 +181,29 @@ pub struct CacheStats {
     pub writebacks: u64,
     /// Of those, whole lines (full stripes on RAID 5/6).
     pub full_lines: u64,
-    /// Writes merged into a line that was already dirty.
+    /// Writes merged into a line that was already dirty (each write once).
     pub merged: u64,
     /// Times a writer waited for the flusher (dirty limit or size).
     pub throttled: u64,
     /// Writes sent straight to the members because the cache was full and
     /// held nothing of their range.
     pub written_around: u64,
+    /// Journal mode: records of writes written to the journal.
+    pub journal_records: u64,
+    /// Journal mode: whole lines recorded before their member writes
+    /// (RAID 5/6 lines dirty in part, completed by member reads first).
+    pub stripe_records: u64,
+}
+
+/// A dirty line as the flusher took it.
+struct Snap {
+    idx: u64,
+    generation: u64,
+    data: IoBuf,
+    dirty: Vec<u64>,
+    valid: Vec<u64>,
+    oldest: u64,
+    last_seq: u64,
 }
 
 struct Line {
@@ -177,6 +220,8 @@ struct Line {
     oldest: u64,
     /// When it became dirty ([`now_ns`](crate::member::now_ns)).
     dirty_since: u64,
+    /// Sequence number of the newest write copied in.
+    last_seq: u64,
     last_use: u64,
 }
 
@@ -225,12 +270,38 @@ pub struct Cache {
     target: Mutex<Weak<Volume>>,
     stats: Mutex<CacheStats>,
     pool: Mutex<Vec<IoBuf>>,
+    /// Journal mode: the journal, and the order writers take a record's
+    /// place and copy into the lines in (so that the log's order is the
+    /// lines' order).
+    journal: Option<Arc<crate::journal::Journal>>,
+    jorder: Mutex<()>,
+    /// The volume has parity (RAID 5/6): the journal records a line whole
+    /// before the flusher writes part of it.
+    parity: bool,
 }
 
 impl std::fmt::Debug for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Cache({:?}, line {} bytes)", self.cfg, self.line)
     }
+}
+
+/// The runs `[a, b)` of set bits among the first `n`.
+fn runs_of(bits: &[u64], n: usize) -> Vec<(usize, usize)> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < n {
+        if is_set(bits, i) {
+            let s = i;
+            while i < n && is_set(bits, i) {
+                i += 1;
+            }
+            runs.push((s, i));
+        } else {
+            i += 1;
+        }
+    }
+    runs
 }
 
 fn set_bits(bits: &mut [u64], a: usize, b: usize) {
@@ -264,6 +335,8 @@ pub(crate) enum Taken {
     DurableThenMembers(u64),
     /// Wait for room (dirty limit), then offer it again.
     Full,
+    /// Failed (the journal could not record it): complete with this error.
+    Failed(crate::Error),
 }
 
 impl Cache {
@@ -295,8 +368,15 @@ impl Cache {
         Ok(())
     }
 
-    pub(crate) fn new(vol: &Volume, cfg: CacheConfig) -> Result<Cache> {
+    /// A cache for `vol`; `journal` is required by, and only taken in,
+    /// [`CacheMode::Journal`]. Errors: `InvalidInput` as
+    /// [`check_config`](Self::check_config), or a journal missing or not
+    /// wanted.
+    pub(crate) fn new(vol: &Volume, cfg: CacheConfig, journal: Option<Arc<crate::journal::Journal>>) -> Result<Cache> {
         Self::check_config(vol, &cfg)?;
+        if (cfg.mode == CacheMode::Journal) != journal.is_some() {
+            bail!(InvalidInput, "the journal cache mode needs a journal device, and only it takes one");
+        }
         let line = Self::line_for(vol);
         let sectors = (line / CACHE_SECTOR) as usize;
         Ok(Cache {
@@ -319,7 +399,15 @@ impl Cache {
             target: Mutex::new(Weak::new()),
             stats: Mutex::new(CacheStats { mode: cfg.mode.name(), ..Default::default() }),
             pool: Mutex::new(Vec::new()),
+            journal,
+            jorder: Mutex::new(()),
+            parity: vol.geometry().layout().is_some_and(|l| l.level().has_parity()),
         })
+    }
+
+    /// The journal of a cache in journal mode.
+    pub fn journal(&self) -> Option<&Arc<crate::journal::Journal>> {
+        self.journal.as_ref()
     }
 
     /// The configuration.
@@ -364,15 +452,19 @@ impl Cache {
         let data = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
         let words = self.sectors.div_ceil(64);
         self.cached.fetch_add(self.line, Ordering::Relaxed);
-        Line { data, valid: vec![0; words], dirty: vec![0; words], generation: 0, readers: 0, oldest: 0, dirty_since: 0, last_use: 0 }
+        Line { data, valid: vec![0; words], dirty: vec![0; words], generation: 0, readers: 0, oldest: 0, dirty_since: 0, last_seq: 0, last_use: 0 }
     }
 
     /// Offers request `req` (with its data) to the cache; see [`Taken`].
     pub(crate) fn take(&self, req: &mut Request) -> Taken {
         match (req.op, self.cfg.mode) {
             (Op::Flush, CacheMode::WriteBack) => Taken::Durable(self.want_all()),
-            (Op::Write, CacheMode::WriteBack) => self.write_back(req),
-            (Op::Discard | Op::WriteZeroes { .. }, CacheMode::WriteBack) => Taken::DurableThenMembers(self.want_all()),
+            // Journal: every acknowledged write is durable in the journal
+            // already; the members' flush covers discards and zeroes.
+            (Op::Write, CacheMode::WriteBack | CacheMode::Journal) => self.write_back(req),
+            (Op::Discard | Op::WriteZeroes { .. }, CacheMode::WriteBack | CacheMode::Journal) => {
+                Taken::DurableThenMembers(self.want_all())
+            }
             (Op::Write | Op::Discard | Op::WriteZeroes { .. }, _) => {
                 // Goes to the members; what the cache holds of the range
                 // is dropped (write-back: written back first).
@@ -388,11 +480,21 @@ impl Cache {
         let lines = self.spans(req.offset, req.len).count() as u64;
         let new_lines = self.uncached_lines(req.offset, req.len);
         let dirty = self.dirty.load(Ordering::Relaxed);
+        let journal = self.journal.as_ref();
+        if let Some(j) = journal {
+            if !j.can_hold(req.len as u64) {
+                return Taken::Failed(crate::Error::new(
+                    crate::ErrorKind::InvalidInput,
+                    format!("a write of {} bytes does not fit the journal's log ({} bytes); use a larger journal device", req.len, j.log_size()),
+                ));
+            }
+        }
         if dirty + req.len as u64 > self.cfg.dirty_limit && dirty > 0
             || self.cached.load(Ordering::Relaxed) + new_lines * self.line > self.cfg.size && !self.evict(new_lines * self.line)
+            || journal.is_some_and(|j| !j.fits(req.len as u64))
         {
             self.kick();
-            if new_lines == lines && !req.fua {
+            if new_lines == lines && !req.fua && journal.is_none() {
                 // Full, and nothing of the range is cached (so no older
                 // dirty data can be written back over it): the write goes
                 // around the cache, straight to the members.
@@ -403,8 +505,22 @@ impl Cache {
             lock(&self.stats).throttled += 1;
             return Taken::Full;
         }
-        let _gate = self.gate.read().unwrap_or_else(|e| e.into_inner());
+        let order = journal.map(|_| lock(&self.jorder));
+        let gate = self.gate.read().unwrap_or_else(|e| e.into_inner());
         let seq = self.seq.fetch_add(1, Ordering::AcqRel);
+        let place = match journal {
+            Some(j) => match j.reserve(req.len as u64, seq, true) {
+                Some(r) => Some((j, r)),
+                None => {
+                    // The log filled since the look above.
+                    drop((gate, order));
+                    self.kick();
+                    lock(&self.stats).throttled += 1;
+                    return Taken::Full;
+                }
+            },
+            None => None,
+        };
         let data = req.buf.as_ref().expect("a write has a buffer");
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut merged = 0;
@@ -422,19 +538,31 @@ impl Cache {
             let after = Line::count(&line.dirty);
             self.dirty.fetch_add((after - before) * CACHE_SECTOR, Ordering::Relaxed);
             line.generation += 1;
+            line.last_seq = seq;
             if line.oldest == 0 {
                 line.oldest = seq;
                 line.dirty_since = crate::member::now_ns();
             }
             line.last_use = now;
         }
+        drop((gate, order));
         {
             let mut s = lock(&self.stats);
             s.writes += 1;
-            s.merged += merged;
+            // One write counts once, however many dirty lines it joined.
+            s.merged += (merged > 0) as u64;
         }
         if self.dirty.load(Ordering::Relaxed) * 2 > self.cfg.dirty_limit {
             self.kick();
+        }
+        if let Some((j, r)) = place {
+            // Acknowledged once the record is durable (FUA included).
+            if let Err(e) = j.write(r, crate::journal::RecordKind::Data, req.offset, seq, &data[..req.len]) {
+                *lock(&self.failed) = Some(e.clone());
+                return Taken::Failed(e);
+            }
+            lock(&self.stats).journal_records += 1;
+            return Taken::Done(req.len);
         }
         if req.fua {
             self.want(seq + 1);
@@ -583,7 +711,23 @@ impl Cache {
 
     /// True when a writer held for room may try again.
     pub(crate) fn has_room(&self) -> bool {
-        self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit
+        self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit && self.journal.as_ref().is_none_or(|j| j.used() * 2 < j.log_size())
+    }
+
+    /// A sequence number below which every write is on the members (or
+    /// was superseded there): the oldest write a dirty line carries, or
+    /// the next number when none is dirty.
+    fn clean_mark(&self) -> u64 {
+        let _g = self.gate.write().unwrap_or_else(|e| e.into_inner());
+        let mut mark = self.seq.load(Ordering::Acquire);
+        for sh in self.shards.iter() {
+            for l in lock(sh).lines.values() {
+                if l.oldest != 0 {
+                    mark = mark.min(l.oldest);
+                }
+            }
+        }
+        mark
     }
 
     /// Asks the flusher for every write taken so far; returns the
@@ -592,6 +736,21 @@ impl Cache {
         let target = self.seq.load(Ordering::Acquire);
         self.want(target);
         target
+    }
+
+    /// Journal mode: writes every write taken so far back to the members
+    /// and retires its records (blocking). Other modes: nothing.
+    pub(crate) fn drain(&self) -> Result<()> {
+        if self.cfg.mode != CacheMode::Journal {
+            return Ok(());
+        }
+        let target = self.want_all();
+        loop {
+            if let Some(r) = self.durable(target) {
+                return r;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 
     fn want(&self, target: u64) {
@@ -605,9 +764,8 @@ impl Cache {
     }
 
     /// The dirty lines to write back now, oldest first: every one when
-    /// `all`, else those dirty as a whole or for [`DIRTY_EXPIRE_NS`]:
-    /// (line, generation, data, dirty bits).
-    fn dirty_lines(&self, all: bool) -> Vec<(u64, u64, IoBuf, Vec<u64>)> {
+    /// `all`, else those dirty as a whole or for [`DIRTY_EXPIRE_NS`].
+    fn dirty_lines(&self, all: bool) -> Vec<Snap> {
         let mut v: Vec<(u64, u64)> = Vec::new();
         let expired = crate::member::now_ns().saturating_sub(DIRTY_EXPIRE_NS);
         for sh in self.shards.iter() {
@@ -626,7 +784,7 @@ impl Cache {
                 let l = sh.lines.get(&idx)?;
                 let mut copy = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
                 copy.copy_from_slice(&l.data);
-                Some((idx, l.generation, copy, l.dirty.clone()))
+                Some(Snap { idx, generation: l.generation, data: copy, dirty: l.dirty.clone(), valid: l.valid.clone(), oldest: l.oldest, last_seq: l.last_seq })
             })
             .collect()
     }
@@ -651,37 +809,60 @@ impl Cache {
     /// One pass of the flusher over `vol` (a queue that bypasses the
     /// cache): writes back every line dirty when it starts, then, when a
     /// flush waits, flushes the members and moves the durable mark.
+    ///
+    /// Journal mode: a RAID 5/6 line dirty in part is first completed by
+    /// reading what the cache does not hold from the members and recorded
+    /// whole in the journal (a stripe record), then written whole; every
+    /// pass ends with a members' flush and a checkpoint that retires the
+    /// records whose data is now on the members.
     fn pass(&self, vol: &Arc<Volume>) -> Result<()> {
         let start_seq = {
             let _g = self.gate.write().unwrap_or_else(|e| e.into_inner());
             self.seq.load(Ordering::Acquire)
         };
+        let journal = self.journal.as_ref();
         let flush = self.wanted.load(Ordering::Acquire) > *lock(&self.durable);
-        let pressed = self.dirty.load(Ordering::Relaxed) * 2 > self.cfg.dirty_limit;
+        let pressed = self.dirty.load(Ordering::Relaxed) * 2 > self.cfg.dirty_limit
+            || journal.is_some_and(|j| j.used() * 2 > j.log_size());
         let lines = self.dirty_lines(flush || pressed || self.closed.load(Ordering::Acquire));
         if lines.is_empty() && !flush {
             return Ok(());
         }
+        if let Some(j) = journal {
+            // Data in the snapshot had its record's place before it was
+            // copied in: no member gets data whose record is not written.
+            j.wait_written();
+        }
         let mut q = vol.queue_uncached(FLUSH_DEPTH)?;
+        let mut fill_q = if journal.is_some() && self.parity { Some(vol.queue_uncached(1)?) } else { None };
         let mut out = Vec::new();
         // (tag -> line index, generation, bits written) of writes in flight.
         let mut inflight: HashMap<u64, (u64, u64, Vec<u64>)> = HashMap::new();
         let mut tag = 0u64;
         let mut first_err: Option<crate::Error> = None;
         let sector = CACHE_SECTOR as usize;
-        for (idx, generation, data, bits) in lines {
-            // The runs of dirty sectors; a line dirty as a whole is one.
-            let mut runs: Vec<(usize, usize)> = Vec::new();
-            let mut i = 0;
-            while i < self.sectors {
-                if is_set(&bits, i) {
-                    let s = i;
-                    while i < self.sectors && is_set(&bits, i) {
-                        i += 1;
+        for Snap { idx, generation, mut data, dirty: bits, valid, oldest, last_seq } in lines {
+            if first_err.is_some() {
+                lock(&self.pool).push(data);
+                continue;
+            }
+            let mut runs = runs_of(&bits, self.sectors);
+            if let (Some(j), Some(fq)) = (journal, fill_q.as_mut()) {
+                if runs != [(0, self.sectors)] {
+                    match self.record_line(j, fq, idx, &mut data, &valid, (oldest, last_seq)) {
+                        Ok(true) => runs = vec![(0, self.sectors)],
+                        Ok(false) => {
+                            // The log is full: retire records first.
+                            lock(&self.pool).push(data);
+                            self.kick();
+                            continue;
+                        }
+                        Err(e) => {
+                            first_err = Some(e);
+                            lock(&self.pool).push(data);
+                            continue;
+                        }
                     }
-                    runs.push((s, i));
-                } else {
-                    i += 1;
                 }
             }
             let full = runs == [(0, self.sectors)];
@@ -706,8 +887,11 @@ impl Cache {
                     buf[..len].copy_from_slice(&src[a * sector..b * sector]);
                     buf
                 };
+                // A whole line written after a stripe record cleans only
+                // what was dirty in the snapshot.
                 let mut mine = vec![0u64; bits.len()];
                 set_bits(&mut mine, a, b);
+                mine.iter_mut().zip(&bits).for_each(|(m, d)| *m &= d);
                 tag += 1;
                 inflight.insert(tag, (idx, generation, mine));
                 let r = Request { op: Op::Write, offset: idx * self.line + (a * sector) as u64, len, buf: Some(buf), tag, fua: false };
@@ -724,10 +908,22 @@ impl Cache {
             q.wait(1, &mut out);
             self.reap(&mut out, &mut inflight, &mut first_err);
         }
+        if journal.is_some() && self.closed.load(Ordering::Acquire) && first_err.is_none() && !flush {
+            // Closed meanwhile: a crash (a stop drains first, so nothing
+            // is left to retire): the members' flush does not happen.
+            return Ok(());
+        }
+        // Journal: records carrying writes below the mark may go once the
+        // members are flushed.
+        let mark = journal.map(|_| self.clean_mark());
         let res = match first_err {
             Some(e) => Err(e),
-            None if flush => q.run(Request::flush(0)).result.map(|_| ()),
+            None if flush || journal.is_some() => q.run(Request::flush(0)).result.map(|_| ()),
             None => Ok(()),
+        };
+        let res = match (res, journal, mark) {
+            (Ok(()), Some(j), Some(m)) => j.checkpoint(m),
+            (r, ..) => r,
         };
         if let Err(e) = &res {
             // Writes were lost: every flush waiting or to come says so.
@@ -737,6 +933,35 @@ impl Cache {
             *d = (*d).max(start_seq);
         }
         res
+    }
+
+    /// Journal mode, RAID 5/6: completes line `idx` (snapshot `data`,
+    /// `valid` sectors) with the members' bytes where the cache holds
+    /// none, and writes it to the journal as a stripe record (it may retire
+    /// once write `seqs.0`, the oldest dirty one, is on the members; it
+    /// holds every write up to `seqs.1`). False when the log has no room
+    /// for it now.
+    fn record_line(
+        &self,
+        j: &crate::journal::Journal,
+        fq: &mut crate::Queue,
+        idx: u64,
+        data: &mut IoBuf,
+        valid: &[u64],
+        seqs: (u64, u64),
+    ) -> Result<bool> {
+        let sector = CACHE_SECTOR as usize;
+        let holes: Vec<(usize, usize)> = runs_of(&valid.iter().map(|w| !w).collect::<Vec<_>>(), self.sectors);
+        for (a, b) in holes {
+            let len = (b - a) * sector;
+            let c = fq.run(Request::read(idx * self.line + (a * sector) as u64, len, IoBuf::new(len), 0));
+            c.result?;
+            data[a * sector..b * sector].copy_from_slice(&c.buf.expect("a read returns its buffer")[..len]);
+        }
+        let Some(r) = j.reserve(self.line, seqs.0, false) else { return Ok(false) };
+        j.write(r, crate::journal::RecordKind::Stripe, idx * self.line, seqs.1, &data[..self.line as usize])?;
+        lock(&self.stats).stripe_records += 1;
+        Ok(true)
     }
 
     fn reap(&self, out: &mut Vec<crate::Completion>, inflight: &mut HashMap<u64, (u64, u64, Vec<u64>)>, err: &mut Option<crate::Error>) {

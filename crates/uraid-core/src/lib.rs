@@ -24,6 +24,7 @@ pub mod error;
 pub mod fault;
 pub mod geometry;
 pub mod health;
+pub mod journal;
 pub mod layout;
 pub mod locks;
 pub mod maint;

@@ -7,12 +7,19 @@
 /// The first bytes of a member that [`detect`] needs.
 pub const PROBE_LEN: usize = 72 << 10;
 
+/// What [`detect`] names a uraid journal device (see [`crate::journal`]):
+/// not a member, but a device an array with a journaled cache is assembled with.
+pub const JOURNAL: &str = "a uraid journal";
+
 /// Names what `head` (the first bytes of a device, ideally [`PROBE_LEN`])
 /// holds, or `None` when no known signature is there.
 pub fn detect(head: &[u8]) -> Option<&'static str> {
     let at = |off: usize, magic: &[u8]| head.len() >= off + magic.len() && &head[off..off + magic.len()] == magic;
     if at(0, crate::superblock::MAGIC) {
         return Some("a uraid superblock");
+    }
+    if at(0, crate::journal::MAGIC) {
+        return Some(JOURNAL);
     }
     if at(1080, &[0x53, 0xEF]) {
         return Some("an ext2/ext3/ext4 filesystem");

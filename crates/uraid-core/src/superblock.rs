@@ -48,9 +48,10 @@
 //! | 52 | 4 | chunk size in bytes |
 //! | 56 | 8 | member start: absolute byte offset of the volume's area on every member (the first volume at [`DATA_OFFSET`]) |
 //! | 64 | 8 | member size: bytes of every member the volume uses (whole chunks) |
-//! | 72 | 1 | cache mode: 0 off, 1 write-through, 2 write-back (3 reserved: write-back with a journal) |
+//! | 72 | 1 | cache mode: 0 off, 1 write-through, 2 write-back, 3 write-back with a journal |
 //! | 76 | 4 | cache size in MiB (0: the default, 256) |
 //! | 80 | 4 | cache dirty limit in MiB (0: the default, 64) |
+//! | 84 | 16 | journal UUID (mode 3: the journal device's, see `journal`; else zero) |
 //!
 //! Bytes not named are zero and reserved for later versions.
 //!
@@ -151,6 +152,8 @@ pub struct VolumeEntry {
     pub cache_size_mib: u32,
     /// Cache dirty limit in MiB (0: the default).
     pub dirty_limit_mib: u32,
+    /// The journal device's UUID in journal mode (else zero).
+    pub journal_uuid: [u8; 16],
 }
 
 impl VolumeEntry {
@@ -171,6 +174,9 @@ impl VolumeEntry {
         self.cache_mode = cfg.mode.to_u8();
         self.cache_size_mib = cfg.size.div_ceil(1 << 20).min(u32::MAX as u64) as u32;
         self.dirty_limit_mib = cfg.dirty_limit.div_ceil(1 << 20).min(u32::MAX as u64) as u32;
+        if cfg.mode != crate::cache::CacheMode::Journal {
+            self.journal_uuid = [0; 16];
+        }
     }
 
     /// Absolute byte offset on every member just past the volume's area.
@@ -380,6 +386,7 @@ impl Superblock {
             b[o + 72] = v.cache_mode;
             b[o + 76..o + 80].copy_from_slice(&v.cache_size_mib.to_le_bytes());
             b[o + 80..o + 84].copy_from_slice(&v.dirty_limit_mib.to_le_bytes());
+            b[o + 84..o + 100].copy_from_slice(&v.journal_uuid);
         }
         let crc = crc32c::crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
@@ -471,6 +478,7 @@ impl Superblock {
                 cache_mode: b[o + 72],
                 cache_size_mib: u32_at(b, o + 76),
                 dirty_limit_mib: u32_at(b, o + 80),
+                journal_uuid: b[o + 84..o + 100].try_into().expect("16 bytes"),
             };
             let Ok(level) = crate::geometry::Level::from_number(v.level) else {
                 return inv(format!("level {} of volume {i}", v.level));
@@ -515,7 +523,7 @@ mod tests {
     use super::*;
 
     fn volume(name: &str, level: u32, chunk: u64, start: u64, size: u64) -> VolumeEntry {
-        VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0 }
+        VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16] }
     }
 
     fn sample() -> Superblock {

@@ -10,6 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 use uraid_core::cache::{CacheConfig, CacheMode};
 use uraid_core::geometry::Geometry;
+use uraid_core::journal::{Journal, JournalId};
 use uraid_core::member::{Member, MemberSpec, OpenMode};
 use uraid_core::superblock::DATA_OFFSET;
 use uraid_core::{IoBuf, Level, Request, Volume};
@@ -26,7 +27,14 @@ fn volumes(level: Level, n: usize, chunk: u64, rows: u64, cfg: CacheConfig) -> (
     let g = Geometry::new(level, n, chunk, rows * chunk).unwrap();
     let raw = Arc::new(ms.iter().map(|m| m.try_clone().unwrap()).collect::<Vec<_>>());
     let v = Volume::new(Arc::new(ms), g, DATA_OFFSET).unwrap();
-    v.enable_cache(cfg).unwrap();
+    if cfg.mode == CacheMode::Journal {
+        // A small log (64 MiB), so that it wraps and records retire.
+        let jm = Member::open(&"mem:65M".parse().unwrap(), OpenMode { write: true, exclusive: false }).unwrap();
+        let id = JournalId { array: [1; 16], volume: [2; 16], journal: [3; 16] };
+        v.enable_journaled_cache(cfg, Arc::new(Journal::format(jm, id).unwrap())).unwrap();
+    } else {
+        v.enable_cache(cfg).unwrap();
+    }
     (v, Volume::new(raw, g, DATA_OFFSET).unwrap())
 }
 
@@ -114,14 +122,22 @@ fn run_mode(mode: CacheMode, level: Level, n: usize, chunk: u64) {
     }
     let st = v.cache().unwrap().stats();
     assert_eq!(st.dirty_bytes, 0, "{st:?}");
-    if mode == CacheMode::WriteBack {
+    if mode.writes_back() {
         assert!(st.writes > 0 && st.writebacks > 0, "{st:?}");
+    }
+    if mode == CacheMode::Journal {
+        assert_eq!(st.journal_records, st.writes, "{st:?}");
+        if level.number() == 5 || level.number() == 6 {
+            assert!(st.stripe_records > 0, "partial lines on RAID 5/6 go through stripe records: {st:?}");
+        }
+        let j = v.cache().unwrap().journal().unwrap();
+        assert_eq!(j.used(), 0, "a flush of the volume retires every record");
     }
     // A read of what was just written (write-back) or read (write-through)
     // is served from the cache.
     let x = vec![0x6bu8; 64 << 10];
     match mode {
-        CacheMode::WriteBack => v.write_at(0, &x).unwrap(),
+        CacheMode::WriteBack | CacheMode::Journal => v.write_at(0, &x).unwrap(),
         _ => drop(v.read_at(0, x.len()).unwrap()),
     }
     let hits = v.cache().unwrap().stats().read_hits;
@@ -133,6 +149,14 @@ fn run_mode(mode: CacheMode, level: Level, n: usize, chunk: u64) {
 #[test]
 fn writeback_raid5_matches_the_model_and_the_members_after_a_flush() {
     run_mode(CacheMode::WriteBack, Level::Raid5, 4, 64 << 10);
+}
+
+#[test]
+fn journal_matches_the_model_at_every_level_and_retires_its_records() {
+    run_mode(CacheMode::Journal, Level::Raid5, 4, 64 << 10);
+    run_mode(CacheMode::Journal, Level::Raid6, 5, 32 << 10);
+    run_mode(CacheMode::Journal, Level::Raid10, 3, 64 << 10);
+    run_mode(CacheMode::Journal, Level::Raid0, 3, 128 << 10);
 }
 
 #[test]
@@ -226,7 +250,11 @@ fn bad_cache_settings_are_refused() {
     assert!(e.to_string().contains("one line"), "{e}");
     v.enable_cache(CacheConfig { mode: CacheMode::WriteBack, ..CacheConfig::default() }).unwrap();
     assert!(v.enable_cache(CacheConfig { mode: CacheMode::WriteThrough, ..CacheConfig::default() }).is_err());
-    assert!("journal".parse::<CacheMode>().is_err() && "fast".parse::<CacheMode>().is_err());
+    assert!("fast".parse::<CacheMode>().is_err());
+    assert_eq!("journal".parse::<CacheMode>().unwrap(), CacheMode::Journal);
+    // The journal mode takes a journal device; enable_cache has none.
+    let e = v.enable_cache(CacheConfig { mode: CacheMode::Journal, ..CacheConfig::default() }).unwrap_err();
+    assert!(e.to_string().contains("journal"), "{e}");
     assert_eq!("writeback".parse::<CacheMode>().unwrap(), CacheMode::WriteBack);
 }
 

@@ -255,7 +255,7 @@ fn cmd_create(a: CreateArgs) -> Result<()> {
     let opts = CreateOptions { level: a.level, chunk, name: a.name, force: a.force, bitmap_region, volumes };
     let mut arr = array::create(&specs, &opts)?;
     if let Some(cfg) = &cache {
-        let names = arr.set_cache(None, cfg)?;
+        let names = a.cache.apply(&mut arr, None, cfg, a.force)?;
         crate::manage::print_cache(&names, cfg);
     }
     for w in arr.warnings() {

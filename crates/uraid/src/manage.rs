@@ -484,11 +484,16 @@ pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
 /// The cache flags of `create` and `config`.
 #[derive(Args, Clone)]
 pub(crate) struct CacheFlags {
-    /// Volume cache: off, writethrough (reads cached) or writeback (writes
+    /// Volume cache: off, writethrough (reads cached), writeback (writes
     /// acknowledged from memory; those not yet flushed are LOST on power
-    /// loss or a crash).
+    /// loss or a crash) or journal (write-back that records every write on
+    /// the --journal device first: nothing acknowledged is lost).
     #[arg(long, value_name = "MODE")]
     pub cache: Option<String>,
+    /// The journal device of `--cache journal` (formatted; give it with the
+    /// members at every assemble).
+    #[arg(long, value_name = "DEVICE")]
+    pub journal: Option<String>,
     /// Cache size (default 256M).
     #[arg(long, value_name = "SIZE")]
     pub cache_size: Option<String>,
@@ -500,10 +505,10 @@ pub(crate) struct CacheFlags {
 impl CacheFlags {
     /// The configuration the flags ask for, if any flag was given.
     pub(crate) fn config(&self) -> Result<Option<uraid_core::cache::CacheConfig>> {
-        if self.cache.is_none() && self.cache_size.is_none() && self.dirty_limit.is_none() {
+        if self.cache.is_none() && self.cache_size.is_none() && self.dirty_limit.is_none() && self.journal.is_none() {
             return Ok(None);
         }
-        let Some(mode) = &self.cache else { bail!("--cache-size and --dirty-limit need --cache MODE") };
+        let Some(mode) = &self.cache else { bail!("--cache-size, --dirty-limit and --journal need --cache MODE") };
         let d = uraid_core::cache::CacheConfig::default();
         let size = match &self.cache_size {
             Some(s) => parse_size(s, "cache size")?,
@@ -513,7 +518,32 @@ impl CacheFlags {
             Some(s) => parse_size(s, "dirty limit")?,
             None => d.dirty_limit.min(size),
         };
-        Ok(Some(uraid_core::cache::CacheConfig { mode: mode.parse()?, size, dirty_limit }))
+        let mode: uraid_core::cache::CacheMode = mode.parse()?;
+        match (mode, &self.journal) {
+            (uraid_core::cache::CacheMode::Journal, None) => bail!("--cache journal needs --journal DEVICE (a device of its own, at least 64 MiB)"),
+            (m, Some(_)) if m != uraid_core::cache::CacheMode::Journal => bail!("--journal goes with --cache journal only"),
+            _ => {}
+        }
+        Ok(Some(uraid_core::cache::CacheConfig { mode, size, dirty_limit }))
+    }
+
+    /// Applies `cfg` (from [`config`](Self::config)) to `arr`: the journal
+    /// mode formats the journal device (`force`: even when it holds
+    /// something). Returns the volumes changed.
+    pub(crate) fn apply(
+        &self,
+        arr: &mut uraid_core::array::Array,
+        volume: Option<&str>,
+        cfg: &uraid_core::cache::CacheConfig,
+        force: bool,
+    ) -> Result<Vec<String>> {
+        match &self.journal {
+            Some(j) => {
+                let spec: uraid_core::MemberSpec = j.parse()?;
+                Ok(vec![arr.set_journal(volume, &spec, cfg, force)?])
+            }
+            None => Ok(arr.set_cache(volume, cfg)?),
+        }
     }
 }
 
@@ -524,6 +554,9 @@ pub(crate) struct ConfigArgs {
     /// Only this volume (default: every volume).
     #[arg(long)]
     volume: Option<String>,
+    /// Format the --journal device even when it holds something.
+    #[arg(long)]
+    force: bool,
     #[command(flatten)]
     array: ArrayMembers,
 }
@@ -545,9 +578,13 @@ pub(crate) fn print_cache(names: &[String], cfg: &uraid_core::cache::CacheConfig
 
 /// `uraid config`.
 pub(crate) fn cmd_config(a: ConfigArgs) -> Result<()> {
-    let Some(cfg) = a.cache.config()? else { bail!("nothing to change: give --cache MODE (off, writethrough, writeback)") };
+    let Some(cfg) = a.cache.config()? else { bail!("nothing to change: give --cache MODE (off, writethrough, writeback, journal)") };
     let mut arr = open(&a.array.members)?;
-    let names = arr.set_cache(a.volume.as_deref(), &cfg)?;
+    let seen = arr.warnings().len();
+    let names = a.cache.apply(&mut arr, a.volume.as_deref(), &cfg, a.force)?;
+    for w in &arr.warnings()[seen..] {
+        eprintln!("uraid: warning: {w}");
+    }
     print_cache(&names, &cfg);
     arr.release();
     Ok(())

@@ -89,7 +89,9 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         ("mem".to_string(), v, None)
     } else {
         for s in &specs {
-            if !matches!(array::examine(s)?, Examination::Member(_)) {
+            let ex = array::examine(s)?;
+            let journal = matches!(ex, Examination::Foreign(sig) if sig == uraid_core::signature::JOURNAL);
+            if !journal && !matches!(ex, Examination::Member(_)) {
                 bail!("{s} is not a uraid member; create an array first (uraid create --level 0 --name NAME MEMBER...)");
             }
         }

@@ -180,17 +180,30 @@ impl Volume {
     /// ([`flush`](Self::flush)) before the last handle goes: write-back
     /// data not yet written is lost otherwise, as on a crash.
     ///
-    /// Errors: `InvalidInput` when a cache is already there or the size
-    /// and dirty limit cannot hold one line (one stripe's data).
+    /// Errors: `InvalidInput` when a cache is already there, the size
+    /// and dirty limit cannot hold one line (one stripe's data), or the
+    /// mode is `Journal` (see [`enable_journaled_cache`](Self::enable_journaled_cache)).
     pub fn enable_cache(self: &Arc<Self>, cfg: crate::cache::CacheConfig) -> Result<()> {
+        self.start_cache(cfg, None)
+    }
+
+    /// Puts a cache in journal mode in front of the volume, recording into
+    /// `journal` (replayed first: [`crate::journal::Journal::replay`]).
+    /// Errors: as [`enable_cache`](Self::enable_cache), for a mode other
+    /// than `Journal` too.
+    pub fn enable_journaled_cache(self: &Arc<Self>, cfg: crate::cache::CacheConfig, journal: Arc<crate::journal::Journal>) -> Result<()> {
+        self.start_cache(cfg, Some(journal))
+    }
+
+    fn start_cache(self: &Arc<Self>, cfg: crate::cache::CacheConfig, journal: Option<Arc<crate::journal::Journal>>) -> Result<()> {
         if cfg.mode == crate::cache::CacheMode::Off {
             return Ok(());
         }
-        let c = Arc::new(crate::cache::Cache::new(self, cfg)?);
+        let c = Arc::new(crate::cache::Cache::new(self, cfg, journal)?);
         if self.cache.set(c.clone()).is_err() {
             bail!(InvalidInput, "the volume already has a cache");
         }
-        if cfg.mode == crate::cache::CacheMode::WriteBack {
+        if cfg.mode.writes_back() {
             c.start_flusher(Arc::downgrade(self));
         }
         Ok(())
@@ -243,6 +256,11 @@ impl Volume {
     /// Makes every completed write durable on every member (blocking;
     /// with a write-back cache, writes everything back first).
     pub fn flush(self: &Arc<Self>) -> Result<()> {
+        if let Some(c) = self.cache.get() {
+            // Journal mode: a FLUSH does not write back (the journal holds
+            // every write); this does, so that the log can be emptied.
+            c.drain()?;
+        }
         let mut q = self.queue(1)?;
         q.run(Request { op: Op::Flush, offset: 0, len: 0, buf: None, tag: 0, fua: false }).result.map(|_| ())
     }
@@ -573,6 +591,10 @@ impl Queue {
             Taken::Durable(t) => Parked::Durable(t),
             Taken::DurableThenMembers(t) => Parked::DurableThenMembers(t),
             Taken::Full => Parked::Room,
+            Taken::Failed(e) => {
+                self.cache_ready.push(Completion { tag: req.tag, result: Err(e), buf: req.buf });
+                return;
+            }
         };
         self.cache_parked.push((req, why));
     }

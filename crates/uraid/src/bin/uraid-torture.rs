@@ -1,13 +1,15 @@
 //! uraid-torture: the seeded crash workload of the crash tests.
 //!
 //! `uraid-torture run --seed N --log FILE MEMBER...` assembles the array and
-//! writes to its first volume without end: random non-overlapping writes,
-//! up to 16 in flight, and a flush now and then. Every 512-byte sector it
+//! writes to its first volume without end: random non-overlapping writes
+//! (one in eight with FUA), up to 16 in flight, and a flush now and then.
+//! Every 512-byte sector it
 //! writes says who wrote it: bytes 0..8 the write's id, 8..16 the sector's
 //! logical offset, the rest a fill derived from (seed, id, offset). Before
 //! a write is issued the log gets `I id offset len`, when it is
-//! acknowledged `A id`, when a flush completes `F id` (the last write id
-//! issued before the flush). The test kills the process with SIGKILL at a
+//! acknowledged `A id` (`U id` for a FUA write), when a flush completes
+//! `F id` (the last write id issued before the flush). The test kills the
+//! process with SIGKILL at a
 //! random moment (the log is in the page cache, which survives a process
 //! kill).
 //!
@@ -15,8 +17,10 @@
 //! (which resynchronizes the dirty regions of the write-intent bitmap after
 //! the unclean stop) and checks every sector written by the log: it must
 //! hold a well-formed sector of some issued write that covered it (or zeros
-//! if none), and every write acknowledged before a completed flush must be
-//! there unless a later issued write covered the sector. Prints a JSON
+//! if none), and every write acknowledged before a completed flush, or with
+//! FUA, must be there unless a later issued write covered the sector (with
+//! `--all-acked`, every acknowledged write: the promise of the cache modes
+//! other than write-back, the process being killed, not the power). Prints a JSON
 //! summary; exits 1 on any violation, listing the first ones.
 //!
 //! Only for the tests: no options beyond these.
@@ -52,7 +56,7 @@ fn fill(buf: &mut [u8], seed: u64, id: u64, offset: u64) {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: uraid-torture run|verify --seed N --log FILE MEMBER...");
+    eprintln!("usage: uraid-torture run|verify --seed N --log FILE [--all-acked] MEMBER...");
     std::process::exit(2)
 }
 
@@ -63,7 +67,9 @@ fn main() {
     }
     let seed: u64 = args[2].parse().unwrap_or_else(|_| usage());
     let log = std::path::PathBuf::from(&args[4]);
-    let specs: Vec<MemberSpec> = args[5..].iter().map(|a| a.parse().unwrap_or_else(|e| panic!("{a}: {e}"))).collect();
+    let all_acked = args[5] == "--all-acked";
+    let specs: Vec<MemberSpec> =
+        args[5 + all_acked as usize..].iter().map(|a| a.parse().unwrap_or_else(|e| panic!("{a}: {e}"))).collect();
     let array = match uraid_core::array::assemble(&specs) {
         Ok(a) => a,
         Err(e) => {
@@ -75,7 +81,7 @@ fn main() {
     match args[0].as_str() {
         "run" => run(&vol, seed, &log),
         "verify" => {
-            let ok = verify(&vol, seed, &log);
+            let ok = verify(&vol, seed, &log, all_acked);
             drop(vol);
             let _ = array.stop();
             std::process::exit(if ok { 0 } else { 1 });
@@ -97,6 +103,7 @@ fn run(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> ! {
     let mut busy: HashMap<u64, (u64, u64)> = HashMap::new();
     let mut id = 0u64;
     let mut done = Vec::new();
+    let mut fua = std::collections::HashSet::new();
     loop {
         let r = next();
         if r % 64 == 0 {
@@ -104,7 +111,7 @@ fn run(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> ! {
             while q.in_flight() > 0 {
                 done.clear();
                 q.wait(1, &mut done);
-                ack(&done, &mut busy, &mut log);
+                ack(&done, &mut busy, &mut fua, &mut log);
             }
             let c = q.run(Request::flush(u64::MAX));
             c.result.expect("flush");
@@ -120,36 +127,44 @@ fn run(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> ! {
         while !q.has_room() {
             done.clear();
             q.wait(1, &mut done);
-            ack(&done, &mut busy, &mut log);
+            ack(&done, &mut busy, &mut fua, &mut log);
         }
         id += 1;
         let mut b = IoBuf::new(len as usize);
         fill(&mut b, seed, id, off);
         writeln!(log, "I {id} {off} {len}").unwrap();
         busy.insert(id, (off, len));
-        q.push(Request::write(off, len as usize, b, id)).map_err(|r| r.error).expect("push");
+        let mut r = Request::write(off, len as usize, b, id);
+        r.fua = next() % 8 == 0;
+        if r.fua {
+            fua.insert(id);
+        }
+        q.push(r).map_err(|r| r.error).expect("push");
         q.submit();
         done.clear();
         q.wait(0, &mut done);
-        ack(&done, &mut busy, &mut log);
+        ack(&done, &mut busy, &mut fua, &mut log);
     }
 }
 
-fn ack(done: &[uraid_core::Completion], busy: &mut HashMap<u64, (u64, u64)>, log: &mut std::fs::File) {
+fn ack(done: &[uraid_core::Completion], busy: &mut HashMap<u64, (u64, u64)>, fua: &mut std::collections::HashSet<u64>, log: &mut std::fs::File) {
     for c in done {
         if let Err(e) = &c.result {
             panic!("write {} failed: {e}", c.tag);
         }
         busy.remove(&c.tag);
-        writeln!(log, "A {}", c.tag).unwrap();
+        let kind = if fua.remove(&c.tag) { "U" } else { "A" };
+        writeln!(log, "{kind} {}", c.tag).unwrap();
     }
 }
 
-fn verify(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> bool {
+fn verify(vol: &Arc<Volume>, seed: u64, log: &std::path::Path, all_acked: bool) -> bool {
     // Per sector: every issued write (id) that covered it, and the newest
-    // acknowledged write made durable by a later completed flush.
+    // acknowledged write made durable (by a later completed flush, FUA, or
+    // at once with `all_acked`).
     let mut issued: HashMap<u64, (u64, u64)> = HashMap::new();
     let mut acked: Vec<u64> = Vec::new();
+    let mut fua_acked: Vec<u64> = Vec::new();
     let mut durable_upto_ack = 0usize; // acked[..n] are durable
     for line in std::io::BufReader::new(std::fs::File::open(log).expect("log")).lines() {
         let Ok(line) = line else { break };
@@ -159,6 +174,10 @@ fn verify(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> bool {
                 issued.insert(id.parse().unwrap(), (off.parse().unwrap(), len.parse().unwrap()));
             }
             ["A", id] => acked.push(id.parse().unwrap()),
+            ["U", id] => {
+                acked.push(id.parse().unwrap());
+                fua_acked.push(id.parse().unwrap());
+            }
             ["F", _] => durable_upto_ack = acked.len(),
             _ => {} // a line cut by the kill
         }
@@ -169,8 +188,11 @@ fn verify(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> bool {
             sectors.entry(s).or_default().push(id);
         }
     }
+    if all_acked {
+        durable_upto_ack = acked.len();
+    }
     let mut floor: HashMap<u64, u64> = HashMap::new();
-    for &id in &acked[..durable_upto_ack] {
+    for &id in acked[..durable_upto_ack].iter().chain(&fua_acked) {
         let (off, len) = issued[&id];
         for s in (off..off + len).step_by(SECTOR) {
             let e = floor.entry(s).or_insert(0);

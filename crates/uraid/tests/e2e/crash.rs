@@ -2,9 +2,13 @@
 //! workload to a redundant array and is killed with SIGKILL at a random
 //! moment; the array is then assembled (which resyncs the dirty regions of
 //! the write-intent bitmap), every write acknowledged before a completed
-//! flush must read back (`uraid-torture verify`), and `uraid check` must
-//! find no mismatch between copies or parity. Many seeds per run; a seed
-//! that ever fails goes into REGRESSIONS.
+//! flush or with FUA must read back (`uraid-torture verify`), and `uraid
+//! check` must find no mismatch between copies or parity. In every volume
+//! cache mode: with the cache off, write-through or the journal, every
+//! acknowledged write must read back (a killed process loses nothing the
+//! members or the journal acknowledged); with write-back, what was flushed
+//! or written with FUA. Many seeds per run; a seed that ever fails goes
+//! into REGRESSIONS.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -16,20 +20,30 @@ use crate::util::*;
 
 const TORTURE: &str = env!("CARGO_BIN_EXE_uraid-torture");
 
-/// Seeds that once failed (level, members, seed, kill after ms).
-const REGRESSIONS: &[(u32, usize, u64, u64)] = &[];
+/// Seeds that once failed (level, members, cache mode, seed, kill after ms).
+const REGRESSIONS: &[(u32, usize, &str, u64, u64)] = &[];
 
 /// Seeds per level in one CI run (URAID_CRASH_SEEDS overrides).
 fn seeds_per_level() -> usize {
     std::env::var("URAID_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(4)
 }
 
-fn one(level: u32, n: usize, seed: u64, kill_ms: u64) -> Result<(), String> {
+fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<(), String> {
     let dir = tmpdir();
-    let files = sparse_files(dir.path(), "m", n, 160 << 20);
+    let mut files = sparse_files(dir.path(), "m", n, 160 << 20);
     let mut args = vec!["create".to_string(), "--name".into(), "crash".into(), "--level".into(), level.to_string(), "--chunk".into(), "16K".into(), "--bitmap-region".into(), "4M".into()];
     args.extend(files.iter().map(|f| s(f).to_string()));
+    // A small cache and dirty limit, so that the flusher writes while the
+    // workload runs and writers wait for it.
+    args.extend(["--cache", mode, "--cache-size", "8M", "--dirty-limit", "4M"].map(String::from));
+    if mode == "journal" {
+        let j = sparse_files(dir.path(), "journal", 1, 80 << 20).remove(0);
+        args.extend(["--journal".to_string(), s(&j).to_string()]);
+        // Given with the members from now on.
+        files.push(j);
+    }
     uraid_ok(&args);
+    let all_acked: &[&str] = if mode == "writeback" { &[] } else { &["--all-acked"] };
     let log = dir.path().join("log");
     // The torn-stripe failpoint opens a window between the member writes
     // of each stripe, so the kill often leaves copies or parity that do not
@@ -59,6 +73,7 @@ fn one(level: u32, n: usize, seed: u64, kill_ms: u64) -> Result<(), String> {
         let out = Command::new(TORTURE)
             .arg("verify")
             .args(["--seed", &seed.to_string(), "--log", s(&log)])
+            .args(all_acked)
             .args(files.iter().map(|f| s(f)))
             .output()
             .unwrap();
@@ -88,19 +103,25 @@ fn one(level: u32, n: usize, seed: u64, kill_ms: u64) -> Result<(), String> {
 }
 
 #[test]
-fn sigkill_at_random_moments_loses_no_flushed_write_and_leaves_no_mismatch() {
+fn sigkill_at_random_moments_in_every_cache_mode_loses_nothing_promised_and_leaves_no_mismatch() {
     let _g = shared();
     let mut rng = rng("crash seeds");
-    let mut cases: Vec<(u32, usize, u64, u64)> = REGRESSIONS.to_vec();
-    for _ in 0..seeds_per_level() {
-        for (level, n) in [(1u32, 2usize), (10, 3), (5, 4), (6, 5)] {
-            cases.push((level, n, rng.random(), rng.random_range(150..900)));
+    let mut cases: Vec<(u32, usize, &str, u64, u64)> = REGRESSIONS.to_vec();
+    // The cache off gets the most seeds; every other mode one per level
+    // and run, at least.
+    for (mode, seeds) in [("off", seeds_per_level()), ("writethrough", 1), ("writeback", seeds_per_level().div_ceil(2)), ("journal", seeds_per_level().div_ceil(2))] {
+        for _ in 0..seeds {
+            for (level, n) in [(1u32, 2usize), (10, 3), (5, 4), (6, 5)] {
+                cases.push((level, n, mode, rng.random(), rng.random_range(150..900)));
+            }
         }
     }
     let mut failures = Vec::new();
-    for (level, n, seed, kill_ms) in cases {
-        if let Err(e) = one(level, n, seed, kill_ms) {
-            failures.push(format!("RAID {level} x{n} seed {seed} kill after {kill_ms} ms (add ({level}, {n}, {seed}, {kill_ms}) to REGRESSIONS): {e}"));
+    for (level, n, mode, seed, kill_ms) in cases {
+        if let Err(e) = one(level, n, mode, seed, kill_ms) {
+            failures.push(format!(
+                "RAID {level} x{n} cache {mode} seed {seed} kill after {kill_ms} ms (add ({level}, {n}, \"{mode}\", {seed}, {kill_ms}) to REGRESSIONS): {e}"
+            ));
         }
     }
     assert!(failures.is_empty(), "{} crash cases failed:\n{}", failures.len(), failures.join("\n"));

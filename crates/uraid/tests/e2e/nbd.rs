@@ -30,9 +30,14 @@ impl Served {
         cmd.arg("serve").arg("--socket").arg(socket).args(extra).args(members);
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let child = ChildGuard(cmd.spawn().expect("cannot start uraid serve"));
+        let mut child = ChildGuard(cmd.spawn().expect("cannot start uraid serve"));
         let t0 = Instant::now();
         while UnixStream::connect(socket).is_err() {
+            if let Ok(Some(st)) = child.0.try_wait() {
+                let mut err = String::new();
+                std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut err).ok();
+                panic!("uraid serve exited ({st}) before listening: {err}");
+            }
             assert!(t0.elapsed() < Duration::from_secs(20), "uraid serve did not listen on {}", socket.display());
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -423,13 +428,25 @@ fn flush_on_one_connection_covers_writes_of_another() {
     tools();
     // In every cache mode: a FLUSH on one connection makes the writes that
     // others had acknowledged durable on the members (write-back holds
-    // them in memory until then), and a FUA write is durable when answered.
-    for mode in ["off", "writethrough", "writeback"] {
+    // them in memory until then) or, with the journal, in the journal; and
+    // a FUA write is durable when answered.
+    let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    for mode in ["off", "writethrough", "writeback", "journal"] {
         let d = tmpdir();
-        let m = sparse_files(d.path(), "m", 2, 8 << 20);
+        let mut m = sparse_files(d.path(), "m", 2, 8 << 20);
         // A flusher that waits for nobody: a dirty limit far above what is
         // written, so only the flush can explain the bytes on the members.
-        uraid_ok(&["create", "--level", "0", "--chunk", "64K", "--name", "multi", "--cache", mode, "--cache-size", "64M", "--dirty-limit", "32M", s(&m[0]), s(&m[1])]);
+        let mut args = vec!["create", "--level", "0", "--chunk", "64K", "--name", "multi", "--cache", mode, "--cache-size", "64M", "--dirty-limit", "32M"];
+        let j = d.path().join("journal");
+        std::fs::File::create(&j).unwrap().set_len(72 << 20).unwrap();
+        if mode == "journal" {
+            args.extend(["--journal", s(&j)]);
+        }
+        args.extend([s(&m[0]), s(&m[1])]);
+        uraid_ok(&args);
+        if mode == "journal" {
+            m.push(j.clone());
+        }
         let srv = Served::start(&m, &d.path().join("s.sock"), &[]);
         let mut a = Raw::connect(&srv.socket, "multi");
         let mut b = Raw::connect(&srv.socket, "multi");
@@ -441,23 +458,78 @@ fn flush_on_one_connection_covers_writes_of_another() {
         b.send(0, 3, 2, 0, 0, &[]);
         assert_eq!(b.reply(), (2, 0), "{mode}: flush on connection b");
         assert_eq!(c.read(3, 64 << 10, data.len() as u32).unwrap(), data, "{mode}: connection c sees a's write");
-        // Durable on the members: chunk 1 (logical 64K) is member 1's first chunk.
-        let m1 = std::fs::read(&m[1]).unwrap();
-        assert_eq!(&m1[DATA_OFFSET as usize..DATA_OFFSET as usize + (64 << 10)], &data[..64 << 10], "{mode}");
-        let m0 = std::fs::read(&m[0]).unwrap();
-        assert_eq!(&m0[DATA_OFFSET as usize + (64 << 10)..DATA_OFFSET as usize + (128 << 10)], &data[64 << 10..128 << 10], "{mode}");
-        // FUA write on c, read back on a, and on member 0 already.
-        c.send(1, 1, 4, 0, 4096, &[0x77; 4096]);
+        let on_members = |mode: &str| {
+            // Chunk 1 (logical 64K) is member 1's first chunk.
+            let m1 = std::fs::read(&m[1]).unwrap();
+            assert_eq!(&m1[DATA_OFFSET as usize..DATA_OFFSET as usize + (64 << 10)], &data[..64 << 10], "{mode}");
+            let m0 = std::fs::read(&m[0]).unwrap();
+            assert_eq!(&m0[DATA_OFFSET as usize + (64 << 10)..DATA_OFFSET as usize + (128 << 10)], &data[64 << 10..128 << 10], "{mode}");
+        };
+        if mode == "journal" {
+            assert!(has(&std::fs::read(&j).unwrap(), &data), "journal: the flushed write is not in the journal");
+        } else {
+            on_members(mode);
+        }
+        // FUA write on c, read back on a, and durable already.
+        let fua = [0x77u8; 4096];
+        c.send(1, 1, 4, 0, 4096, &fua);
         assert_eq!(c.reply(), (4, 0));
-        assert_eq!(a.read(5, 0, 4096).unwrap(), vec![0x77; 4096], "{mode}");
-        let m0 = std::fs::read(&m[0]).unwrap();
-        assert_eq!(&m0[DATA_OFFSET as usize..DATA_OFFSET as usize + 4096], &[0x77; 4096][..], "{mode}: FUA write not on the member");
+        assert_eq!(a.read(5, 0, 4096).unwrap(), fua.to_vec(), "{mode}");
+        if mode == "journal" {
+            assert!(has(&std::fs::read(&j).unwrap(), &fua), "journal: the FUA write is not in the journal");
+        } else {
+            let m0 = std::fs::read(&m[0]).unwrap();
+            assert_eq!(&m0[DATA_OFFSET as usize..DATA_OFFSET as usize + 4096], &fua[..], "{mode}: FUA write not on the member");
+        }
         drop((a, b, c));
         let (st, _, err) = srv.stop();
         assert!(st.success(), "{mode}: {err}");
-        if mode == "writeback" {
-            assert_contains(&err, &["cache writeback", "written back"], "serve prints the cache counters");
+        if mode.starts_with("write") && mode != "writethrough" || mode == "journal" {
+            assert_contains(&err, &[&format!("cache {mode}"), "written back"], "serve prints the cache counters");
         }
+        // A clean stop writes everything back (and empties the journal).
+        on_members(mode);
+    }
+}
+
+#[test]
+fn leaving_the_journal_mode_after_a_crash_replays_the_journal_first() {
+    let _g = shared();
+    tools();
+    // A write acknowledged from the journal and not yet written back when
+    // serve is killed lives only in the journal: `uraid config --cache
+    // off` must put it on the members before the journal is dropped.
+    let data = [0x5au8; 4096];
+    let at = DATA_OFFSET as usize + (64 << 10);
+    for attempt in 0.. {
+        assert!(attempt < 5, "serve wrote the write back before every SIGKILL: nothing was tested");
+        let d = tmpdir();
+        let mut m = sparse_files(d.path(), "m", 2, 8 << 20);
+        let j = sparse_file(d.path(), "journal", 72 << 20);
+        uraid_ok(&["create", "--level", "1", "--name", "jr", "--cache", "journal", "--journal", s(&j), s(&m[0]), s(&m[1])]);
+        m.push(j.clone());
+        let mut srv = Served::start(&m, &d.path().join("s.sock"), &[]);
+        let mut a = Raw::connect(&srv.socket, "jr");
+        // 4 KiB of a line: the flusher leaves it for DIRTY_EXPIRE (500 ms).
+        assert_eq!(a.write(1, 64 << 10, &data), 0);
+        let mut g = srv.child.take().expect("running");
+        g.0.kill().unwrap();
+        g.0.wait().unwrap();
+        let on = |p: &std::path::Path| std::fs::read(p).unwrap()[at..at + 4096] == data;
+        if on(&m[0]) || on(&m[1]) {
+            continue;
+        }
+        let out = uraid_ok(&["config", "--cache", "off", s(&m[0]), s(&m[1]), s(&j)]);
+        assert_contains(&out.stderr, &["replayed 1 record"], "config says what it replayed");
+        assert!(on(&m[0]) && on(&m[1]), "the acknowledged write is not on both members after leaving the journal mode");
+        // The members alone now make the array, and it reads the write.
+        let srv = Served::start(&m[..2], &d.path().join("s2.sock"), &[]);
+        let mut b = Raw::connect(&srv.socket, "jr");
+        assert_eq!(b.read(2, 64 << 10, 4096).unwrap(), data.to_vec());
+        drop(b);
+        let (st, _, err) = srv.stop();
+        assert!(st.success(), "{err}");
+        break;
     }
 }
 

@@ -1,0 +1,559 @@
+//! The write journal of a volume cache in `journal` mode: a circular log on
+//! a device of its own where every write is recorded, durably, before it
+//! is acknowledged, so that a crash or power cut loses no acknowledged
+//! write and leaves no RAID 5/6 stripe whose parity disagrees with its data
+//! (the write hole). The idea is md's raid5-cache (Linux
+//! `drivers/md/raid5-cache.c`: a log device, records written before the
+//! member writes, replay at assemble); the format is uraid's own.
+//!
+//! Format (all integers little-endian). The header, 4 KiB at byte 0:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `URAIDJN\x01` |
+//! | 8 | 4 | format version (1) |
+//! | 16 | 16 | array UUID |
+//! | 32 | 16 | volume UUID |
+//! | 48 | 16 | journal UUID (also in the volume table entry) |
+//! | 64 | 8 | log size in bytes (the log starts at byte 4096) |
+//! | 72 | 8 | tail: log position (bytes, counting from the first record ever, not wrapped) of the oldest record still needed |
+//! | 80 | 8 | sequence number of the record at the tail |
+//! | 88 | 8 | nonce: drawn anew at every replay; records carry it, so records of an earlier life of the log never count |
+//! | 4092 | 4 | CRC-32C of bytes 0..4092 |
+//!
+//! A record is a 512-byte header followed by its data (whole 512-byte
+//! sectors) at byte `4096 + position % log size`; a record that would pass
+//! the end of the log starts at the next multiple of the log size instead
+//! (the rest is skipped). Record header:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `URAIDJR\x01` |
+//! | 8 | 8 | sequence number (one more than the record before) |
+//! | 16 | 8 | log position |
+//! | 24 | 4 | kind: 1 data (a write, as acknowledged), 2 stripe (a whole cache line, written before its member writes) |
+//! | 32 | 8 | byte offset in the volume |
+//! | 40 | 8 | data length in bytes |
+//! | 48 | 4 | CRC-32C of the data |
+//! | 56 | 8 | the header's nonce when the record was written |
+//! | 64 | 8 | cache write sequence number: a data record's write; a stripe record holds every write to its line up to this one |
+//! | 508 | 4 | CRC-32C of bytes 0..508 |
+//!
+//! Replay lays the records touching a line over each other in the order
+//! of their cache write sequence numbers (a stripe record after the data
+//! records it holds, before later ones), not in log order: a write may take
+//! its place in the log before a stripe record of its line that does not
+//! hold it.
+//!
+//! Records are written with `RWF_DSYNC` (FUA on a drive) and acknowledged
+//! in log order, so every acknowledged record lies before the first record
+//! that does not check out: replay ([`Journal::replay`]) reads from the
+//! tail until then. The tail moves ([`Journal::checkpoint`]) once the data
+//! of the records it passes is on the members and the members are flushed.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::engine::{Request, Volume};
+use crate::{bail, Error, IoBuf, Member, Result};
+
+/// Magic of the journal header.
+pub const MAGIC: &[u8; 8] = b"URAIDJN\x01";
+const RECORD_MAGIC: &[u8; 8] = b"URAIDJR\x01";
+const VERSION: u32 = 1;
+/// Bytes of the header; the log follows.
+pub const HEADER_SIZE: u64 = 4096;
+/// Bytes of a record header.
+pub const RECORD_HEADER: u64 = 512;
+/// Smallest log a journal device must hold (bytes).
+pub const MIN_LOG: u64 = 64 << 20;
+
+/// What a record holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A write as it was acknowledged.
+    Data = 1,
+    /// A whole cache line (one stripe's data), written before the flusher
+    /// writes the line to the members.
+    Stripe = 2,
+}
+
+/// The identity a journal header carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalId {
+    /// The array's UUID.
+    pub array: [u8; 16],
+    /// The volume's UUID.
+    pub volume: [u8; 16],
+    /// The journal's own UUID.
+    pub journal: [u8; 16],
+}
+
+struct Header {
+    id: JournalId,
+    log_size: u64,
+    tail: u64,
+    tail_seq: u64,
+    nonce: u64,
+}
+
+impl Header {
+    fn encode(&self) -> IoBuf {
+        let mut b = IoBuf::new(HEADER_SIZE as usize);
+        b[..8].copy_from_slice(MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[16..32].copy_from_slice(&self.id.array);
+        b[32..48].copy_from_slice(&self.id.volume);
+        b[48..64].copy_from_slice(&self.id.journal);
+        b[64..72].copy_from_slice(&self.log_size.to_le_bytes());
+        b[72..80].copy_from_slice(&self.tail.to_le_bytes());
+        b[80..88].copy_from_slice(&self.tail_seq.to_le_bytes());
+        b[88..96].copy_from_slice(&self.nonce.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..4092]);
+        b[4092..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> std::result::Result<Header, String> {
+        if &b[..8] != MAGIC {
+            return Err("no journal header".into());
+        }
+        if u32_at(b, 4092) != crc32c::crc32c(&b[..4092]) {
+            return Err("the journal header's checksum does not match".into());
+        }
+        if u32_at(b, 8) != VERSION {
+            return Err(format!("journal format version {} is not known (this uraid knows {VERSION})", u32_at(b, 8)));
+        }
+        let arr = |o: usize| -> [u8; 16] { b[o..o + 16].try_into().expect("16 bytes") };
+        Ok(Header {
+            id: JournalId { array: arr(16), volume: arr(32), journal: arr(48) },
+            log_size: u64_at(b, 64),
+            tail: u64_at(b, 72),
+            tail_seq: u64_at(b, 80),
+            nonce: u64_at(b, 88),
+        })
+    }
+}
+
+fn new_nonce() -> u64 {
+    u64::from_le_bytes(crate::superblock::new_uuid()[..8].try_into().expect("8 bytes"))
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+/// Reads the journal identity on `m`, if `m` holds a journal header.
+/// Errors: `Io` from the read; `Superblock` for a damaged header.
+pub fn probe(m: &Member) -> Result<Option<JournalId>> {
+    if m.size() < HEADER_SIZE {
+        return Ok(None);
+    }
+    let mut b = IoBuf::new(HEADER_SIZE as usize);
+    m.read_exact_at(&mut b, 0)?;
+    if &b[..8] != MAGIC {
+        return Ok(None);
+    }
+    match Header::decode(&b) {
+        Ok(h) => Ok(Some(h.id)),
+        Err(e) => bail!(Superblock, "{} has a damaged journal header: {e}", m.name()),
+    }
+}
+
+/// A record the scan found valid.
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    pos: u64,
+    offset: u64,
+    len: u64,
+    kind: u32,
+    cache_seq: u64,
+}
+
+/// A record reserved and not yet retired by a checkpoint.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    seq: u64,
+    pos: u64,
+    /// The cache write sequence number the record's data carries: the
+    /// record may go once every write below the checkpoint's mark is on
+    /// the members.
+    cache_seq: u64,
+    written: bool,
+}
+
+struct State {
+    /// Next record's position and sequence number.
+    head: u64,
+    next_seq: u64,
+    tail: u64,
+    tail_seq: u64,
+    held: VecDeque<Held>,
+    /// Every record below this sequence number is written.
+    written_below: u64,
+    /// Records written out of order (above `written_below`).
+    early: std::collections::BTreeSet<u64>,
+    nonce: u64,
+}
+
+/// An open journal. Made by [`Journal::format`] or [`Journal::open`].
+pub struct Journal {
+    member: Member,
+    id: JournalId,
+    log_size: u64,
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Journal({}, log {} bytes)", self.member.name(), self.log_size)
+    }
+}
+
+/// A place in the log a writer holds (see [`Journal::reserve`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Reservation {
+    seq: u64,
+    pos: u64,
+}
+
+impl Journal {
+    /// Writes an empty journal onto `m` for volume `id.volume` of array
+    /// `id.array`: the whole device past the header is the log. Errors:
+    /// `TooSmall` below 4 KiB + [`MIN_LOG`]; `Io`.
+    pub fn format(m: Member, id: JournalId) -> Result<Journal> {
+        let log_size = (m.size().saturating_sub(HEADER_SIZE)) / 4096 * 4096;
+        if log_size < MIN_LOG {
+            bail!(TooSmall, "{} is too small for a journal: it needs at least {} bytes", m.name(), HEADER_SIZE + MIN_LOG);
+        }
+        let h = Header { id, log_size, tail: 0, tail_seq: 1, nonce: new_nonce() };
+        m.write_all_at(&h.encode(), 0)?;
+        // A stale record at the first position must not look like the next.
+        m.write_all_at(&IoBuf::new(RECORD_HEADER as usize), HEADER_SIZE)?;
+        Ok(Self::with(m, h))
+    }
+
+    /// Opens the journal on `m`. Errors: `Superblock` when `m` holds no
+    /// journal or a damaged one; `Io`.
+    pub fn open(m: Member) -> Result<Journal> {
+        let mut b = IoBuf::new(HEADER_SIZE as usize);
+        m.read_exact_at(&mut b, 0)?;
+        let h = Header::decode(&b).map_err(|e| Error::new(crate::ErrorKind::Superblock, format!("{}: {e}", m.name())))?;
+        if h.log_size < MIN_LOG || HEADER_SIZE + h.log_size > m.size() {
+            bail!(Superblock, "{}: the journal header names a log of {} bytes, which the device cannot hold", m.name(), h.log_size);
+        }
+        Ok(Self::with(m, h))
+    }
+
+    fn with(member: Member, h: Header) -> Journal {
+        let state = State {
+            head: h.tail,
+            next_seq: h.tail_seq,
+            tail: h.tail,
+            tail_seq: h.tail_seq,
+            held: VecDeque::new(),
+            written_below: h.tail_seq,
+            early: Default::default(),
+            nonce: h.nonce,
+        };
+        Journal { member, id: h.id, log_size: h.log_size, state: Mutex::new(state), cv: Condvar::new() }
+    }
+
+    /// The identity in the header.
+    pub fn id(&self) -> JournalId {
+        self.id
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        self.member.name()
+    }
+
+    /// Bytes of log.
+    pub fn log_size(&self) -> u64 {
+        self.log_size
+    }
+
+    /// Bytes of log in use (records not yet retired).
+    pub fn used(&self) -> u64 {
+        let s = self.lock();
+        s.head - s.tail
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where a record of `len` data bytes starting at `head` goes.
+    fn place(&self, head: u64, len: u64) -> u64 {
+        let size = RECORD_HEADER + len;
+        if head % self.log_size + size > self.log_size {
+            head.div_ceil(self.log_size) * self.log_size
+        } else {
+            head
+        }
+    }
+
+    /// Bytes of log writers may fill: a quarter stays for the flusher's
+    /// stripe records, which must be written before records can retire.
+    fn writer_limit(&self) -> u64 {
+        self.log_size - self.log_size / 4
+    }
+
+    /// True when a writer's record of `len` data bytes fits now.
+    pub fn fits(&self, len: u64) -> bool {
+        let s = self.lock();
+        self.place(s.head, len) + RECORD_HEADER + len - s.tail <= self.writer_limit()
+    }
+
+    /// True when a writer's record of `len` data bytes can ever fit.
+    pub fn can_hold(&self, len: u64) -> bool {
+        2 * (RECORD_HEADER + len) <= self.writer_limit()
+    }
+
+    /// Takes the next place in the log for a record of `len` data bytes
+    /// carrying cache write `cache_seq`; `None` when the log is full (a
+    /// checkpoint must retire records first; a `writer` may fill only
+    /// three quarters of it). Records are written with
+    /// [`write`](Self::write) and then count as acknowledged in this order.
+    pub fn reserve(&self, len: u64, cache_seq: u64, writer: bool) -> Option<Reservation> {
+        let mut s = self.lock();
+        let pos = self.place(s.head, len);
+        let limit = if writer { self.writer_limit() } else { self.log_size };
+        if pos + RECORD_HEADER + len - s.tail > limit {
+            return None;
+        }
+        let seq = s.next_seq;
+        s.next_seq += 1;
+        s.head = pos + RECORD_HEADER + len;
+        s.held.push_back(Held { seq, pos, cache_seq, written: false });
+        Some(Reservation { seq, pos })
+    }
+
+    /// Writes the record reserved as `r` (`kind`, volume byte `offset`,
+    /// `data` of whole sectors, cache write sequence number `cache_seq`:
+    /// see the format) durably, then waits until every record
+    /// before it is written too. Errors: `Io`; the reservation still ends
+    /// (later records do not wait for it forever), but its record is not
+    /// valid, so replay stops before it.
+    pub fn write(&self, r: Reservation, kind: RecordKind, offset: u64, cache_seq: u64, data: &[u8]) -> Result<()> {
+        let len = data.len() as u64;
+        let mut b = IoBuf::new((RECORD_HEADER + len) as usize);
+        b[..8].copy_from_slice(RECORD_MAGIC);
+        b[8..16].copy_from_slice(&r.seq.to_le_bytes());
+        b[16..24].copy_from_slice(&r.pos.to_le_bytes());
+        b[24..28].copy_from_slice(&(kind as u32).to_le_bytes());
+        b[32..40].copy_from_slice(&offset.to_le_bytes());
+        b[40..48].copy_from_slice(&len.to_le_bytes());
+        b[48..52].copy_from_slice(&crc32c::crc32c(data).to_le_bytes());
+        b[56..64].copy_from_slice(&self.lock().nonce.to_le_bytes());
+        b[64..72].copy_from_slice(&cache_seq.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..508]);
+        b[508..512].copy_from_slice(&crc.to_le_bytes());
+        b[RECORD_HEADER as usize..].copy_from_slice(data);
+        let res = self.write_dsync(&b, HEADER_SIZE + r.pos % self.log_size);
+        let mut s = self.lock();
+        if let Some(h) = s.held.iter_mut().find(|h| h.seq == r.seq) {
+            h.written = res.is_ok();
+        }
+        s.early.insert(r.seq);
+        loop {
+            let w = s.written_below;
+            if !s.early.remove(&w) {
+                break;
+            }
+            s.written_below += 1;
+        }
+        self.cv.notify_all();
+        while s.written_below <= r.seq {
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        res
+    }
+
+    /// One write with `RWF_DSYNC` (durable when it returns: FUA on a drive).
+    fn write_dsync(&self, buf: &[u8], offset: u64) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let iov = libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() };
+        // SAFETY: one iovec naming `buf`, which outlives the call.
+        let n = unsafe { libc::pwritev2(self.member.file().as_raw_fd(), &iov, 1, offset as i64, libc::RWF_DSYNC) };
+        if n < 0 || n as usize != buf.len() {
+            let e = if n < 0 { std::io::Error::last_os_error() } else { std::io::Error::other("short write") };
+            return Err(Error::io(&format!("cannot write a journal record at offset {offset} of"), std::path::Path::new(self.name()), e));
+        }
+        Ok(())
+    }
+
+    /// Blocks until every record reserved so far is written.
+    pub fn wait_written(&self) {
+        let mut s = self.lock();
+        let target = s.next_seq;
+        while s.written_below < target {
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Retires the records, oldest first, whose data is on the members:
+    /// those carrying a cache write below `mark` (the caller flushed the
+    /// members after every such write reached them), and writes the new
+    /// tail into the header. Errors: `Io`.
+    pub fn checkpoint(&self, mark: u64) -> Result<()> {
+        let (tail, tail_seq) = {
+            let mut s = self.lock();
+            let before = s.tail;
+            while let Some(h) = s.held.front().copied() {
+                if h.cache_seq >= mark || !h.written || h.seq >= s.written_below {
+                    break;
+                }
+                s.held.pop_front();
+            }
+            match s.held.front().copied() {
+                Some(h) => {
+                    s.tail = h.pos;
+                    s.tail_seq = h.seq;
+                }
+                None => {
+                    s.tail = s.head;
+                    s.tail_seq = s.next_seq;
+                }
+            }
+            if s.tail == before {
+                return Ok(());
+            }
+            (s.tail, s.tail_seq)
+        };
+        self.write_header(tail, tail_seq)
+    }
+
+    fn write_header(&self, tail: u64, tail_seq: u64) -> Result<()> {
+        let nonce = self.lock().nonce;
+        let h = Header { id: self.id, log_size: self.log_size, tail, tail_seq, nonce };
+        self.write_dsync(&h.encode(), 0)
+    }
+
+    /// Reads the valid records from the tail on, then writes their data to
+    /// `vol` (a queue that bypasses the cache): per cache line of
+    /// `line` bytes, the records' data laid over each other in log order;
+    /// a line the records cover whole is written as one full-line write
+    /// (a full-stripe write on RAID 5/6, which sets parity right whatever
+    /// a torn write left), otherwise each covered run. Then flushes the
+    /// members and empties the log. Returns (records, bytes) replayed.
+    /// Errors: `Io`; on error nothing is retired, so the next assemble
+    /// replays again.
+    pub fn replay(&self, vol: &Arc<Volume>, line: u64) -> Result<(u64, u64)> {
+        let (mut pos, mut seq) = {
+            let s = self.lock();
+            (s.tail, s.tail_seq)
+        };
+        let mut found: Vec<Found> = Vec::new();
+        let mut hdr = IoBuf::new(RECORD_HEADER as usize);
+        loop {
+            let Some(f) = self.read_record(&mut hdr, pos, seq)?.or_else(|| {
+                let next = pos.div_ceil(self.log_size) * self.log_size;
+                (next != pos).then_some(next).and_then(|p| self.read_record(&mut hdr, p, seq).ok().flatten())
+            }) else {
+                break;
+            };
+            if f.pos + RECORD_HEADER + f.len - self.lock().tail > self.log_size || f.offset + f.len > vol.capacity() {
+                break;
+            }
+            pos = f.pos + RECORD_HEADER + f.len;
+            seq += 1;
+            found.push(f);
+        }
+        // Per line: the records touching it, in log order.
+        let mut lines: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+        for (i, f) in found.iter().enumerate() {
+            if f.len == 0 {
+                continue;
+            }
+            for idx in f.offset / line..=(f.offset + f.len - 1) / line {
+                lines.entry(idx).or_default().push(i);
+            }
+        }
+        let mut q = vol.queue_uncached(1)?;
+        let sectors = (line / 512) as usize;
+        let mut bytes = 0;
+        let mut img = IoBuf::new(line as usize);
+        for (idx, recs) in lines.iter_mut() {
+            recs.sort_by_key(|&i| (found[i].cache_seq, found[i].kind));
+            let base = *idx * line;
+            let mut covered = vec![false; sectors];
+            for &i in recs.iter() {
+                let f = found[i];
+                let a = f.offset.max(base);
+                let b = (f.offset + f.len).min(base + line);
+                let mut part = IoBuf::new((b - a) as usize);
+                self.member.read_exact_at(&mut part, HEADER_SIZE + (f.pos % self.log_size) + RECORD_HEADER + (a - f.offset))?;
+                img[(a - base) as usize..(b - base) as usize].copy_from_slice(&part);
+                covered[((a - base) / 512) as usize..((b - base) / 512) as usize].iter_mut().for_each(|c| *c = true);
+            }
+            let mut s = 0;
+            while s < sectors {
+                if !covered[s] {
+                    s += 1;
+                    continue;
+                }
+                let e = (s..sectors).find(|&k| !covered[k]).unwrap_or(sectors);
+                let len = (e - s) * 512;
+                let mut buf = IoBuf::new(len);
+                buf.copy_from_slice(&img[s * 512..e * 512]);
+                q.run(Request::write(base + (s * 512) as u64, len, buf, 0)).result?;
+                bytes += len as u64;
+                s = e;
+            }
+        }
+        q.run(Request::flush(0)).result?;
+        {
+            let mut s = self.lock();
+            s.tail = pos;
+            s.head = pos;
+            s.tail_seq = seq;
+            s.next_seq = seq;
+            s.written_below = seq;
+            s.held.clear();
+            s.early.clear();
+            // Records of this life of the log that were written but not
+            // replayed (after the first invalid one) must never count.
+            s.nonce = new_nonce();
+        }
+        self.write_header(pos, seq)?;
+        Ok((found.len() as u64, bytes))
+    }
+
+    /// The record at `pos` if it is the valid record number `seq`.
+    fn read_record(&self, hdr: &mut IoBuf, pos: u64, seq: u64) -> Result<Option<Found>> {
+        let at = HEADER_SIZE + pos % self.log_size;
+        if pos % self.log_size + RECORD_HEADER > self.log_size {
+            return Ok(None);
+        }
+        self.member.read_exact_at(hdr, at)?;
+        let h = &hdr[..];
+        let nonce = self.lock().nonce;
+        if &h[..8] != RECORD_MAGIC
+            || u32_at(h, 508) != crc32c::crc32c(&h[..508])
+            || u64_at(h, 8) != seq
+            || u64_at(h, 16) != pos
+            || u64_at(h, 56) != nonce
+        {
+            return Ok(None);
+        }
+        let (offset, len, crc, kind, cache_seq) = (u64_at(h, 32), u64_at(h, 40), u32_at(h, 48), u32_at(h, 24), u64_at(h, 64));
+        if len % 512 != 0 || offset % 512 != 0 || pos % self.log_size + RECORD_HEADER + len > self.log_size {
+            return Ok(None);
+        }
+        if len == 0 {
+            return Ok(None);
+        }
+        let mut data = IoBuf::new(len as usize);
+        self.member.read_exact_at(&mut data, at + RECORD_HEADER)?;
+        if crc32c::crc32c(&data) != crc {
+            return Ok(None);
+        }
+        Ok(Some(Found { pos, offset, len, kind, cache_seq }))
+    }
+}
