@@ -73,10 +73,11 @@ const SHARDS: usize = 64;
 const FLUSH_DEPTH: usize = 16;
 
 /// What a volume's cache does, as stored in the volume table (one byte).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CacheMode {
     /// No cache (0, the default).
+    #[default]
     Off,
     /// Reads cached; writes go straight to the members (1).
     WriteThrough,
@@ -160,10 +161,12 @@ impl Default for CacheConfig {
 }
 
 /// Counters of a cache, as `uraid status` and the benchmark report show.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct CacheStats {
-    /// The mode's name.
-    pub mode: &'static str,
+    /// The mode (serialized by its name: off, writethrough, writeback,
+    /// journal).
+    pub mode: CacheMode,
     /// Bytes written to the cache and not yet to the members.
     pub dirty_bytes: u64,
     /// Bytes of lines held.
@@ -397,7 +400,7 @@ impl Cache {
             failed: Mutex::new(None),
             clock: AtomicU64::new(0),
             target: Mutex::new(Weak::new()),
-            stats: Mutex::new(CacheStats { mode: cfg.mode.name(), ..Default::default() }),
+            stats: Mutex::new(CacheStats { mode: cfg.mode, ..Default::default() }),
             pool: Mutex::new(Vec::new()),
             journal,
             jorder: Mutex::new(()),

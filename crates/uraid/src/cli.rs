@@ -10,6 +10,7 @@ use uraid_bench::compare::{compare, default_counts, CompareOptions};
 use uraid_bench::profile::{self, Dir, Test};
 use uraid_bench::report::{bench_table, Comparison};
 use uraid_bench::suite::{run_suite, Progress, SuiteOptions};
+use uraid_bench::target::{describe, TargetKind};
 use uraid_bench::{Fill, TestResult};
 use uraid_core::array::{self, CreateOptions, Examination};
 use uraid_core::superblock::{fmt_uuid, Superblock};
@@ -294,6 +295,15 @@ fn cmd_create(a: CreateArgs) -> Result<()> {
     Ok(())
 }
 
+/// The usable bytes of volume `v` of the array `sb` describes (0 for a
+/// volume table entry this build cannot lay out).
+pub(crate) fn volume_capacity(sb: &Superblock, v: &uraid_core::superblock::VolumeEntry) -> u64 {
+    uraid_core::Level::from_number(v.level)
+        .and_then(|l| Geometry::new(l, sb.member_count as usize, v.chunk, v.member_size))
+        .map(|g| g.capacity())
+        .unwrap_or(0)
+}
+
 fn print_superblock(name: &str, sb: &Superblock) {
     println!("{name}:");
     println!("          magic : uraid superblock, version {}", uraid_core::superblock::VERSION);
@@ -316,10 +326,7 @@ fn print_superblock(name: &str, sb: &Superblock) {
     }
     println!("      data ends : byte {} of every member", sb.data_end());
     for (i, v) in sb.volumes.iter().enumerate() {
-        let cap = uraid_core::Level::from_number(v.level)
-            .and_then(|l| Geometry::new(l, sb.member_count as usize, v.chunk, v.member_size))
-            .map(|g| g.capacity())
-            .unwrap_or(0);
+        let cap = volume_capacity(sb, v);
         println!(
             "       volume {i} : '{}' raid{}, chunk {}, capacity {} bytes ({}), member bytes {}..{}, cache {}, uuid {}",
             v.name,
@@ -520,31 +527,11 @@ fn guard_writes(opts: &SuiteOptions, overwrite: bool, what: &str, found: Option<
     Ok(())
 }
 
-fn describe(v: &Volume) -> String {
-    let kinds: Vec<String> = v
-        .members()
-        .iter()
-        .map(|m| format!("{}{}", m.name(), if m.direct() || m.kind() == uraid_core::member::MemberKind::Mem { "" } else { " (buffered)" }))
-        .collect();
-    if v.members().len() == 1 {
-        format!("{} ({} bytes)", kinds[0], v.capacity())
-    } else {
-        format!(
-            "RAID {} over {} members, chunk {}, {} bytes: {}",
-            v.geometry().level().number(),
-            v.members().len(),
-            fmt_size(v.geometry().chunk()),
-            v.capacity(),
-            kinds.join(" ")
-        )
-    }
-}
-
 fn cmd_bench(a: BenchArgs) -> Result<()> {
     let opts = suite_options(&a.suite)?;
     let specs = specs(&a.targets)?;
     let mut assembled = None;
-    let vol: Arc<Volume> = {
+    let (vol, kind): (Arc<Volume>, TargetKind) = {
         let all_members = !a.raw
             && specs.iter().all(|s| matches!(array::examine(s), Ok(Examination::Member(_))));
         if all_members {
@@ -566,8 +553,9 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             if !a.suite.read_only {
                 arr.activate()?;
             }
+            let kind = TargetKind::Array(arr.name());
             assembled = Some(arr);
-            v
+            (v, kind)
         } else {
             if a.volume.is_some() {
                 bail!("--volume picks a volume of an array, but the targets are not the members of a uraid array");
@@ -579,24 +567,25 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             if members.len() == 1 {
                 let m = members.into_iter().next().expect("one");
                 let size = m.size();
-                Volume::new(Arc::new(vec![m]), Geometry::single(size), 0)?
+                (Volume::new(Arc::new(vec![m]), Geometry::single(size), 0)?, TargetKind::Raw)
             } else {
-                let (v, warn) = array::temporary(members, parse_size(&a.chunk, "chunk size")?)?;
+                let chunk = parse_size(&a.chunk, "chunk size")?;
+                let (v, warn) = array::temporary(members, chunk)?;
                 if let Some(w) = warn {
                     eprintln!("uraid: warning: {w}");
                 }
-                v
+                (v, TargetKind::Temporary(chunk))
             }
         }
     };
     if !a.suite.json && !a.suite.quiet {
-        eprintln!("target: {}", describe(&vol));
+        eprintln!("target: {}", describe(&vol, &kind));
     }
     let bar = Bar::new((opts.tests.len() * opts.runs) as u64, a.suite.quiet || a.suite.json);
     let results = run_suite(&vol, &opts, &mut |p| bar.update("bench", p));
     bar.finish();
     let results = results?;
-    print_bench(&vol, &results, a.suite.json)?;
+    print_bench(&vol, &kind, &results, a.suite.json)?;
     drop(vol);
     match assembled {
         Some(arr) if a.suite.read_only => arr.release(),
@@ -606,17 +595,33 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_bench(vol: &Volume, results: &[TestResult], json: bool) -> Result<()> {
+/// Prints the results of `uraid bench` on `vol`: the table (or JSON), then
+/// the counters of the volume's cache when it has one (also in the JSON, as
+/// `cache`, null without one).
+fn print_bench(vol: &Volume, kind: &TargetKind, results: &[TestResult], json: bool) -> Result<()> {
+    let cache = vol.cache().map(|c| (c.config(), c.stats()));
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "target": describe(vol), "capacity": vol.capacity(), "results": results,
+                "target": describe(vol, kind), "capacity": vol.capacity(), "results": results,
+                "cache": cache.map(|(_, st)| st),
             }))?
         );
     } else {
         println!("{}", bench_table(results));
         println!("MB/s = 10^6 bytes/s; figures are the best of the runs (CrystalDiskMark), median and spread beside; CPU % of one core.");
+        if let Some((cfg, st)) = cache {
+            println!(
+                "cache {} {}, dirty limit {}: {}, writers held at the dirty limit {} times, written around {}",
+                cfg.mode.name(),
+                fmt_size(cfg.size),
+                fmt_size(cfg.dirty_limit),
+                crate::manage::cache_counters(&st),
+                st.throttled,
+                st.written_around
+            );
+        }
     }
     Ok(())
 }

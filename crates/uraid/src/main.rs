@@ -4,6 +4,7 @@
 mod cli;
 mod demo;
 mod manage;
+mod runstate;
 mod serve;
 mod suite_cmds;
 

@@ -9,6 +9,10 @@
 //! in the foreground with a progress bar (unless `--no-rebuild`), then the
 //! array is stopped cleanly. `rebuild`, `check` and `repair` assemble the
 //! array (resync after a crash included), work, and stop it cleanly.
+//!
+//! While `uraid serve` holds the members, `status` reads their superblocks
+//! without taking them and shows the live cache counters that `serve`
+//! publishes ([`crate::runstate`]).
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -268,38 +272,172 @@ fn after_change(mut arr: Array, flags: Option<&RebuildFlags>) -> Result<()> {
     Ok(())
 }
 
-/// `uraid status`.
+/// `uraid status`. While `uraid serve` holds the members (their locks make
+/// the normal open fail with `Busy`), the status is read from the members'
+/// superblocks without taking them, with the live cache counters the
+/// serving process publishes (see [`crate::runstate`]); without a live
+/// publication of this array the `Busy` error stands.
 pub(crate) fn cmd_status(a: StatusArgs) -> Result<()> {
-    let arr = array::open_with(&specs(&a.array.members)?, &array::AssembleOptions { force: false, inspect: true })?;
-    for w in arr.warnings() {
-        eprintln!("uraid: warning: {w}");
-    }
-    let st = arr.status();
-    arr.release();
+    let specs = specs(&a.array.members)?;
+    let (st, served) = match array::open_with(&specs, &array::AssembleOptions { force: false, inspect: true }) {
+        Ok(arr) => {
+            for w in arr.warnings() {
+                eprintln!("uraid: warning: {w}");
+            }
+            let st = arr.status();
+            arr.release();
+            (st, None)
+        }
+        Err(e) if e.kind() == uraid_core::ErrorKind::Busy => match served_status(&a.array.members, &specs) {
+            Some(x) => x,
+            None => return Err(e.into()),
+        },
+        Err(e) => return Err(e.into()),
+    };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&st)?);
+        let mut v = serde_json::to_value(&st)?;
+        v["served_by"] = match &served {
+            Some(r) => serde_json::json!({
+                "pid": r.pid,
+                "updated_unix_ms": r.updated_unix_ms,
+                "age_seconds": r.age_seconds(),
+                "state_file": crate::runstate::state_path(&r.uuid),
+            }),
+            None => serde_json::Value::Null,
+        };
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print_status(&st);
+        print_status_from(&st, served.as_ref());
     }
     Ok(())
+}
+
+/// The status of an array that a running `uraid serve` holds: its members'
+/// superblocks read without taking the members (the slot states are the
+/// ones the serving process persisted), and the cache counters it
+/// published. `None` when a member is not a readable member of one array,
+/// or no live `serve` of that array published its state.
+fn served_status(names: &[String], specs: &[MemberSpec]) -> Option<(ArrayStatus, Option<crate::runstate::RunState>)> {
+    use uraid_core::health::MemberState;
+    let mut sbs = Vec::with_capacity(specs.len());
+    for (name, spec) in names.iter().zip(specs) {
+        match array::examine(spec).ok()? {
+            array::Examination::Member(sb) => sbs.push((name.clone(), *sb)),
+            _ => return None,
+        }
+    }
+    let (_, auth) = sbs.iter().max_by_key(|(_, sb)| sb.events)?;
+    if sbs.iter().any(|(_, sb)| sb.array_uuid != auth.array_uuid) {
+        return None;
+    }
+    let uuid = uraid_core::superblock::fmt_uuid(&auth.array_uuid);
+    let live = crate::runstate::read_live(&uuid)?;
+    let n = auth.member_count as usize;
+    let roles = auth.slots.get(..n)?;
+    let down = roles.iter().filter(|s| s.state != MemberState::Active).count();
+    let rebuilding: Vec<u64> =
+        roles.iter().filter(|s| s.state == MemberState::Rebuilding).map(|s| s.recovery_offset.unwrap_or(0)).collect();
+    let volumes = auth
+        .volumes
+        .iter()
+        .map(|v| {
+            let level = uraid_core::Level::from_number(v.level).ok();
+            let tolerance = level.map_or(0, |l| l.fault_tolerance(n));
+            let redundant = v.level != 0;
+            let cache = v.cache_config().unwrap_or_default();
+            // RAID 10 may survive more losses than its tolerance (copies
+            // in different pairs); only the serving process knows, so it
+            // is shown degraded unless every member is down.
+            let lost = if v.level == 10 { down == n } else { down > tolerance };
+            let state = if lost {
+                "failed"
+            } else if !rebuilding.is_empty() && redundant {
+                "rebuilding"
+            } else if down > 0 && redundant {
+                "degraded"
+            } else {
+                "clean"
+            };
+            let rebuild_percent = (redundant && !rebuilding.is_empty() && v.member_size > 0).then(|| {
+                let least = rebuilding.iter().copied().min().unwrap_or(0);
+                let done = least.saturating_sub(v.member_start).min(v.member_size);
+                (done as f64 * 1000.0 / v.member_size as f64).floor() / 10.0
+            });
+            uraid_core::array::VolumeStatus {
+                name: v.name.clone(),
+                uuid: uraid_core::superblock::fmt_uuid(&v.uuid),
+                level: v.level,
+                chunk: v.chunk,
+                capacity: crate::cli::volume_capacity(auth, v),
+                member_start: v.member_start,
+                member_size: v.member_size,
+                state,
+                tolerance,
+                rebuild_percent,
+                cache,
+                cache_warning: (cache.mode == uraid_core::cache::CacheMode::WriteBack).then_some(array::WRITEBACK_WARNING),
+                cache_stats: live.cache_of(&v.name),
+            }
+        })
+        .collect();
+    let members = auth
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(s, slot)| uraid_core::array::MemberStatus {
+            slot: s as u32,
+            role: (s < n).then_some(s as u32),
+            device: sbs.iter().find(|(_, sb)| !slot.is_empty() && sb.member_uuid == slot.uuid).map(|(name, _)| name.clone()),
+            uuid: uraid_core::superblock::fmt_uuid(&slot.uuid),
+            state: slot.state.name(),
+            recovery_offset: if slot.state == MemberState::Rebuilding { slot.recovery_offset } else { None },
+        })
+        .collect();
+    let st = ArrayStatus {
+        name: auth.name.clone(),
+        uuid,
+        events: auth.events,
+        state: match auth.state {
+            uraid_core::superblock::State::Clean => "clean",
+            uraid_core::superblock::State::Active => "active",
+        },
+        member_count: auth.member_count,
+        bitmap_region: auth.bitmap_region,
+        // The bitmap is not read while another process holds the members.
+        bitmap_dirty_bytes: 0,
+        volumes,
+        members,
+    };
+    Some((st, Some(live)))
 }
 
 /// Prints the status the /proc/mdstat way: per volume its level, size,
 /// chunk, state, `[roles/in sync] [U_U]` and rebuild progress; then every
 /// member and spare with its role and state.
 pub(crate) fn print_status(st: &ArrayStatus) {
+    print_status_from(st, None);
+}
+
+/// [`print_status`] of an array that the running `uraid serve` described
+/// by `served` holds: says so, and that the cache counters are its live
+/// ones.
+fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState>) {
     let n = st.member_count as usize;
     let up = st.members.iter().take(n).filter(|m| m.state == "active").count();
     let map: String = st.members.iter().take(n).map(|m| if m.state == "active" { 'U' } else { '_' }).collect();
-    println!(
-        "array '{}' ({}): {} members, {}, events {}, bitmap {}",
-        st.name,
-        st.uuid,
-        n,
-        st.state,
-        st.events,
-        if st.bitmap_region == 0 { "none".to_string() } else { format!("{} regions, {} dirty", fmt_size(st.bitmap_region), fmt_size(st.bitmap_dirty_bytes)) }
-    );
+    let bitmap = match (st.bitmap_region, served) {
+        (0, _) => "none".to_string(),
+        (r, Some(_)) => format!("{} regions", fmt_size(r)),
+        (r, None) => format!("{} regions, {} dirty", fmt_size(r), fmt_size(st.bitmap_dirty_bytes)),
+    };
+    println!("array '{}' ({}): {} members, {}, events {}, bitmap {bitmap}", st.name, st.uuid, n, st.state, st.events);
+    let source = served.map(|r| format!(" (live from uraid serve, pid {}, updated {:.1} s ago)", r.pid, r.age_seconds()));
+    if let Some(r) = served {
+        println!(
+            "  served by uraid serve (pid {}), which holds the members: states as their superblocks record them",
+            r.pid
+        );
+    }
     for v in &st.volumes {
         println!(
             "  volume '{}': raid{} {} ({} bytes), chunk {}, {} [{n}/{up}] [{map}]",
@@ -316,15 +454,7 @@ pub(crate) fn print_status(st: &ArrayStatus) {
         if v.cache.mode != uraid_core::cache::CacheMode::Off {
             println!("      cache {} {}, dirty limit {}", v.cache.mode.name(), fmt_size(v.cache.size), fmt_size(v.cache.dirty_limit));
             if let Some(c) = &v.cache_stats {
-                println!(
-                    "      cache dirty {}, hit ratio {:.1}%, writes {}, merged {}, written back {} ({} whole stripes)",
-                    fmt_size(c.dirty_bytes),
-                    c.hit_ratio * 100.0,
-                    c.writes,
-                    c.merged,
-                    c.writebacks,
-                    c.full_lines
-                );
+                println!("      cache {}{}", cache_counters(c), source.as_deref().unwrap_or(""));
             }
         }
         if let Some(w) = v.cache_warning {
@@ -342,6 +472,28 @@ pub(crate) fn print_status(st: &ArrayStatus) {
             None => println!("  {what}: {dev} {}", m.state),
         }
     }
+}
+
+/// A cache's counters in one line: `dirty 1M, hit ratio 12.5%, writes 8,
+/// merged 2, written back 6 (4 whole stripes)` (dirty bytes in powers of
+/// 1024; whole stripes: write-backs of a whole line, full stripes on
+/// RAID 5/6); in journal mode also `, journal records 9 (1 whole
+/// stripes)` (records of writes, and of lines recorded whole before their
+/// member writes).
+pub(crate) fn cache_counters(c: &uraid_core::cache::CacheStats) -> String {
+    let mut s = format!(
+        "dirty {}, hit ratio {:.1}%, writes {}, merged {}, written back {} ({} whole stripes)",
+        fmt_size(c.dirty_bytes),
+        c.hit_ratio * 100.0,
+        c.writes,
+        c.merged,
+        c.writebacks,
+        c.full_lines
+    );
+    if c.mode == uraid_core::cache::CacheMode::Journal {
+        s += &format!(", journal records {} ({} whole stripes)", c.journal_records + c.stripe_records, c.stripe_records);
+    }
+    s
 }
 
 /// `uraid fail`.

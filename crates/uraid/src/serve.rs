@@ -5,6 +5,10 @@
 //! background while the export serves I/O (the stripe locks order the two);
 //! a stop interrupts it at its next checkpoint and the next assemble
 //! resumes it.
+//!
+//! While it serves, the live state of an assembled array (each volume's
+//! cache counters) is published in a runtime file for `uraid status`
+//! (see [`crate::runstate`]); a clean stop removes it.
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::UnixListener;
@@ -23,7 +27,8 @@ use crate::cli::specs;
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
-    /// Unix socket to listen on (default: /run/uraid/NAME.sock).
+    /// Unix socket to listen on (default: /run/uraid/NAME.sock, or in
+    /// $URAID_RUN_DIR when set).
     #[arg(long, conflicts_with = "tcp")]
     socket: Option<PathBuf>,
     /// Listen on TCP instead, at ADDR:PORT (default 127.0.0.1:10809).
@@ -122,7 +127,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
             (Listener::Tcp(l), format!("{scheme}://{sa}/{name}"))
         }
         None => {
-            let path = a.socket.clone().unwrap_or_else(|| PathBuf::from(format!("/run/uraid/{name}.sock")));
+            let path = a.socket.clone().unwrap_or_else(|| crate::runstate::run_dir().join(format!("{name}.sock")));
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
             }
@@ -174,6 +179,21 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     });
     println!("stop with Ctrl-C (SIGINT) or SIGTERM: requests in flight finish, members are flushed and marked clean.");
     let capacity = volume.capacity();
+    // The live counters for `uraid status` in another process. The caches
+    // are shared, not the volumes (see below).
+    let publisher = arr.as_ref().map(|arr| {
+        let sources = arr
+            .volume_entries()
+            .iter()
+            .zip(arr.volumes())
+            .map(|(e, v)| crate::runstate::Source {
+                name: e.name.clone(),
+                uuid: uraid_core::superblock::fmt_uuid(&e.uuid),
+                cache: v.cache().cloned(),
+            })
+            .collect();
+        crate::runstate::Publisher::start(arr.name(), arr.uuid(), sources)
+    });
     // From here the server alone holds the volume, so that after a spare
     // takes over a role the old volume's Arc count tells when every
     // connection has moved to the new one.
@@ -219,7 +239,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
             eprintln!(
                 "uraid serve: cache {}: {} writes ({} merged into dirty lines), {} written back ({} whole stripes), \
                  read hits {} of {} ({:.1}%), writers held at the dirty limit {} times",
-                st.mode,
+                st.mode.name(),
                 st.writes,
                 st.merged,
                 st.writebacks,
@@ -229,11 +249,23 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
                 st.hit_ratio * 100.0,
                 st.throttled
             );
+            if st.journal_records + st.stripe_records > 0 {
+                eprintln!(
+                    "uraid serve: journal: {} records of writes, {} whole stripes recorded before their member writes",
+                    st.journal_records, st.stripe_records
+                );
+            }
         }
     }
     drop(server);
+    // The last counters, kept if the stop fails (the file is stale once
+    // this process is gone).
+    let publisher = publisher.map(|p| p.finish());
     if let Some(arr) = arr {
         arr.stop()?;
+    }
+    if let Some(p) = publisher {
+        p.remove();
     }
     eprintln!("uraid serve: stopped cleanly");
     Ok(())

@@ -225,3 +225,46 @@ fn bench_refuses_writes_on_array_holding_filesystem() {
     assert!(arr.volume().read_at(0, image.len()).unwrap() == image, "the ext4 image on the volume changed");
     arr.stop().unwrap();
 }
+
+/// `uraid bench` on an array whose volume has a write-back cache: the target
+/// line names the cache mode, and the report ends with the cache's counters
+/// (in the text and in --json); a raw file has no cache and no such line.
+#[test]
+fn bench_reports_the_cache_of_the_volume() {
+    let _g = shared();
+    let dir = tmpdir();
+    let m = sparse_files(dir.path(), "m", 3, 24 * MIB);
+    uraid_ok(&["create", "--level", "5", "--chunk", "64K", "--name", "cached", "--cache", "writeback", "--cache-size", "16M", "--dirty-limit", "8M", s(&m[0]), s(&m[1]), s(&m[2])]);
+    let run = ["bench", "--overwrite", "--write-only", "--profile", "SEQ1M-Q1T1", "--runs", "1", "--time", "0.2", "--warmup", "0", "--size", "4M"];
+    let mut args = run.to_vec();
+    args.extend([s(&m[0]), s(&m[1]), s(&m[2])]);
+    let o = uraid_ok(&args);
+    let target = o.stderr.lines().find(|l| l.starts_with("target:")).unwrap_or_else(|| panic!("no target line: {}", o.stderr));
+    assert_contains(target, &["array 'cached'", "RAID 5 over 3 members", "cache writeback 16M"], "bench target line");
+    let line = o.stdout.lines().find(|l| l.starts_with("cache ")).unwrap_or_else(|| panic!("no cache counters in the report:\n{}", o.stdout));
+    assert_contains(line, &["cache writeback 16M, dirty limit 8M:", "dirty", "hit ratio", "merged", "written back", "whole stripes"], "bench cache line");
+    let writes: u64 = line
+        .split("writes ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no write count in {line:?}"));
+    assert!(writes > 0, "the write test wrote nothing through the cache: {line}");
+
+    args.insert(1, "--json");
+    let o = uraid_ok(&args);
+    let j: Value = serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("bench --json: {e}:\n{}", o.stdout));
+    assert_contains(j["target"].as_str().unwrap_or_default(), &["cache writeback 16M"], "bench --json target");
+    assert_eq!(j["cache"]["mode"], "writeback", "{j}");
+    assert!(j["cache"]["writes"].as_u64().unwrap_or(0) > 0 && j["cache"]["full_lines"].is_u64(), "{j}");
+
+    // A raw file: no cache, no counters.
+    let raw = sparse_file(dir.path(), "raw", 16 * MIB);
+    let mut args = run.to_vec();
+    args.push(s(&raw));
+    let o = uraid_ok(&args);
+    assert!(!o.stdout.lines().any(|l| l.starts_with("cache ")), "a raw file has no cache: {}", o.stdout);
+    args.insert(1, "--json");
+    let j: Value = serde_json::from_str(&uraid_ok(&args).stdout).unwrap();
+    assert!(j["cache"].is_null(), "{j}");
+}

@@ -818,3 +818,93 @@ fn a_spare_takes_over_a_role_that_fails_while_serving() {
     assert!(arr.volume().read_at(0, cap).unwrap() == model, "the spare's data differs");
     arr.release();
 }
+
+/// `uraid ARGS...` with `URAID_RUN_DIR=run` (where `serve` publishes its
+/// runtime state), to completion.
+fn uraid_run_dir(run: &Path, args: &[&str]) -> Out {
+    uraid_env(args, &[("URAID_RUN_DIR", run.as_os_str())])
+}
+
+/// While `uraid serve` runs, `uraid status` in another process shows the
+/// live counters of the volume's write-back cache that `serve` publishes
+/// in its runtime-state file (the members are locked by `serve`); a stale
+/// file (its process gone) is not believed; a clean stop removes the file.
+#[test]
+fn status_shows_the_live_cache_counters_of_a_running_serve() {
+    let _g = shared();
+    tools();
+    require_tool("qemu-io", "qemu-utils");
+    let d = tmpdir();
+    let run = d.path().join("run");
+    let m = sparse_files(d.path(), "m", 3, 24 << 20);
+    let ms: Vec<&str> = m.iter().map(|p| s(p)).collect();
+    let mut create = vec!["create", "--level", "5", "--chunk", "64K", "--name", "live", "--cache", "writeback", "--cache-size", "16M", "--dirty-limit", "8M"];
+    create.extend(&ms);
+    uraid_ok(&create);
+    let mut status_json = vec!["status", "--json"];
+    status_json.extend(&ms);
+    let mut status_text = vec!["status"];
+    status_text.extend(&ms);
+    let before: serde_json::Value = serde_json::from_str(&uraid_ok(&status_json).stdout).unwrap();
+    let uuid = before["uuid"].as_str().expect("status --json names the array's uuid").to_string();
+    assert!(before["served_by"].is_null(), "not served yet: {before}");
+    let state = run.join(format!("{uuid}.json"));
+
+    let srv = Served::start_env(&m, &d.path().join("s.sock"), &[], &[("URAID_RUN_DIR", s(&run).to_string())]);
+    let pid = srv.child.as_ref().expect("running").0.id();
+    // Three writes (one of 4 KiB into the line the second left dirty) and
+    // a read of what the first left in the cache.
+    run_tool(Command::new("qemu-io").args([
+        "-f", "raw", "-c", "write -P 0x5a 0 1M", "-c", "write -P 0x33 4M 8k", "-c", "write -P 0x44 4M 4k", "-c", "read -P 0x5a 0 64k",
+    ]).arg(srv.uri()));
+    // From another process, polled: serve publishes about once a second.
+    let t0 = Instant::now();
+    let j = loop {
+        let o = uraid_run_dir(&run, &status_json);
+        assert!(o.status.success(), "`{}` failed while serve runs:\n{}", o.cmdline, o.stderr);
+        let j: serde_json::Value = serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("status --json: {e}:\n{}", o.stdout));
+        if j["volumes"][0]["cache_stats"]["writes"].as_u64().unwrap_or(0) >= 3 {
+            break j;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "status never showed the 3 writes through the export: {j}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let c = &j["volumes"][0]["cache_stats"];
+    assert_eq!(c["mode"], "writeback", "{j}");
+    assert_eq!(c["writes"].as_u64(), Some(3), "one per NBD write: {j}");
+    assert!(c["read_hits"].as_u64().unwrap_or(0) >= 1 && c["hit_ratio"].as_f64().unwrap_or(0.0) > 0.0, "the read hit the cache: {j}");
+    assert_eq!(j["volumes"][0]["cache"]["mode"], "writeback", "{j}");
+    assert_eq!(j["served_by"]["pid"].as_u64(), Some(pid as u64), "{j}");
+    let age = j["served_by"]["age_seconds"].as_f64().expect("age_seconds");
+    assert!((0.0..5.0).contains(&age), "published {age} s ago: {j}");
+    assert_eq!(j["members"].as_array().map(|a| a.len()), Some(3), "{j}");
+    assert_eq!(j["volumes"][0]["state"], "clean", "{j}");
+    let text = uraid_run_dir(&run, &status_text);
+    assert!(text.status.success(), "{}: {}", text.cmdline, text.stderr);
+    assert_contains(
+        &text.stdout,
+        &["served by uraid serve", "cache writeback 16M", "cache dirty", "hit ratio", "writes 3,", "merged", "written back", "whole stripes", &format!("live from uraid serve, pid {pid}, updated")],
+        "status text while serving",
+    );
+
+    // Without a live publication the members held by serve stay refused:
+    // no file in the run directory, or a stale one whose process is gone.
+    let other = d.path().join("other");
+    let o = uraid_run_dir(&other, &status_json);
+    assert!(!o.status.success() && o.stderr.contains("in use by another uraid process"), "{}: {}", o.cmdline, o.stderr);
+    let mut dead = Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    let mut stale: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    stale["pid"] = dead_pid.into();
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join(format!("{uuid}.json")), stale.to_string()).unwrap();
+    let o = uraid_run_dir(&other, &status_json);
+    assert!(!o.status.success() && o.stderr.contains("in use by another uraid process"), "a stale file was believed: {}: {}\n{}", o.cmdline, o.stderr, o.stdout);
+
+    let (st, _, err) = srv.stop();
+    assert!(st.success(), "serve exit {st}: {err}");
+    assert!(!state.exists(), "a clean stop leaves {}", state.display());
+    let after: serde_json::Value = serde_json::from_str(&uraid_run_dir(&run, &status_json).stdout).unwrap();
+    assert!(after["served_by"].is_null() && after["volumes"][0]["cache_stats"].is_null(), "after the stop: {after}");
+}

@@ -145,12 +145,20 @@ pub struct Out {
 
 /// Runs `uraid ARGS...` to completion.
 pub fn uraid<S: AsRef<OsStr>>(args: &[S]) -> Out {
+    uraid_env(args, &[])
+}
+
+/// Runs `uraid ARGS...` to completion with the environment variables `env`
+/// added.
+pub fn uraid_env<S: AsRef<OsStr>>(args: &[S], env: &[(&str, &OsStr)]) -> Out {
+    let vars: String = env.iter().map(|(k, v)| format!("{k}={} ", v.to_string_lossy())).collect();
     let cmdline = format!(
-        "uraid {}",
+        "{vars}uraid {}",
         args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
     );
     let o = Command::new(URAID)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {URAID}: {e}"));
