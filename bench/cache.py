@@ -26,10 +26,16 @@ from common import DRIVES, URAID, parser, prepare, sh, testbed_down
 MODES = ["off", "writethrough", "writeback", "journal"]
 
 
+CURRENT = {"mode": "off"}
+
+
 def config(mode, members, journal, *extra):
-    """Sets the cache mode; the journal mode formats `journal` (again)."""
+    """Sets the cache mode; the journal mode formats `journal` (again). An
+    array in the journal mode is opened with its journal (which `config`
+    replays before leaving it)."""
     j = ["--journal", journal, "--force"] if mode == "journal" else []
-    sh(URAID, "config", "--cache", mode, *j, *extra, *members)
+    sh(URAID, "config", "--cache", mode, *j, *extra, *on(CURRENT["mode"], members, journal))
+    CURRENT["mode"] = mode
 
 
 def on(mode, members, journal):
@@ -63,6 +69,7 @@ def main():
 
         # RAID 5: coalesced sequential writes and write latency.
         sh(URAID, "create", "--name", "c5", "--level", "5", "--chunk", "128K", "--force", *drives)
+        CURRENT["mode"] = "off"
         r5 = {}
         for mode in MODES:
             config(mode, drives, journal)
@@ -101,6 +108,7 @@ def main():
 
         # RAID 0: the cache must not cost anything.
         sh(URAID, "create", "--name", "c0", "--level", "0", "--chunk", "128K", "--force", *drives)
+        CURRENT["mode"] = "off"
         r0 = {}
         for mode in MODES:
             config(mode, drives, journal)

@@ -116,7 +116,9 @@ fn refuse(what: &str, sig: &str) -> uraid_core::Error {
 /// not assemble, and write tests on a target holding data without
 /// `overwrite` (nothing is written then).
 pub fn open(spec: &TargetSpec, index: usize, o: OpenOptions) -> Result<Target> {
-    let all_members = !o.raw && spec.specs.iter().all(|s| matches!(array::examine(s), Ok(Examination::Member(_))));
+    // The journal of a volume whose cache keeps one is given with the
+    // members, as to every command that assembles the array.
+    let all_members = !o.raw && array::are_array_devices(&spec.specs);
     let mut warnings = Vec::new();
     let (vol, kind, array) = if all_members {
         match array::assemble(&spec.specs) {

@@ -321,6 +321,17 @@ pub fn examine(spec: &MemberSpec) -> Result<Examination> {
     })
 }
 
+/// True when `specs` are the devices of an array, as the commands that
+/// assemble one take them: at least one carries a uraid superblock and
+/// every other one does or is a journal ([`crate::journal`]). A device
+/// that cannot be read counts as neither.
+pub fn are_array_devices(specs: &[MemberSpec]) -> bool {
+    let found: Vec<Option<Examination>> = specs.iter().map(|s| examine(s).ok()).collect();
+    let member = |e: &Option<Examination>| matches!(e, Some(Examination::Member(_)));
+    let journal = |e: &Option<Examination>| matches!(e, Some(Examination::Foreign(sig)) if *sig == crate::signature::JOURNAL);
+    found.iter().any(member) && found.iter().all(|e| member(e) || journal(e))
+}
+
 /// Builds an array that lives only in this process (no superblock is
 /// written): RAID 0 over `members` with `chunk`, data from 1 MiB on, as a
 /// created array would have it. Used by `bench`, `compare` and `demo`.

@@ -532,8 +532,8 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
     let specs = specs(&a.targets)?;
     let mut assembled = None;
     let (vol, kind): (Arc<Volume>, TargetKind) = {
-        let all_members = !a.raw
-            && specs.iter().all(|s| matches!(array::examine(s), Ok(Examination::Member(_))));
+        // The members, and a volume's journal if its cache keeps one.
+        let all_members = !a.raw && array::are_array_devices(&specs);
         if all_members {
             // Check before anything is written: assembling for real bumps
             // the event counter, which a refused or read-only run must not.

@@ -258,6 +258,20 @@ fn bench_reports_the_cache_of_the_volume() {
     assert_eq!(j["cache"]["mode"], "writeback", "{j}");
     assert!(j["cache"]["writes"].as_u64().unwrap_or(0) > 0 && j["cache"]["full_lines"].is_u64(), "{j}");
 
+    // The journal mode: the journal device given with the members is part
+    // of the array (not a fourth member of a temporary RAID 0), and every
+    // write is recorded in it.
+    let j = sparse_file(dir.path(), "journal", 72 * MIB);
+    uraid_ok(&["config", "--cache", "journal", "--journal", s(&j), "--cache-size", "16M", "--dirty-limit", "8M", s(&m[0]), s(&m[1]), s(&m[2])]);
+    let mut args = run.to_vec();
+    args.insert(1, "--json");
+    args.extend([s(&m[0]), s(&m[1]), s(&m[2]), s(&j)]);
+    let o = uraid_ok(&args);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("bench --json: {e}:\n{}", o.stdout));
+    assert_contains(v["target"].as_str().unwrap_or_default(), &["array 'cached'", "RAID 5 over 3 members", "cache journal 16M"], "bench --json target");
+    assert_eq!(v["cache"]["mode"], "journal", "{v}");
+    assert!(v["cache"]["journal_records"].as_u64().unwrap_or(0) > 0, "no write was recorded in the journal: {v}");
+
     // A raw file: no cache, no counters.
     let raw = sparse_file(dir.path(), "raw", 16 * MIB);
     let mut args = run.to_vec();
