@@ -198,6 +198,16 @@ pub struct CacheStats {
     pub stripe_records: u64,
 }
 
+/// A member write of the flusher in flight: line `idx` as of
+/// `generation` (holding every write up to `last_seq`), the sectors
+/// `bits` it cleans.
+struct InFlight {
+    idx: u64,
+    generation: u64,
+    bits: Vec<u64>,
+    last_seq: u64,
+}
+
 /// A dirty line as the flusher took it.
 struct Snap {
     idx: u64,
@@ -494,7 +504,7 @@ impl Cache {
         }
         if dirty + req.len as u64 > self.cfg.dirty_limit && dirty > 0
             || self.cached.load(Ordering::Relaxed) + new_lines * self.line > self.cfg.size && !self.evict(new_lines * self.line)
-            || journal.is_some_and(|j| !j.fits(req.len as u64))
+            || journal.is_some_and(|j| !j.fits(req.len as u64, self.promise_for(lines)))
         {
             self.kick();
             if new_lines == lines && !req.fua && journal.is_none() {
@@ -512,7 +522,7 @@ impl Cache {
         let gate = self.gate.read().unwrap_or_else(|e| e.into_inner());
         let seq = self.seq.fetch_add(1, Ordering::AcqRel);
         let place = match journal {
-            Some(j) => match j.reserve(req.len as u64, seq, true) {
+            Some(j) => match j.reserve(req.len as u64, seq, Some(self.promise_for(lines))) {
                 Some(r) => Some((j, r)),
                 None => {
                     // The log filled since the look above.
@@ -545,6 +555,9 @@ impl Cache {
             if line.oldest == 0 {
                 line.oldest = seq;
                 line.dirty_since = crate::member::now_ns();
+                if let Some(j) = journal {
+                    j.promise(self.promise_for(1));
+                }
             }
             line.last_use = now;
         }
@@ -620,8 +633,9 @@ impl Cache {
                 }
                 line.generation += 1;
                 self.dirty.fetch_sub(dropped * CACHE_SECTOR, Ordering::Relaxed);
-                if Line::count(&line.dirty) == 0 {
+                if Line::count(&line.dirty) == 0 && line.oldest != 0 {
                     line.oldest = 0;
+                    self.release_promise();
                 }
             }
         }
@@ -714,7 +728,7 @@ impl Cache {
 
     /// True when a writer held for room may try again.
     pub(crate) fn has_room(&self) -> bool {
-        self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit && self.journal.as_ref().is_none_or(|j| j.used() * 2 < j.log_size())
+        self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit && self.journal.as_ref().is_none_or(|j| j.pressure() * 2 < j.log_size())
     }
 
     /// A sequence number below which every write is on the members (or
@@ -794,7 +808,11 @@ impl Cache {
 
     /// Marks the sectors `bits` of line `idx` clean, if no write came in
     /// since generation `generation`.
-    fn written_back(&self, idx: u64, generation: u64, bits: &[u64]) {
+    /// Every write up to `last_seq` in the line is in what was written
+    /// (all its dirty sectors went): if writes came in meanwhile, the line
+    /// stays dirty but its oldest write is now after `last_seq`, so that
+    /// the journal's records up to there can retire.
+    fn written_back(&self, idx: u64, generation: u64, bits: &[u64], last_seq: u64) {
         let mut sh = self.shard(idx);
         if let Some(l) = sh.lines.get_mut(&idx) {
             if l.generation == generation {
@@ -802,10 +820,31 @@ impl Cache {
                 l.dirty.iter_mut().zip(bits).for_each(|(d, b)| *d &= !b);
                 let left = Line::count(&l.dirty);
                 self.dirty.fetch_sub((n - left) * CACHE_SECTOR, Ordering::Relaxed);
-                if left == 0 {
+                if left == 0 && l.oldest != 0 {
                     l.oldest = 0;
+                    drop(sh);
+                    self.release_promise();
                 }
+            } else if l.oldest != 0 {
+                l.oldest = l.oldest.max(last_seq + 1);
             }
+        }
+    }
+
+    /// Journal mode on RAID 5/6: the log bytes a line's stripe record
+    /// takes, times `lines` (0 otherwise: no stripe records).
+    fn promise_for(&self, lines: u64) -> u64 {
+        if self.journal.is_some() && self.parity {
+            lines * (crate::journal::RECORD_HEADER + self.line)
+        } else {
+            0
+        }
+    }
+
+    /// A dirty line became clean: its stripe record's promise goes back.
+    fn release_promise(&self) {
+        if let Some(j) = &self.journal {
+            j.release(self.promise_for(1));
         }
     }
 
@@ -826,7 +865,7 @@ impl Cache {
         let journal = self.journal.as_ref();
         let flush = self.wanted.load(Ordering::Acquire) > *lock(&self.durable);
         let pressed = self.dirty.load(Ordering::Relaxed) * 2 > self.cfg.dirty_limit
-            || journal.is_some_and(|j| j.used() * 2 > j.log_size());
+            || journal.is_some_and(|j| j.pressure() * 2 > j.log_size());
         let lines = self.dirty_lines(flush || pressed || self.closed.load(Ordering::Acquire));
         if lines.is_empty() && !flush {
             return Ok(());
@@ -839,8 +878,8 @@ impl Cache {
         let mut q = vol.queue_uncached(FLUSH_DEPTH)?;
         let mut fill_q = if journal.is_some() && self.parity { Some(vol.queue_uncached(1)?) } else { None };
         let mut out = Vec::new();
-        // (tag -> line index, generation, bits written) of writes in flight.
-        let mut inflight: HashMap<u64, (u64, u64, Vec<u64>)> = HashMap::new();
+        // Member writes in flight, by tag.
+        let mut inflight: HashMap<u64, InFlight> = HashMap::new();
         let mut tag = 0u64;
         let mut first_err: Option<crate::Error> = None;
         let sector = CACHE_SECTOR as usize;
@@ -896,7 +935,7 @@ impl Cache {
                 set_bits(&mut mine, a, b);
                 mine.iter_mut().zip(&bits).for_each(|(m, d)| *m &= d);
                 tag += 1;
-                inflight.insert(tag, (idx, generation, mine));
+                inflight.insert(tag, InFlight { idx, generation, bits: mine, last_seq });
                 let r = Request { op: Op::Write, offset: idx * self.line + (a * sector) as u64, len, buf: Some(buf), tag, fua: false };
                 if let Err(r) = q.push(r) {
                     inflight.remove(&tag);
@@ -961,20 +1000,20 @@ impl Cache {
             c.result?;
             data[a * sector..b * sector].copy_from_slice(&c.buf.expect("a read returns its buffer")[..len]);
         }
-        let Some(r) = j.reserve(self.line, seqs.0, false) else { return Ok(false) };
+        let Some(r) = j.reserve(self.line, seqs.0, None) else { return Ok(false) };
         j.write(r, crate::journal::RecordKind::Stripe, idx * self.line, seqs.1, &data[..self.line as usize])?;
         lock(&self.stats).stripe_records += 1;
         Ok(true)
     }
 
-    fn reap(&self, out: &mut Vec<crate::Completion>, inflight: &mut HashMap<u64, (u64, u64, Vec<u64>)>, err: &mut Option<crate::Error>) {
+    fn reap(&self, out: &mut Vec<crate::Completion>, inflight: &mut HashMap<u64, InFlight>, err: &mut Option<crate::Error>) {
         for c in out.drain(..) {
             if let Some(b) = c.buf {
                 lock(&self.pool).push(b);
             }
-            let Some((idx, generation, bits)) = inflight.remove(&c.tag) else { continue };
+            let Some(InFlight { idx, generation, bits, last_seq }) = inflight.remove(&c.tag) else { continue };
             match c.result {
-                Ok(_) => self.written_back(idx, generation, &bits),
+                Ok(_) => self.written_back(idx, generation, &bits, last_seq),
                 Err(e) => {
                     err.get_or_insert(e);
                 }

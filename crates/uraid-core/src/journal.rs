@@ -197,6 +197,9 @@ struct State {
     /// Records written out of order (above `written_below`).
     early: std::collections::BTreeSet<u64>,
     nonce: u64,
+    /// Bytes of log promised to stripe records the flusher will write
+    /// (see [`Journal::promise`]).
+    promised: u64,
 }
 
 /// An open journal. Made by [`Journal::format`] or [`Journal::open`].
@@ -259,6 +262,7 @@ impl Journal {
             written_below: h.tail_seq,
             early: Default::default(),
             nonce: h.nonce,
+            promised: 0,
         };
         Journal { member, id: h.id, log_size: h.log_size, state: Mutex::new(state), cv: Condvar::new() }
     }
@@ -284,6 +288,26 @@ impl Journal {
         s.head - s.tail
     }
 
+    /// Bytes of log in use or promised: how full the log is for writers.
+    pub fn pressure(&self) -> u64 {
+        let s = self.lock();
+        s.head - s.tail + s.promised
+    }
+
+    /// Promises `bytes` of log to a stripe record the flusher will write
+    /// (a RAID 5/6 line became dirty): writers leave them free (see
+    /// [`reserve`](Self::reserve)), so the flusher can always record every
+    /// dirty line and records can always retire.
+    pub fn promise(&self, bytes: u64) {
+        self.lock().promised += bytes;
+    }
+
+    /// Takes back a promise of `bytes` (the line is clean again).
+    pub fn release(&self, bytes: u64) {
+        let mut s = self.lock();
+        s.promised = s.promised.saturating_sub(bytes);
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -304,10 +328,12 @@ impl Journal {
         self.log_size - self.log_size / 4
     }
 
-    /// True when a writer's record of `len` data bytes fits now.
-    pub fn fits(&self, len: u64) -> bool {
+    /// True when a writer's record of `len` data bytes fits now, with
+    /// `ahead` more bytes promised (the stripe records of the lines it may
+    /// make dirty).
+    pub fn fits(&self, len: u64, ahead: u64) -> bool {
         let s = self.lock();
-        self.place(s.head, len) + RECORD_HEADER + len - s.tail <= self.writer_limit()
+        self.place(s.head, len) + RECORD_HEADER + len - s.tail + s.promised + ahead <= self.writer_limit()
     }
 
     /// True when a writer's record of `len` data bytes can ever fit.
@@ -317,14 +343,19 @@ impl Journal {
 
     /// Takes the next place in the log for a record of `len` data bytes
     /// carrying cache write `cache_seq`; `None` when the log is full (a
-    /// checkpoint must retire records first; a `writer` may fill only
-    /// three quarters of it). Records are written with
-    /// [`write`](Self::write) and then count as acknowledged in this order.
-    pub fn reserve(&self, len: u64, cache_seq: u64, writer: bool) -> Option<Reservation> {
+    /// checkpoint must retire records first). A `writer` (`Some(ahead)`)
+    /// may fill only three quarters of it, counting what is promised and
+    /// `ahead` bytes more it may promise; the flusher (`None`) all of it.
+    /// Records are written with [`write`](Self::write) and then count as
+    /// acknowledged in this order.
+    pub fn reserve(&self, len: u64, cache_seq: u64, writer: Option<u64>) -> Option<Reservation> {
         let mut s = self.lock();
         let pos = self.place(s.head, len);
-        let limit = if writer { self.writer_limit() } else { self.log_size };
-        if pos + RECORD_HEADER + len - s.tail > limit {
+        let (limit, extra) = match writer {
+            Some(ahead) => (self.writer_limit(), s.promised + ahead),
+            None => (self.log_size, 0),
+        };
+        if pos + RECORD_HEADER + len - s.tail + extra > limit {
             return None;
         }
         let seq = s.next_seq;

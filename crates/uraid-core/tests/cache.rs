@@ -160,6 +160,64 @@ fn journal_matches_the_model_at_every_level_and_retires_its_records() {
 }
 
 #[test]
+fn journal_random_writes_over_more_stripes_than_the_log_holds_never_stall() {
+    // RAID 5 x4, chunk 64K: 1024 lines of 192 KiB, whose stripe records
+    // (each line dirty in part is recorded whole before it is written)
+    // need three times the 64 MiB log. Random 4 KiB writes dirty every
+    // line; writers must leave the log room for the stripe records of the
+    // lines they dirtied, or the flusher can record none, no record can
+    // retire, and everything stops (it did, at 100% CPU).
+    let cfg = CacheConfig { mode: CacheMode::Journal, size: 256 << 20, dirty_limit: 192 << 20 };
+    let (v, raw) = volumes(Level::Raid5, 4, 64 << 10, 1024, cfg);
+    let cap = v.capacity() as usize;
+    let s = seed();
+    eprintln!("seed {s} (URAID_SEED={s} replays it)");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let w = v.clone();
+    std::thread::spawn(move || {
+        let mut rng = StdRng::seed_from_u64(s);
+        let mut model = vec![0u8; cap];
+        let mut q = w.queue(8).unwrap();
+        let mut out = Vec::new();
+        let mut busy: Vec<(u64, usize)> = Vec::new();
+        for tag in 0..30_000u64 {
+            let off = rng.random_range(0..cap / 4096) * 4096;
+            while busy.iter().any(|&(_, o)| o == off) || !q.has_room() {
+                q.wait(1, &mut out);
+                for c in out.drain(..) {
+                    c.result.unwrap();
+                    busy.retain(|b| b.0 != c.tag);
+                }
+            }
+            let mut b = IoBuf::new(4096);
+            rng.fill_bytes(&mut b);
+            model[off..off + 4096].copy_from_slice(&b);
+            q.push(Request::write(off as u64, 4096, b, tag)).map_err(|r| r.error).unwrap();
+            busy.push((tag, off));
+        }
+        while q.in_flight() > 0 {
+            q.wait(1, &mut out);
+            for c in out.drain(..) {
+                c.result.unwrap();
+            }
+        }
+        tx.send(model).unwrap();
+    });
+    let model = rx
+        .recv_timeout(std::time::Duration::from_secs(240))
+        .unwrap_or_else(|_| panic!("seed {s}: 30000 random writes did not complete in 240 s: the journal stalled"));
+    v.flush().unwrap();
+    let c = v.cache().unwrap();
+    let j = c.journal().unwrap();
+    assert_eq!((j.used(), j.pressure()), (0, 0), "after a flush every record retires and no promise is left");
+    assert!(c.stats().stripe_records > 0, "{:?}", c.stats());
+    for (i, part) in model.chunks(32 << 20).enumerate() {
+        assert!(raw.read_at((i * (32 << 20)) as u64, part.len()).unwrap() == part, "seed {s}: the members differ from the model");
+    }
+    assert_eq!(uraid_core::maint::check(&raw, false, &mut |_, _| {}).unwrap().mismatches, 0);
+}
+
+#[test]
 fn writeback_raid0_raid1_raid6_match_the_model() {
     run_mode(CacheMode::WriteBack, Level::Raid0, 3, 128 << 10);
     run_mode(CacheMode::WriteBack, Level::Raid1, 2, 64 << 10);
