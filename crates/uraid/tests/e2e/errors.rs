@@ -348,8 +348,18 @@ fn in_use_by_another_uraid_process() {
         snap.assert_unchanged("assemble while `uraid bench` holds the array");
         drop(holder);
     }
-    // Once the holder is gone the array assembles again.
-    array::assemble(&specs(&m)).expect("free again").stop().unwrap();
+    // Once the holder is gone the array assembles again. The kernel drops
+    // the lock when the dead process's io_uring is torn down, which it
+    // does after the process is reaped (asynchronously, in a worker):
+    // allow it a moment.
+    let t0 = std::time::Instant::now();
+    let arr = loop {
+        match array::assemble(&specs(&m)) {
+            Err(e) if e.kind() == ErrorKind::Busy && t0.elapsed() < Duration::from_secs(5) => std::thread::sleep(Duration::from_millis(20)),
+            r => break r.expect("free again"),
+        }
+    };
+    arr.stop().unwrap();
 }
 
 #[test]
