@@ -388,7 +388,11 @@ impl Journal {
         b[RECORD_HEADER as usize..].copy_from_slice(data);
         let res = self.write_dsync(&b, HEADER_SIZE + r.pos % self.log_size);
         let mut s = self.lock();
-        if let Some(h) = s.held.iter_mut().find(|h| h.seq == r.seq) {
+        // Held records have consecutive numbers (reserved in order, retired
+        // from the front), so the record's place is its distance from the
+        // first.
+        let at = s.held.front().map(|h| r.seq.wrapping_sub(h.seq) as usize);
+        if let Some(h) = at.and_then(|i| s.held.get_mut(i)).filter(|h| h.seq == r.seq) {
             h.written = res.is_ok();
         }
         s.early.insert(r.seq);
@@ -468,10 +472,11 @@ impl Journal {
 
     /// Reads the valid records from the tail on, then writes their data to
     /// `vol` (a queue that bypasses the cache): per cache line of
-    /// `line` bytes, the records' data laid over each other in log order;
-    /// a line the records cover whole is written as one full-line write
-    /// (a full-stripe write on RAID 5/6, which sets parity right whatever
-    /// a torn write left), otherwise each covered run. Then flushes the
+    /// `line` bytes, the records' data laid over each other in the order of
+    /// their cache write sequence numbers (see the format); a line the
+    /// records cover whole is written as one full-line write (a
+    /// full-stripe write on RAID 5/6, which sets parity right whatever a
+    /// torn write left), otherwise each covered run. Then flushes the
     /// members and empties the log. Returns (records, bytes) replayed.
     /// Errors: `Io`; on error nothing is retired, so the next assemble
     /// replays again.
@@ -499,9 +504,7 @@ impl Journal {
         // Per line: the records touching it, in log order.
         let mut lines: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
         for (i, f) in found.iter().enumerate() {
-            if f.len == 0 {
-                continue;
-            }
+            // A valid record has data (see read_record).
             for idx in f.offset / line..=(f.offset + f.len - 1) / line {
                 lines.entry(idx).or_default().push(i);
             }
@@ -574,10 +577,7 @@ impl Journal {
             return Ok(None);
         }
         let (offset, len, crc, kind, cache_seq) = (u64_at(h, 32), u64_at(h, 40), u32_at(h, 48), u32_at(h, 24), u64_at(h, 64));
-        if len % 512 != 0 || offset % 512 != 0 || pos % self.log_size + RECORD_HEADER + len > self.log_size {
-            return Ok(None);
-        }
-        if len == 0 {
+        if len == 0 || len % 512 != 0 || offset % 512 != 0 || pos % self.log_size + RECORD_HEADER + len > self.log_size {
             return Ok(None);
         }
         let mut data = IoBuf::new(len as usize);

@@ -188,7 +188,8 @@ impl Volume {
     }
 
     /// Puts a cache in journal mode in front of the volume, recording into
-    /// `journal` (replayed first: [`crate::journal::Journal::replay`]).
+    /// `journal`; records it holds from before must be replayed
+    /// ([`crate::journal::Journal::replay`]) before the volume takes writes.
     /// Errors: as [`enable_cache`](Self::enable_cache), for a mode other
     /// than `Journal` too.
     pub fn enable_journaled_cache(self: &Arc<Self>, cfg: crate::cache::CacheConfig, journal: Arc<crate::journal::Journal>) -> Result<()> {

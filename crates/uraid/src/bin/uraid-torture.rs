@@ -3,15 +3,13 @@
 //! `uraid-torture run --seed N --log FILE MEMBER...` assembles the array and
 //! writes to its first volume without end: random non-overlapping writes
 //! (one in eight with FUA), up to 16 in flight, and a flush now and then.
-//! Every 512-byte sector it
-//! writes says who wrote it: bytes 0..8 the write's id, 8..16 the sector's
-//! logical offset, the rest a fill derived from (seed, id, offset). Before
-//! a write is issued the log gets `I id offset len`, when it is
-//! acknowledged `A id` (`U id` for a FUA write), when a flush completes
-//! `F id` (the last write id issued before the flush). The test kills the
-//! process with SIGKILL at a
-//! random moment (the log is in the page cache, which survives a process
-//! kill).
+//! Every 512-byte sector it writes says who wrote it: bytes 0..8 the
+//! write's id, 8..16 the sector's logical offset, the rest a fill derived
+//! from (seed, id, offset). Before a write is issued the log gets `I id
+//! offset len`, when it is acknowledged `A id` (`U id` for a FUA write),
+//! when a flush completes `F id` (the last write id issued before the
+//! flush). The test kills the process with SIGKILL at a random moment (the
+//! log is in the page cache, which survives a process kill).
 //!
 //! `uraid-torture verify --seed N --log FILE MEMBER...` assembles the array
 //! (which resynchronizes the dirty regions of the write-intent bitmap after
