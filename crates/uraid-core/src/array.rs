@@ -321,15 +321,25 @@ pub fn examine(spec: &MemberSpec) -> Result<Examination> {
     })
 }
 
+impl Examination {
+    /// True for what the commands that assemble an array take: a member
+    /// (a superblock) or a journal ([`crate::journal`]).
+    pub fn is_array_device(&self) -> bool {
+        match self {
+            Examination::Member(_) => true,
+            Examination::Foreign(sig) => *sig == crate::signature::JOURNAL,
+            _ => false,
+        }
+    }
+}
+
 /// True when `specs` are the devices of an array, as the commands that
 /// assemble one take them: at least one carries a uraid superblock and
 /// every other one does or is a journal ([`crate::journal`]). A device
 /// that cannot be read counts as neither.
 pub fn are_array_devices(specs: &[MemberSpec]) -> bool {
     let found: Vec<Option<Examination>> = specs.iter().map(|s| examine(s).ok()).collect();
-    let member = |e: &Option<Examination>| matches!(e, Some(Examination::Member(_)));
-    let journal = |e: &Option<Examination>| matches!(e, Some(Examination::Foreign(sig)) if *sig == crate::signature::JOURNAL);
-    found.iter().any(member) && found.iter().all(|e| member(e) || journal(e))
+    found.iter().any(|e| matches!(e, Some(Examination::Member(_)))) && found.iter().all(|e| e.as_ref().is_some_and(Examination::is_array_device))
 }
 
 /// Builds an array that lives only in this process (no superblock is
@@ -803,7 +813,7 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
         if id.array != auth.array_uuid || owner.is_none() {
             bail!(
                 Superblock,
-                "{} is a journal, but not one of array '{}' (it names array {}); give this array's journal,                  or leave it out",
+                "{} is a journal, but not one of array '{}' (it names array {}); give this array's journal, or leave it out",
                 m.name(),
                 auth.name,
                 fmt_uuid(&id.array)
@@ -1048,6 +1058,94 @@ pub struct VolumeStatus {
     pub cache_stats: Option<crate::cache::CacheStats>,
 }
 
+/// One volume's status, from its entry `v` over `n` roles: `down[r]` when
+/// role r is not active, `rebuilding` the recovery offsets (absolute member
+/// bytes) of the rebuilding roles, `resyncing` when its dirty regions await
+/// a resync, its usable `capacity` (bytes) and its cache's counters.
+fn volume_status(
+    v: &VolumeEntry,
+    n: usize,
+    down: &[bool],
+    rebuilding: &[u64],
+    resyncing: bool,
+    capacity: u64,
+    cache_stats: Option<crate::cache::CacheStats>,
+) -> VolumeStatus {
+    let state = if !volume_survives(v, n, down) {
+        "failed"
+    } else if !rebuilding.is_empty() && is_redundant(v) {
+        "rebuilding"
+    } else if down.iter().any(|&d| d) && is_redundant(v) {
+        "degraded"
+    } else if resyncing {
+        "resyncing"
+    } else {
+        "clean"
+    };
+    // The least advanced rebuilding member, in percent of the volume's area.
+    let rebuild_percent = rebuilding.iter().copied().min().filter(|_| is_redundant(v) && v.member_size > 0).map(|least| {
+        let done = least.saturating_sub(v.member_start).min(v.member_size);
+        (done as f64 * 1000.0 / v.member_size as f64).floor() / 10.0
+    });
+    let cache = v.cache_config().unwrap_or_default();
+    VolumeStatus {
+        name: v.name.clone(),
+        uuid: fmt_uuid(&v.uuid),
+        level: v.level,
+        chunk: v.chunk,
+        capacity,
+        member_start: v.member_start,
+        member_size: v.member_size,
+        state,
+        tolerance: level_tolerance(v, n),
+        rebuild_percent,
+        cache,
+        cache_warning: (cache.mode == crate::cache::CacheMode::WriteBack).then_some(WRITEBACK_WARNING),
+        cache_stats,
+    }
+}
+
+/// The status the superblock `sb` records, for a process that cannot open
+/// the members because another one (`uraid serve`) holds them: the role
+/// states and recovery offsets as last persisted, no resync state, no
+/// bitmap (0 dirty bytes) and no cache counters. `devices` are the devices
+/// read, each with the member UUID its superblock carries.
+pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> ArrayStatus {
+    let n = sb.member_count as usize;
+    let roles = &sb.slots[..n.min(sb.slots.len())];
+    let down: Vec<bool> = roles.iter().map(|s| s.state != MemberState::Active).collect();
+    let rebuilding: Vec<u64> =
+        roles.iter().filter(|s| s.state == MemberState::Rebuilding).map(|s| s.recovery_offset.unwrap_or(0)).collect();
+    let volumes = sb.volumes.iter().map(|v| volume_status(v, n, &down, &rebuilding, false, v.capacity(n), None)).collect();
+    let members = sb
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(s, slot)| MemberStatus {
+            slot: s as u32,
+            role: (s < n).then_some(s as u32),
+            device: devices.iter().find(|(_, uuid)| !slot.is_empty() && *uuid == slot.uuid).map(|(name, _)| name.clone()),
+            uuid: fmt_uuid(&slot.uuid),
+            state: slot.state.name(),
+            recovery_offset: if slot.state == MemberState::Rebuilding { slot.recovery_offset } else { None },
+        })
+        .collect();
+    ArrayStatus {
+        name: sb.name.clone(),
+        uuid: fmt_uuid(&sb.array_uuid),
+        events: sb.events,
+        state: match sb.state {
+            State::Clean => "clean",
+            State::Active => "active",
+        },
+        member_count: sb.member_count,
+        bitmap_region: sb.bitmap_region,
+        bitmap_dirty_bytes: 0,
+        volumes,
+        members,
+    }
+}
+
 /// What `uraid status` and `create` say of a write-back cache.
 pub const WRITEBACK_WARNING: &str =
     "write-back cache: writes are acknowledged from memory; those not yet flushed are lost on power loss or a crash \
@@ -1277,45 +1375,19 @@ impl Array {
             Some(b) => b.dirty(),
             None => Vec::new(),
         };
+        let rebuilding: Vec<u64> =
+            (0..n as u32).filter(|&r| states[r as usize] == MemberState::Rebuilding).map(|r| self.health.recovery(r)).collect();
         let volumes = m
             .sb
             .volumes
             .iter()
             .zip(&self.volumes)
             .map(|(v, vol)| {
-                let rebuilding: Vec<u32> = (0..n as u32).filter(|&r| states[r as usize] == MemberState::Rebuilding).collect();
-                let percent = (!rebuilding.is_empty()).then(|| {
-                    let least = rebuilding.iter().map(|&r| self.health.recovery(r)).min().unwrap_or(0);
-                    let done = least.saturating_sub(v.member_start).min(v.member_size);
-                    (done as f64 * 1000.0 / v.member_size as f64).floor() / 10.0
-                });
                 let unclean = m.sb.state == State::Active && is_redundant(v);
-                let state = if !volume_survives(v, n, &down) {
-                    "failed"
-                } else if !rebuilding.is_empty() && is_redundant(v) {
-                    "rebuilding"
-                } else if down.iter().any(|&d| d) && is_redundant(v) {
-                    "degraded"
-                } else if unclean && (self.bitmap.is_none() || dirty.iter().any(|r| r.start < v.member_end() && r.end > v.member_start)) {
-                    "resyncing"
-                } else {
-                    "clean"
-                };
-                VolumeStatus {
-                    name: v.name.clone(),
-                    uuid: fmt_uuid(&v.uuid),
-                    level: v.level,
-                    chunk: v.chunk,
-                    capacity: vol.capacity(),
-                    member_start: v.member_start,
-                    member_size: v.member_size,
-                    state,
-                    tolerance: level_tolerance(v, n),
-                    rebuild_percent: if is_redundant(v) { percent } else { None },
-                    cache: v.cache_config().unwrap_or_default(),
-                    cache_warning: (v.cache_mode == crate::cache::CacheMode::WriteBack.to_u8()).then_some(WRITEBACK_WARNING),
-                    cache_stats: vol.cache().map(|c| c.stats()).filter(|c| c.writes + c.read_hits + c.read_misses > 0),
-                }
+                let resyncing =
+                    unclean && (self.bitmap.is_none() || dirty.iter().any(|r| r.start < v.member_end() && r.end > v.member_start));
+                let stats = vol.cache().map(|c| c.stats()).filter(|c| c.writes + c.read_hits + c.read_misses > 0);
+                volume_status(v, n, &down, &rebuilding, resyncing, vol.capacity(), stats)
             })
             .collect();
         let members = m
@@ -1769,15 +1841,7 @@ impl Array {
     pub fn set_cache(&mut self, volume: Option<&str>, cfg: &crate::cache::CacheConfig) -> Result<Vec<String>> {
         let entries = self.volume_entries();
         let chosen: Vec<usize> = match volume {
-            Some(name) => match entries.iter().position(|v| v.name == name) {
-                Some(i) => vec![i],
-                None => bail!(
-                    InvalidInput,
-                    "array '{}' has no volume '{name}'; its volumes: {}",
-                    self.name(),
-                    entries.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            },
+            Some(name) => vec![self.volume_index(&entries, name)?],
             None => (0..entries.len()).collect(),
         };
         if cfg.mode == crate::cache::CacheMode::Journal {
@@ -1804,6 +1868,20 @@ impl Array {
         Ok(chosen.iter().map(|&i| entries[i].name.clone()).collect())
     }
 
+    /// The index of the volume named `name` among `entries` (this array's
+    /// volume table). Errors: `InvalidInput` naming the volumes there are.
+    fn volume_index(&self, entries: &[VolumeEntry], name: &str) -> Result<usize> {
+        match entries.iter().position(|v| v.name == name) {
+            Some(i) => Ok(i),
+            None => bail!(
+                InvalidInput,
+                "array '{}' has no volume '{name}'; its volumes: {}",
+                self.name(),
+                entries.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+
     /// Sets volume `volume` (by name; `None`: the only volume) to the
     /// journal cache mode with `cfg`'s sizes, formatting `spec` as its
     /// journal (the whole device, see [`crate::journal`]); kept in the
@@ -1818,9 +1896,7 @@ impl Array {
     pub fn set_journal(&mut self, volume: Option<&str>, spec: &MemberSpec, cfg: &crate::cache::CacheConfig, force: bool) -> Result<String> {
         let entries = self.volume_entries();
         let i = match volume {
-            Some(name) => entries.iter().position(|v| v.name == name).ok_or_else(|| {
-                Error::new(ErrorKind::InvalidInput, format!("array '{}' has no volume '{name}'", self.name()))
-            })?,
+            Some(name) => self.volume_index(&entries, name)?,
             None if entries.len() == 1 => 0,
             None => bail!(InvalidInput, "a journal serves one volume and array '{}' has {}; name it with --volume", self.name(), entries.len()),
         };

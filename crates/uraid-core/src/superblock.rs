@@ -179,6 +179,14 @@ impl VolumeEntry {
         }
     }
 
+    /// Usable bytes of the volume over `members` members (0 when this
+    /// build cannot lay the entry out).
+    pub fn capacity(&self, members: usize) -> u64 {
+        crate::geometry::Level::from_number(self.level)
+            .and_then(|l| crate::geometry::Geometry::new(l, members, self.chunk, self.member_size))
+            .map_or(0, |g| g.capacity())
+    }
+
     /// Absolute byte offset on every member just past the volume's area.
     pub fn member_end(&self) -> u64 {
         self.member_start + self.member_size

@@ -295,15 +295,6 @@ fn cmd_create(a: CreateArgs) -> Result<()> {
     Ok(())
 }
 
-/// The usable bytes of volume `v` of the array `sb` describes (0 for a
-/// volume table entry this build cannot lay out).
-pub(crate) fn volume_capacity(sb: &Superblock, v: &uraid_core::superblock::VolumeEntry) -> u64 {
-    uraid_core::Level::from_number(v.level)
-        .and_then(|l| Geometry::new(l, sb.member_count as usize, v.chunk, v.member_size))
-        .map(|g| g.capacity())
-        .unwrap_or(0)
-}
-
 fn print_superblock(name: &str, sb: &Superblock) {
     println!("{name}:");
     println!("          magic : uraid superblock, version {}", uraid_core::superblock::VERSION);
@@ -326,7 +317,7 @@ fn print_superblock(name: &str, sb: &Superblock) {
     }
     println!("      data ends : byte {} of every member", sb.data_end());
     for (i, v) in sb.volumes.iter().enumerate() {
-        let cap = volume_capacity(sb, v);
+        let cap = v.capacity(sb.member_count as usize);
         println!(
             "       volume {i} : '{}' raid{}, chunk {}, capacity {} bytes ({}), member bytes {}..{}, cache {}, uuid {}",
             v.name,

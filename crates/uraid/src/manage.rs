@@ -318,7 +318,6 @@ pub(crate) fn cmd_status(a: StatusArgs) -> Result<()> {
 /// published. `None` when a member is not a readable member of one array,
 /// or no live `serve` of that array published its state.
 fn served_status(names: &[String], specs: &[MemberSpec]) -> Option<(ArrayStatus, Option<crate::runstate::RunState>)> {
-    use uraid_core::health::MemberState;
     let mut sbs = Vec::with_capacity(specs.len());
     for (name, spec) in names.iter().zip(specs) {
         match array::examine(spec).ok()? {
@@ -330,84 +329,12 @@ fn served_status(names: &[String], specs: &[MemberSpec]) -> Option<(ArrayStatus,
     if sbs.iter().any(|(_, sb)| sb.array_uuid != auth.array_uuid) {
         return None;
     }
-    let uuid = uraid_core::superblock::fmt_uuid(&auth.array_uuid);
-    let live = crate::runstate::read_live(&uuid)?;
-    let n = auth.member_count as usize;
-    let roles = auth.slots.get(..n)?;
-    let down = roles.iter().filter(|s| s.state != MemberState::Active).count();
-    let rebuilding: Vec<u64> =
-        roles.iter().filter(|s| s.state == MemberState::Rebuilding).map(|s| s.recovery_offset.unwrap_or(0)).collect();
-    let volumes = auth
-        .volumes
-        .iter()
-        .map(|v| {
-            let level = uraid_core::Level::from_number(v.level).ok();
-            let tolerance = level.map_or(0, |l| l.fault_tolerance(n));
-            let redundant = v.level != 0;
-            let cache = v.cache_config().unwrap_or_default();
-            // RAID 10 may survive more losses than its tolerance (copies
-            // in different pairs); only the serving process knows, so it
-            // is shown degraded unless every member is down.
-            let lost = if v.level == 10 { down == n } else { down > tolerance };
-            let state = if lost {
-                "failed"
-            } else if !rebuilding.is_empty() && redundant {
-                "rebuilding"
-            } else if down > 0 && redundant {
-                "degraded"
-            } else {
-                "clean"
-            };
-            let rebuild_percent = (redundant && !rebuilding.is_empty() && v.member_size > 0).then(|| {
-                let least = rebuilding.iter().copied().min().unwrap_or(0);
-                let done = least.saturating_sub(v.member_start).min(v.member_size);
-                (done as f64 * 1000.0 / v.member_size as f64).floor() / 10.0
-            });
-            uraid_core::array::VolumeStatus {
-                name: v.name.clone(),
-                uuid: uraid_core::superblock::fmt_uuid(&v.uuid),
-                level: v.level,
-                chunk: v.chunk,
-                capacity: crate::cli::volume_capacity(auth, v),
-                member_start: v.member_start,
-                member_size: v.member_size,
-                state,
-                tolerance,
-                rebuild_percent,
-                cache,
-                cache_warning: (cache.mode == uraid_core::cache::CacheMode::WriteBack).then_some(array::WRITEBACK_WARNING),
-                cache_stats: live.cache_of(&v.name),
-            }
-        })
-        .collect();
-    let members = auth
-        .slots
-        .iter()
-        .enumerate()
-        .map(|(s, slot)| uraid_core::array::MemberStatus {
-            slot: s as u32,
-            role: (s < n).then_some(s as u32),
-            device: sbs.iter().find(|(_, sb)| !slot.is_empty() && sb.member_uuid == slot.uuid).map(|(name, _)| name.clone()),
-            uuid: uraid_core::superblock::fmt_uuid(&slot.uuid),
-            state: slot.state.name(),
-            recovery_offset: if slot.state == MemberState::Rebuilding { slot.recovery_offset } else { None },
-        })
-        .collect();
-    let st = ArrayStatus {
-        name: auth.name.clone(),
-        uuid,
-        events: auth.events,
-        state: match auth.state {
-            uraid_core::superblock::State::Clean => "clean",
-            uraid_core::superblock::State::Active => "active",
-        },
-        member_count: auth.member_count,
-        bitmap_region: auth.bitmap_region,
-        // The bitmap is not read while another process holds the members.
-        bitmap_dirty_bytes: 0,
-        volumes,
-        members,
-    };
+    let live = crate::runstate::read_live(&uraid_core::superblock::fmt_uuid(&auth.array_uuid))?;
+    let devices: Vec<(String, [u8; 16])> = sbs.iter().map(|(name, sb)| (name.clone(), sb.member_uuid)).collect();
+    let mut st = array::recorded_status(auth, &devices);
+    for v in &mut st.volumes {
+        v.cache_stats = live.cache_of(&v.name);
+    }
     Some((st, Some(live)))
 }
 

@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use uraid_core::array;
-use uraid_core::array::Examination;
 use uraid_core::member::MemberKind;
 use uraid_core::units::parse_size;
 use uraid_nbd::{Export, Listener, Server, ServerOptions};
@@ -94,9 +93,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         ("mem".to_string(), v, None)
     } else {
         for s in &specs {
-            let ex = array::examine(s)?;
-            let journal = matches!(ex, Examination::Foreign(sig) if sig == uraid_core::signature::JOURNAL);
-            if !journal && !matches!(ex, Examination::Member(_)) {
+            if !array::examine(s)?.is_array_device() {
                 bail!("{s} is not a uraid member; create an array first (uraid create --level 0 --name NAME MEMBER...)");
             }
         }
