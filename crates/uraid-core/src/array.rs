@@ -89,6 +89,10 @@ pub struct CreateOptions {
     /// The volumes, in member-offset order; empty: one volume named like
     /// the array, of `level` and `chunk`, over all the space.
     pub volumes: Vec<VolumeSpec>,
+    /// Bytes kept free at the end of every member, past the volumes, for
+    /// a journal on a member ([`Array::set_journal`] puts it there); 0:
+    /// none.
+    pub journal_reserve: u64,
 }
 
 impl Default for CreateOptions {
@@ -102,6 +106,7 @@ impl Default for CreateOptions {
             force: false,
             bitmap_region: None,
             volumes: Vec::new(),
+            journal_reserve: 0,
         }
     }
 }
@@ -540,17 +545,26 @@ fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<Vec<VolumeEn
         sized.push((start, size, level, chunk));
         start += size.unwrap_or(0);
     }
+    // Room for a journal on a member, at the end, 1 MiB aligned.
+    let reserve = opts.journal_reserve.next_multiple_of(VOLUME_ALIGN);
+    if reserve > 0 {
+        need = need.next_multiple_of(VOLUME_ALIGN) + reserve;
+    }
     let min = members.iter().map(Member::size).min().unwrap_or(0);
     if let Some(m) = members.iter().find(|m| m.size() < need) {
-        let what = if specs.len() == 1 && specs[0].size.is_none() {
+        let mut what = if specs.len() == 1 && specs[0].size.is_none() {
             format!("an array with {} chunks", fmt_size(specs[0].chunk.unwrap_or(opts.chunk)))
         } else {
             format!("the volumes asked for ({})", specs.iter().map(|s| format!("'{}'", s.name)).collect::<Vec<_>>().join(", "))
         };
+        if reserve > 0 {
+            what += &format!(" and a journal of {}", fmt_size(opts.journal_reserve));
+        }
         return Err(too_small(m, need, &what));
     }
+    let room = (min - reserve) / VOLUME_ALIGN * VOLUME_ALIGN;
     for ((start, size, level, chunk), s) in sized.into_iter().zip(&specs) {
-        let member_size = size.unwrap_or((min - start) / chunk * chunk);
+        let member_size = size.unwrap_or((room - start) / chunk * chunk);
         // Geometry checks the layout once more (and rounds as md does).
         let g = Geometry::new(level, n, chunk, member_size)?;
         plan.push(VolumeEntry {
@@ -564,6 +578,7 @@ fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<Vec<VolumeEn
             cache_size_mib: 0,
             dirty_limit_mib: 0,
             journal_uuid: [0; 16],
+            journal_region: None,
         });
     }
     Ok(plan)
@@ -951,6 +966,7 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
             health.set_recovery(r as u32, o);
         }
     }
+    open_member_journals(&auth, &slots, &devices, &health, opts, &mut journals, &mut warnings)?;
     let mut sb = auth.clone();
     sb.slots = slots;
     let mut meta = Meta { sb, devices, specs: dev_specs, roles: Arc::new(Vec::new()) };
@@ -992,6 +1008,88 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
         health.stop_writes();
     }
     Array::new(meta, health, bitmap, warnings, journals, opts.inspect)
+}
+
+/// Opens `spec` to become a journal device of its own and checks it:
+/// large enough (4 KiB + 64 MiB), holding nothing (no filesystem, array or
+/// journal) unless `force`. Writes nothing; `create` checks the device
+/// this way before it writes anything. Errors: `WouldDestroy`,
+/// `TooSmall`, `Busy`, `Io`.
+pub fn open_journal_device(spec: &MemberSpec, force: bool) -> Result<Member> {
+    let m = Member::open(spec, OpenMode { write: true, exclusive: true })?;
+    let need = crate::journal::HEADER_SIZE + crate::journal::MIN_LOG;
+    if m.size() < need {
+        bail!(TooSmall, "{} is too small for a journal: it has {} bytes and a journal needs at least {need} (64 MiB and 4 KiB)", m.name(), m.size());
+    }
+    if !force {
+        if let Some(sig) = probe(&m)? {
+            bail!(
+                WouldDestroy,
+                "{} holds {sig}; making it a journal would destroy it. Nothing was written. Check the device \
+                 name, or add --force to overwrite it",
+                m.name()
+            );
+        }
+    }
+    Ok(m)
+}
+
+/// Opens the journals that lie on members (`auth`'s volume entries with a
+/// journal region; `slots` and `devices` as assemble found them, `health`
+/// the array's). A journal whose role has no device, is faulty, or whose
+/// region does not hold this volume's journal is lost: its records are out
+/// of reach, and the volume runs without it ([`crate::journal::Journal::absent`],
+/// a warning says so). After an unclean stop that may lose acknowledged
+/// writes, so it is refused unless `force` (or `inspect`).
+fn open_member_journals(
+    auth: &Superblock,
+    slots: &[Slot],
+    devices: &[Option<Member>],
+    health: &Arc<Health>,
+    opts: &AssembleOptions,
+    journals: &mut Vec<Arc<crate::journal::Journal>>,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    for v in &auth.volumes {
+        let Some(r) = v.journal_region else { continue };
+        let id = crate::journal::JournalId { array: auth.array_uuid, volume: v.uuid, journal: v.journal_uuid };
+        let host = crate::journal::Host { health: health.clone(), role: r.role };
+        let state = slots[r.role as usize].state;
+        let dev = devices[r.role as usize].as_ref().filter(|_| matches!(state, MemberState::Active | MemberState::Rebuilding));
+        let why = match dev {
+            None => format!("role {} is {}", r.role, state.name()),
+            Some(m) => match crate::journal::Journal::open_region(m.try_clone()?, r.start, r.size, Some(host.clone())) {
+                Ok(j) if j.id() == id => {
+                    journals.push(Arc::new(j));
+                    continue;
+                }
+                Ok(_) => format!("the journal region of role {} ({}) holds another journal", r.role, m.name()),
+                Err(e) => e.to_string(),
+            },
+        };
+        let unclean = auth.state == State::Active;
+        if unclean && !opts.force && !opts.inspect {
+            bail!(
+                Membership,
+                "{} keeps its write journal on role {} and the journal cannot be read ({why}); the array was not \
+                 stopped cleanly, so the journal's records may hold acknowledged writes that are not on the members. \
+                 Nothing was written. Give the member, or assemble with --force to go on without them (then run \
+                 'uraid check')",
+                describe_volume(v),
+                r.role
+            );
+        }
+        warnings.push(format!(
+            "{}: its write journal on role {} is lost ({why}){}; writes are acknowledged only once they are on the \
+             members until the role has a device again (the journal is then formatted on it)",
+            describe_volume(v),
+            r.role,
+            if unclean { ", with the records it held (accepted with --force)" } else { "" }
+        ));
+        let name = dev.map_or_else(|| format!("role {}", r.role), |m| m.name().to_string());
+        journals.push(Arc::new(crate::journal::Journal::absent(id, r.start, r.size, name, Some(host))));
+    }
+    Ok(())
 }
 
 /// The absolute member byte ranges a resync must cover after an unclean
@@ -1051,8 +1149,12 @@ pub struct VolumeStatus {
     /// bytes as the volume table says.
     pub cache: crate::cache::CacheConfig,
     /// What the mode risks, for write-back: un-flushed writes are lost on
-    /// power loss or a crash.
+    /// power loss or a crash; for the journal mode, a lost journal.
     pub cache_warning: Option<&'static str>,
+    /// Journal mode with the journal on a member: where it lies.
+    pub journal_region: Option<superblock::JournalRegion>,
+    /// Journal mode: the journal is lost (see [`JOURNAL_LOST_WARNING`]).
+    pub journal_lost: bool,
     /// This process's cache counters (dirty bytes, hit ratio, merged
     /// writes), when the volume has a cache here.
     pub cache_stats: Option<crate::cache::CacheStats>,
@@ -1070,6 +1172,7 @@ fn volume_status(
     resyncing: bool,
     capacity: u64,
     cache_stats: Option<crate::cache::CacheStats>,
+    journal_lost: bool,
 ) -> VolumeStatus {
     let state = if !volume_survives(v, n, down) {
         "failed"
@@ -1100,7 +1203,13 @@ fn volume_status(
         tolerance: level_tolerance(v, n),
         rebuild_percent,
         cache,
-        cache_warning: (cache.mode == crate::cache::CacheMode::WriteBack).then_some(WRITEBACK_WARNING),
+        cache_warning: match cache.mode {
+            crate::cache::CacheMode::WriteBack => Some(WRITEBACK_WARNING),
+            crate::cache::CacheMode::Journal if journal_lost => Some(JOURNAL_LOST_WARNING),
+            _ => None,
+        },
+        journal_region: v.journal_region,
+        journal_lost,
         cache_stats,
     }
 }
@@ -1116,7 +1225,14 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
     let down: Vec<bool> = roles.iter().map(|s| s.state != MemberState::Active).collect();
     let rebuilding: Vec<u64> =
         roles.iter().filter(|s| s.state == MemberState::Rebuilding).map(|s| s.recovery_offset.unwrap_or(0)).collect();
-    let volumes = sb.volumes.iter().map(|v| volume_status(v, n, &down, &rebuilding, false, v.capacity(n), None)).collect();
+    let volumes = sb
+        .volumes
+        .iter()
+        .map(|v| {
+            let lost = v.journal_region.is_some_and(|r| matches!(roles[r.role as usize].state, MemberState::Faulty | MemberState::Missing));
+            volume_status(v, n, &down, &rebuilding, false, v.capacity(n), None, lost)
+        })
+        .collect();
     let members = sb
         .slots
         .iter()
@@ -1145,6 +1261,16 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
         members,
     }
 }
+
+/// What `uraid status` says of a volume whose journal is lost.
+pub const JOURNAL_LOST_WARNING: &str =
+    "the write journal is lost (its member failed or was replaced, or a write to it failed): each write is \
+     acknowledged only once it is on the members and flushed, and RAID 5/6 stripes written in part have the write \
+     hole again, until the journal's role has a device again or 'uraid config --journal' gives it another place";
+
+/// Bytes of a journal on a member when no size is given (256 MiB and the
+/// 4 KiB header).
+pub const DEFAULT_MEMBER_JOURNAL: u64 = (256 << 20) + crate::journal::HEADER_SIZE;
 
 /// What `uraid status` and `create` say of a write-back cache.
 pub const WRITEBACK_WARNING: &str =
@@ -1352,6 +1478,11 @@ impl Array {
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
+    /// The warnings so far, taken (the next call returns only newer ones):
+    /// for a command that prints them as they come.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
     /// Number of roles (members, not counting spares).
     pub fn member_count(&self) -> u32 {
         self.meta().sb.member_count
@@ -1387,7 +1518,8 @@ impl Array {
                 let resyncing =
                     unclean && (self.bitmap.is_none() || dirty.iter().any(|r| r.start < v.member_end() && r.end > v.member_start));
                 let stats = vol.cache().map(|c| c.stats()).filter(|c| c.writes + c.read_hits + c.read_misses > 0);
-                volume_status(v, n, &down, &rebuilding, resyncing, vol.capacity(), stats)
+                let lost = vol.cache().and_then(|c| c.journal()).is_some_and(|j| j.is_lost());
+                volume_status(v, n, &down, &rebuilding, resyncing, vol.capacity(), stats, lost)
             })
             .collect();
         let members = m
@@ -1567,6 +1699,10 @@ impl Array {
             self.refuse_past_tolerance(role, "failing")?;
         }
         self.health.set_state(role, MemberState::Faulty);
+        // A journal on it is lost; the caches write back what it held.
+        for j in self.journals_on(role) {
+            j.mark_lost();
+        }
         self.persist()
     }
 
@@ -1617,6 +1753,9 @@ impl Array {
             m.devices[slot as usize] = None;
             m.specs[slot as usize] = None;
         }
+        for j in self.journals_on(slot) {
+            j.mark_lost();
+        }
         self.health.set_state(slot, MemberState::Missing);
         self.rebuild_after_membership_change()?;
         self.persist()
@@ -1632,13 +1771,13 @@ impl Array {
         let m = Member::open(spec, OpenMode { write: true, exclusive: true })?;
         let (end, uuid, name) = {
             let g = self.meta();
-            (g.sb.data_end(), g.sb.array_uuid, g.sb.name.clone())
+            (g.sb.used_end(), g.sb.array_uuid, g.sb.name.clone())
         };
         if m.size() < end {
             bail!(
                 TooSmall,
-                "{} is too small for array '{name}': it has {} bytes ({}), the volumes end at byte {end} ({}) on \
-                 every member. Nothing was written; use a larger drive",
+                "{} is too small for array '{name}': it has {} bytes ({}), the volumes (and journals on members) \
+                 end at byte {end} ({}) on every member. Nothing was written; use a larger drive",
                 m.name(),
                 m.size(),
                 fmt_size(m.size()),
@@ -1673,6 +1812,7 @@ impl Array {
                 zero_range(&m, v.member_start, v.member_size)?;
             }
         }
+        self.lose_journals_on(role)?;
         {
             let mut g = self.meta();
             g.devices[role as usize] = Some(m);
@@ -1687,7 +1827,7 @@ impl Array {
         if let Some(b) = &self.bitmap {
             b.write_to(role)?;
         }
-        Ok(())
+        self.rehome_journals_on(role)
     }
 
     /// Adds a device (`uraid add`): into the first role that has no member
@@ -1819,12 +1959,16 @@ impl Array {
     pub fn start_rebuilding(&mut self, roles: &[u32]) -> Result<()> {
         for &r in roles {
             self.check_role(r)?;
+            self.lose_journals_on(r)?;
             self.health.set_state(r, MemberState::Rebuilding);
         }
         if let Some(b) = &self.bitmap {
             for &r in roles {
                 b.write_to(r)?;
             }
+        }
+        for &r in roles {
+            self.rehome_journals_on(r)?;
         }
         self.persist()
     }
@@ -1883,17 +2027,31 @@ impl Array {
     }
 
     /// Sets volume `volume` (by name; `None`: the only volume) to the
-    /// journal cache mode with `cfg`'s sizes, formatting `spec` as its
-    /// journal (the whole device, see [`crate::journal`]); kept in the
-    /// superblocks, used from the next assemble, where the journal device
-    /// must be given with the members. Returns the volume's name.
+    /// journal cache mode with `cfg`'s sizes, and formats its journal:
+    /// on `spec`, a device of its own (the whole device, see
+    /// [`crate::journal`]; give it with the members at every assemble), or,
+    /// when `spec` is a member of this array, in a region of `member_size`
+    /// bytes (default [`DEFAULT_MEMBER_JOURNAL`]) at the end of that
+    /// member past every volume ([`member_journal_start`](Self::member_journal_start)).
+    /// Kept in the superblocks, used from the next assemble. A journal the
+    /// volume had is replayed onto the members first. Returns the volume's
+    /// name.
     ///
     /// Errors, before anything is written: `InvalidInput` (no such volume,
-    /// several volumes and none named, the device is a member or spare of
-    /// this array, sizes that do not fit); `WouldDestroy` when the device
+    /// several volumes and none named, the device is a spare of this array
+    /// or a member not in service, `member_size` given for a device of its
+    /// own, sizes that do not fit); `WouldDestroy` when a device of its own
     /// holds a filesystem, an array or a journal, unless `force`;
-    /// `TooSmall` (below 64 MiB + 4 KiB); `Io`, `Busy`.
-    pub fn set_journal(&mut self, volume: Option<&str>, spec: &MemberSpec, cfg: &crate::cache::CacheConfig, force: bool) -> Result<String> {
+    /// `TooSmall` (a device below 64 MiB + 4 KiB; no room on the member:
+    /// the volumes use it up); `Io`, `Busy`.
+    pub fn set_journal(
+        &mut self,
+        volume: Option<&str>,
+        spec: &MemberSpec,
+        cfg: &crate::cache::CacheConfig,
+        member_size: Option<u64>,
+        force: bool,
+    ) -> Result<String> {
         let entries = self.volume_entries();
         let i = match volume {
             Some(name) => self.volume_index(&entries, name)?,
@@ -1903,36 +2061,139 @@ impl Array {
         let cfg = crate::cache::CacheConfig { mode: crate::cache::CacheMode::Journal, ..*cfg };
         crate::cache::Cache::check_config(&self.volumes[i], &cfg)
             .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("volume '{}': {e}", entries[i].name)))?;
-        if let Some(s) = self.slot_of(spec) {
-            bail!(InvalidInput, "{spec} is slot {s} of array '{}'; a journal needs a device of its own", self.name());
-        }
-        let m = Member::open(spec, OpenMode { write: true, exclusive: true })?;
-        if !force {
-            if let Some(sig) = probe(&m)? {
-                bail!(
-                    WouldDestroy,
-                    "{} holds {sig}; making it a journal would destroy it. Nothing was written. Check the device \
-                     name, or add --force to overwrite it",
-                    m.name()
-                );
-            }
-        }
         let id = crate::journal::JournalId { array: self.meta().sb.array_uuid, volume: entries[i].uuid, journal: superblock::new_uuid() };
+        let (member, region, host) = match self.slot_of(spec) {
+            Some(s) if s >= self.member_count() => {
+                bail!(InvalidInput, "{spec} is a spare (slot {s}) of array '{}'; put the journal on a member or a device of its own", self.name())
+            }
+            Some(role) => {
+                let state = self.health.state(role);
+                if !matches!(state, MemberState::Active) {
+                    bail!(
+                        InvalidInput,
+                        "{spec} (role {role}) is {}; a journal goes on a member in service. Nothing was written",
+                        state.name()
+                    );
+                }
+                let size = member_size.unwrap_or(DEFAULT_MEMBER_JOURNAL).next_multiple_of(4096);
+                if size < crate::journal::HEADER_SIZE + crate::journal::MIN_LOG {
+                    bail!(
+                        InvalidInput,
+                        "a journal of {size} bytes is too small: it needs at least {} bytes (64 MiB and 4 KiB)",
+                        crate::journal::HEADER_SIZE + crate::journal::MIN_LOG
+                    );
+                }
+                let start = self.member_journal_start(i, size)?;
+                let m = self.meta().devices[role as usize].as_ref().expect("an active role has a device").try_clone()?;
+                let host = crate::journal::Host { health: self.health.clone(), role };
+                (m, Some(superblock::JournalRegion { role, start, size }), Some(host))
+            }
+            None => {
+                if member_size.is_some() {
+                    bail!(InvalidInput, "--journal-size is for a journal on a member; a device of its own is a journal whole");
+                }
+                (open_journal_device(spec, force)?, None, None)
+            }
+        };
         if !self.inspect {
             self.replay_journal(i)?;
         }
-        let j = crate::journal::Journal::format(m, id)?;
+        let j = match region {
+            Some(r) => crate::journal::Journal::format_region(member, r.start, r.size, id, host)?,
+            None => crate::journal::Journal::format(member, id)?,
+        };
         {
             let mut g = self.meta();
             g.sb.volumes[i].set_cache_config(&cfg);
             g.sb.volumes[i].journal_uuid = id.journal;
+            g.sb.volumes[i].journal_region = region;
         }
         self.journals.push(Arc::new(j));
         self.persist()?;
         Ok(entries[i].name.clone())
     }
 
-    /// Roles being rebuilt.
+    /// Where a journal region of `size` bytes for volume `i` goes on a
+    /// member: at the end of the smallest device of the array (members and
+    /// spares), below the other volumes' journal regions, 1 MiB aligned, past
+    /// every volume. Errors: `TooSmall` when the volumes leave no such room.
+    fn member_journal_start(&self, i: usize, size: u64) -> Result<u64> {
+        let g = self.meta();
+        let smallest = g.devices.iter().flatten().map(Member::size).min().unwrap_or(0);
+        let limit = g
+            .sb
+            .volumes
+            .iter()
+            .enumerate()
+            .filter(|&(k, _)| k != i)
+            .filter_map(|(_, v)| v.journal_region.map(|r| r.start))
+            .fold(smallest, u64::min);
+        let end = g.sb.data_end();
+        match limit.checked_sub(size).map(|s| s / VOLUME_ALIGN * VOLUME_ALIGN) {
+            Some(start) if start >= end => Ok(start),
+            _ => bail!(
+                TooSmall,
+                "no room for a journal of {} on a member of array '{}': the volumes use the members up to byte {end} \
+                 and {} is free below byte {limit}. Nothing was written. Create the array with the journal on a member \
+                 (room is kept for it), give a smaller --journal-size (at least 64M + 4K), or a journal device of its own",
+                fmt_size(size),
+                g.sb.name,
+                fmt_size(limit.saturating_sub(end))
+            ),
+        }
+    }
+
+    /// The journals of the volumes that lie on role `role`.
+    fn journals_on(&self, role: u32) -> Vec<Arc<crate::journal::Journal>> {
+        self.volumes
+            .iter()
+            .filter_map(|v| v.cache().and_then(|c| c.journal()).cloned())
+            .filter(|j| j.host_role() == Some(role))
+            .collect()
+    }
+
+    /// Role `role` loses its device (failed, removed) or is about to get
+    /// another one: its journals are lost (their devices let go), and every
+    /// write they held goes to the members first.
+    fn lose_journals_on(&self, role: u32) -> Result<()> {
+        for j in self.journals_on(role) {
+            j.mark_lost();
+        }
+        for v in &self.volumes {
+            if let Some(c) = v.cache().filter(|c| c.journal().is_some_and(|j| j.host_role() == Some(role))) {
+                c.drain()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Role `role` holds a new device: the lost journals that lay on it are
+    /// formatted in their regions there and taken back in use (a warning
+    /// says so).
+    fn rehome_journals_on(&mut self, role: u32) -> Result<()> {
+        let journals = self.journals_on(role);
+        if journals.is_empty() {
+            return Ok(());
+        }
+        let dev = match self.meta().devices[role as usize].as_ref() {
+            Some(m) => m.try_clone()?,
+            None => return Ok(()),
+        };
+        for j in journals {
+            if !j.is_lost() {
+                continue;
+            }
+            j.rehome(dev.try_clone()?)?;
+            self.warnings.push(format!(
+                "the write journal on role {role} was formatted on {} (byte {}) and is in use again",
+                dev.name(),
+                j.base()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Roles being rebuilt.    /// Roles being rebuilt.
     pub fn rebuilding(&self) -> Vec<u32> {
         (0..self.member_count()).filter(|&r| self.health.state(r) == MemberState::Rebuilding).collect()
     }
@@ -2018,7 +2279,7 @@ mod tests {
     use super::*;
 
     fn entry(level: u32, chunk: u64, member_size: u64) -> VolumeEntry {
-        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16] }
+        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_region: None }
     }
 
     #[test]

@@ -196,6 +196,10 @@ pub struct CacheStats {
     /// Journal mode: whole lines recorded before their member writes
     /// (RAID 5/6 lines dirty in part, completed by member reads first).
     pub stripe_records: u64,
+    /// Journal mode: the journal is lost (its member failed or was
+    /// replaced, or a write to it failed); writes are acknowledged only
+    /// once on the members and flushed, until it is back.
+    pub journal_lost: bool,
 }
 
 /// A member write of the flusher in flight: line `idx` as of
@@ -288,6 +292,8 @@ pub struct Cache {
     /// lines' order).
     journal: Option<Arc<crate::journal::Journal>>,
     jorder: Mutex<()>,
+    /// The journal's loss count last seen (a new loss drains the cache).
+    seen_losses: AtomicU64,
     /// The volume has parity (RAID 5/6): the journal records a line whole
     /// before the flusher writes part of it.
     parity: bool,
@@ -414,6 +420,7 @@ impl Cache {
             pool: Mutex::new(Vec::new()),
             journal,
             jorder: Mutex::new(()),
+            seen_losses: AtomicU64::new(0),
             parity: vol.geometry().layout().is_some_and(|l| l.level().has_parity()),
         })
     }
@@ -421,6 +428,27 @@ impl Cache {
     /// The journal of a cache in journal mode.
     pub fn journal(&self) -> Option<&Arc<crate::journal::Journal>> {
         self.journal.as_ref()
+    }
+
+    /// The journal while it is not lost. Once it is lost (see
+    /// [`crate::journal::Journal::is_lost`]) the cache works without it:
+    /// every write is acknowledged only once it is on the members and they
+    /// are flushed (as a FUA write), flushes wait for every dirty line, and
+    /// the first call that sees a new loss asks the flusher to write
+    /// everything back (the writes whose records went with the journal
+    /// are then only in memory).
+    fn live_journal(&self) -> Option<&Arc<crate::journal::Journal>> {
+        let j = self.journal.as_ref()?;
+        let losses = j.losses();
+        if self.seen_losses.swap(losses, Ordering::AcqRel) != losses && j.is_lost() {
+            self.want_all();
+        }
+        (!j.is_lost()).then_some(j)
+    }
+
+    /// True when the cache is in journal mode and its journal is lost.
+    fn journal_lost(&self) -> bool {
+        self.journal.is_some() && self.live_journal().is_none()
     }
 
     /// The configuration.
@@ -435,6 +463,7 @@ impl Cache {
         s.cached_bytes = self.cached.load(Ordering::Relaxed);
         let reads = s.read_hits + s.read_misses;
         s.hit_ratio = if reads == 0 { 0.0 } else { s.read_hits as f64 / reads as f64 };
+        s.journal_lost = self.journal_lost();
         s
     }
 
@@ -472,6 +501,8 @@ impl Cache {
     pub(crate) fn take(&self, req: &mut Request) -> Taken {
         match (req.op, self.cfg.mode) {
             (Op::Flush, CacheMode::WriteBack) => Taken::Durable(self.want_all()),
+            // A lost journal: what it held is only in the cache.
+            (Op::Flush, CacheMode::Journal) if self.journal_lost() => Taken::Durable(self.want_all()),
             // Journal: every acknowledged write is durable in the journal
             // already; the members' flush covers discards and zeroes.
             (Op::Write, CacheMode::WriteBack | CacheMode::Journal) => self.write_back(req),
@@ -493,7 +524,10 @@ impl Cache {
         let lines = self.spans(req.offset, req.len).count() as u64;
         let new_lines = self.uncached_lines(req.offset, req.len);
         let dirty = self.dirty.load(Ordering::Relaxed);
-        let journal = self.journal.as_ref();
+        let journal = self.live_journal();
+        // Without its journal, journal mode still acknowledges only what
+        // survives a crash: each write waits for the members' flush.
+        let fua = req.fua || (self.journal.is_some() && journal.is_none());
         if let Some(j) = journal {
             if !j.can_hold(req.len as u64) {
                 return Taken::Failed(crate::Error::new(
@@ -507,7 +541,7 @@ impl Cache {
             || journal.is_some_and(|j| !j.fits(req.len as u64, self.promise_for(lines)))
         {
             self.kick();
-            if new_lines == lines && !req.fua && journal.is_none() {
+            if new_lines == lines && !fua && journal.is_none() {
                 // Full, and nothing of the range is cached (so no older
                 // dirty data can be written back over it): the write goes
                 // around the cache, straight to the members.
@@ -573,14 +607,17 @@ impl Cache {
         }
         if let Some((j, r)) = place {
             // Acknowledged once the record is durable (FUA included).
-            if let Err(e) = j.write(r, crate::journal::RecordKind::Data, req.offset, seq, &data[..req.len]) {
-                *lock(&self.failed) = Some(e.clone());
-                return Taken::Failed(e);
+            if j.write(r, crate::journal::RecordKind::Data, req.offset, seq, &data[..req.len]).is_err() {
+                // The journal is lost (it said why): the write is in the
+                // cache, and is acknowledged once it is on the members.
+                self.live_journal();
+                self.want(seq + 1);
+                return Taken::Durable(seq + 1);
             }
             lock(&self.stats).journal_records += 1;
             return Taken::Done(req.len);
         }
-        if req.fua {
+        if fua {
             self.want(seq + 1);
             return Taken::Durable(seq + 1);
         }
@@ -728,7 +765,7 @@ impl Cache {
 
     /// True when a writer held for room may try again.
     pub(crate) fn has_room(&self) -> bool {
-        self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit && self.journal.as_ref().is_none_or(|j| j.pressure() * 2 < j.log_size())
+        self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit && self.live_journal().is_none_or(|j| j.pressure() * 2 < j.log_size())
     }
 
     /// A sequence number below which every write is on the members (or
@@ -862,7 +899,7 @@ impl Cache {
             let _g = self.gate.write().unwrap_or_else(|e| e.into_inner());
             self.seq.load(Ordering::Acquire)
         };
-        let journal = self.journal.as_ref();
+        let journal = self.live_journal();
         let flush = self.wanted.load(Ordering::Acquire) > *lock(&self.durable);
         let pressed = self.dirty.load(Ordering::Relaxed) * 2 > self.cfg.dirty_limit
             || journal.is_some_and(|j| j.pressure() * 2 > j.log_size());
@@ -899,6 +936,9 @@ impl Cache {
                             self.kick();
                             continue;
                         }
+                        // The journal was lost: the line goes as it is
+                        // (its write hole is open again).
+                        Err(_) if j.is_lost() => {}
                         Err(e) => {
                             first_err = Some(e);
                             lock(&self.pool).push(data);

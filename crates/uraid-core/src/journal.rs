@@ -1,12 +1,21 @@
-//! The write journal of a volume cache in `journal` mode: a circular log on
-//! a device of its own where every write is recorded, durably, before it
-//! is acknowledged, so that a crash or power cut loses no acknowledged
-//! write and leaves no RAID 5/6 stripe whose parity disagrees with its data
-//! (the write hole). The idea is md's raid5-cache (Linux
+//! The write journal of a volume cache in `journal` mode: a circular log,
+//! on a device of its own or in a region of one member past the volumes
+//! (`superblock::JournalRegion`), where every write is recorded, durably,
+//! before it is acknowledged, so that a crash or power cut loses no
+//! acknowledged write and leaves no RAID 5/6 stripe whose parity disagrees
+//! with its data (the write hole). The idea is md's raid5-cache (Linux
 //! `drivers/md/raid5-cache.c`: a log device, records written before the
 //! member writes, replay at assemble); the format is uraid's own.
 //!
-//! Format (all integers little-endian). The header, 4 KiB at byte 0:
+//! A journal is lost when a write to it fails (a member journal's role is
+//! then failed, as for any member write error) or when the member holding
+//! it fails, is removed or is replaced; from then on the cache writes
+//! without it ([`Journal::is_lost`]). [`Journal::rehome`] puts a lost
+//! member journal on the device that took its role.
+//!
+//! Format (all integers little-endian; offsets from the start of the
+//! journal: byte 0 of its device, or the region's start). The header, 4 KiB
+//! at byte 0:
 //!
 //! | offset | size | field |
 //! |---|---|---|
@@ -52,7 +61,8 @@
 //! of the records it passes is on the members and the members are flushed.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
 use crate::engine::{Request, Volume};
 use crate::{bail, Error, IoBuf, Member, Result};
@@ -202,18 +212,40 @@ struct State {
     promised: u64,
 }
 
-/// An open journal. Made by [`Journal::format`] or [`Journal::open`].
+/// The member role a journal in a region lies on, and the array's health
+/// that says whether that role still holds it.
+#[derive(Clone)]
+pub struct Host {
+    /// The array's member states.
+    pub health: Arc<crate::health::Health>,
+    /// The role whose device holds the journal.
+    pub role: u32,
+}
+
+/// An open journal. Made by [`Journal::format`], [`Journal::open`], their
+/// `_region` forms for a journal on a member, or [`Journal::absent`].
 pub struct Journal {
-    member: Member,
+    /// The device; `None` once lost (the handle is let go, so that the
+    /// failed device can be taken out and added back).
+    member: RwLock<Option<Member>>,
+    /// The device's name (kept when the handle goes).
+    name: RwLock<String>,
+    /// Absolute byte offset of the journal on its device (0 on a device of
+    /// its own).
+    base: u64,
     id: JournalId,
     log_size: u64,
+    host: Option<Host>,
+    lost: AtomicBool,
+    /// Bumped each time the journal is lost (see [`losses`](Self::losses)).
+    losses: AtomicU64,
     state: Mutex<State>,
     cv: Condvar,
 }
 
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Journal({}, log {} bytes)", self.member.name(), self.log_size)
+        write!(f, "Journal({} at {}, log {} bytes)", self.name(), self.base, self.log_size)
     }
 }
 
@@ -229,30 +261,71 @@ impl Journal {
     /// `id.array`: the whole device past the header is the log. Errors:
     /// `TooSmall` below 4 KiB + [`MIN_LOG`]; `Io`.
     pub fn format(m: Member, id: JournalId) -> Result<Journal> {
-        let log_size = (m.size().saturating_sub(HEADER_SIZE)) / 4096 * 4096;
-        if log_size < MIN_LOG {
-            bail!(TooSmall, "{} is too small for a journal: it needs at least {} bytes", m.name(), HEADER_SIZE + MIN_LOG);
+        let size = m.size();
+        Self::format_region(m, 0, size, id, None)
+    }
+
+    /// Writes an empty journal in bytes `[base, base + size)` of `m` (a
+    /// member's region, `host` naming its role): the log is what follows
+    /// the 4 KiB header, in whole 4 KiB. Errors: `TooSmall` below 4 KiB +
+    /// [`MIN_LOG`] or past the device's end; `Io`.
+    pub fn format_region(m: Member, base: u64, size: u64, id: JournalId, host: Option<Host>) -> Result<Journal> {
+        let log_size = size.saturating_sub(HEADER_SIZE) / 4096 * 4096;
+        if log_size < MIN_LOG || base + size > m.size() {
+            bail!(
+                TooSmall,
+                "{} cannot hold a journal of {size} bytes at byte {base}: a journal needs at least {} bytes, and the device has {}",
+                m.name(),
+                HEADER_SIZE + MIN_LOG,
+                m.size()
+            );
         }
         let h = Header { id, log_size, tail: 0, tail_seq: 1, nonce: new_nonce() };
-        m.write_all_at(&h.encode(), 0)?;
+        m.write_all_at(&h.encode(), base)?;
         // A stale record at the first position must not look like the next.
-        m.write_all_at(&IoBuf::new(RECORD_HEADER as usize), HEADER_SIZE)?;
-        Ok(Self::with(m, h))
+        m.write_all_at(&IoBuf::new(RECORD_HEADER as usize), base + HEADER_SIZE)?;
+        Ok(Self::with(m, base, h, host))
     }
 
     /// Opens the journal on `m`. Errors: `Superblock` when `m` holds no
     /// journal or a damaged one; `Io`.
     pub fn open(m: Member) -> Result<Journal> {
-        let mut b = IoBuf::new(HEADER_SIZE as usize);
-        m.read_exact_at(&mut b, 0)?;
-        let h = Header::decode(&b).map_err(|e| Error::new(crate::ErrorKind::Superblock, format!("{}: {e}", m.name())))?;
-        if h.log_size < MIN_LOG || HEADER_SIZE + h.log_size > m.size() {
-            bail!(Superblock, "{}: the journal header names a log of {} bytes, which the device cannot hold", m.name(), h.log_size);
-        }
-        Ok(Self::with(m, h))
+        let size = m.size();
+        Self::open_region(m, 0, size, None)
     }
 
-    fn with(member: Member, h: Header) -> Journal {
+    /// Opens the journal in bytes `[base, base + size)` of `m`. Errors:
+    /// `Superblock` when the region holds no journal, a damaged one, or
+    /// one whose log does not fit it; `Io`.
+    pub fn open_region(m: Member, base: u64, size: u64, host: Option<Host>) -> Result<Journal> {
+        let mut b = IoBuf::new(HEADER_SIZE as usize);
+        m.read_exact_at(&mut b, base)?;
+        let where_ = if host.is_some() { format!("{} (journal region at byte {base})", m.name()) } else { m.name().to_string() };
+        let h = Header::decode(&b).map_err(|e| Error::new(crate::ErrorKind::Superblock, format!("{where_}: {e}")))?;
+        if h.log_size < MIN_LOG || HEADER_SIZE + h.log_size > size.min(m.size().saturating_sub(base)) {
+            bail!(Superblock, "{where_}: the journal header names a log of {} bytes, which the device cannot hold", h.log_size);
+        }
+        Ok(Self::with(m, base, h, host))
+    }
+
+    /// A journal that is lost from the start: its member is down, so its
+    /// records are out of reach. It holds nothing ([`replay`](Self::replay)
+    /// replays nothing) until [`rehome`](Self::rehome).
+    pub fn absent(id: JournalId, base: u64, size: u64, name: String, host: Option<Host>) -> Journal {
+        let log_size = size.saturating_sub(HEADER_SIZE) / 4096 * 4096;
+        let h = Header { id, log_size, tail: 0, tail_seq: 1, nonce: 0 };
+        let j = Self::build(None, name, base, h, host);
+        j.lost.store(true, Ordering::Release);
+        j.losses.store(1, Ordering::Release);
+        j
+    }
+
+    fn with(member: Member, base: u64, h: Header, host: Option<Host>) -> Journal {
+        let name = member.name().to_string();
+        Self::build(Some(member), name, base, h, host)
+    }
+
+    fn build(member: Option<Member>, name: String, base: u64, h: Header, host: Option<Host>) -> Journal {
         let state = State {
             head: h.tail,
             next_seq: h.tail_seq,
@@ -264,7 +337,92 @@ impl Journal {
             nonce: h.nonce,
             promised: 0,
         };
-        Journal { member, id: h.id, log_size: h.log_size, state: Mutex::new(state), cv: Condvar::new() }
+        Journal {
+            member: RwLock::new(member),
+            name: RwLock::new(name),
+            base,
+            id: h.id,
+            log_size: h.log_size,
+            host,
+            lost: AtomicBool::new(false),
+            losses: AtomicU64::new(0),
+            state: Mutex::new(state),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// True once the journal is lost: a write to it failed, or the member
+    /// holding it is faulty, missing or was replaced. Records written
+    /// before are out of reach; the cache writes without it.
+    pub fn is_lost(&self) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if let Some(h) = &self.host {
+            if !matches!(h.health.state(h.role), crate::health::MemberState::Active | crate::health::MemberState::Rebuilding) {
+                self.mark_lost();
+                return true;
+            }
+        }
+        false
+    }
+
+    /// How many times the journal was lost (a cache notices a new loss by
+    /// this count).
+    pub fn losses(&self) -> u64 {
+        self.is_lost();
+        self.losses.load(Ordering::Acquire)
+    }
+
+    /// Marks the journal lost and lets its device go (the member that held
+    /// it was failed, removed or replaced).
+    pub fn mark_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            self.losses.fetch_add(1, Ordering::AcqRel);
+        }
+        *self.member.write().unwrap_or_else(|e| e.into_inner()) = None;
+        // Writers waiting for earlier records: those records end (failed).
+        self.cv.notify_all();
+    }
+
+    /// The member role holding the journal, for a journal on a member.
+    pub fn host_role(&self) -> Option<u32> {
+        self.host.as_ref().map(|h| h.role)
+    }
+
+    /// Puts a lost member journal on `m`, the device that now holds its
+    /// role: writes an empty journal in the same region and takes it in
+    /// use. Every record reserved before must have ended, and whatever the
+    /// cache holds must already be on the members (the caller drains the
+    /// cache first): nothing is carried over. Errors: `InvalidInput` when
+    /// the journal is not lost or not on a member; `TooSmall`, `Io`.
+    pub fn rehome(&self, m: Member) -> Result<()> {
+        if !self.is_lost() || self.host.is_none() {
+            bail!(InvalidInput, "only a lost journal on a member can be moved to the device that took its role");
+        }
+        let size = HEADER_SIZE + self.log_size;
+        if self.base + size > m.size() {
+            bail!(TooSmall, "{} cannot hold the journal region ({size} bytes at byte {}): it has {} bytes", m.name(), self.base, m.size());
+        }
+        self.wait_written();
+        let (tail, tail_seq, nonce) = {
+            let mut s = self.lock();
+            s.held.clear();
+            s.early.clear();
+            s.tail = s.head;
+            s.tail_seq = s.next_seq;
+            s.written_below = s.next_seq;
+            s.nonce = new_nonce();
+            (s.tail, s.tail_seq, s.nonce)
+        };
+        let h = Header { id: self.id, log_size: self.log_size, tail, tail_seq, nonce };
+        m.write_all_at(&h.encode(), self.base)?;
+        // The first record's place must not hold a stale record.
+        m.write_all_at(&IoBuf::new(RECORD_HEADER as usize), self.base + HEADER_SIZE + tail % self.log_size)?;
+        *self.name.write().unwrap_or_else(|e| e.into_inner()) = m.name().to_string();
+        *self.member.write().unwrap_or_else(|e| e.into_inner()) = Some(m);
+        self.lost.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// The identity in the header.
@@ -273,8 +431,13 @@ impl Journal {
     }
 
     /// The device's name.
-    pub fn name(&self) -> &str {
-        self.member.name()
+    pub fn name(&self) -> String {
+        self.name.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Absolute byte offset of the journal on its device.
+    pub fn base(&self) -> u64 {
+        self.base
     }
 
     /// Bytes of log.
@@ -404,30 +567,69 @@ impl Journal {
             s.written_below += 1;
         }
         self.cv.notify_all();
-        while s.written_below <= r.seq {
+        while s.written_below <= r.seq && res.is_ok() {
+            if self.lost.load(Ordering::Acquire) {
+                // An earlier record may never be written: this one does not
+                // count as acknowledged in order.
+                return Err(Error::new(
+                    crate::ErrorKind::Io,
+                    format!("the journal on {} was lost before an earlier record was written", self.name()),
+                ));
+            }
             s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
         }
         res
     }
 
-    /// One write with `RWF_DSYNC` (durable when it returns: FUA on a drive).
+    /// One write with `RWF_DSYNC` (durable when it returns: FUA on a drive)
+    /// at journal byte `offset`. An error loses the journal (see
+    /// [`is_lost`](Self::is_lost)); on a member, the member is failed as
+    /// for any write error on it.
     fn write_dsync(&self, buf: &[u8], offset: u64) -> Result<()> {
-        use std::os::fd::AsRawFd;
-        let iov = libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() };
-        // SAFETY: one iovec naming `buf`, which outlives the call.
-        let n = unsafe { libc::pwritev2(self.member.file().as_raw_fd(), &iov, 1, offset as i64, libc::RWF_DSYNC) };
-        if n < 0 || n as usize != buf.len() {
-            let e = if n < 0 { std::io::Error::last_os_error() } else { std::io::Error::other("short write") };
-            return Err(Error::io(&format!("cannot write a journal record at offset {offset} of"), std::path::Path::new(self.name()), e));
+        let res = {
+            let g = self.member.read().unwrap_or_else(|e| e.into_inner());
+            match g.as_ref() {
+                None => Err(Error::io(
+                    &format!("cannot write a journal record at byte {} of", self.base + offset),
+                    std::path::Path::new(&self.name()),
+                    std::io::Error::other("the journal is lost (its member failed or was replaced)"),
+                )),
+                Some(m) => m.write_dsync_at(buf, self.base + offset),
+            }
+        };
+        res.map_err(|err| {
+            if !self.lost.load(Ordering::Acquire) {
+                eprintln!("uraid: {err}: the journal is lost; the cache writes without it (each write waits for the members)");
+                self.mark_lost();
+                if let Some(h) = &self.host {
+                    // Persisted by the array's hook; an error there is the
+                    // array's to report.
+                    let _ = h.health.fail(h.role);
+                }
+            }
+            err
+        })
+    }
+
+    /// Reads `buf.len()` bytes at journal byte `offset`. Errors: `Io`, and
+    /// `Io` when the journal is lost.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let g = self.member.read().unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            Some(m) => m.read_exact_at(buf, self.base + offset),
+            None => Err(Error::io(
+                "cannot read the journal on",
+                std::path::Path::new(&self.name()),
+                std::io::Error::other("the journal is lost (its member failed or was replaced)"),
+            )),
         }
-        Ok(())
     }
 
     /// Blocks until every record reserved so far is written.
     pub fn wait_written(&self) {
         let mut s = self.lock();
         let target = s.next_seq;
-        while s.written_below < target {
+        while s.written_below < target && !self.lost.load(Ordering::Acquire) {
             s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
         }
     }
@@ -435,8 +637,12 @@ impl Journal {
     /// Retires the records, oldest first, whose data is on the members:
     /// those carrying a cache write below `mark` (the caller flushed the
     /// members after every such write reached them), and writes the new
-    /// tail into the header. Errors: `Io`.
+    /// tail into the header. Errors: `Io`. A lost journal retires nothing
+    /// and returns `Ok` (its records no longer matter).
     pub fn checkpoint(&self, mark: u64) -> Result<()> {
+        if self.is_lost() {
+            return Ok(());
+        }
         let (tail, tail_seq) = {
             let mut s = self.lock();
             let before = s.tail;
@@ -461,7 +667,10 @@ impl Journal {
             }
             (s.tail, s.tail_seq)
         };
-        self.write_header(tail, tail_seq)
+        match self.write_header(tail, tail_seq) {
+            Err(_) if self.is_lost() => Ok(()),
+            r => r,
+        }
     }
 
     fn write_header(&self, tail: u64, tail_seq: u64) -> Result<()> {
@@ -477,10 +686,13 @@ impl Journal {
     /// records cover whole is written as one full-line write (a
     /// full-stripe write on RAID 5/6, which sets parity right whatever a
     /// torn write left), otherwise each covered run. Then flushes the
-    /// members and empties the log. Returns (records, bytes) replayed.
-    /// Errors: `Io`; on error nothing is retired, so the next assemble
-    /// replays again.
+    /// members and empties the log. Returns (records, bytes) replayed; a
+    /// lost journal replays nothing. Errors: `Io`; on error nothing is
+    /// retired, so the next assemble replays again.
     pub fn replay(&self, vol: &Arc<Volume>, line: u64) -> Result<(u64, u64)> {
+        if self.is_lost() {
+            return Ok((0, 0));
+        }
         let (mut pos, mut seq) = {
             let s = self.lock();
             (s.tail, s.tail_seq)
@@ -522,7 +734,7 @@ impl Journal {
                 let a = f.offset.max(base);
                 let b = (f.offset + f.len).min(base + line);
                 let mut part = IoBuf::new((b - a) as usize);
-                self.member.read_exact_at(&mut part, HEADER_SIZE + (f.pos % self.log_size) + RECORD_HEADER + (a - f.offset))?;
+                self.read_at(&mut part, HEADER_SIZE + (f.pos % self.log_size) + RECORD_HEADER + (a - f.offset))?;
                 img[(a - base) as usize..(b - base) as usize].copy_from_slice(&part);
                 covered[((a - base) / 512) as usize..((b - base) / 512) as usize].iter_mut().for_each(|c| *c = true);
             }
@@ -555,7 +767,12 @@ impl Journal {
             // replayed (after the first invalid one) must never count.
             s.nonce = new_nonce();
         }
-        self.write_header(pos, seq)?;
+        match self.write_header(pos, seq) {
+            // The records are on the members; the journal went (its member
+            // failed): nothing is left to retire.
+            Err(_) if self.is_lost() => {}
+            r => r?,
+        }
         Ok((found.len() as u64, bytes))
     }
 
@@ -565,7 +782,7 @@ impl Journal {
         if pos % self.log_size + RECORD_HEADER > self.log_size {
             return Ok(None);
         }
-        self.member.read_exact_at(hdr, at)?;
+        self.read_at(hdr, at)?;
         let h = &hdr[..];
         let nonce = self.lock().nonce;
         if &h[..8] != RECORD_MAGIC
@@ -581,7 +798,7 @@ impl Journal {
             return Ok(None);
         }
         let mut data = IoBuf::new(len as usize);
-        self.member.read_exact_at(&mut data, at + RECORD_HEADER)?;
+        self.read_at(&mut data, at + RECORD_HEADER)?;
         if crc32c::crc32c(&data) != crc {
             return Ok(None);
         }

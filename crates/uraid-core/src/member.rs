@@ -440,6 +440,31 @@ impl Member {
             .and_then(|_| self.file.sync_data())
             .map_err(|e| Error::io(&format!("cannot write {} bytes at offset {offset} of", buf.len()), Path::new(&self.name), e))
     }
+
+    /// Writes all of `buf` at byte `offset` in one `pwritev2` with
+    /// `RWF_DSYNC`: durable when it returns (FUA on a drive), without a
+    /// flush of the rest of the device (the journal's record writes). Same
+    /// alignment rule as [`read_exact_at`](Self::read_exact_at); fault
+    /// plans apply. Errors: `Io` (a short write counts as one).
+    pub fn write_dsync_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        self.injected(crate::engine::Op::Write, offset, buf)?;
+        let what = || format!("cannot write {} bytes at offset {offset} of", buf.len());
+        let Ok(off) = libc::off_t::try_from(offset) else {
+            return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::from_raw_os_error(libc::EINVAL)));
+        };
+        let iov = libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() };
+        // SAFETY: one iovec naming `buf`, which outlives the call, on the
+        // descriptor this member owns.
+        let n = unsafe { libc::pwritev2(self.file.as_raw_fd(), &iov, 1, off, libc::RWF_DSYNC) };
+        if n < 0 {
+            return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::last_os_error()));
+        }
+        if n as usize != buf.len() {
+            return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::other("short write")));
+        }
+        Ok(())
+    }
 }
 
 fn block_device_geometry(file: &File, p: &Path) -> Result<(u64, u32)> {

@@ -51,7 +51,14 @@
 //! | 72 | 1 | cache mode: 0 off, 1 write-through, 2 write-back, 3 write-back with a journal |
 //! | 76 | 4 | cache size in MiB (0: the default, 256) |
 //! | 80 | 4 | cache dirty limit in MiB (0: the default, 64) |
-//! | 84 | 16 | journal UUID (mode 3: the journal device's, see `journal`; else zero) |
+//! | 84 | 16 | journal UUID (mode 3: the journal's, see `journal`; else zero) |
+//! | 100 | 4 | mode 3 with the journal on a member: its role + 1 (0: the journal is a device of its own) |
+//! | 104 | 8 | journal on a member: absolute member byte offset of its region (header and log) |
+//! | 112 | 8 | journal on a member: bytes of the region |
+//!
+//! A journal on a member lies past every volume's area on that member's
+//! device (no volume, and no other journal region, overlaps it); members,
+//! spares and replacements must hold it ([`Superblock::used_end`]).
 //!
 //! Bytes not named are zero and reserved for later versions.
 //!
@@ -152,8 +159,29 @@ pub struct VolumeEntry {
     pub cache_size_mib: u32,
     /// Cache dirty limit in MiB (0: the default).
     pub dirty_limit_mib: u32,
-    /// The journal device's UUID in journal mode (else zero).
+    /// The journal's UUID in journal mode (else zero).
     pub journal_uuid: [u8; 16],
+    /// Journal mode with the journal on a member: where it lies (`None`:
+    /// the journal is a device of its own, or there is none).
+    pub journal_region: Option<JournalRegion>,
+}
+
+/// Where a volume's journal lies on a member (see [`crate::journal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct JournalRegion {
+    /// The role whose device holds it.
+    pub role: u32,
+    /// Absolute byte offset of the region on that device (4 KiB aligned).
+    pub start: u64,
+    /// Bytes of the region: the journal header (4 KiB) and the log.
+    pub size: u64,
+}
+
+impl JournalRegion {
+    /// Absolute byte offset just past the region.
+    pub fn end(&self) -> u64 {
+        self.start + self.size
+    }
 }
 
 impl VolumeEntry {
@@ -176,6 +204,7 @@ impl VolumeEntry {
         self.dirty_limit_mib = cfg.dirty_limit.div_ceil(1 << 20).min(u32::MAX as u64) as u32;
         if cfg.mode != crate::cache::CacheMode::Journal {
             self.journal_uuid = [0; 16];
+            self.journal_region = None;
         }
     }
 
@@ -234,6 +263,13 @@ impl Superblock {
     /// least size a member (or a new spare) must have.
     pub fn data_end(&self) -> u64 {
         self.volumes.iter().map(VolumeEntry::member_end).max().unwrap_or(DATA_OFFSET)
+    }
+
+    /// Absolute byte offset on every member just past what the array
+    /// stores there: the volumes and the journal regions on members. The
+    /// least size a member, spare or replacement must have.
+    pub fn used_end(&self) -> u64 {
+        self.volumes.iter().filter_map(|v| v.journal_region.map(|r| r.end())).fold(self.data_end(), u64::max)
     }
 
     /// The roles' entries (no spares).
@@ -395,6 +431,11 @@ impl Superblock {
             b[o + 76..o + 80].copy_from_slice(&v.cache_size_mib.to_le_bytes());
             b[o + 80..o + 84].copy_from_slice(&v.dirty_limit_mib.to_le_bytes());
             b[o + 84..o + 100].copy_from_slice(&v.journal_uuid);
+            if let Some(r) = v.journal_region {
+                b[o + 100..o + 104].copy_from_slice(&(r.role + 1).to_le_bytes());
+                b[o + 104..o + 112].copy_from_slice(&r.start.to_le_bytes());
+                b[o + 112..o + 120].copy_from_slice(&r.size.to_le_bytes());
+            }
         }
         let crc = crc32c::crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
@@ -487,6 +528,10 @@ impl Superblock {
                 cache_size_mib: u32_at(b, o + 76),
                 dirty_limit_mib: u32_at(b, o + 80),
                 journal_uuid: b[o + 84..o + 100].try_into().expect("16 bytes"),
+                journal_region: match u32_at(b, o + 100) {
+                    0 => None,
+                    r => Some(JournalRegion { role: r - 1, start: u64_at(b, o + 104), size: u64_at(b, o + 112) }),
+                },
             };
             let Ok(level) = crate::geometry::Level::from_number(v.level) else {
                 return inv(format!("level {} of volume {i}", v.level));
@@ -508,6 +553,21 @@ impl Superblock {
                 return inv(format!("member size {} of volume {i}", v.member_size));
             }
             volumes.push(v);
+        }
+        // Journal regions on members: past the volumes' areas, apart.
+        for (i, v) in volumes.iter().enumerate() {
+            let Some(r) = v.journal_region else { continue };
+            let bad = r.role >= member_count
+                || v.cache_mode != crate::cache::CacheMode::Journal.to_u8()
+                || r.start < DATA_OFFSET
+                || r.start % 4096 != 0
+                || r.size < crate::journal::HEADER_SIZE + crate::journal::MIN_LOG
+                || r.start.checked_add(r.size).is_none()
+                || volumes.iter().any(|o| o.member_start < r.start + r.size && r.start < o.member_end())
+                || volumes[..i].iter().filter_map(|o| o.journal_region).any(|o| o.start < r.end() && r.start < o.end());
+            if bad {
+                return inv(format!("journal region of volume {i} (role {}, bytes {}+{})", r.role, r.start, r.size));
+            }
         }
         Ok(Superblock {
             array_uuid: uuid_at(b, 16),
@@ -531,7 +591,7 @@ mod tests {
     use super::*;
 
     fn volume(name: &str, level: u32, chunk: u64, start: u64, size: u64) -> VolumeEntry {
-        VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16] }
+        VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_region: None }
     }
 
     fn sample() -> Superblock {
@@ -642,6 +702,57 @@ mod tests {
             reseal(&mut b);
             let e = Superblock::decode(&b).unwrap_err();
             assert!(matches!(e, DecodeError::Invalid(_)) && e.to_string().contains(needle), "{needle}: {e}");
+        }
+    }
+
+    /// `sample()` with volume "safe" in journal mode, its journal on role 2
+    /// at the given region.
+    fn with_member_journal(start: u64, size: u64) -> Superblock {
+        let mut s = sample();
+        let v = &mut s.volumes[1];
+        v.cache_mode = crate::cache::CacheMode::Journal.to_u8();
+        v.journal_uuid = [5; 16];
+        v.journal_region = Some(JournalRegion { role: 2, start, size });
+        s
+    }
+
+    #[test]
+    fn a_journal_on_a_member_roundtrips_and_must_lie_past_the_volumes() {
+        let end = DATA_OFFSET + (768 << 20);
+        let s = with_member_journal(end, 80 << 20);
+        let b = s.encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), s);
+        let o = VOLUMES_AT + VOLUME_SIZE;
+        assert_eq!((u32_at(&b, o + 100), u64_at(&b, o + 104), u64_at(&b, o + 112)), (3, end, 80 << 20));
+        assert_eq!(s.used_end(), end + (80 << 20));
+        assert_eq!(s.data_end(), end);
+        // Leaving the journal mode drops the region.
+        let mut v = s.volumes[1].clone();
+        v.set_cache_config(&crate::cache::CacheConfig::default());
+        assert_eq!((v.journal_region, v.journal_uuid), (None, [0; 16]));
+        for (bad, why) in [
+            (with_member_journal(end - (1 << 20), 80 << 20), "overlaps a volume"),
+            (with_member_journal(end, 1 << 20), "smaller than a journal"),
+            (with_member_journal(end + 512, 80 << 20), "not 4 KiB aligned"),
+            ({
+                let mut s = with_member_journal(end, 80 << 20);
+                s.volumes[1].journal_region.as_mut().unwrap().role = 3;
+                s
+            }, "a spare slot, not a role"),
+            ({
+                let mut s = with_member_journal(end, 80 << 20);
+                s.volumes[1].cache_mode = 2;
+                s
+            }, "not in journal mode"),
+            ({
+                let mut s = with_member_journal(end, 80 << 20);
+                s.volumes[0].cache_mode = crate::cache::CacheMode::Journal.to_u8();
+                s.volumes[0].journal_region = Some(JournalRegion { role: 0, start: end + (40 << 20), size: 80 << 20 });
+                s
+            }, "overlaps the other journal"),
+        ] {
+            let e = Superblock::decode(&bad.encode()).unwrap_err();
+            assert!(e.to_string().contains("journal region of volume"), "{why}: {e}");
         }
     }
 

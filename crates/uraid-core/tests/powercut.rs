@@ -10,7 +10,11 @@
 //! mode (its journal on a drive of its own, replayed before the resync)
 //! every acknowledged write reads back, and also when a member is lost at
 //! the power cut (the replay runs degraded): the journal closes the RAID
-//! 5/6 write hole. A failing seed is printed; `URAID_SEED` replays it.
+//! 5/6 write hole. The same with the journal in a region of a member past
+//! the volume; and when that member fails in the middle of the workload
+//! (the journal is lost with it), every write acknowledged after the loss,
+//! and every one before a later flush, reads back (degraded). A failing
+//! seed is printed; `URAID_SEED` replays it.
 
 use std::sync::Arc;
 
@@ -22,7 +26,7 @@ use uraid_core::engine::Shared;
 use uraid_core::fault::Faults;
 use uraid_core::geometry::Geometry;
 use uraid_core::health::Health;
-use uraid_core::journal::{Journal, JournalId};
+use uraid_core::journal::{Host, Journal, JournalId};
 use uraid_core::member::{Member, MemberSpec, OpenMode};
 use uraid_core::superblock::DATA_OFFSET;
 use uraid_core::{IoBuf, Level, Request, Volume};
@@ -55,12 +59,34 @@ fn settle(out: &mut Vec<uraid_core::Completion>, busy: &mut Vec<(u64, usize, usi
     }
 }
 
+/// Where the journal lies in [`run_with`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Place {
+    /// A drive of its own.
+    Own,
+    /// A region of the last member, past the volume.
+    Member,
+    /// A region of the last member, which fails in the middle of the
+    /// workload (the journal is lost with it).
+    MemberLost,
+}
+
+/// Bytes of a journal region on a member.
+const JOURNAL_REGION: u64 = 66 << 20;
+
 /// One seeded workload and power cut; `degrade`: member 0 is lost with the
 /// power (journal mode only). Returns the member writes the cut lost.
 fn run(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade: bool) -> usize {
+    run_with(level, n, chunk, s, mode, degrade, Place::Own)
+}
+
+/// [`run`] with the journal at `place`.
+fn run_with(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade: bool, place: Place) -> usize {
     let mut rng = StdRng::seed_from_u64(s);
     let rows = (4 << 20) / chunk;
-    let spec: MemberSpec = format!("mem:{}", DATA_OFFSET + rows * chunk).parse().unwrap();
+    let jstart = (DATA_OFFSET + rows * chunk).next_multiple_of(1 << 20);
+    let size = if place == Place::Own { DATA_OFFSET + rows * chunk } else { jstart + JOURNAL_REGION };
+    let spec: MemberSpec = format!("mem:{size}").parse().unwrap();
     let plans: Vec<Arc<Faults>> = (0..n).map(|_| Arc::new(Faults::new())).collect();
     let members: Arc<Vec<Member>> = Arc::new(
         plans
@@ -77,10 +103,21 @@ fn run(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade: boo
     // A small cache, so that the flusher writes while the workload runs.
     let cfg = CacheConfig { mode, size: 2 << 20, dirty_limit: 1 << 20 };
     let journaled = mode == CacheMode::Journal;
-    let jm = Member::open(&"mem:72M".parse().unwrap(), OpenMode { write: true, exclusive: false }).unwrap();
+    let jm = match place {
+        Place::Own => Member::open(&"mem:72M".parse().unwrap(), OpenMode { write: true, exclusive: false }).unwrap(),
+        Place::Member | Place::MemberLost => members[n - 1].try_clone().unwrap(),
+    };
+    let jrole = (n - 1) as u32;
     if journaled {
         let id = JournalId { array: [1; 16], volume: [2; 16], journal: [3; 16] };
-        v.enable_journaled_cache(cfg, Arc::new(Journal::format(jm.try_clone().unwrap(), id).unwrap())).unwrap();
+        let j = match place {
+            Place::Own => Journal::format(jm.try_clone().unwrap(), id).unwrap(),
+            _ => {
+                let host = Host { health: v.health().clone(), role: jrole };
+                Journal::format_region(jm.try_clone().unwrap(), jstart, JOURNAL_REGION, id, Some(host)).unwrap()
+            }
+        };
+        v.enable_journaled_cache(cfg, Arc::new(j)).unwrap();
     } else {
         v.enable_cache(cfg).unwrap();
     }
@@ -96,7 +133,15 @@ fn run(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade: boo
     let mut out = Vec::new();
     let mut busy: Vec<(u64, usize, usize, bool)> = Vec::new();
     let ops = rng.random_range(20..200);
-    for _ in 0..ops {
+    // Place::MemberLost: the op at which the journal's member fails; from
+    // then on a write counts as durable once acknowledged.
+    let lose_at = (place == Place::MemberLost).then(|| rng.random_range(0..ops / 2));
+    let mut lost_journal = false;
+    for op in 0..ops {
+        if lose_at == Some(op) {
+            v.health().fail(jrole).unwrap();
+            lost_journal = true;
+        }
         if rng.random_ratio(1, 12) {
             // A flush covers what completed before it was sent.
             while q.in_flight() > 0 {
@@ -113,7 +158,7 @@ fn run(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade: boo
         let off = rng.random_range(0..=(cap - len) / 4096) * 4096;
         while busy.iter().any(|&(_, o, l, _)| o < off + len && off < o + l) || !q.has_room() {
             q.wait(1, &mut out);
-            settle(&mut out, &mut busy, &mut durable, &model, journaled);
+            settle(&mut out, &mut busy, &mut durable, &model, journaled && !lost_journal);
         }
         let mut b = IoBuf::new(len);
         rng.fill_bytes(&mut b);
@@ -124,15 +169,20 @@ fn run(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade: boo
         let mut r = Request::write(off as u64, len, b, tag);
         r.fua = fua;
         q.push(r).map_err(|r| r.error).unwrap();
-        busy.push((tag, off, len, fua));
+        // Sent after the journal was lost: durable once acknowledged.
+        busy.push((tag, off, len, fua || lost_journal));
     }
     // The power goes once what is in flight has completed (a request the
     // client saw completing is what the checks below are about).
     while q.in_flight() > 0 {
         q.wait(1, &mut out);
-        settle(&mut out, &mut busy, &mut durable, &model, journaled);
+        settle(&mut out, &mut busy, &mut durable, &model, journaled && !lost_journal);
     }
     drop(q);
+    if lost_journal {
+        let st = v.cache().unwrap().stats();
+        assert!(st.journal_lost, "the cache did not notice that its journal's member failed");
+    }
     // The power goes: the cache's memory with it (its flusher stops before
     // the members lose their unflushed writes).
     let cache = v.cache().cloned();
@@ -150,12 +200,19 @@ fn run(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade: boo
     if degrade {
         v.health().fail(0).unwrap();
     }
-    if journaled {
-        let j = Journal::open(jm.try_clone().unwrap()).unwrap();
+    if lost_journal {
+        // Assemble finds the member failed: no journal to replay.
+        v.health().fail(jrole).unwrap();
+    } else if journaled {
+        let j = match place {
+            Place::Own => Journal::open(jm.try_clone().unwrap()).unwrap(),
+            _ => Journal::open_region(jm.try_clone().unwrap(), jstart, JOURNAL_REGION, None).unwrap(),
+        };
         j.replay(&v, uraid_core::cache::Cache::line_for(&v)).unwrap();
         // With the journal, everything acknowledged is durable.
         since.clear();
     }
+    let degrade = degrade || lost_journal;
     if !degrade {
         let dirty = v.bitmap().unwrap().dirty();
         uraid_core::maint::resync(&v, &dirty).unwrap();
@@ -170,7 +227,7 @@ fn run(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade: boo
     for (b, &f) in free.iter().enumerate() {
         let r = b * 4096..(b + 1) * 4096;
         if !f && back[r.clone()] != durable[r.clone()] {
-            panic!("{level} x{n} chunk {chunk} cache {mode:?} degraded {degrade}, seed {s} (URAID_SEED={s} replays it): block {b} \
+            panic!("{level} x{n} chunk {chunk} cache {mode:?} journal {place:?} degraded {degrade}, seed {s} (URAID_SEED={s} replays it): block {b} \
                     acknowledged durable does not read back ({lost} writes lost at the power cut)");
         }
     }
@@ -212,6 +269,37 @@ fn with_the_journal_every_acknowledged_write_survives_a_power_cut_even_degraded(
             lost += run(Level::Raid5, 4, 64 << 10, s, CacheMode::Journal, degrade);
             lost += run(Level::Raid6, 5, 32 << 10, s, CacheMode::Journal, degrade);
         }
+    }
+    assert!(lost > 0, "no power cut lost a write: the model did nothing");
+}
+
+#[test]
+fn with_the_journal_on_a_member_every_acknowledged_write_survives_a_power_cut() {
+    let base = seed();
+    eprintln!("seed {base} (URAID_SEED={base} replays it)");
+    let mut lost = 0;
+    for i in 0..3u64 {
+        let s = base.wrapping_add(i * 1_000_003);
+        for degrade in [false, true] {
+            lost += run_with(Level::Raid1, 2, 64 << 10, s, CacheMode::Journal, degrade, Place::Member);
+            lost += run_with(Level::Raid5, 4, 64 << 10, s, CacheMode::Journal, degrade, Place::Member);
+            lost += run_with(Level::Raid6, 5, 32 << 10, s, CacheMode::Journal, degrade, Place::Member);
+        }
+    }
+    assert!(lost > 0, "no power cut lost a write: the model did nothing");
+}
+
+#[test]
+fn when_the_journal_member_fails_writes_go_on_and_stay_durable() {
+    let base = seed();
+    eprintln!("seed {base} (URAID_SEED={base} replays it)");
+    let mut lost = 0;
+    for i in 0..8u64 {
+        let s = base.wrapping_add(i * 1_000_003);
+        lost += run_with(Level::Raid1, 2, 64 << 10, s, CacheMode::Journal, false, Place::MemberLost);
+        lost += run_with(Level::Raid10, 3, 64 << 10, s, CacheMode::Journal, false, Place::MemberLost);
+        lost += run_with(Level::Raid5, 4, 64 << 10, s, CacheMode::Journal, false, Place::MemberLost);
+        lost += run_with(Level::Raid6, 5, 32 << 10, s, CacheMode::Journal, false, Place::MemberLost);
     }
     assert!(lost > 0, "no power cut lost a write: the model did nothing");
 }

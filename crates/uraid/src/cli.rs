@@ -253,7 +253,22 @@ fn cmd_create(a: CreateArgs) -> Result<()> {
     let volumes = a.volumes.iter().map(|v| crate::manage::parse_volume(v)).collect::<Result<Vec<_>>>()?;
     let specs = specs(&a.members)?;
     let cache = a.cache.config()?;
-    let opts = CreateOptions { level: a.level, chunk, name: a.name, force: a.force, bitmap_region, volumes };
+    let journal_reserve = a.cache.journal_reserve(&specs)?;
+    // Checked before anything is written.
+    if let (Some(cfg), Some(j)) = (&cache, &a.cache.journal) {
+        if cfg.mode == uraid_core::cache::CacheMode::Journal && volumes.len() > 1 {
+            bail!(
+                "a journal serves one volume and this array gets {}; create it without --cache, then give each \
+                 volume its journal with 'uraid config --volume NAME --cache journal --journal DEVICE' (a journal on \
+                 a member needs free room at the members' end: give every volume a size)",
+                volumes.len()
+            );
+        }
+        if journal_reserve == 0 {
+            drop(array::open_journal_device(&j.parse()?, a.force)?);
+        }
+    }
+    let opts = CreateOptions { level: a.level, chunk, name: a.name, force: a.force, bitmap_region, volumes, journal_reserve };
     let mut arr = array::create(&specs, &opts)?;
     if let Some(cfg) = &cache {
         let names = a.cache.apply(&mut arr, None, cfg, a.force)?;
@@ -330,6 +345,16 @@ fn print_superblock(name: &str, sb: &Superblock) {
             uraid_core::cache::CacheMode::from_u8(v.cache_mode).map(|m| m.name().to_string()).unwrap_or_else(|_| v.cache_mode.to_string()),
             fmt_uuid(&v.uuid)
         );
+        if let Some(r) = v.journal_region {
+            println!(
+                "                 journal on role {} at member bytes {}..{} ({}), uuid {}",
+                r.role,
+                r.start,
+                r.end(),
+                fmt_size(r.size),
+                fmt_uuid(&v.journal_uuid)
+            );
+        }
     }
     for (i, s) in sb.slots.iter().enumerate() {
         let what = if i < sb.member_count as usize { format!("role {i}") } else { format!("spare {i}") };

@@ -180,11 +180,16 @@ pub(crate) fn rate(r: &Option<String>) -> Result<Option<u64>> {
 
 /// Opens the array without writing anything.
 fn open(members: &[String]) -> Result<Array> {
-    let arr = array::open(&specs(members)?)?;
-    for w in arr.warnings() {
+    let mut arr = array::open(&specs(members)?)?;
+    warn(&mut arr);
+    Ok(arr)
+}
+
+/// Prints the warnings `arr` has not printed yet.
+fn warn(arr: &mut Array) {
+    for w in arr.take_warnings() {
         eprintln!("uraid: warning: {w}");
     }
-    Ok(arr)
 }
 
 /// The role or slot named by `m`: a number, or the path of one of the
@@ -250,11 +255,13 @@ fn rebuild_reports(arr: &mut Array, rate: Option<u64>, quiet: bool) -> Result<Ve
 /// member is left rebuilding (and `flags` allow it), then stop cleanly;
 /// otherwise let go without writing more.
 fn after_change(mut arr: Array, flags: Option<&RebuildFlags>) -> Result<()> {
+    warn(&mut arr);
     let pending = arr.rebuilding();
     match flags {
         Some(f) if !f.no_rebuild && !pending.is_empty() => {
             let r = rate(&f.run.rate)?;
             arr.activate()?;
+            warn(&mut arr);
             let done = run_rebuild(&mut arr, r, f.run.quiet);
             print_status(&arr.status());
             let stopped = arr.stop();
@@ -334,6 +341,10 @@ fn served_status(names: &[String], specs: &[MemberSpec]) -> Option<(ArrayStatus,
     let mut st = array::recorded_status(auth, &devices);
     for v in &mut st.volumes {
         v.cache_stats = live.cache_of(&v.name);
+        if v.cache_stats.is_some_and(|c| c.journal_lost) {
+            v.journal_lost = true;
+            v.cache_warning = Some(array::JOURNAL_LOST_WARNING);
+        }
     }
     Some((st, Some(live)))
 }
@@ -380,6 +391,15 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
         }
         if v.cache.mode != uraid_core::cache::CacheMode::Off {
             println!("      cache {} {}, dirty limit {}", v.cache.mode.name(), fmt_size(v.cache.size), fmt_size(v.cache.dirty_limit));
+            if let Some(r) = &v.journal_region {
+                println!(
+                    "      journal on role {} at byte {} ({}){}",
+                    r.role,
+                    r.start,
+                    fmt_size(r.size),
+                    if v.journal_lost { ": LOST" } else { "" }
+                );
+            }
             if let Some(c) = &v.cache_stats {
                 println!("      cache {}{}", cache_counters(c), source.as_deref().unwrap_or(""));
             }
@@ -569,10 +589,14 @@ pub(crate) struct CacheFlags {
     /// the --journal device first: nothing acknowledged is lost).
     #[arg(long, value_name = "MODE")]
     pub cache: Option<String>,
-    /// The journal device of `--cache journal` (formatted; give it with the
-    /// members at every assemble).
+    /// Where `--cache journal` keeps its journal (formatted): a device of
+    /// its own (give it with the members at every assemble), or one of the
+    /// members (a region at its end, past the volumes).
     #[arg(long, value_name = "DEVICE")]
     pub journal: Option<String>,
+    /// Size of a journal on a member (default 256M; at least 64M + 4K).
+    #[arg(long, value_name = "SIZE")]
+    pub journal_size: Option<String>,
     /// Cache size (default 256M).
     #[arg(long, value_name = "SIZE")]
     pub cache_size: Option<String>,
@@ -584,10 +608,15 @@ pub(crate) struct CacheFlags {
 impl CacheFlags {
     /// The configuration the flags ask for, if any flag was given.
     pub(crate) fn config(&self) -> Result<Option<uraid_core::cache::CacheConfig>> {
-        if self.cache.is_none() && self.cache_size.is_none() && self.dirty_limit.is_none() && self.journal.is_none() {
+        if self.cache.is_none()
+            && self.cache_size.is_none()
+            && self.dirty_limit.is_none()
+            && self.journal.is_none()
+            && self.journal_size.is_none()
+        {
             return Ok(None);
         }
-        let Some(mode) = &self.cache else { bail!("--cache-size, --dirty-limit and --journal need --cache MODE") };
+        let Some(mode) = &self.cache else { bail!("--cache-size, --dirty-limit, --journal and --journal-size need --cache MODE") };
         let d = uraid_core::cache::CacheConfig::default();
         let size = match &self.cache_size {
             Some(s) => parse_size(s, "cache size")?,
@@ -599,10 +628,16 @@ impl CacheFlags {
         };
         let mode: uraid_core::cache::CacheMode = mode.parse()?;
         match (mode, &self.journal) {
-            (uraid_core::cache::CacheMode::Journal, None) => bail!("--cache journal needs --journal DEVICE (a device of its own, at least 64 MiB)"),
+            (uraid_core::cache::CacheMode::Journal, None) => bail!(
+                "--cache journal needs --journal DEVICE (a device of its own, at least 64 MiB, or one of the members)"
+            ),
             (m, Some(_)) if m != uraid_core::cache::CacheMode::Journal => bail!("--journal goes with --cache journal only"),
             _ => {}
         }
+        if self.journal_size.is_some() && self.journal.is_none() {
+            bail!("--journal-size goes with --journal (a journal on a member)");
+        }
+        self.journal_size()?;
         Ok(Some(uraid_core::cache::CacheConfig { mode, size, dirty_limit }))
     }
 
@@ -619,10 +654,27 @@ impl CacheFlags {
         match &self.journal {
             Some(j) => {
                 let spec: uraid_core::MemberSpec = j.parse()?;
-                Ok(vec![arr.set_journal(volume, &spec, cfg, force)?])
+                Ok(vec![arr.set_journal(volume, &spec, cfg, self.journal_size()?, force)?])
             }
             None => Ok(arr.set_cache(volume, cfg)?),
         }
+    }
+
+    /// `--journal-size` in bytes, if given.
+    pub(crate) fn journal_size(&self) -> Result<Option<u64>> {
+        Ok(self.journal_size.as_deref().map(|s| parse_size(s, "journal size")).transpose()?)
+    }
+
+    /// Bytes to keep free at the end of the members of a new array whose
+    /// `--journal` is one of `members` (0 otherwise).
+    pub(crate) fn journal_reserve(&self, members: &[uraid_core::MemberSpec]) -> Result<u64> {
+        let Some(j) = &self.journal else { return Ok(0) };
+        let spec: uraid_core::MemberSpec = j.parse()?;
+        let id = spec.identity().ok();
+        if id.is_none() || !members.iter().any(|m| m.identity().ok() == id) {
+            return Ok(0);
+        }
+        Ok(self.journal_size()?.unwrap_or(uraid_core::array::DEFAULT_MEMBER_JOURNAL))
     }
 }
 

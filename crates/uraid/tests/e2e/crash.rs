@@ -4,7 +4,8 @@
 //! the write-intent bitmap), every write acknowledged before a completed
 //! flush or with FUA must read back (`uraid-torture verify`), and `uraid
 //! check` must find no mismatch between copies or parity. In every volume
-//! cache mode: with the cache off, write-through or the journal, every
+//! cache mode: with the cache off, write-through or the journal (on a
+//! device of its own, or `journal-member`: in a region of a member), every
 //! acknowledged write must read back (a killed process loses nothing the
 //! members or the journal acknowledged); with write-back, what was flushed
 //! or written with FUA. Many seeds per run; a seed that ever fails goes
@@ -35,7 +36,12 @@ fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<(), 
     args.extend(files.iter().map(|f| s(f).to_string()));
     // A small cache and dirty limit, so that the flusher writes while the
     // workload runs and writers wait for it.
-    args.extend(["--cache", mode, "--cache-size", "8M", "--dirty-limit", "4M"].map(String::from));
+    let cache = if mode == "journal-member" { "journal" } else { mode };
+    args.extend(["--cache", cache, "--cache-size", "8M", "--dirty-limit", "4M"].map(String::from));
+    if mode == "journal-member" {
+        // The journal in a region at the end of the last member.
+        args.extend(["--journal".to_string(), s(&files[n - 1]).to_string(), "--journal-size".into(), "72M".into()]);
+    }
     if mode == "journal" {
         let j = sparse_files(dir.path(), "journal", 1, 80 << 20).remove(0);
         args.extend(["--journal".to_string(), s(&j).to_string()]);
@@ -109,7 +115,13 @@ fn sigkill_at_random_moments_in_every_cache_mode_loses_nothing_promised_and_leav
     let mut cases: Vec<(u32, usize, &str, u64, u64)> = REGRESSIONS.to_vec();
     // The cache off gets the most seeds; every other mode one per level
     // and run, at least.
-    for (mode, seeds) in [("off", seeds_per_level()), ("writethrough", 1), ("writeback", seeds_per_level().div_ceil(2)), ("journal", seeds_per_level().div_ceil(2))] {
+    for (mode, seeds) in [
+        ("off", seeds_per_level()),
+        ("writethrough", 1),
+        ("writeback", seeds_per_level().div_ceil(2)),
+        ("journal", seeds_per_level().div_ceil(2)),
+        ("journal-member", 1),
+    ] {
         for _ in 0..seeds {
             for (level, n) in [(1u32, 2usize), (10, 3), (5, 4), (6, 5)] {
                 cases.push((level, n, mode, rng.random(), rng.random_range(150..900)));

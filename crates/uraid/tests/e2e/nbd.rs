@@ -908,3 +908,162 @@ fn status_shows_the_live_cache_counters_of_a_running_serve() {
     let after: serde_json::Value = serde_json::from_str(&uraid_run_dir(&run, &status_json).stdout).unwrap();
     assert!(after["served_by"].is_null() && after["volumes"][0]["cache_stats"].is_null(), "after the stop: {after}");
 }
+
+/// The byte offset `uraid status` gives for the journal on a member.
+fn journal_start(members: &[&Path]) -> usize {
+    let mut args = vec!["status"];
+    args.extend(members.iter().map(|p| s(p)));
+    let out = uraid_ok(&args);
+    let line = out.stdout.lines().find(|l| l.contains("journal on role")).unwrap_or_else(|| panic!("no journal line: {}", out.stdout));
+    line.split(" at byte ").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+}
+
+/// True when `data` lies in the first `below` bytes of one of `members`
+/// (the volumes' area, before a journal region).
+fn on_members(members: &[&Path], below: usize, data: &[u8]) -> bool {
+    members.iter().any(|p| std::fs::read(p).unwrap()[..below].windows(data.len()).any(|w| w == data))
+}
+
+/// Serves `members`, writes `data` at `offset` and kills serve with
+/// SIGKILL; true when the write was on no member then (it lived only in
+/// the journal).
+fn kill_with_a_write_in_the_journal(members: &[PathBuf], sock: &Path, name: &str, offset: u64, data: &[u8], below: usize) -> bool {
+    let mut srv = Served::start(members, sock, &[]);
+    let mut a = Raw::connect(&srv.socket, name);
+    assert_eq!(a.write(1, offset, data), 0);
+    let mut g = srv.child.take().expect("running");
+    g.0.kill().unwrap();
+    g.0.wait().unwrap();
+    let _ = std::fs::remove_file(sock);
+    let paths: Vec<&Path> = members.iter().map(|p| p.as_path()).collect();
+    !on_members(&paths, below, data)
+}
+
+#[test]
+fn a_journal_on_a_member_replays_after_a_kill_is_lost_with_the_member_and_moves_to_its_replacement() {
+    let _g = shared();
+    tools();
+    let d = tmpdir();
+    let m = sparse_files(d.path(), "m", 5, 100 << 20);
+    let four = |x: &[PathBuf]| x.iter().map(|p| s(p).to_string()).collect::<Vec<_>>();
+    let mut args = vec!["create", "--level", "5", "--chunk", "64K", "--name", "jm", "--cache", "journal", "--journal", s(&m[3]), "--journal-size", "72M"];
+    args.extend(m[..4].iter().map(|p| s(p)));
+    let out = uraid_ok(&args);
+    // The volume leaves room for the journal at the members' end.
+    assert_contains(&out.stdout, &["RAID 5 over 4 members"], "create");
+    let paths: Vec<&Path> = m[..4].iter().map(|p| p.as_path()).collect();
+    let j = journal_start(&paths);
+    assert!(j >= 20 << 20 && j + (72 << 20) <= 100 << 20, "journal region at byte {j}");
+    let mut rng = rng("member journal");
+    let mut data = vec![0u8; 4096];
+    let sock = d.path().join("s.sock");
+
+    // 1. An acknowledged write that lived only in the journal on member 3
+    // when serve was killed is replayed at the next assemble.
+    let mut replayed = false;
+    for _ in 0..5 {
+        rng.fill_bytes(&mut data);
+        if kill_with_a_write_in_the_journal(&m[..4], &sock, "jm", 64 << 10, &data, j) {
+            let out = uraid_ok(&[vec!["assemble".to_string()], four(&m[..4])].concat());
+            assert_contains(&out.stderr, &["replayed 1 record", s(&m[3])], "assemble replays the member journal");
+            assert!(on_members(&paths, j, &data), "the replayed write is not on the members");
+            replayed = true;
+            break;
+        }
+        uraid_ok(&[vec!["assemble".to_string()], four(&m[..4])].concat());
+    }
+    assert!(replayed, "serve wrote the write back before every SIGKILL: nothing was tested");
+
+    // 2. The journal's member fails under serve (its journal writes fail):
+    // writes go on, each acknowledged once on the members, and status says
+    // the journal is lost.
+    // The log fails, not the header: assemble's replay (which rewrites the
+    // header) goes through, the first record written under serve fails.
+    let fail = format!("{}@{}-{}", s(&m[3]), j + 4096, j + (72 << 20));
+    let srv = Served::start_env(&m[..4], &sock, &[], &[("URAID_FAILPOINT_FAIL_WRITES", fail)]);
+    let mut a = Raw::connect(&srv.socket, "jm");
+    rng.fill_bytes(&mut data);
+    assert_eq!(a.write(1, 128 << 10, &data), 0, "a write when the journal's member fails is acknowledged");
+    assert!(on_members(&paths[..3], j, &data), "acknowledged without its journal, the write must be on the members");
+    assert_eq!(a.read(2, 128 << 10, 4096).unwrap(), data);
+    let mut more = vec![0u8; 256 << 10];
+    rng.fill_bytes(&mut more);
+    assert_eq!(a.write(3, 1 << 20, &more), 0);
+    let st = uraid_ok(&[vec!["status".to_string()], four(&m[..4])].concat());
+    assert_contains(&st.stdout, &["journal on role 3", "LOST", "write journal is lost", "role 3: ", "faulty"], "status while serving");
+    drop(a);
+    let (st, _, err) = srv.stop();
+    assert!(st.success(), "{err}");
+    assert_contains(&err, &["the journal is lost"], "serve says the journal is lost");
+    let st = uraid_ok(&[vec!["status".to_string()], four(&m[..4])].concat());
+    assert_contains(&st.stdout, &["LOST", "degraded"], "status after the stop");
+    assert_contains(&st.stderr, &["its write journal on role 3 is lost"], "status warns");
+
+    // 3. The replacement gets the journal (formatted in the same region)
+    // and it is used again: a killed serve's write is replayed from it.
+    let out = uraid_ok(&[vec!["replace".to_string(), "--old".into(), "3".into(), "--new".into(), s(&m[4]).into()], four(&m[..4])].concat());
+    assert_contains(&out.stderr, &["write journal on role 3 was formatted on", s(&m[4])], "replace");
+    let now: Vec<PathBuf> = vec![m[0].clone(), m[1].clone(), m[2].clone(), m[4].clone()];
+    let paths: Vec<&Path> = now.iter().map(|p| p.as_path()).collect();
+    let st = uraid_ok(&[vec!["status".to_string()], four(&now)].concat());
+    assert_contains(&st.stdout, &["journal on role 3"], "status after replace");
+    assert!(!st.stdout.contains("LOST"), "the journal is back: {}", st.stdout);
+    let srv = Served::start(&now, &sock, &[]);
+    let mut a = Raw::connect(&srv.socket, "jm");
+    assert_eq!(a.read(2, 1 << 20, more.len() as u32).unwrap(), more, "written while the journal was lost");
+    drop(a);
+    let (st, _, err) = srv.stop();
+    assert!(st.success(), "{err}");
+    let mut replayed = false;
+    for _ in 0..5 {
+        rng.fill_bytes(&mut data);
+        if kill_with_a_write_in_the_journal(&now, &sock, "jm", 64 << 10, &data, j) {
+            let out = uraid_ok(&[vec!["assemble".to_string()], four(&now)].concat());
+            assert_contains(&out.stderr, &["replayed 1 record", s(&m[4])], "assemble replays the journal on the replacement");
+            assert!(on_members(&paths, j, &data), "the replayed write is not on the members");
+            replayed = true;
+            break;
+        }
+        uraid_ok(&[vec!["assemble".to_string()], four(&now)].concat());
+    }
+    assert!(replayed, "serve wrote the write back before every SIGKILL: nothing was tested");
+    let c = uraid_ok(&[vec!["check".to_string()], four(&now)].concat());
+    assert_contains(&c.stdout, &["mismatches 0"], "check");
+}
+
+#[test]
+fn an_unclean_array_without_its_journal_member_assembles_only_with_force() {
+    let _g = shared();
+    tools();
+    let d = tmpdir();
+    let m = sparse_files(d.path(), "m", 4, 100 << 20);
+    let names = |x: &[PathBuf]| x.iter().map(|p| s(p).to_string()).collect::<Vec<_>>();
+    let mut args = vec!["create", "--level", "1", "--name", "jf", "--cache", "journal", "--journal", s(&m[2]), "--journal-size", "72M"];
+    args.extend(m[..3].iter().map(|p| s(p)));
+    uraid_ok(&args);
+    let sock = d.path().join("s.sock");
+    let mut srv = Served::start(&m[..3], &sock, &[]);
+    let mut a = Raw::connect(&srv.socket, "jf");
+    assert_eq!(a.write(1, 0, &[0x3cu8; 4096]), 0);
+    let mut g = srv.child.take().expect("running");
+    g.0.kill().unwrap();
+    g.0.wait().unwrap();
+    // Unclean, and the journal's member is not given: its records may hold
+    // acknowledged writes.
+    let snap = Snapshot::take(&m[..2]);
+    let out = uraid_fails(
+        &[vec!["assemble".to_string()], names(&m[..2])].concat(),
+        &["keeps its write journal on role 2", "not stopped cleanly", "acknowledged writes", "Nothing was written", "--force"],
+    );
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    snap.assert_unchanged("the refused assemble");
+    let out = uraid_ok(&[vec!["assemble".to_string(), "--force".into()], names(&m[..2])].concat());
+    assert_contains(&out.stderr, &["its write journal on role 2 is lost", "accepted with --force"], "assemble --force");
+    // A new member in the missing role gets the journal.
+    let out = uraid_ok(&[vec!["add".to_string(), "--spare".into(), s(&m[3]).into()], names(&m[..2])].concat());
+    assert_contains(&out.stderr, &["write journal on role 2 was formatted on", s(&m[3])], "add");
+    let now = [m[0].clone(), m[1].clone(), m[3].clone()];
+    let st = uraid_ok(&[vec!["status".to_string()], names(&now)].concat());
+    assert_contains(&st.stdout, &["journal on role 2"], "status");
+    assert!(!st.stdout.contains("LOST"), "{}", st.stdout);
+}
