@@ -562,7 +562,8 @@ fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<Vec<VolumeEn
         }
         return Err(too_small(m, need, &what));
     }
-    let room = (min - reserve) / VOLUME_ALIGN * VOLUME_ALIGN;
+    // What the last volume may use: up to the journal's room, or all.
+    let room = if reserve > 0 { (min - reserve) / VOLUME_ALIGN * VOLUME_ALIGN } else { min };
     for ((start, size, level, chunk), s) in sized.into_iter().zip(&specs) {
         let member_size = size.unwrap_or((room - start) / chunk * chunk);
         // Geometry checks the layout once more (and rounds as md does).

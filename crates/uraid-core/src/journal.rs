@@ -210,6 +210,9 @@ struct State {
     /// Bytes of log promised to stripe records the flusher will write
     /// (see [`Journal::promise`]).
     promised: u64,
+    /// Bumped by [`Journal::rehome`]: a record reserved before belongs to
+    /// the device the journal left and never counts as acknowledged.
+    epoch: u64,
 }
 
 /// The member role a journal in a region lies on, and the array's health
@@ -336,6 +339,7 @@ impl Journal {
             early: Default::default(),
             nonce: h.nonce,
             promised: 0,
+            epoch: 0,
         };
         Journal {
             member: RwLock::new(member),
@@ -413,6 +417,7 @@ impl Journal {
             s.tail_seq = s.next_seq;
             s.written_below = s.next_seq;
             s.nonce = new_nonce();
+            s.epoch += 1;
             (s.tail, s.tail_seq, s.nonce)
         };
         let h = Header { id: self.id, log_size: self.log_size, tail, tail_seq, nonce };
@@ -422,6 +427,7 @@ impl Journal {
         *self.name.write().unwrap_or_else(|e| e.into_inner()) = m.name().to_string();
         *self.member.write().unwrap_or_else(|e| e.into_inner()) = Some(m);
         self.lost.store(false, Ordering::Release);
+        self.cv.notify_all();
         Ok(())
     }
 
@@ -544,7 +550,11 @@ impl Journal {
         b[32..40].copy_from_slice(&offset.to_le_bytes());
         b[40..48].copy_from_slice(&len.to_le_bytes());
         b[48..52].copy_from_slice(&crc32c::crc32c(data).to_le_bytes());
-        b[56..64].copy_from_slice(&self.lock().nonce.to_le_bytes());
+        let (nonce, epoch) = {
+            let s = self.lock();
+            (s.nonce, s.epoch)
+        };
+        b[56..64].copy_from_slice(&nonce.to_le_bytes());
         b[64..72].copy_from_slice(&cache_seq.to_le_bytes());
         let crc = crc32c::crc32c(&b[..508]);
         b[508..512].copy_from_slice(&crc.to_le_bytes());
@@ -567,8 +577,8 @@ impl Journal {
             s.written_below += 1;
         }
         self.cv.notify_all();
-        while s.written_below <= r.seq && res.is_ok() {
-            if self.lost.load(Ordering::Acquire) {
+        while s.written_below <= r.seq && res.is_ok() || s.epoch != epoch {
+            if self.lost.load(Ordering::Acquire) || s.epoch != epoch {
                 // An earlier record may never be written: this one does not
                 // count as acknowledged in order.
                 return Err(Error::new(
