@@ -124,6 +124,10 @@ pub struct AssembleOptions {
     /// [`Array::warnings`] instead of refused; such an array cannot be
     /// activated.
     pub inspect: bool,
+    /// Run a volume whose journal device of its own was not given without
+    /// it (its records, if any, are lost; writes are then acknowledged only
+    /// once on the members): `assemble --force`, `config --force`.
+    pub without_journal: bool,
 }
 
 /// Where `add` put a new device.
@@ -838,6 +842,21 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
         journals.push(Arc::new(crate::journal::Journal::open(m)?));
     }
     let mut warnings = Vec::new();
+    // A journal device of its own not given.
+    for v in auth.volumes.iter().filter(|v| v.cache_mode == crate::cache::CacheMode::Journal.to_u8() && v.journal_region.is_none()) {
+        if !opts.without_journal || journals.iter().any(|j| j.id().journal == v.journal_uuid && j.id().volume == v.uuid) {
+            continue;
+        }
+        let id = crate::journal::JournalId { array: auth.array_uuid, volume: v.uuid, journal: v.journal_uuid };
+        let name = format!("journal {}", fmt_uuid(&v.journal_uuid));
+        warnings.push(format!(
+            "{}: its write journal ({name}) was not given and the volume runs without it (--force): records it held \
+             are lost, and writes are acknowledged only once they are on the members; give it again, or move the \
+             journal with 'uraid config --cache journal --journal DEVICE'",
+            describe_volume(v)
+        ));
+        journals.push(Arc::new(crate::journal::Journal::absent(id, 0, 0, name, None)));
+    }
     let mut slots = auth.slots.clone();
     let mut devices: Vec<Option<Member>> = (0..slots.len()).map(|_| None).collect();
     let mut dev_specs: Vec<Option<MemberSpec>> = vec![None; slots.len()];
@@ -1352,7 +1371,8 @@ impl Array {
                             Membership,
                             "volume '{}' keeps a write journal (journal UUID {}) and it was not given; give the \
                              journal device with the members (its records may hold acknowledged writes). Nothing \
-                             was written",
+                             was written. If the device is gone, 'uraid assemble --force' or 'uraid config --force' \
+                             go on without it",
                             v.name,
                             fmt_uuid(&v.journal_uuid)
                         ),

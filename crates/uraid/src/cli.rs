@@ -113,7 +113,8 @@ struct AssembleArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
-    /// Take stale members back (rebuilt in full) and start a degraded RAID 5/6 volume that was not stopped cleanly.
+    /// Take stale members back (rebuilt in full), start a degraded RAID 5/6 volume that was not stopped cleanly,
+    /// start without a journal that cannot be read (its records are lost).
     #[arg(long)]
     force: bool,
     /// Every member of the array, in any order.
@@ -403,7 +404,7 @@ fn cmd_examine(a: ExamineArgs) -> Result<()> {
 }
 
 fn cmd_assemble(a: AssembleArgs) -> Result<()> {
-    let arr = array::assemble_with(&specs(&a.members)?, &array::AssembleOptions { force: a.force, ..Default::default() })?;
+    let arr = array::assemble_with(&specs(&a.members)?, &array::AssembleOptions { force: a.force, without_journal: a.force, ..Default::default() })?;
     for w in arr.warnings() {
         eprintln!("uraid: warning: {w}");
     }

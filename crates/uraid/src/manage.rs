@@ -286,7 +286,7 @@ fn after_change(mut arr: Array, flags: Option<&RebuildFlags>) -> Result<()> {
 /// publication of this array the `Busy` error stands.
 pub(crate) fn cmd_status(a: StatusArgs) -> Result<()> {
     let specs = specs(&a.array.members)?;
-    let (st, served) = match array::open_with(&specs, &array::AssembleOptions { force: false, inspect: true }) {
+    let (st, served) = match array::open_with(&specs, &array::AssembleOptions { inspect: true, ..Default::default() }) {
         Ok(arr) => {
             for w in arr.warnings() {
                 eprintln!("uraid: warning: {w}");
@@ -685,7 +685,9 @@ pub(crate) struct ConfigArgs {
     /// Only this volume (default: every volume).
     #[arg(long)]
     volume: Option<String>,
-    /// Format the --journal device even when it holds something.
+    /// Format the --journal device even when it holds something; open an
+    /// array whose journal device of its own is gone without it (its
+    /// records are lost).
     #[arg(long)]
     force: bool,
     #[command(flatten)]
@@ -710,12 +712,11 @@ pub(crate) fn print_cache(names: &[String], cfg: &uraid_core::cache::CacheConfig
 /// `uraid config`.
 pub(crate) fn cmd_config(a: ConfigArgs) -> Result<()> {
     let Some(cfg) = a.cache.config()? else { bail!("nothing to change: give --cache MODE (off, writethrough, writeback, journal)") };
-    let mut arr = open(&a.array.members)?;
-    let seen = arr.warnings().len();
+    let opts = array::AssembleOptions { without_journal: a.force, ..Default::default() };
+    let mut arr = array::open_with(&specs(&a.array.members)?, &opts)?;
+    warn(&mut arr);
     let names = a.cache.apply(&mut arr, a.volume.as_deref(), &cfg, a.force)?;
-    for w in &arr.warnings()[seen..] {
-        eprintln!("uraid: warning: {w}");
-    }
+    warn(&mut arr);
     print_cache(&names, &cfg);
     arr.release();
     Ok(())

@@ -682,3 +682,24 @@ fn re_add_resyncs_only_what_changed() {
     assert!(arr.volume().read_at(0, cap).unwrap() == model, "data differs after the re-add");
     arr.release();
 }
+
+#[test]
+fn a_lost_journal_device_of_its_own_is_left_behind_only_with_force() {
+    let _g = shared();
+    let d = tmpdir();
+    let m = sparse_files(d.path(), "m", 2, 16 << 20);
+    let j = sparse_file(d.path(), "journal", 72 << 20);
+    let ms: Vec<&str> = m.iter().map(|p| s(p)).collect();
+    uraid_ok(&with(&["create", "--level", "1", "--name", "gone", "--cache", "journal", "--journal", s(&j)], &ms));
+    std::fs::remove_file(&j).unwrap();
+    let snap = Snapshot::take(&m);
+    uraid_fails(&with(&["assemble"], &ms), &["keeps a write journal", "it was not given", "Nothing was written", "--force"]);
+    uraid_fails(&with(&["config", "--cache", "writeback"], &ms), &["keeps a write journal", "--force"]);
+    snap.assert_unchanged("the refused assemble and config");
+    let out = uraid_ok(&with(&["assemble", "--force"], &ms));
+    assert_contains(&out.stderr, &["was not given and the volume runs without it"], "assemble --force");
+    let out = uraid_ok(&with(&["config", "--force", "--cache", "writeback"], &ms));
+    assert_contains(&out.stdout, &["cache writeback"], "config --force leaves the journal mode");
+    // The journal is no longer wanted.
+    uraid_ok(&with(&["assemble"], &ms));
+}
