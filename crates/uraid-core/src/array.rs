@@ -126,7 +126,8 @@ pub struct AssembleOptions {
     pub inspect: bool,
     /// Run a volume whose journal device of its own was not given without
     /// it (its records, if any, are lost; writes are then acknowledged only
-    /// once on the members): `assemble --force`, `config --force`.
+    /// once on the members): `assemble --without-journal`, `config
+    /// --without-journal`.
     pub without_journal: bool,
 }
 
@@ -265,6 +266,9 @@ pub struct Array {
     /// The journal devices given (journal cache mode), each named by a
     /// volume entry's journal UUID.
     journals: Vec<Arc<crate::journal::Journal>>,
+    /// The journals were replayed (by [`activate`](Self::activate), or the
+    /// array is new): their records are all in the caches now.
+    replayed: bool,
 }
 
 impl std::fmt::Debug for Array {
@@ -550,9 +554,12 @@ fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<Vec<VolumeEn
         start += size.unwrap_or(0);
     }
     // Room for a journal on a member, at the end, 1 MiB aligned.
-    let reserve = opts.journal_reserve.next_multiple_of(VOLUME_ALIGN);
+    let reserve = match opts.journal_reserve {
+        0 => 0,
+        r => check_member_journal_size(r)?.next_multiple_of(VOLUME_ALIGN),
+    };
     if reserve > 0 {
-        need = need.next_multiple_of(VOLUME_ALIGN) + reserve;
+        need = need.next_multiple_of(VOLUME_ALIGN).saturating_add(reserve);
     }
     let min = members.iter().map(Member::size).min().unwrap_or(0);
     if let Some(m) = members.iter().find(|m| m.size() < need) {
@@ -718,6 +725,7 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
     }
     meta.persist(&health)?;
     let mut arr = Array::new(meta, health, bitmap, warnings, Vec::new(), false)?;
+    arr.replayed = true;
     arr.start_daemon();
     Ok(arr)
 }
@@ -850,7 +858,7 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
         let id = crate::journal::JournalId { array: auth.array_uuid, volume: v.uuid, journal: v.journal_uuid };
         let name = format!("journal {}", fmt_uuid(&v.journal_uuid));
         warnings.push(format!(
-            "{}: its write journal ({name}) was not given and the volume runs without it (--force): records it held \
+            "{}: its write journal ({name}) was not given and the volume runs without it (--without-journal): records it held \
              are lost, and writes are acknowledged only once they are on the members; give it again, or move the \
              journal with 'uraid config --cache journal --journal DEVICE'",
             describe_volume(v)
@@ -986,9 +994,12 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
             health.set_recovery(r as u32, o);
         }
     }
-    open_member_journals(&auth, &slots, &devices, &health, opts, &mut journals, &mut warnings)?;
+    let renamed = open_member_journals(&auth, &slots, &devices, &health, opts, &mut journals, &mut warnings)?;
     let mut sb = auth.clone();
     sb.slots = slots;
+    for (i, uuid) in renamed {
+        sb.volumes[i].journal_uuid = uuid;
+    }
     let mut meta = Meta { sb, devices, specs: dev_specs, roles: Arc::new(Vec::new()) };
     meta.rebuild_roles()?;
     let bitmap = if auth.bitmap_region > 0 {
@@ -1060,7 +1071,9 @@ pub fn open_journal_device(spec: &MemberSpec, force: bool) -> Result<Member> {
 /// region does not hold this volume's journal is lost: its records are out
 /// of reach, and the volume runs without it ([`crate::journal::Journal::absent`],
 /// a warning says so). After an unclean stop that may lose acknowledged
-/// writes, so it is refused unless `force` (or `inspect`).
+/// writes, so it is refused unless `force` (or `inspect`). Returns the
+/// volumes whose journal, lost while its role keeps the device, gets a new
+/// UUID (with the UUID).
 fn open_member_journals(
     auth: &Superblock,
     slots: &[Slot],
@@ -1069,10 +1082,11 @@ fn open_member_journals(
     opts: &AssembleOptions,
     journals: &mut Vec<Arc<crate::journal::Journal>>,
     warnings: &mut Vec<String>,
-) -> Result<()> {
-    for v in &auth.volumes {
+) -> Result<Vec<(usize, [u8; 16])>> {
+    let mut renamed = Vec::new();
+    for (i, v) in auth.volumes.iter().enumerate() {
         let Some(r) = v.journal_region else { continue };
-        let id = crate::journal::JournalId { array: auth.array_uuid, volume: v.uuid, journal: v.journal_uuid };
+        let mut id = crate::journal::JournalId { array: auth.array_uuid, volume: v.uuid, journal: v.journal_uuid };
         let host = crate::journal::Host { health: health.clone(), role: r.role };
         let state = slots[r.role as usize].state;
         let dev = devices[r.role as usize].as_ref().filter(|_| matches!(state, MemberState::Active | MemberState::Rebuilding));
@@ -1089,15 +1103,22 @@ fn open_member_journals(
         };
         let unclean = auth.state == State::Active;
         if unclean && !opts.force && !opts.inspect {
+            let way = if state == MemberState::Missing { "Give the member, or assemble" } else { "Assemble" };
             bail!(
                 Membership,
                 "{} keeps its write journal on role {} and the journal cannot be read ({why}); the array was not \
                  stopped cleanly, so the journal's records may hold acknowledged writes that are not on the members. \
-                 Nothing was written. Give the member, or assemble with --force to go on without them (then run \
-                 'uraid check')",
+                 Nothing was written. {way} with --force to go on without them (then run 'uraid check')",
                 describe_volume(v),
                 r.role
             );
+        }
+        if dev.is_some() {
+            // The role keeps its device: the region's records must never
+            // count again (a later assemble would replay them over newer
+            // data); the journal gets a new identity, written at activate.
+            id.journal = superblock::new_uuid();
+            renamed.push((i, id.journal));
         }
         warnings.push(format!(
             "{}: its write journal on role {} is lost ({why}){}; writes are acknowledged only once they are on the \
@@ -1109,7 +1130,7 @@ fn open_member_journals(
         let name = dev.map_or_else(|| format!("role {}", r.role), |m| m.name().to_string());
         journals.push(Arc::new(crate::journal::Journal::absent(id, r.start, r.size, name, Some(host))));
     }
-    Ok(())
+    Ok(renamed)
 }
 
 /// The absolute member byte ranges a resync must cover after an unclean
@@ -1284,9 +1305,20 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
 
 /// What `uraid status` says of a volume whose journal is lost.
 pub const JOURNAL_LOST_WARNING: &str =
-    "the write journal is lost (its member failed or was replaced, or a write to it failed): each write is \
-     acknowledged only once it is on the members and flushed, and RAID 5/6 stripes written in part have the write \
-     hole again, until the journal's role has a device again or 'uraid config --journal' gives it another place";
+    "the write journal is lost (a write to it failed, its device was not given, or the member holding it failed or \
+     was replaced): each write is acknowledged only once it is on the members and flushed, and RAID 5/6 stripes \
+     written in part have the write hole again, until a member takes the journal's role or 'uraid config --cache \
+     journal --journal DEVICE' gives it another place";
+
+/// A journal size asked for on a member, in whole 4 KiB. Errors:
+/// `InvalidInput` below 64 MiB + 4 KiB or above 1 PiB.
+pub fn check_member_journal_size(size: u64) -> Result<u64> {
+    let min = crate::journal::HEADER_SIZE + crate::journal::MIN_LOG;
+    if !(min..=1 << 50).contains(&size) {
+        bail!(InvalidInput, "a journal of {size} bytes cannot be: give from 64M + 4K ({min} bytes) to 1P");
+    }
+    Ok(size.next_multiple_of(4096))
+}
 
 /// Bytes of a journal on a member when no size is given (256 MiB and the
 /// 4 KiB header).
@@ -1335,7 +1367,7 @@ impl Array {
             Some(m) => m.lock().unwrap_or_else(|e| e.into_inner()).persist(h),
             None => Ok(()),
         });
-        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect, journals };
+        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect, journals, replayed: false };
         a.build_volumes()?;
         Ok(a)
     }
@@ -1371,8 +1403,8 @@ impl Array {
                             Membership,
                             "volume '{}' keeps a write journal (journal UUID {}) and it was not given; give the \
                              journal device with the members (its records may hold acknowledged writes). Nothing \
-                             was written. If the device is gone, 'uraid assemble --force' or 'uraid config --force' \
-                             go on without it",
+                             was written. If the device is gone, 'uraid assemble --without-journal' or 'uraid config \
+                             --without-journal' go on without it",
                             v.name,
                             fmt_uuid(&v.journal_uuid)
                         ),
@@ -1597,6 +1629,7 @@ impl Array {
         for i in 0..entries.len() {
             self.replay_journal(i)?;
         }
+        self.replayed = true;
         if unclean {
             let ranges = {
                 let m = self.meta();
@@ -1719,11 +1752,9 @@ impl Array {
         if !force {
             self.refuse_past_tolerance(role, "failing")?;
         }
+        // A journal on it goes: what it holds is put on the members first.
+        self.lose_journals_on(role)?;
         self.health.set_state(role, MemberState::Faulty);
-        // A journal on it is lost; the caches write back what it held.
-        for j in self.journals_on(role) {
-            j.mark_lost();
-        }
         self.persist()
     }
 
@@ -2096,7 +2127,7 @@ impl Array {
                         state.name()
                     );
                 }
-                let size = member_size.unwrap_or(DEFAULT_MEMBER_JOURNAL).next_multiple_of(4096);
+                let size = check_member_journal_size(member_size.unwrap_or(DEFAULT_MEMBER_JOURNAL))?;
                 if size < crate::journal::HEADER_SIZE + crate::journal::MIN_LOG {
                     bail!(
                         InvalidInput,
@@ -2173,17 +2204,29 @@ impl Array {
             .collect()
     }
 
-    /// Role `role` loses its device (failed, removed) or is about to get
-    /// another one: its journals are lost (their devices let go), and every
-    /// write they held goes to the members first.
-    fn lose_journals_on(&self, role: u32) -> Result<()> {
+    /// Role `role` is about to lose its device (failed) or get another one:
+    /// every write its journals hold goes to the members first (records of
+    /// a crash not yet replayed, then what the caches hold), then the
+    /// journals are lost (their devices let go). Errors: from the replay
+    /// or the write-back; the journals are then still in use.
+    fn lose_journals_on(&mut self, role: u32) -> Result<()> {
+        let on_role = |v: &Arc<Volume>| v.cache().and_then(|c| c.journal()).is_some_and(|j| j.host_role() == Some(role));
+        if !self.replayed && !self.inspect {
+            for i in 0..self.volumes.len() {
+                if on_role(&self.volumes[i]) {
+                    self.replay_journal(i)?;
+                }
+            }
+        }
+        for v in self.volumes.iter().filter(|v| on_role(v)) {
+            v.cache().expect("a journal has a cache").drain()?;
+        }
         for j in self.journals_on(role) {
             j.mark_lost();
         }
-        for v in &self.volumes {
-            if let Some(c) = v.cache().filter(|c| c.journal().is_some_and(|j| j.host_role() == Some(role))) {
-                c.drain()?;
-            }
+        // Writes that came meanwhile, recorded in the journal just lost.
+        for v in self.volumes.iter().filter(|v| on_role(v)) {
+            v.cache().expect("a journal has a cache").drain()?;
         }
         Ok(())
     }
@@ -2214,7 +2257,7 @@ impl Array {
         Ok(())
     }
 
-    /// Roles being rebuilt.    /// Roles being rebuilt.
+    /// Roles being rebuilt.
     pub fn rebuilding(&self) -> Vec<u32> {
         (0..self.member_count()).filter(|&r| self.health.state(r) == MemberState::Rebuilding).collect()
     }

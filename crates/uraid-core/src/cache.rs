@@ -589,7 +589,9 @@ impl Cache {
             if line.oldest == 0 {
                 line.oldest = seq;
                 line.dirty_since = crate::member::now_ns();
-                if let Some(j) = journal {
+                // Promised whether or not the journal is lost now (it is
+                // released the same way when the line is clean again).
+                if let Some(j) = &self.journal {
                     j.promise(self.promise_for(1));
                 }
             }

@@ -257,6 +257,8 @@ impl std::fmt::Debug for Journal {
 pub struct Reservation {
     seq: u64,
     pos: u64,
+    /// The journal's epoch when reserved (see [`Journal::rehome`]).
+    epoch: u64,
 }
 
 impl Journal {
@@ -518,6 +520,9 @@ impl Journal {
     /// Records are written with [`write`](Self::write) and then count as
     /// acknowledged in this order.
     pub fn reserve(&self, len: u64, cache_seq: u64, writer: Option<u64>) -> Option<Reservation> {
+        if self.is_lost() {
+            return None;
+        }
         let mut s = self.lock();
         let pos = self.place(s.head, len);
         let (limit, extra) = match writer {
@@ -531,7 +536,7 @@ impl Journal {
         s.next_seq += 1;
         s.head = pos + RECORD_HEADER + len;
         s.held.push_back(Held { seq, pos, cache_seq, written: false });
-        Some(Reservation { seq, pos })
+        Some(Reservation { seq, pos, epoch: s.epoch })
     }
 
     /// Writes the record reserved as `r` (`kind`, volume byte `offset`,
@@ -552,15 +557,29 @@ impl Journal {
         b[48..52].copy_from_slice(&crc32c::crc32c(data).to_le_bytes());
         let (nonce, epoch) = {
             let s = self.lock();
-            (s.nonce, s.epoch)
+            (s.nonce, r.epoch)
         };
+        let moved = || {
+            Error::new(
+                crate::ErrorKind::Io,
+                format!("the journal on {} was lost and moved since this record's place was taken", self.name()),
+            )
+        };
+        if self.lock().epoch != epoch {
+            return Err(moved());
+        }
         b[56..64].copy_from_slice(&nonce.to_le_bytes());
         b[64..72].copy_from_slice(&cache_seq.to_le_bytes());
         let crc = crc32c::crc32c(&b[..508]);
         b[508..512].copy_from_slice(&crc.to_le_bytes());
         b[RECORD_HEADER as usize..].copy_from_slice(data);
-        let res = self.write_dsync(&b, HEADER_SIZE + r.pos % self.log_size);
+        let res = self.write_dsync(&b, HEADER_SIZE + r.pos % self.log_size, Some(epoch));
         let mut s = self.lock();
+        if s.epoch != epoch {
+            // Rehomed meanwhile: the record went to the device the journal
+            // left, and the log's accounting started anew without it.
+            return Err(moved());
+        }
         // Held records have consecutive numbers (reserved in order, retired
         // from the front), so the record's place is its distance from the
         // first.
@@ -595,16 +614,21 @@ impl Journal {
     /// at journal byte `offset`. An error loses the journal (see
     /// [`is_lost`](Self::is_lost)); on a member, the member is failed as
     /// for any write error on it.
-    fn write_dsync(&self, buf: &[u8], offset: u64) -> Result<()> {
+    /// A record's write carries the `epoch` of its reservation: checked
+    /// under the device's lock, so a record never reaches the device a
+    /// rehome put in place after it was reserved.
+    fn write_dsync(&self, buf: &[u8], offset: u64, epoch: Option<u64>) -> Result<()> {
         let res = {
             let g = self.member.read().unwrap_or_else(|e| e.into_inner());
             match g.as_ref() {
-                None => Err(Error::io(
-                    &format!("cannot write a journal record at byte {} of", self.base + offset),
-                    std::path::Path::new(&self.name()),
-                    std::io::Error::other("the journal is lost (its member failed or was replaced)"),
-                )),
-                Some(m) => m.write_dsync_at(buf, self.base + offset),
+                Some(m) if epoch.is_none_or(|e| e == self.lock().epoch) => m.write_dsync_at(buf, self.base + offset),
+                _ => {
+                    return Err(Error::io(
+                        &format!("cannot write the journal at byte {} of", self.base + offset),
+                        std::path::Path::new(&self.name()),
+                        std::io::Error::other("the journal is lost (a write to it failed, or its member failed or was replaced)"),
+                    ))
+                }
             }
         };
         res.map_err(|err| {
@@ -686,7 +710,7 @@ impl Journal {
     fn write_header(&self, tail: u64, tail_seq: u64) -> Result<()> {
         let nonce = self.lock().nonce;
         let h = Header { id: self.id, log_size: self.log_size, tail, tail_seq, nonce };
-        self.write_dsync(&h.encode(), 0)
+        self.write_dsync(&h.encode(), 0, None)
     }
 
     /// Reads the valid records from the tail on, then writes their data to

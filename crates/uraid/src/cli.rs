@@ -114,9 +114,12 @@ struct AssembleArgs {
     #[arg(long)]
     json: bool,
     /// Take stale members back (rebuilt in full), start a degraded RAID 5/6 volume that was not stopped cleanly,
-    /// start without a journal that cannot be read (its records are lost).
+    /// or one whose journal on a member cannot be read (its records are lost).
     #[arg(long)]
     force: bool,
+    /// Start without a journal device of its own that is gone (the records it held are lost).
+    #[arg(long)]
+    without_journal: bool,
     /// Every member of the array, in any order.
     #[arg(required = true)]
     members: Vec<String>,
@@ -266,6 +269,9 @@ fn cmd_create(a: CreateArgs) -> Result<()> {
             );
         }
         if journal_reserve == 0 {
+            if a.cache.journal_size.is_some() {
+                bail!("--journal-size is for a journal on a member; {j} is not one of the members (a device of its own is a journal whole)");
+            }
             drop(array::open_journal_device(&j.parse()?, a.force)?);
         }
     }
@@ -404,7 +410,7 @@ fn cmd_examine(a: ExamineArgs) -> Result<()> {
 }
 
 fn cmd_assemble(a: AssembleArgs) -> Result<()> {
-    let arr = array::assemble_with(&specs(&a.members)?, &array::AssembleOptions { force: a.force, without_journal: a.force, ..Default::default() })?;
+    let arr = array::assemble_with(&specs(&a.members)?, &array::AssembleOptions { force: a.force, without_journal: a.without_journal, ..Default::default() })?;
     for w in arr.warnings() {
         eprintln!("uraid: warning: {w}");
     }

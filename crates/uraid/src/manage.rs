@@ -637,7 +637,9 @@ impl CacheFlags {
         if self.journal_size.is_some() && self.journal.is_none() {
             bail!("--journal-size goes with --journal (a journal on a member)");
         }
-        self.journal_size()?;
+        if let Some(size) = self.journal_size()? {
+            uraid_core::array::check_member_journal_size(size)?;
+        }
         Ok(Some(uraid_core::cache::CacheConfig { mode, size, dirty_limit }))
     }
 
@@ -685,11 +687,13 @@ pub(crate) struct ConfigArgs {
     /// Only this volume (default: every volume).
     #[arg(long)]
     volume: Option<String>,
-    /// Format the --journal device even when it holds something; open an
-    /// array whose journal device of its own is gone without it (its
-    /// records are lost).
+    /// Format the --journal device even when it holds something.
     #[arg(long)]
     force: bool,
+    /// Open the array without its journal device of its own, which is
+    /// gone (the records it held are lost), to leave or move the journal.
+    #[arg(long)]
+    without_journal: bool,
     #[command(flatten)]
     array: ArrayMembers,
 }
@@ -712,7 +716,7 @@ pub(crate) fn print_cache(names: &[String], cfg: &uraid_core::cache::CacheConfig
 /// `uraid config`.
 pub(crate) fn cmd_config(a: ConfigArgs) -> Result<()> {
     let Some(cfg) = a.cache.config()? else { bail!("nothing to change: give --cache MODE (off, writethrough, writeback, journal)") };
-    let opts = array::AssembleOptions { without_journal: a.force, ..Default::default() };
+    let opts = array::AssembleOptions { without_journal: a.without_journal, ..Default::default() };
     let mut arr = array::open_with(&specs(&a.array.members)?, &opts)?;
     warn(&mut arr);
     let names = a.cache.apply(&mut arr, a.volume.as_deref(), &cfg, a.force)?;

@@ -684,7 +684,7 @@ fn re_add_resyncs_only_what_changed() {
 }
 
 #[test]
-fn a_lost_journal_device_of_its_own_is_left_behind_only_with_force() {
+fn a_lost_journal_device_of_its_own_is_left_behind_only_when_asked() {
     let _g = shared();
     let d = tmpdir();
     let m = sparse_files(d.path(), "m", 2, 16 << 20);
@@ -693,13 +693,14 @@ fn a_lost_journal_device_of_its_own_is_left_behind_only_with_force() {
     uraid_ok(&with(&["create", "--level", "1", "--name", "gone", "--cache", "journal", "--journal", s(&j)], &ms));
     std::fs::remove_file(&j).unwrap();
     let snap = Snapshot::take(&m);
-    uraid_fails(&with(&["assemble"], &ms), &["keeps a write journal", "it was not given", "Nothing was written", "--force"]);
-    uraid_fails(&with(&["config", "--cache", "writeback"], &ms), &["keeps a write journal", "--force"]);
+    uraid_fails(&with(&["assemble"], &ms), &["keeps a write journal", "it was not given", "Nothing was written", "--without-journal"]);
+    uraid_fails(&with(&["assemble", "--force"], &ms), &["keeps a write journal", "--without-journal"]);
+    uraid_fails(&with(&["config", "--cache", "writeback"], &ms), &["keeps a write journal", "--without-journal"]);
     snap.assert_unchanged("the refused assemble and config");
-    let out = uraid_ok(&with(&["assemble", "--force"], &ms));
-    assert_contains(&out.stderr, &["was not given and the volume runs without it"], "assemble --force");
-    let out = uraid_ok(&with(&["config", "--force", "--cache", "writeback"], &ms));
-    assert_contains(&out.stdout, &["cache writeback"], "config --force leaves the journal mode");
+    let out = uraid_ok(&with(&["assemble", "--without-journal"], &ms));
+    assert_contains(&out.stderr, &["was not given and the volume runs without it"], "assemble --without-journal");
+    let out = uraid_ok(&with(&["config", "--without-journal", "--cache", "writeback"], &ms));
+    assert_contains(&out.stdout, &["cache writeback"], "config --without-journal leaves the journal mode");
     // The journal is no longer wanted.
     uraid_ok(&with(&["assemble"], &ms));
 }

@@ -1067,3 +1067,46 @@ fn an_unclean_array_without_its_journal_member_assembles_only_with_force() {
     assert_contains(&st.stdout, &["journal on role 2"], "status");
     assert!(!st.stdout.contains("LOST"), "{}", st.stdout);
 }
+
+#[test]
+fn replacing_or_failing_the_journal_member_after_a_crash_keeps_the_journal_s_writes() {
+    let _g = shared();
+    tools();
+    // After a kill, the journal's records hold acknowledged writes that are
+    // on no member: replacing or failing the member that holds the journal
+    // must put them on the members before the journal goes.
+    let d = tmpdir();
+    let m = sparse_files(d.path(), "m", 4, 100 << 20);
+    let names = |x: &[PathBuf]| x.iter().map(|p| s(p).to_string()).collect::<Vec<_>>();
+    let mut args = vec!["create", "--level", "1", "--name", "jr2", "--cache", "journal", "--journal", s(&m[2]), "--journal-size", "72M"];
+    args.extend(m[..3].iter().map(|p| s(p)));
+    uraid_ok(&args);
+    let paths: Vec<&Path> = m[..3].iter().map(|p| p.as_path()).collect();
+    let j = journal_start(&paths);
+    let sock = d.path().join("s.sock");
+    let mut rng = rng("journal member after a crash");
+    let mut data = vec![0u8; 4096];
+    let mut crash = |members: &[PathBuf]| {
+        for _ in 0..5 {
+            rng.fill_bytes(&mut data);
+            if kill_with_a_write_in_the_journal(members, &sock, "jr2", 64 << 10, &data, j) {
+                return data.clone();
+            }
+            uraid_ok(&[vec!["assemble".to_string()], names(members)].concat());
+        }
+        panic!("serve wrote the write back before every SIGKILL: nothing was tested");
+    };
+    let a = crash(&m[..3]);
+    let out = uraid_ok(&[vec!["replace".to_string(), "--old".into(), "2".into(), "--new".into(), s(&m[3]).into()], names(&m[..3])].concat());
+    assert_contains(&out.stderr, &["replayed 1 record", "formatted on"], "replace");
+    let now = [m[0].clone(), m[1].clone(), m[3].clone()];
+    for p in &now {
+        assert!(on_members(&[p.as_path()], j, &a), "{}: the journal's write is not there after the replace", p.display());
+    }
+    let b = crash(&now);
+    let out = uraid_ok(&[vec!["fail".to_string(), "--member".into(), "2".into()], names(&now)].concat());
+    assert_contains(&out.stderr, &["replayed 1 record"], "fail");
+    for p in &now[..2] {
+        assert!(on_members(&[p.as_path()], j, &b), "{}: the journal's write is not there after the fail", p.display());
+    }
+}
