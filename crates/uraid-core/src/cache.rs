@@ -212,6 +212,17 @@ struct InFlight {
     last_seq: u64,
 }
 
+/// What [`Cache::record_line`] did with a line.
+enum Recorded {
+    /// Recorded whole as the line was then: its `generation`, `dirty`
+    /// sectors and newest write `last_seq`.
+    Line { generation: u64, dirty: Vec<u64>, last_seq: u64 },
+    /// Nothing of it is dirty any more.
+    Clean,
+    /// The log has no room for it now.
+    Full,
+}
+
 /// A dirty line as the flusher took it.
 struct Snap {
     idx: u64,
@@ -219,7 +230,6 @@ struct Snap {
     data: IoBuf,
     dirty: Vec<u64>,
     valid: Vec<u64>,
-    oldest: u64,
     last_seq: u64,
 }
 
@@ -840,7 +850,7 @@ impl Cache {
                 let l = sh.lines.get(&idx)?;
                 let mut copy = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
                 copy.copy_from_slice(&l.data);
-                Some(Snap { idx, generation: l.generation, data: copy, dirty: l.dirty.clone(), valid: l.valid.clone(), oldest: l.oldest, last_seq: l.last_seq })
+                Some(Snap { idx, generation: l.generation, data: copy, dirty: l.dirty.clone(), valid: l.valid.clone(), last_seq: l.last_seq })
             })
             .collect()
     }
@@ -922,7 +932,7 @@ impl Cache {
         let mut tag = 0u64;
         let mut first_err: Option<crate::Error> = None;
         let sector = CACHE_SECTOR as usize;
-        for Snap { idx, generation, mut data, dirty: bits, valid, oldest, last_seq } in lines {
+        for Snap { idx, mut generation, mut data, dirty: mut bits, valid, mut last_seq } in lines {
             if first_err.is_some() {
                 lock(&self.pool).push(data);
                 continue;
@@ -930,9 +940,18 @@ impl Cache {
             let mut runs = runs_of(&bits, self.sectors);
             if let (Some(j), Some(fq)) = (journal, fill_q.as_mut()) {
                 if runs != [(0, self.sectors)] {
-                    match self.record_line(j, fq, idx, &mut data, &valid, (oldest, last_seq)) {
-                        Ok(true) => runs = vec![(0, self.sectors)],
-                        Ok(false) => {
+                    match self.record_line(j, fq, idx, &mut data, &valid) {
+                        // The line as recorded (it may hold writes that came
+                        // after the snapshot) is what goes to the members.
+                        Ok(Recorded::Line { generation: g, dirty, last_seq: l }) => {
+                            runs = vec![(0, self.sectors)];
+                            (generation, bits, last_seq) = (g, dirty, l);
+                        }
+                        Ok(Recorded::Clean) => {
+                            lock(&self.pool).push(data);
+                            continue;
+                        }
+                        Ok(Recorded::Full) => {
                             // The log is full: retire records first.
                             lock(&self.pool).push(data);
                             self.kick();
@@ -1020,20 +1039,16 @@ impl Cache {
     }
 
     /// Journal mode, RAID 5/6: completes line `idx` (snapshot `data`,
-    /// `valid` sectors) with the members' bytes where the cache holds
-    /// none, and writes it to the journal as a stripe record (it may retire
-    /// once write `seqs.0`, the oldest dirty one, is on the members; it
-    /// holds every write up to `seqs.1`). False when the log has no room
-    /// for it now.
-    fn record_line(
-        &self,
-        j: &crate::journal::Journal,
-        fq: &mut crate::Queue,
-        idx: u64,
-        data: &mut IoBuf,
-        valid: &[u64],
-        seqs: (u64, u64),
-    ) -> Result<bool> {
+    /// `valid` sectors) with the members' bytes where the cache held none,
+    /// then, with the writers held (`jorder`), lays the line's valid
+    /// sectors as they are now over it and takes the stripe record's place
+    /// in the log: the record holds every write whose record lies before
+    /// it in the log, so a record never carries older data than one it
+    /// follows (replay applies the records after the tail, and the records
+    /// before it, retired, may hold newer writes already on the members).
+    /// The record may retire once the line's oldest dirty write is on the
+    /// members; it holds every write up to the line's newest.
+    fn record_line(&self, j: &crate::journal::Journal, fq: &mut crate::Queue, idx: u64, data: &mut IoBuf, valid: &[u64]) -> Result<Recorded> {
         let sector = CACHE_SECTOR as usize;
         let holes: Vec<(usize, usize)> = runs_of(&valid.iter().map(|w| !w).collect::<Vec<_>>(), self.sectors);
         for (a, b) in holes {
@@ -1042,10 +1057,20 @@ impl Cache {
             c.result?;
             data[a * sector..b * sector].copy_from_slice(&c.buf.expect("a read returns its buffer")[..len]);
         }
-        let Some(r) = j.reserve(self.line, seqs.0, None) else { return Ok(false) };
-        j.write(r, crate::journal::RecordKind::Stripe, idx * self.line, seqs.1, &data[..self.line as usize])?;
+        let order = lock(&self.jorder);
+        let (generation, dirty, oldest, last_seq) = {
+            let sh = self.shard(idx);
+            let Some(l) = sh.lines.get(&idx).filter(|l| l.oldest != 0) else { return Ok(Recorded::Clean) };
+            for (a, b) in runs_of(&l.valid, self.sectors) {
+                data[a * sector..b * sector].copy_from_slice(&l.data[a * sector..b * sector]);
+            }
+            (l.generation, l.dirty.clone(), l.oldest, l.last_seq)
+        };
+        let Some(r) = j.reserve(self.line, oldest, None) else { return Ok(Recorded::Full) };
+        drop(order);
+        j.write(r, crate::journal::RecordKind::Stripe, idx * self.line, last_seq, &data[..self.line as usize])?;
         lock(&self.stats).stripe_records += 1;
-        Ok(true)
+        Ok(Recorded::Line { generation, dirty, last_seq })
     }
 
     fn reap(&self, out: &mut Vec<crate::Completion>, inflight: &mut HashMap<u64, InFlight>, err: &mut Option<crate::Error>) {

@@ -22,7 +22,7 @@ use crate::util::*;
 const TORTURE: &str = env!("CARGO_BIN_EXE_uraid-torture");
 
 /// Seeds that once failed (level, members, cache mode, seed, kill after ms).
-const REGRESSIONS: &[(u32, usize, &str, u64, u64)] = &[];
+const REGRESSIONS: &[(u32, usize, &str, u64, u64)] = &[(6, 5, "journal", 18097433026161731183, 873)];
 
 /// Seeds per level in one CI run (URAID_CRASH_SEEDS overrides).
 fn seeds_per_level() -> usize {
