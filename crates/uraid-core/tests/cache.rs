@@ -22,7 +22,13 @@ fn seed() -> u64 {
 /// A volume over fresh `mem:` members, and a second, uncached one over the
 /// same members (what a crash would leave: only what reached them).
 fn volumes(level: Level, n: usize, chunk: u64, rows: u64, cfg: CacheConfig) -> (Arc<Volume>, Arc<Volume>) {
-    let spec: MemberSpec = format!("mem:{}", DATA_OFFSET + rows * chunk).parse().unwrap();
+    volumes_with(level, n, chunk, rows, cfg, "")
+}
+
+/// [`volumes`] over members with `limits` (`,lat=US` and the like, as a
+/// `mem:` spec takes them).
+fn volumes_with(level: Level, n: usize, chunk: u64, rows: u64, cfg: CacheConfig, limits: &str) -> (Arc<Volume>, Arc<Volume>) {
+    let spec: MemberSpec = format!("mem:{}{limits}", DATA_OFFSET + rows * chunk).parse().unwrap();
     let ms: Vec<Member> = (0..n).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap()).collect();
     let g = Geometry::new(level, n, chunk, rows * chunk).unwrap();
     let raw = Arc::new(ms.iter().map(|m| m.try_clone().unwrap()).collect::<Vec<_>>());
@@ -323,8 +329,11 @@ fn the_dirty_limit_holds_and_nothing_is_lost() {
     // limit reached (the flusher needs far longer than the pushes to write
     // anything) and either waits in its queue (a line the cache holds) or
     // goes around the cache to the members (nothing of its range cached).
+    // Members that take 5 ms per I/O make sure the flusher is that slow
+    // (unthrottled, a debug build's pushes could lag a flusher that keeps
+    // up, and nothing would reach the limit).
     let cfg = CacheConfig { mode: CacheMode::WriteBack, size: 1 << 20, dirty_limit: 256 << 10 };
-    let (v, raw) = volumes(Level::Raid5, 3, 64 << 10, 64, cfg);
+    let (v, raw) = volumes_with(Level::Raid5, 3, 64 << 10, 64, cfg, ",lat=5000");
     let mut q = v.queue(16).unwrap();
     let mut model = vec![0u8; 16 * (128 << 10)];
     StdRng::seed_from_u64(seed()).fill_bytes(&mut model);
