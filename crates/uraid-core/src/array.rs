@@ -837,8 +837,7 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     }
     let mut journals = Vec::new();
     for (m, id) in journal_devs {
-        let owner = auth.volumes.iter().find(|v| v.journal_uuid == id.journal && v.uuid == id.volume);
-        if id.array != auth.array_uuid || owner.is_none() {
+        if !auth.volumes.iter().any(|v| journal_id(auth.array_uuid, v) == id) {
             bail!(
                 Superblock,
                 "{} is a journal, but not one of array '{}' (it names array {}); give this array's journal, or leave it out",
@@ -852,10 +851,10 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     let mut warnings = Vec::new();
     // A journal device of its own not given.
     for v in auth.volumes.iter().filter(|v| v.cache_mode == crate::cache::CacheMode::Journal.to_u8() && v.journal_region.is_none()) {
-        if !opts.without_journal || journals.iter().any(|j| j.id().journal == v.journal_uuid && j.id().volume == v.uuid) {
+        let id = journal_id(auth.array_uuid, v);
+        if !opts.without_journal || journals.iter().any(|j| j.id() == id) {
             continue;
         }
-        let id = crate::journal::JournalId { array: auth.array_uuid, volume: v.uuid, journal: v.journal_uuid };
         let name = format!("journal {}", fmt_uuid(&v.journal_uuid));
         warnings.push(format!(
             "{}: its write journal ({name}) was not given and the volume runs without it (--without-journal): records it held \
@@ -1041,6 +1040,12 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     Array::new(meta, health, bitmap, warnings, journals, opts.inspect)
 }
 
+/// The identity the journal of volume entry `v` of array `array` carries
+/// in its header.
+fn journal_id(array: [u8; 16], v: &VolumeEntry) -> crate::journal::JournalId {
+    crate::journal::JournalId { array, volume: v.uuid, journal: v.journal_uuid }
+}
+
 /// Opens `spec` to become a journal device of its own and checks it:
 /// large enough (4 KiB + 64 MiB), holding nothing (no filesystem, array or
 /// journal) unless `force`. Writes nothing; `create` checks the device
@@ -1086,7 +1091,7 @@ fn open_member_journals(
     let mut renamed = Vec::new();
     for (i, v) in auth.volumes.iter().enumerate() {
         let Some(r) = v.journal_region else { continue };
-        let mut id = crate::journal::JournalId { array: auth.array_uuid, volume: v.uuid, journal: v.journal_uuid };
+        let mut id = journal_id(auth.array_uuid, v);
         let host = crate::journal::Host { health: health.clone(), role: r.role };
         let state = slots[r.role as usize].state;
         let dev = devices[r.role as usize].as_ref().filter(|_| matches!(state, MemberState::Active | MemberState::Rebuilding));
@@ -1435,9 +1440,10 @@ impl Array {
         Ok(())
     }
 
-    /// The journal device given for volume entry `v`, if any.
+    /// The journal given or opened for volume entry `v`, if any.
     fn journal_of(&self, v: &VolumeEntry) -> Option<Arc<crate::journal::Journal>> {
-        self.journals.iter().find(|j| j.id().journal == v.journal_uuid && j.id().volume == v.uuid).cloned()
+        let id = journal_id(self.meta().sb.array_uuid, v);
+        self.journals.iter().find(|j| j.id() == id).cloned()
     }
 
     /// After a device joined or left a role: new member handles, bitmap

@@ -149,6 +149,20 @@ fn new_nonce() -> u64 {
     u64::from_le_bytes(crate::superblock::new_uuid()[..8].try_into().expect("8 bytes"))
 }
 
+/// Bytes of log a journal of `size` bytes (header included) holds: whole
+/// 4 KiB past the header.
+fn log_in(size: u64) -> u64 {
+    size.saturating_sub(HEADER_SIZE) / 4096 * 4096
+}
+
+/// Writes header `h` of an empty journal at byte `base` of `m`, and clears
+/// the place of its first record (at the tail), so that a stale record
+/// there cannot look like the next one. Durable when it returns.
+fn write_empty(m: &Member, base: u64, h: &Header) -> Result<()> {
+    m.write_all_at(&h.encode(), base)?;
+    m.write_all_at(&IoBuf::new(RECORD_HEADER as usize), base + HEADER_SIZE + h.tail % h.log_size)
+}
+
 fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
 }
@@ -275,7 +289,7 @@ impl Journal {
     /// the 4 KiB header, in whole 4 KiB. Errors: `TooSmall` below 4 KiB +
     /// [`MIN_LOG`] or past the device's end; `Io`.
     pub fn format_region(m: Member, base: u64, size: u64, id: JournalId, host: Option<Host>) -> Result<Journal> {
-        let log_size = size.saturating_sub(HEADER_SIZE) / 4096 * 4096;
+        let log_size = log_in(size);
         if log_size < MIN_LOG || base + size > m.size() {
             bail!(
                 TooSmall,
@@ -286,9 +300,7 @@ impl Journal {
             );
         }
         let h = Header { id, log_size, tail: 0, tail_seq: 1, nonce: new_nonce() };
-        m.write_all_at(&h.encode(), base)?;
-        // A stale record at the first position must not look like the next.
-        m.write_all_at(&IoBuf::new(RECORD_HEADER as usize), base + HEADER_SIZE)?;
+        write_empty(&m, base, &h)?;
         Ok(Self::with(m, base, h, host))
     }
 
@@ -317,8 +329,7 @@ impl Journal {
     /// records are out of reach. It holds nothing ([`replay`](Self::replay)
     /// replays nothing) until [`rehome`](Self::rehome).
     pub fn absent(id: JournalId, base: u64, size: u64, name: String, host: Option<Host>) -> Journal {
-        let log_size = size.saturating_sub(HEADER_SIZE) / 4096 * 4096;
-        let h = Header { id, log_size, tail: 0, tail_seq: 1, nonce: 0 };
+        let h = Header { id, log_size: log_in(size), tail: 0, tail_seq: 1, nonce: 0 };
         let j = Self::build(None, name, base, h, host);
         j.lost.store(true, Ordering::Release);
         j.losses.store(1, Ordering::Release);
@@ -365,7 +376,7 @@ impl Journal {
             return true;
         }
         if let Some(h) = &self.host {
-            if !matches!(h.health.state(h.role), crate::health::MemberState::Active | crate::health::MemberState::Rebuilding) {
+            if !h.health.writable(h.role) {
                 self.mark_lost();
                 return true;
             }
@@ -398,9 +409,10 @@ impl Journal {
 
     /// Puts a lost member journal on `m`, the device that now holds its
     /// role: writes an empty journal in the same region and takes it in
-    /// use. Every record reserved before must have ended, and whatever the
-    /// cache holds must already be on the members (the caller drains the
-    /// cache first): nothing is carried over. Errors: `InvalidInput` when
+    /// use. A record reserved before never counts (its reservation's epoch
+    /// is an older one), and whatever the cache holds must already be on
+    /// the members (the caller drains the cache first): nothing is carried
+    /// over. Errors: `InvalidInput` when
     /// the journal is not lost or not on a member; `TooSmall`, `Io`.
     pub fn rehome(&self, m: Member) -> Result<()> {
         if !self.is_lost() || self.host.is_none() {
@@ -410,7 +422,6 @@ impl Journal {
         if self.base + size > m.size() {
             bail!(TooSmall, "{} cannot hold the journal region ({size} bytes at byte {}): it has {} bytes", m.name(), self.base, m.size());
         }
-        self.wait_written();
         let (tail, tail_seq, nonce) = {
             let mut s = self.lock();
             s.held.clear();
@@ -422,10 +433,7 @@ impl Journal {
             s.epoch += 1;
             (s.tail, s.tail_seq, s.nonce)
         };
-        let h = Header { id: self.id, log_size: self.log_size, tail, tail_seq, nonce };
-        m.write_all_at(&h.encode(), self.base)?;
-        // The first record's place must not hold a stale record.
-        m.write_all_at(&IoBuf::new(RECORD_HEADER as usize), self.base + HEADER_SIZE + tail % self.log_size)?;
+        write_empty(&m, self.base, &Header { id: self.id, log_size: self.log_size, tail, tail_seq, nonce })?;
         *self.name.write().unwrap_or_else(|e| e.into_inner()) = m.name().to_string();
         *self.member.write().unwrap_or_else(|e| e.into_inner()) = Some(m);
         self.lost.store(false, Ordering::Release);
@@ -555,19 +563,20 @@ impl Journal {
         b[32..40].copy_from_slice(&offset.to_le_bytes());
         b[40..48].copy_from_slice(&len.to_le_bytes());
         b[48..52].copy_from_slice(&crc32c::crc32c(data).to_le_bytes());
-        let (nonce, epoch) = {
-            let s = self.lock();
-            (s.nonce, r.epoch)
-        };
+        let epoch = r.epoch;
         let moved = || {
             Error::new(
                 crate::ErrorKind::Io,
                 format!("the journal on {} was lost and moved since this record's place was taken", self.name()),
             )
         };
-        if self.lock().epoch != epoch {
-            return Err(moved());
-        }
+        let nonce = {
+            let s = self.lock();
+            if s.epoch != epoch {
+                return Err(moved());
+            }
+            s.nonce
+        };
         b[56..64].copy_from_slice(&nonce.to_le_bytes());
         b[64..72].copy_from_slice(&cache_seq.to_le_bytes());
         let crc = crc32c::crc32c(&b[..508]);
@@ -614,6 +623,7 @@ impl Journal {
     /// at journal byte `offset`. An error loses the journal (see
     /// [`is_lost`](Self::is_lost)); on a member, the member is failed as
     /// for any write error on it.
+    ///
     /// A record's write carries the `epoch` of its reservation: checked
     /// under the device's lock, so a record never reaches the device a
     /// rehome put in place after it was reserved.
@@ -622,13 +632,7 @@ impl Journal {
             let g = self.member.read().unwrap_or_else(|e| e.into_inner());
             match g.as_ref() {
                 Some(m) if epoch.is_none_or(|e| e == self.lock().epoch) => m.write_dsync_at(buf, self.base + offset),
-                _ => {
-                    return Err(Error::io(
-                        &format!("cannot write the journal at byte {} of", self.base + offset),
-                        std::path::Path::new(&self.name()),
-                        std::io::Error::other("the journal is lost (a write to it failed, or its member failed or was replaced)"),
-                    ))
-                }
+                _ => return Err(self.lost_error(&format!("cannot write the journal at byte {} of", self.base + offset))),
             }
         };
         res.map_err(|err| {
@@ -651,12 +655,14 @@ impl Journal {
         let g = self.member.read().unwrap_or_else(|e| e.into_inner());
         match g.as_ref() {
             Some(m) => m.read_exact_at(buf, self.base + offset),
-            None => Err(Error::io(
-                "cannot read the journal on",
-                std::path::Path::new(&self.name()),
-                std::io::Error::other("the journal is lost (its member failed or was replaced)"),
-            )),
+            None => Err(self.lost_error("cannot read the journal on")),
         }
+    }
+
+    /// The error of an I/O `what` the journal cannot do because it is lost.
+    fn lost_error(&self, what: &str) -> Error {
+        let why = std::io::Error::other("the journal is lost (a write to it failed, or its member failed or was replaced)");
+        Error::io(what, std::path::Path::new(&self.name()), why)
     }
 
     /// Blocks until every record reserved so far is written.
