@@ -30,15 +30,18 @@
 //! ([`crate::journal`]) and acknowledged only once its record is durable;
 //! a FLUSH then needs only the members' flush (for discards and zeroes),
 //! and nothing acknowledged is lost when the process dies or the power
-//! fails: assemble replays the records not yet retired. On RAID 5/6 the
-//! flusher writes only whole lines: a line dirty in part is completed by
-//! reading the rest from the members and recorded whole (a stripe record)
-//! before it goes out, so that replay can write every interrupted stripe
-//! whole and its parity comes out right even with a member gone (the write
-//! hole closed). Each pass ends with a members' flush and a checkpoint
-//! that retires the records whose data is on the members. Writes never go
-//! around the cache in this mode; a full log holds writers like the dirty
-//! limit does. Discards and zeroes are not recorded: they wait for the
+//! fails: assemble replays the records not yet retired. On RAID 5/6 a line
+//! dirty in part is recorded before it goes out, so that replay can write
+//! every interrupted stripe's rows whole and their parity comes out right
+//! even with a member gone (the write hole closed): when its dirty sectors
+//! lie in a few rows of its chunks (random writes), those rows of every
+//! chunk (a rows record; the rest of the rows is read from the members) and
+//! then its dirty sectors go out (read-modify-write); otherwise the whole
+//! line (a stripe record, completed by reading the rest from the members),
+//! which then goes out as a full-stripe write. Each pass ends with a
+//! members' flush and a checkpoint that retires the records whose data is
+//! on the members. Writes never go around the cache in this mode; a full
+//! log holds writers like the dirty limit does. Discards and zeroes are not recorded: they wait for the
 //! write-back and go to the members as in write-back.
 //!
 //! Reads: a read whose every sector is valid in the cache is served from it
@@ -193,9 +196,14 @@ pub struct CacheStats {
     pub written_around: u64,
     /// Journal mode: records of writes written to the journal.
     pub journal_records: u64,
-    /// Journal mode: whole lines recorded before their member writes
-    /// (RAID 5/6 lines dirty in part, completed by member reads first).
+    /// Journal mode: RAID 5/6 lines dirty in part recorded whole before
+    /// their member writes (stripe records), completed by member reads
+    /// first.
     pub stripe_records: u64,
+    /// Journal mode: RAID 5/6 lines dirty in a few rows whose rows (of
+    /// every chunk) were recorded before their member writes (rows
+    /// records), completed by member reads first.
+    pub rows_records: u64,
     /// Journal mode: the journal is lost (its member failed or was
     /// replaced, or a write to it failed); writes are acknowledged only
     /// once on the members and flushed, until it is back.
@@ -214,9 +222,10 @@ struct InFlight {
 
 /// What [`Cache::record_line`] did with a line.
 enum Recorded {
-    /// Recorded whole as the line was then: its `generation`, `dirty`
-    /// sectors and newest write `last_seq`.
-    Line { generation: u64, dirty: Vec<u64>, last_seq: u64 },
+    /// Recorded as the line was then, whole (`whole`) or the rows of its
+    /// dirty sectors (a rows record): its `generation`, `dirty` sectors
+    /// (all in the rows recorded) and newest write `last_seq`.
+    Line { generation: u64, dirty: Vec<u64>, last_seq: u64, whole: bool },
     /// Nothing of it is dirty any more.
     Clean,
     /// The log has no room for it now.
@@ -307,6 +316,9 @@ pub struct Cache {
     /// The volume has parity (RAID 5/6): the journal records a line whole
     /// before the flusher writes part of it.
     parity: bool,
+    /// Sectors per chunk of a line (RAID 5/6; `sectors` otherwise): a
+    /// line's rows are the same sectors of each of its chunks.
+    chunk_sectors: usize,
 }
 
 impl std::fmt::Debug for Cache {
@@ -432,6 +444,10 @@ impl Cache {
             jorder: Mutex::new(()),
             seen_losses: AtomicU64::new(0),
             parity: vol.geometry().layout().is_some_and(|l| l.level().has_parity()),
+            chunk_sectors: match vol.geometry().chunk() {
+                c if line % c == 0 => (c / CACHE_SECTOR) as usize,
+                _ => sectors,
+            },
         })
     }
 
@@ -901,9 +917,9 @@ impl Cache {
     /// cache): writes back every line dirty when it starts, then, when a
     /// flush waits, flushes the members and moves the durable mark.
     ///
-    /// Journal mode: a RAID 5/6 line dirty in part is first completed by
-    /// reading what the cache does not hold from the members and recorded
-    /// whole in the journal (a stripe record), then written whole; every
+    /// Journal mode: a RAID 5/6 line dirty in part is first recorded
+    /// ([`record_line`](Self::record_line)): a rows record, then its dirty
+    /// sectors are written, or a stripe record, then it is written whole; every
     /// pass ends with a members' flush and a checkpoint that retires the
     /// records whose data is now on the members.
     fn pass(&self, vol: &Arc<Volume>) -> Result<()> {
@@ -940,11 +956,13 @@ impl Cache {
             let mut runs = runs_of(&bits, self.sectors);
             if let (Some(j), Some(fq)) = (journal, fill_q.as_mut()) {
                 if runs != [(0, self.sectors)] {
-                    match self.record_line(j, fq, idx, &mut data, &valid) {
+                    match self.record_line(j, fq, idx, &mut data, &valid, &bits) {
                         // The line as recorded (it may hold writes that came
-                        // after the snapshot) is what goes to the members.
-                        Ok(Recorded::Line { generation: g, dirty, last_seq: l }) => {
-                            runs = vec![(0, self.sectors)];
+                        // after the snapshot) is what goes to the members:
+                        // whole, or its dirty sectors, every one in the
+                        // rows recorded.
+                        Ok(Recorded::Line { generation: g, dirty, last_seq: l, whole }) => {
+                            runs = if whole { vec![(0, self.sectors)] } else { runs_of(&dirty, self.sectors) };
                             (generation, bits, last_seq) = (g, dirty, l);
                         }
                         Ok(Recorded::Clean) => {
@@ -1038,39 +1056,112 @@ impl Cache {
         res
     }
 
-    /// Journal mode, RAID 5/6: completes line `idx` (snapshot `data`,
-    /// `valid` sectors) with the members' bytes where the cache held none,
-    /// then, with the writers held (`jorder`), lays the line's valid
-    /// sectors as they are now over it and takes the stripe record's place
+    /// The rows (sectors `a..b` of each chunk) a rows record of a line
+    /// dirty in `dirty` holds, or `None` when a stripe record of the whole
+    /// line is the better choice: the dirty sectors span half a chunk's
+    /// rows or more, or cross a chunk's end.
+    fn rows_of(&self, dirty: &[u64]) -> Option<(usize, usize)> {
+        let cs = self.chunk_sectors;
+        if cs == self.sectors {
+            return None;
+        }
+        let (mut lo, mut hi) = (cs, 0);
+        for (a, b) in runs_of(dirty, self.sectors) {
+            if a / cs != (b - 1) / cs {
+                return None;
+            }
+            lo = lo.min(a % cs);
+            hi = hi.max((b - 1) % cs + 1);
+        }
+        (lo < hi && (hi - lo) * 2 < cs).then_some((lo, hi))
+    }
+
+    /// The sectors of `rows` (of each chunk) as bits of a line.
+    fn rows_mask(&self, (lo, hi): (usize, usize)) -> Vec<u64> {
+        let mut m = vec![0u64; self.sectors.div_ceil(64)];
+        for k in (0..self.sectors).step_by(self.chunk_sectors) {
+            set_bits(&mut m, k + lo, k + hi);
+        }
+        m
+    }
+
+    /// Journal mode, RAID 5/6: records line `idx` (snapshot `data`, `valid`
+    /// and `dirty` sectors) before the flusher writes it. When its dirty
+    /// sectors lie in a few rows ([`rows_of`](Self::rows_of)), a rows
+    /// record of those rows of every chunk (random writes: a few sectors a
+    /// chunk, not the stripe); otherwise a stripe record of the whole line.
+    /// Completes what is recorded with the members' bytes where the cache
+    /// held none, then, with the writers held (`jorder`), lays the line's
+    /// valid sectors as they are now over it and takes the record's place
     /// in the log: the record holds every write whose record lies before
     /// it in the log, so a record never carries older data than one it
     /// follows (replay applies the records after the tail, and the records
     /// before it, retired, may hold newer writes already on the members).
-    /// The record may retire once the line's oldest dirty write is on the
-    /// members; it holds every write up to the line's newest.
-    fn record_line(&self, j: &crate::journal::Journal, fq: &mut crate::Queue, idx: u64, data: &mut IoBuf, valid: &[u64]) -> Result<Recorded> {
+    /// If writes that came meanwhile dirtied sectors outside the rows, the
+    /// line is recorded whole instead (what the flusher writes must hold
+    /// every write up to the line's newest). The record may retire once the
+    /// line's oldest dirty write is on the members.
+    fn record_line(&self, j: &crate::journal::Journal, fq: &mut crate::Queue, idx: u64, data: &mut IoBuf, valid: &[u64], dirty: &[u64]) -> Result<Recorded> {
         let sector = CACHE_SECTOR as usize;
-        let holes: Vec<(usize, usize)> = runs_of(&valid.iter().map(|w| !w).collect::<Vec<_>>(), self.sectors);
-        for (a, b) in holes {
-            let len = (b - a) * sector;
-            let c = fq.run(Request::read(idx * self.line + (a * sector) as u64, len, IoBuf::new(len), 0));
-            c.result?;
-            data[a * sector..b * sector].copy_from_slice(&c.buf.expect("a read returns its buffer")[..len]);
-        }
-        let order = lock(&self.jorder);
-        let (generation, dirty, oldest, last_seq) = {
-            let sh = self.shard(idx);
-            let Some(l) = sh.lines.get(&idx).filter(|l| l.oldest != 0) else { return Ok(Recorded::Clean) };
-            for (a, b) in runs_of(&l.valid, self.sectors) {
-                data[a * sector..b * sector].copy_from_slice(&l.data[a * sector..b * sector]);
+        let mut rows = self.rows_of(dirty);
+        let mut read = vec![0u64; valid.len()];
+        loop {
+            // The sectors to record: the rows of every chunk, or all.
+            let want = rows.map_or_else(|| vec![u64::MAX; valid.len()], |r| self.rows_mask(r));
+            let holes: Vec<u64> = want.iter().zip(valid).zip(&read).map(|((w, v), r)| w & !v & !r).collect();
+            for (a, b) in runs_of(&holes, self.sectors) {
+                let len = (b - a) * sector;
+                let c = fq.run(Request::read(idx * self.line + (a * sector) as u64, len, IoBuf::new(len), 0));
+                c.result?;
+                data[a * sector..b * sector].copy_from_slice(&c.buf.expect("a read returns its buffer")[..len]);
+                set_bits(&mut read, a, b);
             }
-            (l.generation, l.dirty.clone(), l.oldest, l.last_seq)
-        };
-        let Some(r) = j.reserve(self.line, oldest, None) else { return Ok(Recorded::Full) };
-        drop(order);
-        j.write(r, crate::journal::RecordKind::Stripe, idx * self.line, last_seq, &data[..self.line as usize])?;
-        lock(&self.stats).stripe_records += 1;
-        Ok(Recorded::Line { generation, dirty, last_seq })
+            let order = lock(&self.jorder);
+            let (generation, dirty, oldest, last_seq) = {
+                let sh = self.shard(idx);
+                let Some(l) = sh.lines.get(&idx).filter(|l| l.oldest != 0) else { return Ok(Recorded::Clean) };
+                if rows.is_some() && l.dirty.iter().zip(&want).any(|(d, w)| d & !w != 0) {
+                    // Dirtied outside the rows meanwhile: record it whole.
+                    rows = None;
+                    continue;
+                }
+                for (a, b) in runs_of(&l.valid, self.sectors) {
+                    data[a * sector..b * sector].copy_from_slice(&l.data[a * sector..b * sector]);
+                }
+                (l.generation, l.dirty.clone(), l.oldest, l.last_seq)
+            };
+            let whole = rows.is_none();
+            let record = match rows {
+                None => None,
+                Some((lo, hi)) => {
+                    let piece = (hi - lo) * sector;
+                    let mut b = IoBuf::new(piece * self.sectors / self.chunk_sectors);
+                    for (k, c) in (0..self.sectors).step_by(self.chunk_sectors).enumerate() {
+                        b[k * piece..(k + 1) * piece].copy_from_slice(&data[(c + lo) * sector..(c + hi) * sector]);
+                    }
+                    Some((lo, piece as u64, b))
+                }
+            };
+            let len = record.as_ref().map_or(self.line, |(_, _, b)| b.len() as u64);
+            let Some(r) = j.reserve(len, oldest, None) else { return Ok(Recorded::Full) };
+            drop(order);
+            match record {
+                None => j.write(r, crate::journal::RecordKind::Stripe, idx * self.line, last_seq, &data[..self.line as usize])?,
+                Some((lo, piece, b)) => {
+                    let stride = self.chunk_sectors as u64 * CACHE_SECTOR;
+                    j.write_rows(r, idx * self.line + (lo * sector) as u64, stride, piece, last_seq, &b)?
+                }
+            }
+            {
+                let mut st = lock(&self.stats);
+                if whole {
+                    st.stripe_records += 1;
+                } else {
+                    st.rows_records += 1;
+                }
+            }
+            return Ok(Recorded::Line { generation, dirty, last_seq, whole });
+        }
     }
 
     fn reap(&self, out: &mut Vec<crate::Completion>, inflight: &mut HashMap<u64, InFlight>, err: &mut Option<crate::Error>) {

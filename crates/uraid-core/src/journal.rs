@@ -20,7 +20,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `URAIDJN\x01` |
-//! | 8 | 4 | format version (1) |
+//! | 8 | 4 | format version (2; 1 is read too: it has no rows records) |
 //! | 16 | 16 | array UUID |
 //! | 32 | 16 | volume UUID |
 //! | 48 | 16 | journal UUID (also in the volume table entry) |
@@ -40,19 +40,28 @@
 //! | 0 | 8 | magic `URAIDJR\x01` |
 //! | 8 | 8 | sequence number (one more than the record before) |
 //! | 16 | 8 | log position |
-//! | 24 | 4 | kind: 1 data (a write, as acknowledged), 2 stripe (a whole cache line, written before its member writes) |
+//! | 24 | 4 | kind: 1 data (a write, as acknowledged), 2 stripe (a whole cache line, written before its member writes), 3 rows (the same rows of every data chunk of a cache line, written before its member writes) |
 //! | 32 | 8 | byte offset in the volume |
 //! | 40 | 8 | data length in bytes |
 //! | 48 | 4 | CRC-32C of the data |
 //! | 56 | 8 | the header's nonce when the record was written |
-//! | 64 | 8 | cache write sequence number: a data record's write; a stripe record holds every write to its line up to this one |
+//! | 64 | 8 | cache write sequence number: a data record's write; a stripe or rows record holds every write to its line up to this one |
+//! | 72 | 8 | rows record: bytes from one piece's volume offset to the next's (the chunk size); 0 for the other kinds |
+//! | 80 | 8 | rows record: bytes per piece; 0 for the other kinds (one piece: the data) |
 //! | 508 | 4 | CRC-32C of bytes 0..508 |
 //!
+//! A rows record's data is pieces of equal length back to back; piece `k`
+//! belongs at volume byte `offset + k * stride`. It holds rows `a..b` of
+//! every data chunk of a RAID 5/6 stripe (the rows the line's dirty
+//! sectors lie in): enough to write those rows whole at replay, so their
+//! parity comes out right with a member gone, for a fraction of a stripe
+//! record's bytes when the line is dirty in a few rows (random writes).
+//!
 //! Replay lays the records touching a line over each other in the order
-//! of their cache write sequence numbers (a stripe record after the data
-//! records it holds, before later ones), not in log order: a write may take
-//! its place in the log before a stripe record of its line that does not
-//! hold it.
+//! of their cache write sequence numbers (a stripe or rows record after
+//! the data records it holds, before later ones), not in log order: a
+//! write may take its place in the log before a stripe record of its line
+//! that does not hold it.
 //!
 //! Records are written with `RWF_DSYNC` (FUA on a drive) and acknowledged
 //! in log order, so every acknowledged record lies before the first record
@@ -70,7 +79,9 @@ use crate::{bail, Error, IoBuf, Member, Result};
 /// Magic of the journal header.
 pub const MAGIC: &[u8; 8] = b"URAIDJN\x01";
 const RECORD_MAGIC: &[u8; 8] = b"URAIDJR\x01";
-const VERSION: u32 = 1;
+/// Format version written; 2 added rows records (kind 3), which a reader
+/// of version 1 would misread. Version 1 logs (no rows records) are read.
+const VERSION: u32 = 2;
 /// Bytes of the header; the log follows.
 pub const HEADER_SIZE: u64 = 4096;
 /// Bytes of a record header.
@@ -86,6 +97,10 @@ pub enum RecordKind {
     /// A whole cache line (one stripe's data), written before the flusher
     /// writes the line to the members.
     Stripe = 2,
+    /// The same rows of every data chunk of a cache line (pieces, see the
+    /// format), written before the flusher writes the line's dirty sectors
+    /// in those rows to the members.
+    Rows = 3,
 }
 
 /// The identity a journal header carries.
@@ -131,8 +146,8 @@ impl Header {
         if u32_at(b, 4092) != crc32c::crc32c(&b[..4092]) {
             return Err("the journal header's checksum does not match".into());
         }
-        if u32_at(b, 8) != VERSION {
-            return Err(format!("journal format version {} is not known (this uraid knows {VERSION})", u32_at(b, 8)));
+        if !(1..=VERSION).contains(&u32_at(b, 8)) {
+            return Err(format!("journal format version {} is not known (this uraid knows 1 to {VERSION})", u32_at(b, 8)));
         }
         let arr = |o: usize| -> [u8; 16] { b[o..o + 16].try_into().expect("16 bytes") };
         Ok(Header {
@@ -195,6 +210,18 @@ struct Found {
     len: u64,
     kind: u32,
     cache_seq: u64,
+    /// Volume bytes from one piece to the next (rows records).
+    stride: u64,
+    /// Bytes per piece (`len` but for rows records).
+    piece: u64,
+}
+
+impl Found {
+    /// The record's pieces: (volume byte offset, bytes, offset in the
+    /// record's data).
+    fn pieces(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        (0..self.len / self.piece).map(|k| (self.offset + k * self.stride, self.piece, k * self.piece))
+    }
 }
 
 /// A record reserved and not yet retired by a checkpoint.
@@ -554,6 +581,22 @@ impl Journal {
     /// (later records do not wait for it forever), but its record is not
     /// valid, so replay stops before it.
     pub fn write(&self, r: Reservation, kind: RecordKind, offset: u64, cache_seq: u64, data: &[u8]) -> Result<()> {
+        self.write_record(r, kind, offset, (0, 0), cache_seq, data)
+    }
+
+    /// Writes the rows record reserved as `r`, as [`write`](Self::write)
+    /// does: `data` is pieces of `piece` bytes (whole sectors, `stride` a
+    /// multiple of 512 no smaller than `piece`) back to back, piece `k`
+    /// for volume byte `offset + k * stride` (see the format). Errors: as
+    /// `write`.
+    pub fn write_rows(&self, r: Reservation, offset: u64, stride: u64, piece: u64, cache_seq: u64, data: &[u8]) -> Result<()> {
+        debug_assert!(piece > 0 && piece % 512 == 0 && data.len() as u64 % piece == 0 && stride >= piece && stride % 512 == 0);
+        self.write_record(r, RecordKind::Rows, offset, (stride, piece), cache_seq, data)
+    }
+
+    /// [`write`](Self::write) with the rows record's (stride, piece), (0, 0)
+    /// for the other kinds.
+    fn write_record(&self, r: Reservation, kind: RecordKind, offset: u64, (stride, piece): (u64, u64), cache_seq: u64, data: &[u8]) -> Result<()> {
         let len = data.len() as u64;
         let mut b = IoBuf::new((RECORD_HEADER + len) as usize);
         b[..8].copy_from_slice(RECORD_MAGIC);
@@ -579,6 +622,8 @@ impl Journal {
         };
         b[56..64].copy_from_slice(&nonce.to_le_bytes());
         b[64..72].copy_from_slice(&cache_seq.to_le_bytes());
+        b[72..80].copy_from_slice(&stride.to_le_bytes());
+        b[80..88].copy_from_slice(&piece.to_le_bytes());
         let crc = crc32c::crc32c(&b[..508]);
         b[508..512].copy_from_slice(&crc.to_le_bytes());
         b[RECORD_HEADER as usize..].copy_from_slice(data);
@@ -746,7 +791,8 @@ impl Journal {
             }) else {
                 break;
             };
-            if f.pos + RECORD_HEADER + f.len - self.lock().tail > self.log_size || f.offset + f.len > vol.capacity() {
+            let end = f.pieces().last().map_or(0, |(o, n, _)| o + n);
+            if f.pos + RECORD_HEADER + f.len - self.lock().tail > self.log_size || end > vol.capacity() {
                 break;
             }
             pos = f.pos + RECORD_HEADER + f.len;
@@ -757,8 +803,13 @@ impl Journal {
         let mut lines: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
         for (i, f) in found.iter().enumerate() {
             // A valid record has data (see read_record).
-            for idx in f.offset / line..=(f.offset + f.len - 1) / line {
-                lines.entry(idx).or_default().push(i);
+            for (o, n, _) in f.pieces() {
+                for idx in o / line..=(o + n - 1) / line {
+                    let v = lines.entry(idx).or_default();
+                    if v.last() != Some(&i) {
+                        v.push(i);
+                    }
+                }
             }
         }
         let mut q = vol.queue_uncached(1)?;
@@ -771,12 +822,17 @@ impl Journal {
             let mut covered = vec![false; sectors];
             for &i in recs.iter() {
                 let f = found[i];
-                let a = f.offset.max(base);
-                let b = (f.offset + f.len).min(base + line);
-                let mut part = IoBuf::new((b - a) as usize);
-                self.read_at(&mut part, HEADER_SIZE + (f.pos % self.log_size) + RECORD_HEADER + (a - f.offset))?;
-                img[(a - base) as usize..(b - base) as usize].copy_from_slice(&part);
-                covered[((a - base) / 512) as usize..((b - base) / 512) as usize].iter_mut().for_each(|c| *c = true);
+                for (o, n, at) in f.pieces() {
+                    let a = o.max(base);
+                    let b = (o + n).min(base + line);
+                    if a >= b {
+                        continue;
+                    }
+                    let mut part = IoBuf::new((b - a) as usize);
+                    self.read_at(&mut part, HEADER_SIZE + (f.pos % self.log_size) + RECORD_HEADER + at + (a - o))?;
+                    img[(a - base) as usize..(b - base) as usize].copy_from_slice(&part);
+                    covered[((a - base) / 512) as usize..((b - base) / 512) as usize].iter_mut().for_each(|c| *c = true);
+                }
             }
             let mut s = 0;
             while s < sectors {
@@ -837,11 +893,24 @@ impl Journal {
         if len == 0 || len % 512 != 0 || offset % 512 != 0 || pos % self.log_size + RECORD_HEADER + len > self.log_size {
             return Ok(None);
         }
+        let (stride, piece) = if kind == RecordKind::Rows as u32 {
+            let (stride, piece) = (u64_at(h, 72), u64_at(h, 80));
+            if piece == 0 || piece % 512 != 0 || len % piece != 0 || stride < piece || stride % 512 != 0 {
+                return Ok(None);
+            }
+            (stride, piece)
+        } else {
+            (0, len)
+        };
+        // Every piece must lie in u64 (replay checks the volume's end).
+        if (len / piece - 1).checked_mul(stride).and_then(|x| x.checked_add(offset)).and_then(|x| x.checked_add(piece)).is_none() {
+            return Ok(None);
+        }
         let mut data = IoBuf::new(len as usize);
         self.read_at(&mut data, at + RECORD_HEADER)?;
         if crc32c::crc32c(&data) != crc {
             return Ok(None);
         }
-        Ok(Some(Found { pos, offset, len, kind, cache_seq }))
+        Ok(Some(Found { pos, offset, len, kind, cache_seq, stride, piece }))
     }
 }

@@ -438,7 +438,12 @@ pub(crate) fn cache_counters(c: &uraid_core::cache::CacheStats) -> String {
         c.full_lines
     );
     if c.mode == uraid_core::cache::CacheMode::Journal {
-        s += &format!(", journal records {} ({} whole stripes)", c.journal_records + c.stripe_records, c.stripe_records);
+        s += &format!(
+            ", journal records {} ({} whole stripes, {} stripe rows)",
+            c.journal_records + c.stripe_records + c.rows_records,
+            c.stripe_records,
+            c.rows_records
+        );
     }
     s
 }

@@ -246,10 +246,10 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
                 st.hit_ratio * 100.0,
                 st.throttled
             );
-            if st.journal_records + st.stripe_records > 0 {
+            if st.journal_records + st.stripe_records + st.rows_records > 0 {
                 eprintln!(
-                    "uraid serve: journal: {} records of writes, {} whole stripes recorded before their member writes",
-                    st.journal_records, st.stripe_records
+                    "uraid serve: journal: {} records of writes, {} whole stripes and {} stripe rows recorded before their member writes",
+                    st.journal_records, st.stripe_records, st.rows_records
                 );
             }
         }
@@ -321,7 +321,12 @@ fn manage(mut arr: array::Array, server: &Server, name: &str, rate: Option<u64>,
                         std::thread::sleep(std::time::Duration::from_millis(10));
                     }
                     drop(old);
-                    if let Err(e) = arr.start_rebuilding(&roles) {
+                    let started = arr.start_rebuilding(&roles);
+                    // A journal that lay on the role is in use again on the spare.
+                    for w in arr.take_warnings() {
+                        eprintln!("uraid serve: warning: {w}");
+                    }
+                    if let Err(e) = started {
                         eprintln!("uraid serve: cannot start the rebuild onto the spare: {e}");
                         return arr;
                     }

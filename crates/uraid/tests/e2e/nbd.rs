@@ -1110,3 +1110,74 @@ fn replacing_or_failing_the_journal_member_after_a_crash_keeps_the_journal_s_wri
         assert!(on_members(&[p.as_path()], j, &b), "{}: the journal's write is not there after the fail", p.display());
     }
 }
+
+/// A spare that takes over the role holding the journal while `uraid
+/// serve` runs gets the journal formatted in the same region and in use
+/// again at once: writes after the takeover live in the spare's journal
+/// (a SIGKILL right after them finds them on no member) and the next
+/// assemble replays them from there.
+#[test]
+fn a_spare_taking_over_the_journal_role_while_serving_carries_the_journal_on() {
+    let _g = shared();
+    tools();
+    require_tool("qemu-io", "qemu-utils");
+    let d = tmpdir();
+    let m = sparse_files(d.path(), "m", 4, 100 << 20);
+    let names = |x: &[PathBuf]| x.iter().map(|p| s(p).to_string()).collect::<Vec<_>>();
+    let mut args = vec!["create", "--level", "1", "--name", "js", "--cache", "journal", "--journal", s(&m[2]), "--journal-size", "72M"];
+    args.extend(m[..3].iter().map(|p| s(p)));
+    uraid_ok(&args);
+    uraid_ok(&[vec!["add".to_string(), "--spare".into(), s(&m[3]).into()], names(&m[..3])].concat());
+    let paths: Vec<&Path> = m[..3].iter().map(|p| p.as_path()).collect();
+    let j = journal_start(&paths);
+    // Role 2 (the journal's member) fails the first write that reaches its
+    // bytes 4..5 MiB of the data area (RAID 1: logical 4 MiB).
+    let at = uraid_core::superblock::DATA_OFFSET + (4 << 20);
+    let fp = ("URAID_FAILPOINT_FAIL_WRITES", format!("{}@{at}-{}", s(&m[2]), at + (1 << 20)));
+    let sock = d.path().join("s.sock");
+    let mut srv = Served::start_env(&m, &sock, &["--rebuild-rate", "200"], &[fp]);
+    let mut c = Command::new("qemu-io");
+    c.args(["-f", "raw", "-c", "write -P 0x11 4M 1M", "-c", "flush"]);
+    run_tool(c.arg(srv.uri()));
+    let spare = raw_superblock(&m[3]).member_uuid;
+    let t0 = Instant::now();
+    loop {
+        let raw = raw_superblock(&m[0]);
+        if raw.slots.len() == 3 && raw.slots[2].uuid == spare && raw.slots[2].state == 0 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the spare did not take over role 2 and finish its rebuild: {:?}", raw.slots);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Writes after the takeover, then a kill before the flusher's write-back
+    // (a line dirty in part waits for it): the journal holds them.
+    let mut rng = rng("journal spare takeover");
+    let mut a = Raw::connect(&srv.socket, "js");
+    let mut blocks = Vec::new();
+    for k in 0..4u64 {
+        let mut data = vec![0u8; 4096];
+        rng.fill_bytes(&mut data);
+        assert_eq!(a.write(k + 1, (16 << 20) + k * (1 << 20), &data), 0);
+        blocks.push(data);
+    }
+    let mut g = srv.child.take().expect("running");
+    g.0.kill().unwrap();
+    g.0.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(g.0.stderr.as_mut().unwrap(), &mut err).ok();
+    assert_contains(&err, &["a spare takes over role(s) [2]", "write journal on role 2 was formatted on", s(&m[3]), "in use again"], "serve stderr");
+    let now = [m[0].clone(), m[1].clone(), m[3].clone()];
+    let now_paths: Vec<&Path> = now.iter().map(|p| p.as_path()).collect();
+    let in_journal = blocks.iter().filter(|b| !on_members(&now_paths, j, b)).count();
+    assert!(in_journal > 0, "serve wrote every write back before the SIGKILL: the spare's journal was not tested");
+    let out = uraid_ok(&[vec!["assemble".to_string()], names(&now)].concat());
+    assert_contains(&out.stderr, &["replayed", s(&m[3])], "assemble after the kill");
+    for b in &blocks {
+        for p in &now_paths {
+            assert!(on_members(&[p], j, b), "{}: a write acknowledged after the takeover is not there after the replay", p.display());
+        }
+    }
+    let st = uraid_ok(&[vec!["status".to_string()], names(&now)].concat());
+    assert_contains(&st.stdout, &["journal on role 2"], "status");
+    assert!(!st.stdout.contains("LOST"), "{}", st.stdout);
+}
