@@ -329,7 +329,8 @@ impl Member {
                 bail!(
                     Busy,
                     "member {} is in use by another uraid process (it holds the member's lock); \
-                     stop that process first, or pick another member",
+                     stop that process first, or pick another member (a process just killed keeps the lock \
+                     until the kernel has ended its I/O: if it was killed, try again)",
                     self.name
                 );
             }

@@ -512,9 +512,7 @@ fn leaving_the_journal_mode_after_a_crash_replays_the_journal_first() {
         let mut a = Raw::connect(&srv.socket, "jr");
         // 4 KiB of a line: the flusher leaves it for DIRTY_EXPIRE (500 ms).
         assert_eq!(a.write(1, 64 << 10, &data), 0);
-        let mut g = srv.child.take().expect("running");
-        g.0.kill().unwrap();
-        g.0.wait().unwrap();
+        srv.child.take().expect("running").kill_and_release(&m);
         let on = |p: &std::path::Path| std::fs::read(p).unwrap()[at..at + 4096] == data;
         if on(&m[0]) || on(&m[1]) {
             continue;
@@ -931,9 +929,7 @@ fn kill_with_a_write_in_the_journal(members: &[PathBuf], sock: &Path, name: &str
     let mut srv = Served::start(members, sock, &[]);
     let mut a = Raw::connect(&srv.socket, name);
     assert_eq!(a.write(1, offset, data), 0);
-    let mut g = srv.child.take().expect("running");
-    g.0.kill().unwrap();
-    g.0.wait().unwrap();
+    srv.child.take().expect("running").kill_and_release(members);
     let _ = std::fs::remove_file(sock);
     let paths: Vec<&Path> = members.iter().map(|p| p.as_path()).collect();
     !on_members(&paths, below, data)
@@ -1045,9 +1041,7 @@ fn an_unclean_array_without_its_journal_member_assembles_only_with_force() {
     let mut srv = Served::start(&m[..3], &sock, &[]);
     let mut a = Raw::connect(&srv.socket, "jf");
     assert_eq!(a.write(1, 0, &[0x3cu8; 4096]), 0);
-    let mut g = srv.child.take().expect("running");
-    g.0.kill().unwrap();
-    g.0.wait().unwrap();
+    srv.child.take().expect("running").kill_and_release(&m[..3]);
     // Unclean, and the journal's member is not given: its records may hold
     // acknowledged writes.
     let snap = Snapshot::take(&m[..2]);
@@ -1161,8 +1155,7 @@ fn a_spare_taking_over_the_journal_role_while_serving_carries_the_journal_on() {
         blocks.push(data);
     }
     let mut g = srv.child.take().expect("running");
-    g.0.kill().unwrap();
-    g.0.wait().unwrap();
+    g.kill_and_release(&m);
     let mut err = String::new();
     std::io::Read::read_to_string(g.0.stderr.as_mut().unwrap(), &mut err).ok();
     assert_contains(&err, &["a spare takes over role(s) [2]", "write journal on role 2 was formatted on", s(&m[3]), "in use again"], "serve stderr");
