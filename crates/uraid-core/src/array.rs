@@ -2134,13 +2134,6 @@ impl Array {
                     );
                 }
                 let size = check_member_journal_size(member_size.unwrap_or(DEFAULT_MEMBER_JOURNAL))?;
-                if size < crate::journal::HEADER_SIZE + crate::journal::MIN_LOG {
-                    bail!(
-                        InvalidInput,
-                        "a journal of {size} bytes is too small: it needs at least {} bytes (64 MiB and 4 KiB)",
-                        crate::journal::HEADER_SIZE + crate::journal::MIN_LOG
-                    );
-                }
                 let start = self.member_journal_start(i, size)?;
                 let m = self.meta().devices[role as usize].as_ref().expect("an active role has a device").try_clone()?;
                 let host = crate::journal::Host { health: self.health.clone(), role };

@@ -41,8 +41,9 @@
 //! which then goes out as a full-stripe write. Each pass ends with a
 //! members' flush and a checkpoint that retires the records whose data is
 //! on the members. Writes never go around the cache in this mode; a full
-//! log holds writers like the dirty limit does. Discards and zeroes are not recorded: they wait for the
-//! write-back and go to the members as in write-back.
+//! log holds writers like the dirty limit does. Discards and zeroes are
+//! not recorded: they wait for the write-back and go to the members as in
+//! write-back.
 //!
 //! Reads: a read whose every sector is valid in the cache is served from it
 //! (a hit); otherwise it goes to the members, and the cached sectors it
@@ -313,8 +314,8 @@ pub struct Cache {
     jorder: Mutex<()>,
     /// The journal's loss count last seen (a new loss drains the cache).
     seen_losses: AtomicU64,
-    /// The volume has parity (RAID 5/6): the journal records a line whole
-    /// before the flusher writes part of it.
+    /// The volume has parity (RAID 5/6): the journal records a line dirty
+    /// in part (its rows, or whole) before the flusher writes it.
     parity: bool,
     /// Sectors per chunk of a line (RAID 5/6; `sectors` otherwise): a
     /// line's rows are the same sectors of each of its chunks.

@@ -178,6 +178,13 @@ fn write_empty(m: &Member, base: u64, h: &Header) -> Result<()> {
     m.write_all_at(&IoBuf::new(RECORD_HEADER as usize), base + HEADER_SIZE + h.tail % h.log_size)
 }
 
+/// True when `len` bytes of a rows record can be pieces of `piece` bytes
+/// (whole sectors) at a stride of `stride` bytes (whole sectors, pieces
+/// not overlapping).
+fn rows_shape_ok(len: u64, stride: u64, piece: u64) -> bool {
+    piece > 0 && piece % 512 == 0 && len % piece == 0 && stride >= piece && stride % 512 == 0
+}
+
 fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
 }
@@ -590,7 +597,7 @@ impl Journal {
     /// for volume byte `offset + k * stride` (see the format). Errors: as
     /// `write`.
     pub fn write_rows(&self, r: Reservation, offset: u64, stride: u64, piece: u64, cache_seq: u64, data: &[u8]) -> Result<()> {
-        debug_assert!(piece > 0 && piece % 512 == 0 && data.len() as u64 % piece == 0 && stride >= piece && stride % 512 == 0);
+        debug_assert!(rows_shape_ok(data.len() as u64, stride, piece));
         self.write_record(r, RecordKind::Rows, offset, (stride, piece), cache_seq, data)
     }
 
@@ -895,7 +902,7 @@ impl Journal {
         }
         let (stride, piece) = if kind == RecordKind::Rows as u32 {
             let (stride, piece) = (u64_at(h, 72), u64_at(h, 80));
-            if piece == 0 || piece % 512 != 0 || len % piece != 0 || stride < piece || stride % 512 != 0 {
+            if !rows_shape_ok(len, stride, piece) {
                 return Ok(None);
             }
             (stride, piece)

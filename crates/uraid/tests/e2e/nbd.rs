@@ -907,6 +907,20 @@ fn status_shows_the_live_cache_counters_of_a_running_serve() {
     assert!(after["served_by"].is_null() && after["volumes"][0]["cache_stats"].is_null(), "after the stop: {after}");
 }
 
+/// `uraid` arguments: `head`, then the paths of `members`.
+fn cmd(head: &[&str], members: &[PathBuf]) -> Vec<String> {
+    head.iter().map(|h| h.to_string()).chain(members.iter().map(|p| s(p).to_string())).collect()
+}
+
+/// Four files of 100 MiB in `dir`: RAID 1 array `name` over the first
+/// three in the journal cache mode, its 72 MiB journal on the third (role
+/// 2); the fourth is free (a spare or a replacement).
+fn raid1_with_member_journal(dir: &Path, name: &str) -> Vec<PathBuf> {
+    let m = sparse_files(dir, "m", 4, 100 << 20);
+    uraid_ok(&cmd(&["create", "--level", "1", "--name", name, "--cache", "journal", "--journal", s(&m[2]), "--journal-size", "72M"], &m[..3]));
+    m
+}
+
 /// The byte offset `uraid status` gives for the journal on a member.
 fn journal_start(members: &[&Path]) -> usize {
     let mut args = vec!["status"];
@@ -941,7 +955,6 @@ fn a_journal_on_a_member_replays_after_a_kill_is_lost_with_the_member_and_moves_
     tools();
     let d = tmpdir();
     let m = sparse_files(d.path(), "m", 5, 100 << 20);
-    let four = |x: &[PathBuf]| x.iter().map(|p| s(p).to_string()).collect::<Vec<_>>();
     let mut args = vec!["create", "--level", "5", "--chunk", "64K", "--name", "jm", "--cache", "journal", "--journal", s(&m[3]), "--journal-size", "72M"];
     args.extend(m[..4].iter().map(|p| s(p)));
     let out = uraid_ok(&args);
@@ -960,13 +973,13 @@ fn a_journal_on_a_member_replays_after_a_kill_is_lost_with_the_member_and_moves_
     for _ in 0..5 {
         rng.fill_bytes(&mut data);
         if kill_with_a_write_in_the_journal(&m[..4], &sock, "jm", 64 << 10, &data, j) {
-            let out = uraid_ok(&[vec!["assemble".to_string()], four(&m[..4])].concat());
+            let out = uraid_ok(&cmd(&["assemble"], &m[..4]));
             assert_contains(&out.stderr, &["replayed 1 record", s(&m[3])], "assemble replays the member journal");
             assert!(on_members(&paths, j, &data), "the replayed write is not on the members");
             replayed = true;
             break;
         }
-        uraid_ok(&[vec!["assemble".to_string()], four(&m[..4])].concat());
+        uraid_ok(&cmd(&["assemble"], &m[..4]));
     }
     assert!(replayed, "serve wrote the write back before every SIGKILL: nothing was tested");
 
@@ -985,23 +998,23 @@ fn a_journal_on_a_member_replays_after_a_kill_is_lost_with_the_member_and_moves_
     let mut more = vec![0u8; 256 << 10];
     rng.fill_bytes(&mut more);
     assert_eq!(a.write(3, 1 << 20, &more), 0);
-    let st = uraid_ok(&[vec!["status".to_string()], four(&m[..4])].concat());
+    let st = uraid_ok(&cmd(&["status"], &m[..4]));
     assert_contains(&st.stdout, &["journal on role 3", "LOST", "write journal is lost", "role 3: ", "faulty"], "status while serving");
     drop(a);
     let (st, _, err) = srv.stop();
     assert!(st.success(), "{err}");
     assert_contains(&err, &["the journal is lost"], "serve says the journal is lost");
-    let st = uraid_ok(&[vec!["status".to_string()], four(&m[..4])].concat());
+    let st = uraid_ok(&cmd(&["status"], &m[..4]));
     assert_contains(&st.stdout, &["LOST", "degraded"], "status after the stop");
     assert_contains(&st.stderr, &["its write journal on role 3 is lost"], "status warns");
 
     // 3. The replacement gets the journal (formatted in the same region)
     // and it is used again: a killed serve's write is replayed from it.
-    let out = uraid_ok(&[vec!["replace".to_string(), "--old".into(), "3".into(), "--new".into(), s(&m[4]).into()], four(&m[..4])].concat());
+    let out = uraid_ok(&cmd(&["replace", "--old", "3", "--new", s(&m[4])], &m[..4]));
     assert_contains(&out.stderr, &["write journal on role 3 was formatted on", s(&m[4])], "replace");
     let now: Vec<PathBuf> = vec![m[0].clone(), m[1].clone(), m[2].clone(), m[4].clone()];
     let paths: Vec<&Path> = now.iter().map(|p| p.as_path()).collect();
-    let st = uraid_ok(&[vec!["status".to_string()], four(&now)].concat());
+    let st = uraid_ok(&cmd(&["status"], &now));
     assert_contains(&st.stdout, &["journal on role 3"], "status after replace");
     assert!(!st.stdout.contains("LOST"), "the journal is back: {}", st.stdout);
     let srv = Served::start(&now, &sock, &[]);
@@ -1014,16 +1027,16 @@ fn a_journal_on_a_member_replays_after_a_kill_is_lost_with_the_member_and_moves_
     for _ in 0..5 {
         rng.fill_bytes(&mut data);
         if kill_with_a_write_in_the_journal(&now, &sock, "jm", 64 << 10, &data, j) {
-            let out = uraid_ok(&[vec!["assemble".to_string()], four(&now)].concat());
+            let out = uraid_ok(&cmd(&["assemble"], &now));
             assert_contains(&out.stderr, &["replayed 1 record", s(&m[4])], "assemble replays the journal on the replacement");
             assert!(on_members(&paths, j, &data), "the replayed write is not on the members");
             replayed = true;
             break;
         }
-        uraid_ok(&[vec!["assemble".to_string()], four(&now)].concat());
+        uraid_ok(&cmd(&["assemble"], &now));
     }
     assert!(replayed, "serve wrote the write back before every SIGKILL: nothing was tested");
-    let c = uraid_ok(&[vec!["check".to_string()], four(&now)].concat());
+    let c = uraid_ok(&cmd(&["check"], &now));
     assert_contains(&c.stdout, &["mismatches 0"], "check");
 }
 
@@ -1032,11 +1045,7 @@ fn an_unclean_array_without_its_journal_member_assembles_only_with_force() {
     let _g = shared();
     tools();
     let d = tmpdir();
-    let m = sparse_files(d.path(), "m", 4, 100 << 20);
-    let names = |x: &[PathBuf]| x.iter().map(|p| s(p).to_string()).collect::<Vec<_>>();
-    let mut args = vec!["create", "--level", "1", "--name", "jf", "--cache", "journal", "--journal", s(&m[2]), "--journal-size", "72M"];
-    args.extend(m[..3].iter().map(|p| s(p)));
-    uraid_ok(&args);
+    let m = raid1_with_member_journal(d.path(), "jf");
     let sock = d.path().join("s.sock");
     let mut srv = Served::start(&m[..3], &sock, &[]);
     let mut a = Raw::connect(&srv.socket, "jf");
@@ -1046,18 +1055,18 @@ fn an_unclean_array_without_its_journal_member_assembles_only_with_force() {
     // acknowledged writes.
     let snap = Snapshot::take(&m[..2]);
     let out = uraid_fails(
-        &[vec!["assemble".to_string()], names(&m[..2])].concat(),
+        &cmd(&["assemble"], &m[..2]),
         &["keeps its write journal on role 2", "not stopped cleanly", "acknowledged writes", "Nothing was written", "--force"],
     );
     assert!(out.stdout.is_empty(), "{}", out.stdout);
     snap.assert_unchanged("the refused assemble");
-    let out = uraid_ok(&[vec!["assemble".to_string(), "--force".into()], names(&m[..2])].concat());
+    let out = uraid_ok(&cmd(&["assemble", "--force"], &m[..2]));
     assert_contains(&out.stderr, &["its write journal on role 2 is lost", "accepted with --force"], "assemble --force");
     // A new member in the missing role gets the journal.
-    let out = uraid_ok(&[vec!["add".to_string(), "--spare".into(), s(&m[3]).into()], names(&m[..2])].concat());
+    let out = uraid_ok(&cmd(&["add", "--spare", s(&m[3])], &m[..2]));
     assert_contains(&out.stderr, &["write journal on role 2 was formatted on", s(&m[3])], "add");
     let now = [m[0].clone(), m[1].clone(), m[3].clone()];
-    let st = uraid_ok(&[vec!["status".to_string()], names(&now)].concat());
+    let st = uraid_ok(&cmd(&["status"], &now));
     assert_contains(&st.stdout, &["journal on role 2"], "status");
     assert!(!st.stdout.contains("LOST"), "{}", st.stdout);
 }
@@ -1070,11 +1079,7 @@ fn replacing_or_failing_the_journal_member_after_a_crash_keeps_the_journal_s_wri
     // on no member: replacing or failing the member that holds the journal
     // must put them on the members before the journal goes.
     let d = tmpdir();
-    let m = sparse_files(d.path(), "m", 4, 100 << 20);
-    let names = |x: &[PathBuf]| x.iter().map(|p| s(p).to_string()).collect::<Vec<_>>();
-    let mut args = vec!["create", "--level", "1", "--name", "jr2", "--cache", "journal", "--journal", s(&m[2]), "--journal-size", "72M"];
-    args.extend(m[..3].iter().map(|p| s(p)));
-    uraid_ok(&args);
+    let m = raid1_with_member_journal(d.path(), "jr2");
     let paths: Vec<&Path> = m[..3].iter().map(|p| p.as_path()).collect();
     let j = journal_start(&paths);
     let sock = d.path().join("s.sock");
@@ -1086,19 +1091,19 @@ fn replacing_or_failing_the_journal_member_after_a_crash_keeps_the_journal_s_wri
             if kill_with_a_write_in_the_journal(members, &sock, "jr2", 64 << 10, &data, j) {
                 return data.clone();
             }
-            uraid_ok(&[vec!["assemble".to_string()], names(members)].concat());
+            uraid_ok(&cmd(&["assemble"], members));
         }
         panic!("serve wrote the write back before every SIGKILL: nothing was tested");
     };
     let a = crash(&m[..3]);
-    let out = uraid_ok(&[vec!["replace".to_string(), "--old".into(), "2".into(), "--new".into(), s(&m[3]).into()], names(&m[..3])].concat());
+    let out = uraid_ok(&cmd(&["replace", "--old", "2", "--new", s(&m[3])], &m[..3]));
     assert_contains(&out.stderr, &["replayed 1 record", "formatted on"], "replace");
     let now = [m[0].clone(), m[1].clone(), m[3].clone()];
     for p in &now {
         assert!(on_members(&[p.as_path()], j, &a), "{}: the journal's write is not there after the replace", p.display());
     }
     let b = crash(&now);
-    let out = uraid_ok(&[vec!["fail".to_string(), "--member".into(), "2".into()], names(&now)].concat());
+    let out = uraid_ok(&cmd(&["fail", "--member", "2"], &now));
     assert_contains(&out.stderr, &["replayed 1 record"], "fail");
     for p in &now[..2] {
         assert!(on_members(&[p.as_path()], j, &b), "{}: the journal's write is not there after the fail", p.display());
@@ -1116,12 +1121,8 @@ fn a_spare_taking_over_the_journal_role_while_serving_carries_the_journal_on() {
     tools();
     require_tool("qemu-io", "qemu-utils");
     let d = tmpdir();
-    let m = sparse_files(d.path(), "m", 4, 100 << 20);
-    let names = |x: &[PathBuf]| x.iter().map(|p| s(p).to_string()).collect::<Vec<_>>();
-    let mut args = vec!["create", "--level", "1", "--name", "js", "--cache", "journal", "--journal", s(&m[2]), "--journal-size", "72M"];
-    args.extend(m[..3].iter().map(|p| s(p)));
-    uraid_ok(&args);
-    uraid_ok(&[vec!["add".to_string(), "--spare".into(), s(&m[3]).into()], names(&m[..3])].concat());
+    let m = raid1_with_member_journal(d.path(), "js");
+    uraid_ok(&cmd(&["add", "--spare", s(&m[3])], &m[..3]));
     let paths: Vec<&Path> = m[..3].iter().map(|p| p.as_path()).collect();
     let j = journal_start(&paths);
     // Role 2 (the journal's member) fails the first write that reaches its
@@ -1163,14 +1164,14 @@ fn a_spare_taking_over_the_journal_role_while_serving_carries_the_journal_on() {
     let now_paths: Vec<&Path> = now.iter().map(|p| p.as_path()).collect();
     let in_journal = blocks.iter().filter(|b| !on_members(&now_paths, j, b)).count();
     assert!(in_journal > 0, "serve wrote every write back before the SIGKILL: the spare's journal was not tested");
-    let out = uraid_ok(&[vec!["assemble".to_string()], names(&now)].concat());
+    let out = uraid_ok(&cmd(&["assemble"], &now));
     assert_contains(&out.stderr, &["replayed", s(&m[3])], "assemble after the kill");
     for b in &blocks {
         for p in &now_paths {
             assert!(on_members(&[p], j, b), "{}: a write acknowledged after the takeover is not there after the replay", p.display());
         }
     }
-    let st = uraid_ok(&[vec!["status".to_string()], names(&now)].concat());
+    let st = uraid_ok(&cmd(&["status"], &now));
     assert_contains(&st.stdout, &["journal on role 2"], "status");
     assert!(!st.stdout.contains("LOST"), "{}", st.stdout);
 }
