@@ -293,6 +293,10 @@ pub struct Cache {
     durable: Mutex<u64>,
     /// Highest sequence number a flush is waiting for.
     wanted: AtomicU64,
+    /// A writer waits for room (the dirty limit, or a cache full of dirty
+    /// lines): the next pass writes every dirty line, not only the whole
+    /// and expired ones.
+    starved: AtomicBool,
     kick: Mutex<bool>,
     kick_cv: Condvar,
     /// Bumped by every write through a write-through cache (reads keep
@@ -432,6 +436,7 @@ impl Cache {
             gate: std::sync::RwLock::new(()),
             durable: Mutex::new(1),
             wanted: AtomicU64::new(0),
+            starved: AtomicBool::new(false),
             kick: Mutex::new(false),
             kick_cv: Condvar::new(),
             wt_epoch: AtomicU64::new(0),
@@ -567,16 +572,18 @@ impl Cache {
             || self.cached.load(Ordering::Relaxed) + new_lines * self.line > self.cfg.size && !self.evict(new_lines * self.line)
             || journal.is_some_and(|j| !j.fits(req.len as u64, self.promise_for(lines)))
         {
-            self.kick();
             if new_lines == lines && !fua && journal.is_none() {
                 // Full, and nothing of the range is cached (so no older
                 // dirty data can be written back over it): the write goes
                 // around the cache, straight to the members.
                 lock(&self.stats).written_around += 1;
                 self.wt_epoch.fetch_add(1, Ordering::AcqRel);
+                self.kick();
                 return Taken::Members { pins: Vec::new(), epoch: 0 };
             }
             lock(&self.stats).throttled += 1;
+            self.starved.store(true, Ordering::Release);
+            self.kick();
             return Taken::Full;
         }
         let order = journal.map(|_| lock(&self.jorder));
@@ -792,6 +799,17 @@ impl Cache {
         (*lock(&self.durable) >= target).then_some(Ok(()))
     }
 
+    /// A write, discard or zeroing that this cache sent on to the members
+    /// (around a full cache, or after the write-back) completed: it takes a
+    /// sequence number, so that a flush from now on waits for a pass that
+    /// starts after it, and that pass flushes the members. (Without it, a
+    /// flush after writes that only went around found its target already
+    /// durable and flushed nothing: the writes stayed in the drives'
+    /// volatile caches.)
+    pub(crate) fn sent_on_done(&self) {
+        self.seq.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// True when a writer held for room may try again.
     pub(crate) fn has_room(&self) -> bool {
         self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit && self.live_journal().is_none_or(|j| j.pressure() * 2 < j.log_size())
@@ -931,6 +949,7 @@ impl Cache {
         let journal = self.live_journal();
         let flush = self.wanted.load(Ordering::Acquire) > *lock(&self.durable);
         let pressed = self.dirty.load(Ordering::Relaxed) * 2 > self.cfg.dirty_limit
+            || self.starved.swap(false, Ordering::AcqRel)
             || journal.is_some_and(|j| j.pressure() * 2 > j.log_size());
         let lines = self.dirty_lines(flush || pressed || self.closed.load(Ordering::Acquire));
         if lines.is_empty() && !flush {

@@ -391,6 +391,10 @@ struct Slot {
     /// A read that missed the cache: the lines to lay over its result and
     /// the cache's write-through epoch at its start.
     cache_read: Option<(Vec<u64>, u64)>,
+    /// A write, discard or zeroing the cache sent on to the members: it
+    /// tells the cache when it completes ([`crate::cache::Cache::sent_on_done`]),
+    /// so that a later flush covers it.
+    cache_sent_on: bool,
 }
 
 /// A per-thread submission and completion queue over a [`Volume`].
@@ -486,6 +490,7 @@ impl Queue {
                 replan: false,
                 plans: 0,
                 cache_read: None,
+                cache_sent_on: false,
             })
             .collect();
         Ok(Queue {
@@ -608,17 +613,20 @@ impl Queue {
             return false;
         }
         let Some(c) = self.cache.clone() else { return false };
-        let mut i = 0;
-        while i < self.cache_parked.len() {
-            let go = match self.cache_parked[i].1 {
+        // Each parked request is looked at once per call: one offered again
+        // may be parked again (the cache is still full), and must wait for
+        // the next call, after this queue has reaped and driven its own
+        // member I/O (a stripe lock it holds may be what the flusher needs).
+        let mut parked = std::mem::take(&mut self.cache_parked);
+        for (req, why) in parked.drain(..) {
+            let go = match why {
                 Parked::Durable(t) | Parked::DurableThenMembers(t) => c.durable(t),
                 Parked::Room => c.has_room().then_some(Ok(())),
             };
             let Some(res) = go else {
-                i += 1;
+                self.cache_parked.push((req, why));
                 continue;
             };
-            let (req, why) = self.cache_parked.swap_remove(i);
             match (why, res) {
                 (_, Err(e)) => out.push(Completion { tag: req.tag, result: Err(e), buf: req.buf }),
                 (Parked::Durable(_), Ok(())) => out.push(Completion { tag: req.tag, result: Ok(req.len), buf: req.buf }),
@@ -629,6 +637,9 @@ impl Queue {
                 (Parked::Room, Ok(())) => self.offer_to_cache(&c, req),
             }
         }
+        // Those parked again go back into the list's own allocation.
+        parked.append(&mut self.cache_parked);
+        self.cache_parked = parked;
         out.append(&mut self.cache_ready);
         !self.cache_parked.is_empty()
     }
@@ -636,6 +647,7 @@ impl Queue {
     /// Queues `req` (checked) on the members.
     fn push_members(&mut self, req: Request, cache_read: Option<(Vec<u64>, u64)>) {
         let si = self.free.pop().expect("checked") as usize;
+        self.slots[si].cache_sent_on = self.cache.is_some() && matches!(req.op, Op::Write | Op::Discard | Op::WriteZeroes { .. });
         self.slots[si].cache_read = cache_read;
         let data_offset = self.vol.data_offset;
         let vol = self.vol.clone();
@@ -949,6 +961,9 @@ impl Queue {
         if let (Some((pins, epoch)), Some(c), Some(b)) = (slot.cache_read.take(), &self.cache, slot.buf.as_mut()) {
             c.finish_read(slot.offset, &mut b[..slot.len], &pins, epoch, result.is_ok());
         }
+        if let (true, Some(c)) = (std::mem::take(&mut slot.cache_sent_on), &self.cache) {
+            c.sent_on_done();
+        }
         out.push(Completion { tag: slot.tag, result, buf: slot.buf.take() });
         self.free.push(si as u32);
     }
@@ -1094,8 +1109,10 @@ fn injected_fault(p: &Piece, m: &Member) -> Option<i32> {
     let f = m.faults()?;
     let off = p.offset + p.done as u64;
     let len = p.len - p.done.min(p.len);
-    if p.op == Op::Write && !p.fua && f.is_volatile() && len > 0 {
-        // The volatile drive cache model: remember what the write covers.
+    let writes = matches!(p.op, Op::Write | Op::Discard | Op::WriteZeroes { .. });
+    if writes && !p.fua && f.is_volatile() && len > 0 {
+        // The volatile drive cache model: remember what the write (or the
+        // zeroing or discard: a drive's cache may lose those too) covers.
         let mut old = vec![0u8; len];
         if std::os::unix::fs::FileExt::read_exact_at(m.file(), &mut old, off).is_ok() {
             f.log_write(off, old);
