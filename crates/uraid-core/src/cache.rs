@@ -41,9 +41,21 @@
 //! which then goes out as a full-stripe write. Each pass ends with a
 //! members' flush and a checkpoint that retires the records whose data is
 //! on the members. Writes never go around the cache in this mode; a full
-//! log holds writers like the dirty limit does. Discards and zeroes are
-//! not recorded: they wait for the write-back and go to the members as in
-//! write-back.
+//! log holds writers like the dirty limit does. A write-zeroes is recorded
+//! too (a zeroes record, no data), so replay zeroes its range in its place
+//! among the writes. Discards are not recorded: they wait for the
+//! write-back and go to the members as in write-back (what a discarded
+//! range reads is unspecified until it is written again, as NBD's TRIM
+//! says, so a replayed older write there is allowed).
+//!
+//! Write-zeroes, in write-back and journal mode: the range's sectors in
+//! the lines the cache holds become zeroes (dirty, so the flusher writes
+//! them after any older bytes of those lines it may have in flight), and
+//! the zeroing goes to the members at once; until it completes, the
+//! flusher records and writes no line it overlaps (what it would read from
+//! the members there may be the bytes from before it). A FUA one under
+//! plain write-back, or one with the journal lost, waits for the
+//! write-back and goes as a discard does.
 //!
 //! Reads: a read whose every sector is valid in the cache is served from it
 //! (a hit); otherwise it goes to the members, and the cached sectors it
@@ -231,6 +243,9 @@ enum Recorded {
     Clean,
     /// The log has no room for it now.
     Full,
+    /// A zeroing sent on to the members overlaps it, or started while its
+    /// missing sectors were read: try again at the next pass.
+    Later,
 }
 
 /// A dirty line as the flusher took it.
@@ -293,6 +308,17 @@ pub struct Cache {
     durable: Mutex<u64>,
     /// Highest sequence number a flush is waiting for.
     wanted: AtomicU64,
+    /// Zeroings (write-zeroes requests) this cache sent on to the members
+    /// and not yet completed: byte ranges `[start, end)` of the volume and
+    /// the write sequence number each took (the journal's zeroes record
+    /// must not retire before its zeroing is on the members). The
+    /// flusher does not record or write a line over one of them
+    /// ([`record_line`](Self::record_line)): what it would read there from
+    /// the members may be the bytes from before the zeroes.
+    zeroing: Mutex<Vec<(u64, u64, u64)>>,
+    /// Bumped each time a zeroing starts (a line's read-fill that saw it
+    /// move may have read the bytes from before it).
+    zero_epoch: AtomicU64,
     /// A writer waits for room (the dirty limit, or a cache full of dirty
     /// lines): the next pass writes every dirty line, not only the whole
     /// and expired ones.
@@ -371,6 +397,10 @@ pub(crate) enum Taken {
     /// Handed back: run it on the members (a read miss: lay the pinned
     /// lines over its result when it completes with [`Cache::finish_read`]).
     Members { pins: Vec<u64>, epoch: u64 },
+    /// Send only bytes `[offset, offset + len)` of it on to the members (a
+    /// zeroing whose partial lines went into the cache); its completion
+    /// still reports the whole request's length.
+    MembersPart { offset: u64, len: usize },
     /// Wait: complete it once every write below this sequence number is
     /// durable (a flush, a FUA write).
     Durable(u64),
@@ -437,6 +467,8 @@ impl Cache {
             durable: Mutex::new(1),
             wanted: AtomicU64::new(0),
             starved: AtomicBool::new(false),
+            zeroing: Mutex::new(Vec::new()),
+            zero_epoch: AtomicU64::new(0),
             kick: Mutex::new(false),
             kick_cv: Condvar::new(),
             wt_epoch: AtomicU64::new(0),
@@ -538,6 +570,13 @@ impl Cache {
             // Journal: every acknowledged write is durable in the journal
             // already; the members' flush covers discards and zeroes.
             (Op::Write, CacheMode::WriteBack | CacheMode::Journal) => self.write_back(req),
+            // (A FUA one under plain write-back waits for the write-back
+            // below: its zeroes must be durable when it completes.)
+            (Op::WriteZeroes { .. }, CacheMode::WriteBack | CacheMode::Journal)
+                if !(req.fua && self.cfg.mode == CacheMode::WriteBack) && !self.journal_lost() =>
+            {
+                self.zero(req)
+            }
             (Op::Discard | Op::WriteZeroes { .. }, CacheMode::WriteBack | CacheMode::Journal) => {
                 Taken::DurableThenMembers(self.want_all())
             }
@@ -610,26 +649,9 @@ impl Cache {
             let line = sh.lines.entry(idx).or_insert_with(|| self.new_line());
             let bytes = (b - a) * CACHE_SECTOR as usize;
             line.data[a * CACHE_SECTOR as usize..][..bytes].copy_from_slice(&data[off..off + bytes]);
-            let before = Line::count(&line.dirty);
-            if before > 0 {
+            if self.made_dirty(line, a, b, seq, now) {
                 merged += 1;
             }
-            set_bits(&mut line.valid, a, b);
-            set_bits(&mut line.dirty, a, b);
-            let after = Line::count(&line.dirty);
-            self.dirty.fetch_add((after - before) * CACHE_SECTOR, Ordering::Relaxed);
-            line.generation += 1;
-            line.last_seq = seq;
-            if line.oldest == 0 {
-                line.oldest = seq;
-                line.dirty_since = crate::member::now_ns();
-                // Promised whether or not the journal is lost now (it is
-                // released the same way when the line is clean again).
-                if let Some(j) = &self.journal {
-                    j.promise(self.promise_for(1));
-                }
-            }
-            line.last_use = now;
         }
         drop((gate, order));
         {
@@ -658,6 +680,159 @@ impl Cache {
             return Taken::Durable(seq + 1);
         }
         Taken::Done(req.len)
+    }
+
+    /// A write-zeroes under write-back (not FUA) or the journal (not
+    /// lost). Takes the next write sequence number and records the zeroing
+    /// on the journal (a zeroes record of the whole range: replay zeroes
+    /// it in its place among the writes). The lines it covers in part (at
+    /// most its first and last) get zeroes as a write of zeroes would
+    /// (dirty, in the cache: the flusher records and writes them as it does
+    /// any line, so no stripe is ever zeroed in part on the members and
+    /// replay never has to rebuild a member's chunk from parity torn by a
+    /// zeroing: the RAID 5/6 write hole stays closed). The whole lines go
+    /// to the members at once (full stripes), as a zeroing in flight until
+    /// it completes ([`sent_on_done`](Self::sent_on_done)); those the cache
+    /// holds get zeroes too (dirty, so the flusher writes them after any
+    /// older bytes of theirs it may have in flight). Lines the cache does
+    /// not hold have no write of the flusher in flight (a line is dropped
+    /// only once clean). Waits for room as a write does.
+    fn zero(&self, req: &mut Request) -> Taken {
+        let journal = self.live_journal();
+        let end = req.offset + req.len as u64;
+        // The whole lines [mid_a, mid_b); the parts before and after.
+        let mid_a = req.offset.next_multiple_of(self.line).min(end);
+        let mid_b = (end / self.line * self.line).max(mid_a);
+        let parts: Vec<(u64, usize)> =
+            [(req.offset, mid_a), (mid_b, end)].into_iter().filter(|(a, b)| a < b).map(|(a, b)| (a, (b - a) as usize)).collect();
+        let part_bytes: u64 = parts.iter().map(|&(_, n)| n as u64).sum();
+        let part_lines: u64 = parts.iter().map(|&(a, n)| self.spans(a, n).count() as u64).sum();
+        let new_lines: u64 = parts.iter().map(|&(a, n)| self.uncached_lines(a, n)).sum();
+        let held = if mid_b > mid_a { self.held_lines(mid_a, (mid_b - mid_a) as usize) } else { Vec::new() };
+        let ahead = self.promise_for(held.len() as u64 + part_lines);
+        if new_lines * self.line > self.cfg.size {
+            // The partial lines can never fit (a cache of one line): as a
+            // discard goes.
+            return Taken::DurableThenMembers(self.want_all());
+        }
+        let dirty = self.dirty.load(Ordering::Relaxed);
+        if dirty + part_bytes > self.cfg.dirty_limit && dirty > 0
+            || self.cached.load(Ordering::Relaxed) + new_lines * self.line > self.cfg.size && !self.evict(new_lines * self.line)
+            || journal.is_some_and(|j| !j.fits(0, ahead))
+        {
+            self.starved.store(true, Ordering::Release);
+            self.kick();
+            lock(&self.stats).throttled += 1;
+            return Taken::Full;
+        }
+        let order = journal.map(|_| lock(&self.jorder));
+        let gate = self.gate.read().unwrap_or_else(|e| e.into_inner());
+        let seq = self.seq.fetch_add(1, Ordering::AcqRel);
+        let place = match journal {
+            Some(j) => match j.reserve(0, seq, Some(ahead)) {
+                Some(r) => Some((j, r)),
+                None => {
+                    drop((gate, order));
+                    self.starved.store(true, Ordering::Release);
+                    self.kick();
+                    lock(&self.stats).throttled += 1;
+                    return Taken::Full;
+                }
+            },
+            None => None,
+        };
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        for &(a, n) in &parts {
+            for (idx, sa, sb, _) in self.spans(a, n) {
+                let mut sh = self.shard(idx);
+                let line = sh.lines.entry(idx).or_insert_with(|| self.new_line());
+                line.data[sa * CACHE_SECTOR as usize..sb * CACHE_SECTOR as usize].fill(0);
+                self.made_dirty(line, sa, sb, seq, now);
+            }
+        }
+        for idx in held {
+            let base = idx * self.line;
+            let a = ((mid_a.max(base) - base) / CACHE_SECTOR) as usize;
+            let b = ((mid_b.min(base + self.line) - base) / CACHE_SECTOR) as usize;
+            let mut sh = self.shard(idx);
+            // Dropped since it was listed: nothing of it to zero.
+            let Some(line) = sh.lines.get_mut(&idx) else { continue };
+            line.data[a * CACHE_SECTOR as usize..b * CACHE_SECTOR as usize].fill(0);
+            self.made_dirty(line, a, b, seq, now);
+        }
+        if mid_b > mid_a {
+            lock(&self.zeroing).push((mid_a, mid_b, seq));
+            self.zero_epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        self.wt_epoch.fetch_add(1, Ordering::AcqRel);
+        drop((gate, order));
+        lock(&self.stats).writes += 1;
+        if let Some((j, r)) = place {
+            if j.write_zeroes(r, req.offset, req.len as u64, seq).is_ok() {
+                lock(&self.stats).journal_records += 1;
+            } else {
+                // The journal is lost (it said why): the zeroing is
+                // acknowledged once it is on the members and flushed, as
+                // every write is then.
+                self.live_journal();
+                if mid_b > mid_a {
+                    self.sent_on_done(req.op, mid_a, (mid_b - mid_a) as usize);
+                }
+                return Taken::DurableThenMembers(self.want_all());
+            }
+        }
+        if mid_b == mid_a {
+            return Taken::Done(req.len);
+        }
+        Taken::MembersPart { offset: mid_a, len: (mid_b - mid_a) as usize }
+    }
+
+    /// True while a zeroing this cache sent on overlaps line `idx`.
+    fn zeroing_over(&self, idx: u64) -> bool {
+        let (a, b) = (idx * self.line, (idx + 1) * self.line);
+        lock(&self.zeroing).iter().any(|&(s, e, _)| s < b && a < e)
+    }
+
+    /// The lines of `[offset, offset + len)` the cache holds now: looked up
+    /// one by one, or, for a range of more lines than the cache holds, by
+    /// a walk over what it holds (a zeroing of a whole device costs the
+    /// cache's size, not the device's).
+    fn held_lines(&self, offset: u64, len: usize) -> Vec<u64> {
+        if len == 0 {
+            return Vec::new();
+        }
+        let (first, last) = (offset / self.line, (offset + len as u64 - 1) / self.line);
+        if last - first < self.cached.load(Ordering::Relaxed) / self.line {
+            return (first..=last).filter(|idx| self.shard(*idx).lines.contains_key(idx)).collect();
+        }
+        let mut v: Vec<u64> = Vec::new();
+        for sh in self.shards.iter() {
+            v.extend(lock(sh).lines.keys().filter(|&&idx| (first..=last).contains(&idx)));
+        }
+        v
+    }
+
+    /// Sectors `a..b` of `line` were just written by write `seq` (at
+    /// clock `now`): marks them valid and dirty. True when the line was
+    /// dirty already (the write merged into it).
+    fn made_dirty(&self, line: &mut Line, a: usize, b: usize, seq: u64, now: u64) -> bool {
+        let before = Line::count(&line.dirty);
+        set_bits(&mut line.valid, a, b);
+        set_bits(&mut line.dirty, a, b);
+        self.dirty.fetch_add((Line::count(&line.dirty) - before) * CACHE_SECTOR, Ordering::Relaxed);
+        line.generation += 1;
+        line.last_seq = seq;
+        if line.oldest == 0 {
+            line.oldest = seq;
+            line.dirty_since = crate::member::now_ns();
+            // Promised whether or not the journal is lost now (it is
+            // released the same way when the line is clean again).
+            if let Some(j) = &self.journal {
+                j.promise(self.promise_for(1));
+            }
+        }
+        line.last_use = now;
+        before > 0
     }
 
     /// Drops clean lines nobody reads, least recently used first, until
@@ -806,7 +981,16 @@ impl Cache {
     /// flush after writes that only went around found its target already
     /// durable and flushed nothing: the writes stayed in the drives'
     /// volatile caches.)
-    pub(crate) fn sent_on_done(&self) {
+    ///
+    /// `op`, `offset`, `len`: the request's; a zeroing in flight
+    /// ([`zero`](Self::zero)) ends here.
+    pub(crate) fn sent_on_done(&self, op: Op, offset: u64, len: usize) {
+        if matches!(op, Op::WriteZeroes { .. }) {
+            let mut z = lock(&self.zeroing);
+            if let Some(i) = z.iter().position(|&(a, b, _)| (a, b) == (offset, offset + len as u64)) {
+                z.swap_remove(i);
+            }
+        }
         self.seq.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -816,11 +1000,17 @@ impl Cache {
     }
 
     /// A sequence number below which every write is on the members (or
-    /// was superseded there): the oldest write a dirty line carries, or
-    /// the next number when none is dirty.
+    /// was superseded there): the oldest write a dirty line carries or a
+    /// zeroing in flight has, or the next number when there is none.
     fn clean_mark(&self) -> u64 {
         let _g = self.gate.write().unwrap_or_else(|e| e.into_inner());
         let mut mark = self.seq.load(Ordering::Acquire);
+        // A zeroing still on its way to the members is not there yet (one
+        // that completed before this look is covered by the members' flush
+        // that follows it).
+        for &(_, _, seq) in lock(&self.zeroing).iter() {
+            mark = mark.min(seq);
+        }
         for sh in self.shards.iter() {
             for l in lock(sh).lines.values() {
                 if l.oldest != 0 {
@@ -967,6 +1157,9 @@ impl Cache {
         let mut inflight: HashMap<u64, InFlight> = HashMap::new();
         let mut tag = 0u64;
         let mut first_err: Option<crate::Error> = None;
+        // A line left for the next pass: the writes it holds are not on the
+        // members, so this pass does not move the durable mark.
+        let mut skipped = false;
         let sector = CACHE_SECTOR as usize;
         for Snap { idx, mut generation, mut data, dirty: mut bits, valid, mut last_seq } in lines {
             if first_err.is_some() {
@@ -992,6 +1185,13 @@ impl Cache {
                         Ok(Recorded::Full) => {
                             // The log is full: retire records first.
                             lock(&self.pool).push(data);
+                            skipped = true;
+                            self.kick();
+                            continue;
+                        }
+                        Ok(Recorded::Later) => {
+                            lock(&self.pool).push(data);
+                            skipped = true;
                             self.kick();
                             continue;
                         }
@@ -1069,7 +1269,7 @@ impl Cache {
         if let Err(e) = &res {
             // Writes were lost: every flush waiting or to come says so.
             *lock(&self.failed) = Some(e.clone());
-        } else if flush {
+        } else if flush && !skipped {
             let mut d = lock(&self.durable);
             *d = (*d).max(start_seq);
         }
@@ -1126,6 +1326,12 @@ impl Cache {
         let mut rows = self.rows_of(dirty);
         let mut read = vec![0u64; valid.len()];
         loop {
+            // What the members hold under a zeroing in flight may be the
+            // bytes from before it: not to be recorded, nor written back.
+            let zeroes = self.zero_epoch.load(Ordering::Acquire);
+            if self.zeroing_over(idx) {
+                return Ok(Recorded::Later);
+            }
             // The sectors to record: the rows of every chunk, or all.
             let want = rows.map_or_else(|| vec![u64::MAX; valid.len()], |r| self.rows_mask(r));
             let holes: Vec<u64> = want.iter().zip(valid).zip(&read).map(|((w, v), r)| w & !v & !r).collect();
@@ -1137,6 +1343,13 @@ impl Cache {
                 set_bits(&mut read, a, b);
             }
             let order = lock(&self.jorder);
+            if self.zero_epoch.load(Ordering::Acquire) != zeroes {
+                // A zeroing started during the reads (zeroings hold
+                // `jorder` to start): read again, or wait for it.
+                drop(order);
+                read.iter_mut().for_each(|w| *w = 0);
+                continue;
+            }
             let (generation, dirty, oldest, last_seq) = {
                 let sh = self.shard(idx);
                 let Some(l) = sh.lines.get(&idx).filter(|l| l.oldest != 0) else { return Ok(Recorded::Clean) };

@@ -20,7 +20,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `URAIDJN\x01` |
-//! | 8 | 4 | format version (2; 1 is read too: it has no rows records) |
+//! | 8 | 4 | format version (3; 1 and 2 are read too: 1 has no rows records, neither has zeroes records) |
 //! | 16 | 16 | array UUID |
 //! | 32 | 16 | volume UUID |
 //! | 48 | 16 | journal UUID (also in the volume table entry) |
@@ -40,14 +40,14 @@
 //! | 0 | 8 | magic `URAIDJR\x01` |
 //! | 8 | 8 | sequence number (one more than the record before) |
 //! | 16 | 8 | log position |
-//! | 24 | 4 | kind: 1 data (a write, as acknowledged), 2 stripe (a whole cache line, written before its member writes), 3 rows (the same rows of every data chunk of a cache line, written before its member writes) |
+//! | 24 | 4 | kind: 1 data (a write, as acknowledged), 2 stripe (a whole cache line, written before its member writes), 3 rows (the same rows of every data chunk of a cache line, written before its member writes), 4 zeroes (a write-zeroes, as acknowledged: no data) |
 //! | 32 | 8 | byte offset in the volume |
-//! | 40 | 8 | data length in bytes |
+//! | 40 | 8 | data length in bytes (0 for a zeroes record, the only kind without data) |
 //! | 48 | 4 | CRC-32C of the data |
 //! | 56 | 8 | the header's nonce when the record was written |
 //! | 64 | 8 | cache write sequence number: a data record's write; a stripe or rows record holds every write to its line up to this one |
 //! | 72 | 8 | rows record: bytes from one piece's volume offset to the next's (the chunk size); 0 for the other kinds |
-//! | 80 | 8 | rows record: bytes per piece; 0 for the other kinds (one piece: the data) |
+//! | 80 | 8 | rows record: bytes per piece; zeroes record: bytes zeroed; 0 for the other kinds (one piece: the data) |
 //! | 508 | 4 | CRC-32C of bytes 0..508 |
 //!
 //! A rows record's data is pieces of equal length back to back; piece `k`
@@ -56,6 +56,10 @@
 //! sectors lie in): enough to write those rows whole at replay, so their
 //! parity comes out right with a member gone, for a fraction of a stripe
 //! record's bytes when the line is dirty in a few rows (random writes).
+//!
+//! A zeroes record makes replay zero its range (a whole-range zeroing, then
+//! zeroes in their place among the records of every line that other
+//! records touch).
 //!
 //! Replay lays the records touching a line over each other in the order
 //! of their cache write sequence numbers (a stripe or rows record after
@@ -80,8 +84,10 @@ use crate::{bail, Error, IoBuf, Member, Result};
 pub const MAGIC: &[u8; 8] = b"URAIDJN\x01";
 const RECORD_MAGIC: &[u8; 8] = b"URAIDJR\x01";
 /// Format version written; 2 added rows records (kind 3), which a reader
-/// of version 1 would misread. Version 1 logs (no rows records) are read.
-const VERSION: u32 = 2;
+/// of version 1 would misread; 3 added zeroes records (kind 4), at which a
+/// reader of version 2 would stop and miss the records after. Logs of
+/// versions 1 and 2 are read.
+const VERSION: u32 = 3;
 /// Bytes of the header; the log follows.
 pub const HEADER_SIZE: u64 = 4096;
 /// Bytes of a record header.
@@ -101,6 +107,8 @@ pub enum RecordKind {
     /// format), written before the flusher writes the line's dirty sectors
     /// in those rows to the members.
     Rows = 3,
+    /// A write-zeroes of a range (no data), as it was acknowledged.
+    Zeroes = 4,
 }
 
 /// The identity a journal header carries.
@@ -227,7 +235,13 @@ impl Found {
     /// The record's pieces: (volume byte offset, bytes, offset in the
     /// record's data).
     fn pieces(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
-        (0..self.len / self.piece).map(|k| (self.offset + k * self.stride, self.piece, k * self.piece))
+        let n = if self.zeroes() { 1 } else { self.len / self.piece };
+        (0..n).map(|k| (self.offset + k * self.stride, self.piece, k * self.piece))
+    }
+
+    /// A zeroes record: its one piece is the range zeroed, with no data.
+    fn zeroes(&self) -> bool {
+        self.kind == RecordKind::Zeroes as u32
     }
 }
 
@@ -601,8 +615,16 @@ impl Journal {
         self.write_record(r, RecordKind::Rows, offset, (stride, piece), cache_seq, data)
     }
 
-    /// [`write`](Self::write) with the rows record's (stride, piece), (0, 0)
-    /// for the other kinds.
+    /// Writes the zeroes record reserved as `r` (reserved for 0 data
+    /// bytes): `len` bytes (whole sectors) zeroed at volume byte `offset`
+    /// by cache write `cache_seq`, as [`write`](Self::write) does. Errors:
+    /// as `write`.
+    pub fn write_zeroes(&self, r: Reservation, offset: u64, len: u64, cache_seq: u64) -> Result<()> {
+        self.write_record(r, RecordKind::Zeroes, offset, (0, len), cache_seq, &[])
+    }
+
+    /// [`write`](Self::write) with the rows record's (stride, piece), the
+    /// zeroes record's (0, bytes zeroed), (0, 0) for the other kinds.
     fn write_record(&self, r: Reservation, kind: RecordKind, offset: u64, (stride, piece): (u64, u64), cache_seq: u64, data: &[u8]) -> Result<()> {
         let len = data.len() as u64;
         let mut b = IoBuf::new((RECORD_HEADER + len) as usize);
@@ -806,9 +828,10 @@ impl Journal {
             seq += 1;
             found.push(f);
         }
-        // Per line: the records touching it, in log order.
+        // Per line: the records touching it, in log order; zeroes records
+        // only where others touch (a zeroing of the whole range comes first).
         let mut lines: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-        for (i, f) in found.iter().enumerate() {
+        for (i, f) in found.iter().enumerate().filter(|(_, f)| !f.zeroes()) {
             // A valid record has data (see read_record).
             for (o, n, _) in f.pieces() {
                 for idx in o / line..=(o + n - 1) / line {
@@ -819,7 +842,17 @@ impl Journal {
                 }
             }
         }
+        for (i, f) in found.iter().enumerate().filter(|(_, f)| f.zeroes()) {
+            let (first, last) = (f.offset / line, (f.offset + f.piece - 1) / line);
+            for (_, v) in lines.range_mut(first..=last) {
+                v.push(i);
+            }
+        }
         let mut q = vol.queue_uncached(1)?;
+        for f in found.iter().filter(|f| f.zeroes()) {
+            let r = Request { op: crate::engine::Op::WriteZeroes { no_hole: false }, offset: f.offset, len: f.piece as usize, buf: None, tag: 0, fua: false };
+            q.run(r).result?;
+        }
         let sectors = (line / 512) as usize;
         let mut bytes = 0;
         let mut img = IoBuf::new(line as usize);
@@ -835,9 +868,13 @@ impl Journal {
                     if a >= b {
                         continue;
                     }
-                    let mut part = IoBuf::new((b - a) as usize);
-                    self.read_at(&mut part, HEADER_SIZE + (f.pos % self.log_size) + RECORD_HEADER + at + (a - o))?;
-                    img[(a - base) as usize..(b - base) as usize].copy_from_slice(&part);
+                    if f.zeroes() {
+                        img[(a - base) as usize..(b - base) as usize].fill(0);
+                    } else {
+                        let mut part = IoBuf::new((b - a) as usize);
+                        self.read_at(&mut part, HEADER_SIZE + (f.pos % self.log_size) + RECORD_HEADER + at + (a - o))?;
+                        img[(a - base) as usize..(b - base) as usize].copy_from_slice(&part);
+                    }
                     covered[((a - base) / 512) as usize..((b - base) / 512) as usize].iter_mut().for_each(|c| *c = true);
                 }
             }
@@ -897,10 +934,18 @@ impl Journal {
             return Ok(None);
         }
         let (offset, len, crc, kind, cache_seq) = (u64_at(h, 32), u64_at(h, 40), u32_at(h, 48), u32_at(h, 24), u64_at(h, 64));
-        if len == 0 || len % 512 != 0 || offset % 512 != 0 || pos % self.log_size + RECORD_HEADER + len > self.log_size {
+        let zeroes = kind == RecordKind::Zeroes as u32;
+        if (len == 0) != zeroes || len % 512 != 0 || offset % 512 != 0 || pos % self.log_size + RECORD_HEADER + len > self.log_size {
             return Ok(None);
         }
-        let (stride, piece) = if kind == RecordKind::Rows as u32 {
+        let (stride, piece) = if zeroes {
+            // One range and no data.
+            let bytes = u64_at(h, 80);
+            if bytes == 0 || bytes % 512 != 0 || offset.checked_add(bytes).is_none() {
+                return Ok(None);
+            }
+            return Ok(Some(Found { pos, offset, len, kind, cache_seq, stride: 0, piece: bytes }));
+        } else if kind == RecordKind::Rows as u32 {
             let (stride, piece) = (u64_at(h, 72), u64_at(h, 80));
             if !rows_shape_ok(len, stride, piece) {
                 return Ok(None);

@@ -391,6 +391,9 @@ struct Slot {
     /// A read that missed the cache: the lines to lay over its result and
     /// the cache's write-through epoch at its start.
     cache_read: Option<(Vec<u64>, u64)>,
+    /// The bytes the completion reports when the cache sent on only part
+    /// of the request ([`crate::cache::Taken::MembersPart`]).
+    report_len: Option<usize>,
     /// A write, discard or zeroing the cache sent on to the members: it
     /// tells the cache when it completes ([`crate::cache::Cache::sent_on_done`]),
     /// so that a later flush covers it.
@@ -490,6 +493,7 @@ impl Queue {
                 replan: false,
                 plans: 0,
                 cache_read: None,
+                report_len: None,
                 cache_sent_on: false,
             })
             .collect();
@@ -575,7 +579,7 @@ impl Queue {
         }
         match self.cache.clone() {
             Some(c) => self.offer_to_cache(&c, req),
-            None => self.push_members(req, None),
+            None => self.push_members(req, None, None),
         }
         Ok(())
     }
@@ -592,7 +596,14 @@ impl Queue {
             }
             Taken::Members { pins, epoch } => {
                 let cache_read = (req.op == Op::Read).then_some((pins, epoch));
-                return self.push_members(req, cache_read);
+                self.push_members(req, cache_read, None);
+                return;
+            }
+            Taken::MembersPart { offset, len } => {
+                let whole = req.len;
+                (req.offset, req.len) = (offset, len);
+                self.push_members(req, None, Some(whole));
+                return;
             }
             Taken::Durable(t) => Parked::Durable(t),
             Taken::DurableThenMembers(t) => Parked::DurableThenMembers(t),
@@ -628,11 +639,15 @@ impl Queue {
                 continue;
             };
             match (why, res) {
-                (_, Err(e)) => out.push(Completion { tag: req.tag, result: Err(e), buf: req.buf }),
+                (_, Err(e)) => {
+                    // Never sent on: it ends here.
+                    c.sent_on_done(req.op, req.offset, req.len);
+                    out.push(Completion { tag: req.tag, result: Err(e), buf: req.buf })
+                }
                 (Parked::Durable(_), Ok(())) => out.push(Completion { tag: req.tag, result: Ok(req.len), buf: req.buf }),
                 (Parked::DurableThenMembers(_), Ok(())) => {
                     c.invalidate(req.offset, req.len);
-                    self.push_members(req, None);
+                    self.push_members(req, None, None);
                 }
                 (Parked::Room, Ok(())) => self.offer_to_cache(&c, req),
             }
@@ -644,9 +659,11 @@ impl Queue {
         !self.cache_parked.is_empty()
     }
 
-    /// Queues `req` (checked) on the members.
-    fn push_members(&mut self, req: Request, cache_read: Option<(Vec<u64>, u64)>) {
+    /// Queues `req` (checked) on the members; its completion reports
+    /// `report_len` bytes when given (else `req.len`).
+    fn push_members(&mut self, req: Request, cache_read: Option<(Vec<u64>, u64)>, report_len: Option<usize>) {
         let si = self.free.pop().expect("checked") as usize;
+        self.slots[si].report_len = report_len;
         self.slots[si].cache_sent_on = self.cache.is_some() && matches!(req.op, Op::Write | Op::Discard | Op::WriteZeroes { .. });
         self.slots[si].cache_read = cache_read;
         let data_offset = self.vol.data_offset;
@@ -954,15 +971,16 @@ impl Queue {
             self.replan(si, out);
             return;
         }
+        let report = slot.report_len.take();
         let result = match slot.error.take() {
             Some(e) => Err(e),
-            None => Ok(slot.len),
+            None => Ok(report.unwrap_or(slot.len)),
         };
         if let (Some((pins, epoch)), Some(c), Some(b)) = (slot.cache_read.take(), &self.cache, slot.buf.as_mut()) {
             c.finish_read(slot.offset, &mut b[..slot.len], &pins, epoch, result.is_ok());
         }
         if let (true, Some(c)) = (std::mem::take(&mut slot.cache_sent_on), &self.cache) {
-            c.sent_on_done();
+            c.sent_on_done(slot.op, slot.offset, slot.len);
         }
         out.push(Completion { tag: slot.tag, result, buf: slot.buf.take() });
         self.free.push(si as u32);
