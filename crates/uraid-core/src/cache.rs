@@ -43,10 +43,9 @@
 //! on the members. Writes never go around the cache in this mode; a full
 //! log holds writers like the dirty limit does. A write-zeroes is recorded
 //! too (a zeroes record, no data), so replay zeroes its range in its place
-//! among the writes. Discards are not recorded: they wait for the
-//! write-back and go to the members as in write-back (what a discarded
-//! range reads is unspecified until it is written again, as NBD's TRIM
-//! says, so a replayed older write there is allowed).
+//! among the writes. A discard goes as a write-zeroes does in this mode
+//! (the members still discard its whole stripes): its partial RAID 5/6
+//! stripes are written as zeroes, and a crash must not tear them.
 //!
 //! Write-zeroes, in write-back and journal mode: the range's sectors in
 //! the lines the cache holds become zeroes (dirty, so the flusher writes
@@ -55,7 +54,9 @@
 //! flusher records and writes no line it overlaps (what it would read from
 //! the members there may be the bytes from before it). A FUA one under
 //! plain write-back, or one with the journal lost, waits for the
-//! write-back and goes as a discard does.
+//! write-back and goes to the members unrecorded, as a discard does in
+//! write-back (what a discarded range reads is unspecified until it is
+//! written again, as NBD's TRIM says).
 //!
 //! Reads: a read whose every sector is valid in the cache is served from it
 //! (a hit); otherwise it goes to the members, and the cached sectors it
@@ -577,6 +578,11 @@ impl Cache {
             {
                 self.zero(req)
             }
+            // A discard's partial RAID 5/6 stripes are written as zeroes,
+            // which a crash can tear: with the journal it goes as a zeroing
+            // (the write hole stays closed; the whole stripes are still
+            // discarded on the members).
+            (Op::Discard, CacheMode::Journal) if !self.journal_lost() => self.zero(req),
             (Op::Discard | Op::WriteZeroes { .. }, CacheMode::WriteBack | CacheMode::Journal) => {
                 Taken::DurableThenMembers(self.want_all())
             }
@@ -683,7 +689,8 @@ impl Cache {
     }
 
     /// A write-zeroes under write-back (not FUA) or the journal (not
-    /// lost). Takes the next write sequence number and records the zeroing
+    /// lost), or a discard under the journal (it reads back as zeroes).
+    /// Takes the next write sequence number and records the zeroing
     /// on the journal (a zeroes record of the whole range: replay zeroes
     /// it in its place among the writes). The lines it covers in part (at
     /// most its first and last) get zeroes as a write of zeroes would
@@ -985,7 +992,7 @@ impl Cache {
     /// `op`, `offset`, `len`: the request's; a zeroing in flight
     /// ([`zero`](Self::zero)) ends here.
     pub(crate) fn sent_on_done(&self, op: Op, offset: u64, len: usize) {
-        if matches!(op, Op::WriteZeroes { .. }) {
+        if matches!(op, Op::WriteZeroes { .. } | Op::Discard) {
             let mut z = lock(&self.zeroing);
             if let Some(i) = z.iter().position(|&(a, b, _)| (a, b) == (offset, offset + len as u64)) {
                 z.swap_remove(i);

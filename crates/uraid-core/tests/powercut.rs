@@ -195,6 +195,7 @@ fn run_with(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade
     let _watchdog = Watchdog::new(format!("{level} x{n} chunk {chunk} cache {mode:?} journal {place:?} degraded {degrade}, seed {s}"));
     let mut rng = StdRng::seed_from_u64(s);
     let mut zrng = StdRng::seed_from_u64(s ^ 0x2e70_e5);
+    let mut drng = StdRng::seed_from_u64(s ^ 0xd15c_a4d);
     let rows = (4 << 20) / chunk;
     let jstart = (DATA_OFFSET + rows * chunk).next_multiple_of(1 << 20);
     let size = if place == Place::Own { DATA_OFFSET + rows * chunk } else { jstart + JOURNAL_REGION };
@@ -269,7 +270,14 @@ fn run_with(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade
         let r = if zeroes && zrng.random_ratio(1, 8) {
             model[off..off + len].fill(0);
             fua = false;
-            Request { op: uraid_core::engine::Op::WriteZeroes { no_hole: false }, offset: off as u64, len, buf: None, tag, fua }
+            // With the journal, half are discards (which then read back as
+            // zeroes, and must not tear a stripe either).
+            let op = if journaled && drng.random_ratio(1, 2) {
+                uraid_core::engine::Op::Discard
+            } else {
+                uraid_core::engine::Op::WriteZeroes { no_hole: false }
+            };
+            Request { op, offset: off as u64, len, buf: None, tag, fua }
         } else {
             model[off..off + len].copy_from_slice(&b);
             let mut r = Request::write(off as u64, len, b, tag);
@@ -415,9 +423,10 @@ fn when_the_journal_member_fails_writes_go_on_and_stay_durable() {
     assert!(lost > 0, "no power cut lost a write: the model did nothing");
 }
 
-/// Write-zeroes in the workloads: acknowledged and flushed (or, with the
-/// journal, acknowledged) zeroes read back as zeroes after a power cut, in
-/// every mode and level, and with the journal also degraded. (Before the
+/// Write-zeroes in the workloads (with the journal, discards too):
+/// acknowledged and flushed (or, with the journal, acknowledged) zeroes
+/// read back as zeroes after a power cut, in every mode and level, and
+/// with the journal also degraded. (Before the
 /// journal recorded them, replay could lay an older write over them;
 /// before they went through the cache's lines, a write-back of older bytes
 /// in flight could land after them.)
