@@ -590,6 +590,7 @@ fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<Vec<VolumeEn
             cache_size_mib: 0,
             dirty_limit_mib: 0,
             journal_uuid: [0; 16],
+            journal_lost: false,
             journal_region: None,
         });
     }
@@ -837,7 +838,7 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     }
     let mut journals = Vec::new();
     for (m, id) in journal_devs {
-        if !auth.volumes.iter().any(|v| journal_id(auth.array_uuid, v) == id) {
+        let Some(v) = auth.volumes.iter().find(|v| journal_id(auth.array_uuid, v) == id) else {
             bail!(
                 Superblock,
                 "{} is a journal, but not one of array '{}' (it names array {}); give this array's journal, or leave it out",
@@ -845,13 +846,29 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
                 auth.name,
                 fmt_uuid(&id.array)
             );
+        };
+        if v.journal_lost {
+            // Lost while running: stale, never replayed (see below).
+            continue;
         }
         journals.push(Arc::new(crate::journal::Journal::open(m)?));
     }
     let mut warnings = Vec::new();
-    // A journal device of its own not given.
+    // A journal device of its own not given, or lost while running.
     for v in auth.volumes.iter().filter(|v| v.cache_mode == crate::cache::CacheMode::Journal.to_u8() && v.journal_region.is_none()) {
         let id = journal_id(auth.array_uuid, v);
+        if v.journal_lost {
+            let name = format!("journal {}", fmt_uuid(&v.journal_uuid));
+            warnings.push(format!(
+                "{}: its write journal ({name}) was lost while running (a write to it failed): its records are stale \
+                 and are not replayed (the writes after the loss went to the members), and the volume runs without \
+                 a journal, each write acknowledged once it is on the members; set one again with 'uraid config \
+                 --cache journal --journal DEVICE'",
+                describe_volume(v)
+            ));
+            journals.push(Arc::new(crate::journal::Journal::absent(id, 0, 0, name, None)));
+            continue;
+        }
         if !opts.without_journal || journals.iter().any(|j| j.id() == id) {
             continue;
         }
@@ -1009,11 +1026,27 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     // The write hole: an interrupted write on a parity volume may have left
     // a stripe whose parity does not match its data; with a member gone,
     // its chunk in that stripe would be rebuilt from the wrong parity.
+    // Unless the volume's journal is there: every member write of a
+    // journaled RAID 5/6 volume was recorded first (a line written in part
+    // as its rows or whole, zeroes and discards as a range with partial
+    // stripes through the cache), and the replay at activate rewrites each
+    // such stripe's rows whole before anything reads them.
     if auth.state == State::Active {
         let dirty = dirty_ranges(&auth, bitmap.as_deref());
         for v in auth.volumes.iter().filter(|v| has_parity(v)) {
             let degraded = down.iter().any(|&d| d);
             let touched = dirty.iter().any(|r| r.start < v.member_end() && r.end > v.member_start);
+            let id = journal_id(auth.array_uuid, v);
+            let journaled = v.cache_mode == crate::cache::CacheMode::Journal.to_u8()
+                && journals.iter().any(|j| j.id() == id && !j.is_lost());
+            if degraded && touched && journaled {
+                warnings.push(format!(
+                    "{} was not stopped cleanly and is degraded: its write journal is replayed first, which rewrites \
+                     the stripes written at the time of the crash whole (no write hole)",
+                    describe_volume(v)
+                ));
+                continue;
+            }
             if degraded && touched {
                 if !opts.force && !opts.inspect {
                     bail!(
@@ -1373,8 +1406,34 @@ impl Array {
             None => Ok(()),
         });
         let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect, journals, replayed: false };
+        for j in &a.journals {
+            a.watch_journal(j);
+        }
         a.build_volumes()?;
         Ok(a)
+    }
+
+    /// A journal device of its own that a write fails is lost for good:
+    /// its volume entry says so (`journal_lost`, persisted at once), so
+    /// that no later assemble replays its records, stale from then on (the
+    /// volume's writes go to the members without it). A journal on a
+    /// member is lost with its member, which [`Health`] records.
+    fn watch_journal(&self, j: &Arc<crate::journal::Journal>) {
+        if j.host_role().is_some() || self.inspect {
+            return;
+        }
+        let meta = Arc::downgrade(&self.meta);
+        let health = self.health.clone();
+        j.set_on_lost(move |j| {
+            let Some(m) = meta.upgrade() else { return };
+            let mut m = m.lock().unwrap_or_else(|e| e.into_inner());
+            let array = m.sb.array_uuid;
+            let Some(v) = m.sb.volumes.iter_mut().find(|v| journal_id(array, v) == j.id()) else { return };
+            v.journal_lost = true;
+            if let Err(e) = m.persist(&health) {
+                eprintln!("uraid: cannot record that the journal on {} is lost: {e}", j.name());
+            }
+        });
     }
 
     fn meta(&self) -> MutexGuard<'_, Meta> {
@@ -1654,7 +1713,9 @@ impl Array {
                     .collect();
                 if !mine.is_empty() {
                     let (_, report) = crate::maint::resync_report(vol, &mine)?;
-                    if report.stripes_unchecked > 0 {
+                    // A live journal's replay rewrote those stripes whole.
+                    let journaled = vol.cache().and_then(|c| c.journal()).is_some_and(|j| !j.is_lost());
+                    if report.stripes_unchecked > 0 && !journaled {
                         self.warnings.push(format!(
                             "{}: {} stripe(s) written when the array stopped uncleanly could not be resynced \
                              because a member is missing (RAID 5/6 write hole); their data in the missing \
@@ -2158,8 +2219,11 @@ impl Array {
             g.sb.volumes[i].set_cache_config(&cfg);
             g.sb.volumes[i].journal_uuid = id.journal;
             g.sb.volumes[i].journal_region = region;
+            g.sb.volumes[i].journal_lost = false;
         }
-        self.journals.push(Arc::new(j));
+        let j = Arc::new(j);
+        self.watch_journal(&j);
+        self.journals.push(j);
         self.persist()?;
         Ok(entries[i].name.clone())
     }
@@ -2342,7 +2406,7 @@ mod tests {
     use super::*;
 
     fn entry(level: u32, chunk: u64, member_size: u64) -> VolumeEntry {
-        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_region: None }
+        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_lost: false, journal_region: None }
     }
 
     #[test]

@@ -306,7 +306,13 @@ pub struct Journal {
     losses: AtomicU64,
     state: Mutex<State>,
     cv: Condvar,
+    /// Run once when a write to a journal device of its own fails (see
+    /// [`set_on_lost`](Self::set_on_lost)).
+    on_lost: Mutex<Option<OnLost>>,
 }
+
+/// The hook [`Journal::set_on_lost`] installs.
+type OnLost = Box<dyn Fn(&Journal) + Send + Sync>;
 
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -413,7 +419,16 @@ impl Journal {
             losses: AtomicU64::new(0),
             state: Mutex::new(state),
             cv: Condvar::new(),
+            on_lost: Mutex::new(None),
         }
+    }
+
+    /// Installs `f`, run once when a write to this journal fails and it is
+    /// a device of its own (a journal on a member is lost with its member,
+    /// whose failure the array records): the array records the loss, so
+    /// that the records, stale from then on, are never replayed.
+    pub fn set_on_lost(&self, f: impl Fn(&Journal) + Send + Sync + 'static) {
+        *self.on_lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
     }
 
     /// True once the journal is lost: a write to it failed, or the member
@@ -717,6 +732,8 @@ impl Journal {
                     // Persisted by the array's hook; an error there is the
                     // array's to report.
                     let _ = h.health.fail(h.role);
+                } else if let Some(f) = self.on_lost.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                    f(self);
                 }
             }
             err

@@ -49,6 +49,7 @@
 //! | 56 | 8 | member start: absolute byte offset of the volume's area on every member (the first volume at [`DATA_OFFSET`]) |
 //! | 64 | 8 | member size: bytes of every member the volume uses (whole chunks) |
 //! | 72 | 1 | cache mode: 0 off, 1 write-through, 2 write-back, 3 write-back with a journal |
+//! | 73 | 1 | flags: bit 0 = mode 3 with a journal device of its own that was lost while running (a write to it failed): its records are stale and never replayed, and the volume runs without it until a journal is set again |
 //! | 76 | 4 | cache size in MiB (0: the default, 256) |
 //! | 80 | 4 | cache dirty limit in MiB (0: the default, 64) |
 //! | 84 | 16 | journal UUID (mode 3: the journal's, see `journal`; else zero) |
@@ -161,6 +162,11 @@ pub struct VolumeEntry {
     pub dirty_limit_mib: u32,
     /// The journal's UUID in journal mode (else zero).
     pub journal_uuid: [u8; 16],
+    /// Journal mode, a journal device of its own: it was lost while running
+    /// (a write to it failed), so its records are stale (writes went to the
+    /// members without it since): assemble never replays them and runs the
+    /// volume without a journal until one is set again.
+    pub journal_lost: bool,
     /// Journal mode with the journal on a member: where it lies (`None`:
     /// the journal is a device of its own, or there is none).
     pub journal_region: Option<JournalRegion>,
@@ -205,6 +211,7 @@ impl VolumeEntry {
         if cfg.mode != crate::cache::CacheMode::Journal {
             self.journal_uuid = [0; 16];
             self.journal_region = None;
+            self.journal_lost = false;
         }
     }
 
@@ -428,6 +435,7 @@ impl Superblock {
             b[o + 56..o + 64].copy_from_slice(&v.member_start.to_le_bytes());
             b[o + 64..o + 72].copy_from_slice(&v.member_size.to_le_bytes());
             b[o + 72] = v.cache_mode;
+            b[o + 73] = v.journal_lost as u8;
             b[o + 76..o + 80].copy_from_slice(&v.cache_size_mib.to_le_bytes());
             b[o + 80..o + 84].copy_from_slice(&v.dirty_limit_mib.to_le_bytes());
             b[o + 84..o + 100].copy_from_slice(&v.journal_uuid);
@@ -528,6 +536,7 @@ impl Superblock {
                 cache_size_mib: u32_at(b, o + 76),
                 dirty_limit_mib: u32_at(b, o + 80),
                 journal_uuid: b[o + 84..o + 100].try_into().expect("16 bytes"),
+                journal_lost: b[o + 73] & 1 != 0,
                 journal_region: match u32_at(b, o + 100) {
                     0 => None,
                     r => Some(JournalRegion { role: r - 1, start: u64_at(b, o + 104), size: u64_at(b, o + 112) }),
@@ -591,7 +600,7 @@ mod tests {
     use super::*;
 
     fn volume(name: &str, level: u32, chunk: u64, start: u64, size: u64) -> VolumeEntry {
-        VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_region: None }
+        VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_lost: false, journal_region: None }
     }
 
     fn sample() -> Superblock {
@@ -726,10 +735,18 @@ mod tests {
         assert_eq!((u32_at(&b, o + 100), u64_at(&b, o + 104), u64_at(&b, o + 112)), (3, end, 80 << 20));
         assert_eq!(s.used_end(), end + (80 << 20));
         assert_eq!(s.data_end(), end);
-        // Leaving the journal mode drops the region.
+        // A journal device of its own lost while running: byte 73, bit 0.
+        let mut lost = s.clone();
+        lost.volumes[0].cache_mode = crate::cache::CacheMode::Journal.to_u8();
+        lost.volumes[0].journal_lost = true;
+        let bl = lost.encode();
+        assert_eq!(bl[VOLUMES_AT + 73], 1);
+        assert_eq!(Superblock::decode(&bl).unwrap(), lost);
+        // Leaving the journal mode drops the region and the lost mark.
         let mut v = s.volumes[1].clone();
+        v.journal_lost = true;
         v.set_cache_config(&crate::cache::CacheConfig::default());
-        assert_eq!((v.journal_region, v.journal_uuid), (None, [0; 16]));
+        assert_eq!((v.journal_region, v.journal_uuid, v.journal_lost), (None, [0; 16], false));
         for (bad, why) in [
             (with_member_journal(end - (1 << 20), 80 << 20), "overlaps a volume"),
             (with_member_journal(end, 1 << 20), "smaller than a journal"),

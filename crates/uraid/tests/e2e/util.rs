@@ -379,6 +379,8 @@ pub struct RawVolume {
     pub member_start: u64,
     pub member_size: u64,
     pub cache_mode: u8,
+    /// Byte 73: bit 0, a journal device of its own lost while running.
+    pub journal_flags: u8,
 }
 
 /// The superblock fields as the on-disk format table in superblock.rs
@@ -450,6 +452,7 @@ pub fn raw_superblock(path: &Path) -> RawSuperblock {
                     member_start: u64_at(o + 56),
                     member_size: u64_at(o + 64),
                     cache_mode: b[o + 72],
+                    journal_flags: b[o + 73],
                 }
             })
             .collect(),
