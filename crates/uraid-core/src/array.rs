@@ -1414,10 +1414,13 @@ impl Array {
     }
 
     /// A journal device of its own that a write fails is lost for good:
-    /// its volume entry says so (`journal_lost`, persisted at once), so
-    /// that no later assemble replays its records, stale from then on (the
-    /// volume's writes go to the members without it). A journal on a
-    /// member is lost with its member, which [`Health`] records.
+    /// once the cache has written back and flushed what it held (and
+    /// before anything written after the loss is acknowledged: see
+    /// [`crate::journal::Journal::drained_after_loss`]), its volume entry
+    /// says so (`journal_lost`, persisted then), so that no later assemble
+    /// replays its records, stale from then on (the volume's writes go to
+    /// the members without it). A journal on a member is lost with its
+    /// member, which [`Health`] records.
     fn watch_journal(&self, j: &Arc<crate::journal::Journal>) {
         if j.host_role().is_some() || self.inspect {
             return;

@@ -345,6 +345,11 @@ pub struct Cache {
     jorder: Mutex<()>,
     /// The journal's loss count last seen (a new loss drains the cache).
     seen_losses: AtomicU64,
+    /// Since a loss of the journal: the write sequence number below which
+    /// every write must be on the members before the loss is recorded
+    /// ([`crate::journal::Journal::drained_after_loss`]): until then the
+    /// journal still holds acknowledged writes.
+    lost_drain: Mutex<Option<u64>>,
     /// The volume has parity (RAID 5/6): the journal records a line dirty
     /// in part (its rows, or whole) before the flusher writes it.
     parity: bool,
@@ -482,6 +487,7 @@ impl Cache {
             journal,
             jorder: Mutex::new(()),
             seen_losses: AtomicU64::new(0),
+            lost_drain: Mutex::new(None),
             parity: vol.geometry().layout().is_some_and(|l| l.level().has_parity()),
             chunk_sectors: match vol.geometry().chunk() {
                 c if line % c == 0 => (c / CACHE_SECTOR) as usize,
@@ -506,7 +512,8 @@ impl Cache {
         let j = self.journal.as_ref()?;
         let losses = j.losses();
         if self.seen_losses.swap(losses, Ordering::AcqRel) != losses && j.is_lost() {
-            self.want_all();
+            let target = self.want_all();
+            lock(&self.lost_drain).get_or_insert(target);
         }
         (!j.is_lost()).then_some(j)
     }
@@ -715,11 +722,23 @@ impl Cache {
         let part_bytes: u64 = parts.iter().map(|&(_, n)| n as u64).sum();
         let part_lines: u64 = parts.iter().map(|&(a, n)| self.spans(a, n).count() as u64).sum();
         let new_lines: u64 = parts.iter().map(|&(a, n)| self.uncached_lines(a, n)).sum();
-        let held = if mid_b > mid_a { self.held_lines(mid_a, (mid_b - mid_a) as usize) } else { Vec::new() };
-        let ahead = self.promise_for(held.len() as u64 + part_lines);
+        // The log room the stripe records of the lines this makes dirty
+        // may take: the partial lines only (at most two; the whole lines
+        // it zeroes in the cache are dirty already, see below).
+        let ahead = self.promise_for(part_lines);
         if new_lines * self.line > self.cfg.size {
-            // The partial lines can never fit (a cache of one line): as a
-            // discard goes.
+            // The partial lines can never fit (a cache of one line).
+            if journal.is_some() {
+                return Taken::Failed(crate::Error::new(
+                    crate::ErrorKind::InvalidInput,
+                    format!(
+                        "a zeroing or discard that covers two lines in part needs a cache of two lines ({} bytes); \
+                         this one holds {} bytes: set a larger one with 'uraid config --cache-size'",
+                        2 * self.line,
+                        self.cfg.size
+                    ),
+                ));
+            }
             return Taken::DurableThenMembers(self.want_all());
         }
         let dirty = self.dirty.load(Ordering::Relaxed);
@@ -757,6 +776,10 @@ impl Cache {
                 self.made_dirty(line, sa, sb, seq, now);
             }
         }
+        // Listed with the gate held and the sequence number taken (under
+        // `jorder` in journal mode, no write is half copied in): a write
+        // before this one is in these lines, one after it is not yet.
+        let held = if mid_b > mid_a { self.held_lines(mid_a, (mid_b - mid_a) as usize) } else { Vec::new() };
         for idx in held {
             let base = idx * self.line;
             let a = ((mid_a.max(base) - base) / CACHE_SECTOR) as usize;
@@ -764,6 +787,17 @@ impl Cache {
             let mut sh = self.shard(idx);
             // Dropped since it was listed: nothing of it to zero.
             let Some(line) = sh.lines.get_mut(&idx) else { continue };
+            if line.oldest == 0 {
+                // Clean: nothing of it is in flight; what it held of the
+                // range is no longer valid (reads go to the members).
+                for i in a..b {
+                    line.valid[i / 64] &= !(1 << (i % 64));
+                }
+                line.generation += 1;
+                continue;
+            }
+            // Dirty: zeroes, written by the flusher after any older bytes
+            // of the line it may have in flight.
             line.data[a * CACHE_SECTOR as usize..b * CACHE_SECTOR as usize].fill(0);
             self.made_dirty(line, a, b, seq, now);
         }
@@ -1149,7 +1183,9 @@ impl Cache {
             || self.starved.swap(false, Ordering::AcqRel)
             || journal.is_some_and(|j| j.pressure() * 2 > j.log_size());
         let lines = self.dirty_lines(flush || pressed || self.closed.load(Ordering::Acquire));
-        if lines.is_empty() && !flush {
+        // Journal: records no dirty line carries (zeroes records over lines
+        // the cache does not hold) retire at a checkpoint of their own.
+        if lines.is_empty() && !flush && !journal.is_some_and(|j| j.used() > 0 && j.retirable(self.clean_mark())) {
             return Ok(());
         }
         if let Some(j) = journal {
@@ -1171,6 +1207,14 @@ impl Cache {
         for Snap { idx, mut generation, mut data, dirty: mut bits, valid, mut last_seq } in lines {
             if first_err.is_some() {
                 lock(&self.pool).push(data);
+                continue;
+            }
+            if self.zeroing_over(idx) {
+                // A zeroing on its way to the members: this line's writes
+                // go after it (whichever came first, the outcome is then
+                // what the cache holds, and what a replay makes).
+                lock(&self.pool).push(data);
+                skipped = true;
                 continue;
             }
             let mut runs = runs_of(&bits, self.sectors);
@@ -1277,6 +1321,16 @@ impl Cache {
             // Writes were lost: every flush waiting or to come says so.
             *lock(&self.failed) = Some(e.clone());
         } else if flush && !skipped {
+            // A lost journal held acknowledged writes until now: they are
+            // on the members, so its loss may be recorded (before anything
+            // acknowledged after the loss is: see `lost_drain`).
+            let drained = {
+                let mut l = lock(&self.lost_drain);
+                l.filter(|&t| start_seq >= t).inspect(|_| *l = None).is_some()
+            };
+            if let (true, Some(j)) = (drained, &self.journal) {
+                j.drained_after_loss();
+            }
             let mut d = lock(&self.durable);
             *d = (*d).max(start_seq);
         }

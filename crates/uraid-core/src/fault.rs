@@ -115,6 +115,12 @@ impl Faults {
         self.undo.lock().unwrap_or_else(|e| e.into_inner()).push((offset, old));
     }
 
+    /// Writes not flushed yet that a power cut could lose (the volatile
+    /// cache model).
+    pub fn unflushed(&self) -> usize {
+        self.undo.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// A flush reached the member: what was written is durable.
     pub fn flushed(&self) {
         self.undo.lock().unwrap_or_else(|e| e.into_inner()).clear();

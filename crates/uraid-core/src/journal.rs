@@ -423,12 +423,29 @@ impl Journal {
         }
     }
 
-    /// Installs `f`, run once when a write to this journal fails and it is
-    /// a device of its own (a journal on a member is lost with its member,
-    /// whose failure the array records): the array records the loss, so
-    /// that the records, stale from then on, are never replayed.
+    /// Installs `f`, run when this journal, a device of its own, is lost
+    /// and its cache has written back and flushed everything it held
+    /// ([`drained_after_loss`](Self::drained_after_loss)): the array
+    /// records the loss, so that its records, stale from then on, are
+    /// never replayed. (A journal on a member is lost with its member,
+    /// whose failure the array records.)
     pub fn set_on_lost(&self, f: impl Fn(&Journal) + Send + Sync + 'static) {
         *self.on_lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
+    }
+
+    /// Called by the cache once every write taken before this journal was
+    /// lost is on the members and flushed (before anything taken after
+    /// the loss is acknowledged): runs the [`set_on_lost`](Self::set_on_lost)
+    /// hook of a journal device of its own. Until then a crash leaves the
+    /// journal to be replayed as usual: it holds acknowledged writes that
+    /// may be nowhere else, and nothing newer than them.
+    pub fn drained_after_loss(&self) {
+        if !self.is_lost() || self.host.is_some() {
+            return;
+        }
+        if let Some(f) = self.on_lost.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            f(self);
+        }
     }
 
     /// True once the journal is lost: a write to it failed, or the member
@@ -732,8 +749,6 @@ impl Journal {
                     // Persisted by the array's hook; an error there is the
                     // array's to report.
                     let _ = h.health.fail(h.role);
-                } else if let Some(f) = self.on_lost.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                    f(self);
                 }
             }
             err
@@ -763,6 +778,16 @@ impl Journal {
         while s.written_below < target && !self.lost.load(Ordering::Acquire) {
             s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// True when the oldest record not retired carries a cache write below
+    /// `mark` and is written: a checkpoint at `mark` would retire it.
+    pub fn retirable(&self, mark: u64) -> bool {
+        if self.is_lost() {
+            return false;
+        }
+        let s = self.lock();
+        s.held.front().is_some_and(|h| h.cache_seq < mark && h.written && h.seq < s.written_below)
     }
 
     /// Retires the records, oldest first, whose data is on the members:

@@ -356,3 +356,128 @@ fn the_dirty_limit_holds_and_nothing_is_lost() {
     q.run(Request::flush(99)).result.unwrap();
     assert!(raw.read_at(0, model.len()).unwrap() == model, "members differ after the flush");
 }
+
+/// Runs `f` on a thread of its own; panics with `what` when it takes over
+/// `secs` seconds (a stall).
+fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()).unwrap());
+    rx.recv_timeout(std::time::Duration::from_secs(secs)).unwrap_or_else(|_| panic!("{what} did not complete in {secs} s: stalled"))
+}
+
+#[test]
+fn journal_zeroings_and_discards_never_stall() {
+    use uraid_core::engine::Op;
+    // RAID 5 x4, chunk 64K: lines of 192 KiB, a 64 MiB log.
+    let cfg = CacheConfig { mode: CacheMode::Journal, ..CacheConfig::default() };
+    // 1. One zeroing over 80 MiB the cache holds (clean, after a write-back):
+    //    it used to promise log room for every line held, more than the
+    //    log could ever give, and waited for room for ever.
+    let (v, raw) = volumes(Level::Raid5, 4, 64 << 10, 1024, cfg);
+    let line = 192usize << 10;
+    let held = 80usize << 20;
+    let w = v.clone();
+    within(120, "a zeroing over 80 MiB of cached lines", move || {
+        let mut q = w.queue(4).unwrap();
+        for i in 0..held / line {
+            let mut b = IoBuf::new(line);
+            b.fill(0x5a);
+            q.run(Request::write((i * line) as u64, line, b, i as u64)).result.unwrap();
+        }
+        w.flush().unwrap();
+        q.run(Request { op: Op::WriteZeroes { no_hole: false }, offset: 0, len: held, buf: None, tag: 0, fua: false }).result.unwrap();
+        w.flush().unwrap();
+    });
+    for at in (0..held).step_by(16 << 20) {
+        assert!(v.read_at(at as u64, 16 << 20).unwrap().iter().all(|&x| x == 0), "the zeroed range does not read back as zeroes");
+        assert!(raw.read_at(at as u64, 16 << 20).unwrap().iter().all(|&x| x == 0), "the members do not hold the zeroes");
+    }
+    // 2. Whole-line zeroings and discards over lines the cache does not
+    //    hold dirty no line: their records (512 bytes each) used to retire
+    //    only when a line did, so 110000 of them filled the log and the
+    //    writers waited for room for ever.
+    let (v, _) = volumes(Level::Raid5, 4, 64 << 10, 1024, cfg);
+    let w = v.clone();
+    let lines = (v.capacity() as usize) / line;
+    within(240, "110000 zeroings and discards", move || {
+        let mut q = w.queue(8).unwrap();
+        let mut out = Vec::new();
+        for i in 0..110_000usize {
+            while !q.has_room() {
+                q.wait(1, &mut out);
+                for c in out.drain(..) {
+                    c.result.unwrap();
+                }
+            }
+            let op = if i % 2 == 0 { Op::Discard } else { Op::WriteZeroes { no_hole: false } };
+            let r = Request { op, offset: ((i % lines) * line) as u64, len: line, buf: None, tag: i as u64, fua: false };
+            q.push(r).map_err(|r| r.error).unwrap();
+        }
+        while q.in_flight() > 0 {
+            q.wait(1, &mut out);
+            for c in out.drain(..) {
+                c.result.unwrap();
+            }
+        }
+    });
+    v.flush().unwrap();
+    let j = v.cache().unwrap().journal().unwrap().clone();
+    assert_eq!(j.used(), 0, "after a flush every zeroes record retires");
+}
+
+/// A journal device of its own that fails a write: its loss is recorded
+/// (the hook the array persists with) only once what the journal held is
+/// durable on the members. Recorded at once, a crash in between found the
+/// journal marked stale, not replayed, and acknowledged writes that were
+/// only in it and in the cache were lost.
+#[test]
+fn a_lost_journal_is_recorded_only_once_what_it_held_is_on_the_members() {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    let spec: MemberSpec = format!("mem:{}", DATA_OFFSET + 64 * (64 << 10)).parse().unwrap();
+    let plans: Vec<Arc<uraid_core::fault::Faults>> = (0..2).map(|_| Arc::new(uraid_core::fault::Faults::new())).collect();
+    let ms: Vec<Member> = plans
+        .iter()
+        .map(|f| {
+            let mut m = Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap();
+            m.set_faults(f.clone());
+            f.volatile_cache();
+            m
+        })
+        .collect();
+    let g = Geometry::new(Level::Raid1, 2, 64 << 10, 64 * (64 << 10)).unwrap();
+    let raw = Volume::new(Arc::new(ms.iter().map(|m| m.try_clone().unwrap()).collect()), g, DATA_OFFSET).unwrap();
+    let v = Volume::new(Arc::new(ms), g, DATA_OFFSET).unwrap();
+    let jfaults = Arc::new(uraid_core::fault::Faults::new());
+    let mut jm = Member::open(&"mem:65M".parse().unwrap(), OpenMode { write: true, exclusive: false }).unwrap();
+    jm.set_faults(jfaults.clone());
+    let id = JournalId { array: [1; 16], volume: [2; 16], journal: [3; 16] };
+    let j = Arc::new(Journal::format(jm, id).unwrap());
+    // 0: not recorded; 1: recorded with A durable on the members; 2:
+    // recorded while a crash could still lose A.
+    let recorded = Arc::new(AtomicU8::new(0));
+    let (r, rv, rp) = (recorded.clone(), raw.clone(), plans.clone());
+    j.set_on_lost(move |_| {
+        let durable = rv.read_at(0, 4096).unwrap().iter().all(|&x| x == 0xA1) && rp.iter().all(|f| f.unflushed() == 0);
+        // The first call is the one that counts (the array persists then).
+        let _ = r.compare_exchange(0, if durable { 1 } else { 2 }, Ordering::AcqRel, Ordering::Acquire);
+    });
+    v.enable_journaled_cache(CacheConfig { mode: CacheMode::Journal, ..CacheConfig::default() }, j.clone()).unwrap();
+    let mut q = v.queue(4).unwrap();
+    // A: acknowledged once its record is on the journal; its line, dirty
+    // in part, waits for the flusher.
+    let mut a = IoBuf::new(4096);
+    a.fill(0xA1);
+    q.run(Request::write(0, 4096, a, 1)).result.unwrap();
+    // The journal fails from now on; B's record fails: the journal is lost.
+    jfaults.fail_writes(4096..(65 << 20));
+    let mut b = IoBuf::new(4096);
+    b.fill(0xB2);
+    q.run(Request::write(1 << 20, 4096, b, 2)).result.unwrap();
+    assert!(j.is_lost(), "the journal's failed write did not lose it");
+    assert_eq!(
+        recorded.load(Ordering::Acquire),
+        1,
+        "the loss must be recorded (B is acknowledged, after it) and only once A was durable on the members (2: before)"
+    );
+    assert!(raw.read_at(1 << 20, 4096).unwrap().iter().all(|&x| x == 0xB2), "B is not on the members");
+}

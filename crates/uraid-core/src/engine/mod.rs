@@ -1127,8 +1127,14 @@ fn injected_fault(p: &Piece, m: &Member) -> Option<i32> {
     let f = m.faults()?;
     let off = p.offset + p.done as u64;
     let len = p.len - p.done.min(p.len);
-    let writes = matches!(p.op, Op::Write | Op::Discard | Op::WriteZeroes { .. });
-    if writes && !p.fua && f.is_volatile() && len > 0 {
+    // fallocate(2) has no FUA: a zeroing or discard is durable only after
+    // a flush, whatever the request asked.
+    let volatile = match p.op {
+        Op::Write => !p.fua,
+        Op::Discard | Op::WriteZeroes { .. } => true,
+        _ => false,
+    };
+    if volatile && f.is_volatile() && len > 0 {
         // The volatile drive cache model: remember what the write (or the
         // zeroing or discard: a drive's cache may lose those too) covers.
         let mut old = vec![0u8; len];
