@@ -633,10 +633,7 @@ impl Cache {
                 self.kick();
                 return Taken::Members { pins: Vec::new(), epoch: 0 };
             }
-            lock(&self.stats).throttled += 1;
-            self.starved.store(true, Ordering::Release);
-            self.kick();
-            return Taken::Full;
+            return self.held_for_room();
         }
         let order = journal.map(|_| lock(&self.jorder));
         let gate = self.gate.read().unwrap_or_else(|e| e.into_inner());
@@ -746,10 +743,7 @@ impl Cache {
             || self.cached.load(Ordering::Relaxed) + new_lines * self.line > self.cfg.size && !self.evict(new_lines * self.line)
             || journal.is_some_and(|j| !j.fits(0, ahead))
         {
-            self.starved.store(true, Ordering::Release);
-            self.kick();
-            lock(&self.stats).throttled += 1;
-            return Taken::Full;
+            return self.held_for_room();
         }
         let order = journal.map(|_| lock(&self.jorder));
         let gate = self.gate.read().unwrap_or_else(|e| e.into_inner());
@@ -759,10 +753,7 @@ impl Cache {
                 Some(r) => Some((j, r)),
                 None => {
                     drop((gate, order));
-                    self.starved.store(true, Ordering::Release);
-                    self.kick();
-                    lock(&self.stats).throttled += 1;
-                    return Taken::Full;
+                    return self.held_for_room();
                 }
             },
             None => None,
@@ -826,6 +817,15 @@ impl Cache {
             return Taken::Done(req.len);
         }
         Taken::MembersPart { offset: mid_a, len: (mid_b - mid_a) as usize }
+    }
+
+    /// A writer waits for room: counted, and the flusher pressed to write
+    /// every dirty line at its next pass ([`Taken::Full`]).
+    fn held_for_room(&self) -> Taken {
+        lock(&self.stats).throttled += 1;
+        self.starved.store(true, Ordering::Release);
+        self.kick();
+        Taken::Full
     }
 
     /// True while a zeroing this cache sent on overlaps line `idx`.
@@ -1233,14 +1233,9 @@ impl Cache {
                             lock(&self.pool).push(data);
                             continue;
                         }
-                        Ok(Recorded::Full) => {
-                            // The log is full: retire records first.
-                            lock(&self.pool).push(data);
-                            skipped = true;
-                            self.kick();
-                            continue;
-                        }
-                        Ok(Recorded::Later) => {
+                        // The log is full (retire records first), or a
+                        // zeroing is on its way: the next pass.
+                        Ok(Recorded::Full | Recorded::Later) => {
                             lock(&self.pool).push(data);
                             skipped = true;
                             self.kick();
@@ -1326,7 +1321,11 @@ impl Cache {
             // acknowledged after the loss is: see `lost_drain`).
             let drained = {
                 let mut l = lock(&self.lost_drain);
-                l.filter(|&t| start_seq >= t).inspect(|_| *l = None).is_some()
+                let done = l.is_some_and(|t| start_seq >= t);
+                if done {
+                    *l = None;
+                }
+                done
             };
             if let (true, Some(j)) = (drained, &self.journal) {
                 j.drained_after_loss();

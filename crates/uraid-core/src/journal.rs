@@ -257,6 +257,15 @@ struct Held {
     written: bool,
 }
 
+impl Held {
+    /// True when a checkpoint at `mark` retires this record, every record
+    /// below `written_below` being written: its cache write is below the
+    /// mark and it is written itself.
+    fn retires_at(&self, mark: u64, written_below: u64) -> bool {
+        self.cache_seq < mark && self.written && self.seq < written_below
+    }
+}
+
 struct State {
     /// Next record's position and sequence number.
     head: u64,
@@ -306,8 +315,8 @@ pub struct Journal {
     losses: AtomicU64,
     state: Mutex<State>,
     cv: Condvar,
-    /// Run once when a write to a journal device of its own fails (see
-    /// [`set_on_lost`](Self::set_on_lost)).
+    /// Run when this journal, a device of its own, is lost and its cache
+    /// has written back what it held (see [`set_on_lost`](Self::set_on_lost)).
     on_lost: Mutex<Option<OnLost>>,
 }
 
@@ -787,7 +796,7 @@ impl Journal {
             return false;
         }
         let s = self.lock();
-        s.held.front().is_some_and(|h| h.cache_seq < mark && h.written && h.seq < s.written_below)
+        s.held.front().is_some_and(|h| h.retires_at(mark, s.written_below))
     }
 
     /// Retires the records, oldest first, whose data is on the members:
@@ -802,10 +811,7 @@ impl Journal {
         let (tail, tail_seq) = {
             let mut s = self.lock();
             let before = s.tail;
-            while let Some(h) = s.held.front().copied() {
-                if h.cache_seq >= mark || !h.written || h.seq >= s.written_below {
-                    break;
-                }
+            while s.held.front().is_some_and(|h| h.retires_at(mark, s.written_below)) {
                 s.held.pop_front();
             }
             match s.held.front().copied() {
@@ -980,14 +986,13 @@ impl Journal {
         if (len == 0) != zeroes || len % 512 != 0 || offset % 512 != 0 || pos % self.log_size + RECORD_HEADER + len > self.log_size {
             return Ok(None);
         }
-        let (stride, piece) = if zeroes {
+        if zeroes {
             // One range and no data.
             let bytes = u64_at(h, 80);
-            if bytes == 0 || bytes % 512 != 0 || offset.checked_add(bytes).is_none() {
-                return Ok(None);
-            }
-            return Ok(Some(Found { pos, offset, len, kind, cache_seq, stride: 0, piece: bytes }));
-        } else if kind == RecordKind::Rows as u32 {
+            let ok = bytes != 0 && bytes % 512 == 0 && offset.checked_add(bytes).is_some();
+            return Ok(ok.then_some(Found { pos, offset, len, kind, cache_seq, stride: 0, piece: bytes }));
+        }
+        let (stride, piece) = if kind == RecordKind::Rows as u32 {
             let (stride, piece) = (u64_at(h, 72), u64_at(h, 80));
             if !rows_shape_ok(len, stride, piece) {
                 return Ok(None);

@@ -180,9 +180,8 @@ fn journal_random_writes_over_more_stripes_than_the_log_holds_never_stall() {
     let cap = v.capacity() as usize;
     let s = seed();
     eprintln!("seed {s} (URAID_SEED={s} replays it)");
-    let (tx, rx) = std::sync::mpsc::channel();
     let w = v.clone();
-    std::thread::spawn(move || {
+    let model = within(240, &format!("seed {s}: 30000 random writes"), move || {
         let mut rng = StdRng::seed_from_u64(s);
         let mut model = vec![0u8; cap];
         let mut q = w.queue(8).unwrap();
@@ -209,11 +208,8 @@ fn journal_random_writes_over_more_stripes_than_the_log_holds_never_stall() {
                 c.result.unwrap();
             }
         }
-        tx.send(model).unwrap();
+        model
     });
-    let model = rx
-        .recv_timeout(std::time::Duration::from_secs(240))
-        .unwrap_or_else(|_| panic!("seed {s}: 30000 random writes did not complete in 240 s: the journal stalled"));
     v.flush().unwrap();
     let c = v.cache().unwrap();
     let j = c.journal().unwrap();
@@ -357,8 +353,8 @@ fn the_dirty_limit_holds_and_nothing_is_lost() {
     assert!(raw.read_at(0, model.len()).unwrap() == model, "members differ after the flush");
 }
 
-/// Runs `f` on a thread of its own; panics with `what` when it takes over
-/// `secs` seconds (a stall).
+/// Runs `f` on a thread of its own and returns what it returns; panics
+/// with `what` when it takes over `secs` seconds (a stall).
 fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || tx.send(f()).unwrap());

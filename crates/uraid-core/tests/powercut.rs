@@ -14,8 +14,9 @@
 //! the volume; and when that member fails in the middle of the workload
 //! (the journal is lost with it), every write acknowledged after the loss,
 //! and every one before a later flush, reads back (degraded). A failing
-//! seed is printed with the line to add to [`REGRESSIONS`], which run first
-//! every time; `URAID_SEED` replays a test's base seed. A workload that
+//! workload is printed as the `run_with` call that replays it; failing
+//! seeds go into [`REGRESSIONS`] or [`ZEROES_REGRESSIONS`], which run
+//! first every time; `URAID_SEED` replays a test's base seed. A workload that
 //! takes over [`HANG_SECS`] is a hang: its seed is written to stderr and the
 //! process aborts (CI fails at once, with the seed, instead of timing out).
 
