@@ -276,11 +276,24 @@ struct Line {
     /// Sequence number of the newest write copied in.
     last_seq: u64,
     last_use: u64,
+    /// The generation the flusher last took the line at (its snapshot).
+    snapped: u64,
+    /// Sectors written since that snapshot: on a write-back of the
+    /// snapshot they stay dirty, the others are on the members
+    /// ([`Cache::written_back`]).
+    fresh: Vec<u64>,
 }
 
 impl Line {
     fn count(bits: &[u64]) -> u64 {
         bits.iter().map(|w| w.count_ones() as u64).sum()
+    }
+
+    /// The flusher takes the line as it is now: writes from now on are
+    /// `fresh`.
+    fn snapped(&mut self) {
+        self.snapped = self.generation;
+        self.fresh.iter_mut().for_each(|w| *w = 0);
     }
 }
 
@@ -566,7 +579,7 @@ impl Cache {
         let data = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
         let words = self.sectors.div_ceil(64);
         self.cached.fetch_add(self.line, Ordering::Relaxed);
-        Line { data, valid: vec![0; words], dirty: vec![0; words], generation: 0, readers: 0, oldest: 0, dirty_since: 0, last_seq: 0, last_use: 0 }
+        Line { data, valid: vec![0; words], dirty: vec![0; words], generation: 0, readers: 0, oldest: 0, dirty_since: 0, last_seq: 0, last_use: 0, snapped: 0, fresh: vec![0; words] }
     }
 
     /// Offers request `req` (with its data) to the cache; see [`Taken`].
@@ -860,6 +873,7 @@ impl Cache {
         let before = Line::count(&line.dirty);
         set_bits(&mut line.valid, a, b);
         set_bits(&mut line.dirty, a, b);
+        set_bits(&mut line.fresh, a, b);
         self.dirty.fetch_add((Line::count(&line.dirty) - before) * CACHE_SECTOR, Ordering::Relaxed);
         line.generation += 1;
         line.last_seq = seq;
@@ -1112,37 +1126,52 @@ impl Cache {
         v.sort_unstable();
         v.into_iter()
             .filter_map(|(_, idx)| {
-                let sh = self.shard(idx);
-                let l = sh.lines.get(&idx)?;
+                let mut sh = self.shard(idx);
+                let l = sh.lines.get_mut(&idx)?;
                 let mut copy = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
                 copy.copy_from_slice(&l.data);
+                l.snapped();
                 Some(Snap { idx, generation: l.generation, data: copy, dirty: l.dirty.clone(), valid: l.valid.clone(), last_seq: l.last_seq })
             })
             .collect()
     }
 
-    /// Marks the sectors `bits` of line `idx` clean, if no write came in
-    /// since generation `generation`.
-    /// Every write up to `last_seq` in the line is in what was written
-    /// (all its dirty sectors went): if writes came in meanwhile, the line
-    /// stays dirty but its oldest write is now after `last_seq`, so that
-    /// the journal's records up to there can retire.
+    /// The flusher wrote the sectors `bits` of line `idx` as of
+    /// generation `generation` (its snapshot, holding every write up to
+    /// `last_seq`): marks them clean, but for those a write came into
+    /// since (`fresh`: they keep that write's bytes, dirty). Once no sector
+    /// of the snapshot is dirty any more, the line's oldest write is after
+    /// `last_seq`, so that the journal's records up to there can retire.
+    ///
+    /// Only then: a dirty sector must keep the record of its write in the
+    /// journal. A line that stayed dirty whole after such a write-back was
+    /// later written whole with no record of its own (it looked covered
+    /// by its writes' records, but the older ones had retired); torn by a
+    /// power cut, its degraded replay rebuilt the lost member's rows from
+    /// torn parity.
     fn written_back(&self, idx: u64, generation: u64, bits: &[u64], last_seq: u64) {
         let mut sh = self.shard(idx);
-        if let Some(l) = sh.lines.get_mut(&idx) {
-            if l.generation == generation {
-                let n = Line::count(&l.dirty);
-                l.dirty.iter_mut().zip(bits).for_each(|(d, b)| *d &= !b);
-                let left = Line::count(&l.dirty);
-                self.dirty.fetch_sub((n - left) * CACHE_SECTOR, Ordering::Relaxed);
-                if left == 0 && l.oldest != 0 {
-                    l.oldest = 0;
-                    drop(sh);
-                    self.release_promise();
-                }
-            } else if l.oldest != 0 {
-                l.oldest = l.oldest.max(last_seq + 1);
-            }
+        let Some(l) = sh.lines.get_mut(&idx) else { return };
+        let same = l.generation == generation;
+        if !same && l.snapped != generation {
+            // Not the line's last snapshot: which sectors came since is
+            // not known, so none is cleaned (one flusher takes them, and
+            // reaps a pass's writes before its next, so this does not
+            // happen).
+            return;
+        }
+        let n = Line::count(&l.dirty);
+        for ((d, b), f) in l.dirty.iter_mut().zip(bits).zip(&l.fresh) {
+            *d &= if same { !b } else { !(b & !f) };
+        }
+        let left = Line::count(&l.dirty);
+        self.dirty.fetch_sub((n - left) * CACHE_SECTOR, Ordering::Relaxed);
+        if left == 0 && l.oldest != 0 {
+            l.oldest = 0;
+            drop(sh);
+            self.release_promise();
+        } else if l.oldest != 0 && l.dirty.iter().zip(&l.fresh).all(|(d, f)| d & !f == 0) {
+            l.oldest = l.oldest.max(last_seq + 1);
         }
     }
 
@@ -1411,8 +1440,8 @@ impl Cache {
                 continue;
             }
             let (generation, dirty, oldest, last_seq) = {
-                let sh = self.shard(idx);
-                let Some(l) = sh.lines.get(&idx).filter(|l| l.oldest != 0) else { return Ok(Recorded::Clean) };
+                let mut sh = self.shard(idx);
+                let Some(l) = sh.lines.get_mut(&idx).filter(|l| l.oldest != 0) else { return Ok(Recorded::Clean) };
                 if rows.is_some() && l.dirty.iter().zip(&want).any(|(d, w)| d & !w != 0) {
                     // Dirtied outside the rows meanwhile: record it whole.
                     rows = None;
@@ -1421,6 +1450,7 @@ impl Cache {
                 for (a, b) in runs_of(&l.valid, self.sectors) {
                     data[a * sector..b * sector].copy_from_slice(&l.data[a * sector..b * sector]);
                 }
+                l.snapped();
                 (l.generation, l.dirty.clone(), l.oldest, l.last_seq)
             };
             let whole = rows.is_none();
@@ -1523,4 +1553,68 @@ impl Cache {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::{Geometry, Level};
+    use crate::member::{MemSpec, Member, MemberSpec, OpenMode};
+    use crate::superblock::DATA_OFFSET;
+
+    /// A write-back cache (no flusher: the test plays it) over a RAID 5 of
+    /// three `mem:` members with 64 KiB chunks (lines of 128 KiB).
+    fn cache() -> Cache {
+        let spec = MemberSpec::Mem(MemSpec { size: DATA_OFFSET + (4 << 20), limits: Default::default() });
+        let members = (0..3).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap()).collect();
+        let v = Volume::new(Arc::new(members), Geometry::new(Level::Raid5, 3, 64 << 10, 4 << 20).unwrap(), DATA_OFFSET).unwrap();
+        Cache::new(&v, CacheConfig { mode: CacheMode::WriteBack, size: 2 << 20, dirty_limit: 1 << 20 }, None).unwrap()
+    }
+
+    fn write(c: &Cache, offset: u64, len: usize) {
+        let mut r = Request::write(offset, len, IoBuf::new(len), 0);
+        assert!(matches!(c.take(&mut r), Taken::Done(_)));
+    }
+
+    /// (dirty sectors as runs, oldest write) of line `idx`.
+    fn state(c: &Cache, idx: u64) -> (Vec<(usize, usize)>, u64) {
+        let sh = c.shard(idx);
+        let l = &sh.lines[&idx];
+        (runs_of(&l.dirty, c.sectors), l.oldest)
+    }
+
+    /// A line written back while a write came into it keeps only that
+    /// write's sectors dirty, and its oldest write moves past the
+    /// snapshot only once every sector of the snapshot is written: a dirty
+    /// sector never carries a write older than the line's oldest (whose
+    /// journal record may retire). Before, the line stayed dirty whole
+    /// with its oldest moved on: written whole later with no record, as if
+    /// its writes' records covered it.
+    #[test]
+    fn a_write_back_cleans_what_it_wrote_and_keeps_what_came_since() {
+        let c = cache();
+        let sectors = c.sectors;
+        // Write 1: the whole line 0.
+        write(&c, 0, c.line as usize);
+        let snap = c.dirty_lines(true).pop().unwrap();
+        assert_eq!((snap.idx, snap.last_seq), (0, 1));
+        // Write 2 comes into sectors 8..16 while the snapshot is written
+        // in two runs.
+        write(&c, 8 * CACHE_SECTOR, 8 * CACHE_SECTOR as usize);
+        let half = sectors / 2;
+        let (mut first, mut second) = (vec![0u64; snap.dirty.len()], vec![0u64; snap.dirty.len()]);
+        set_bits(&mut first, 0, half);
+        set_bits(&mut second, half, sectors);
+        c.written_back(0, snap.generation, &first, snap.last_seq);
+        // The second half still holds write 1 only on the members' way.
+        assert_eq!(state(&c, 0), (vec![(8, 16), (half, sectors)], 1));
+        c.written_back(0, snap.generation, &second, snap.last_seq);
+        assert_eq!(state(&c, 0), (vec![(8, 16)], 2));
+        assert_eq!(c.dirty.load(Ordering::Relaxed), 8 * CACHE_SECTOR);
+        // The next snapshot, written with no write since: clean.
+        let snap = c.dirty_lines(true).pop().unwrap();
+        c.written_back(0, snap.generation, &snap.dirty, snap.last_seq);
+        assert_eq!(state(&c, 0), (vec![], 0));
+        assert_eq!(c.dirty.load(Ordering::Relaxed), 0);
+    }
 }
