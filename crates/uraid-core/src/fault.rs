@@ -94,7 +94,8 @@ impl Faults {
 
     /// Models a volatile drive cache: from now on every write the engine
     /// sends that is not FUA, and every zeroing or discard (fallocate(2)
-    /// has no FUA), is remembered (its old bytes are read first),
+    /// has no FUA: a FUA one is followed by a datasync of the member, a
+    /// flush here), is remembered (its old bytes are read first),
     /// until a flush reaches the member (counted when the flush is sent,
     /// which loses fewer writes than a real drive could); see
     /// [`power_cut`](Self::power_cut). Writes of the blocking helpers

@@ -472,6 +472,30 @@ fn write_zeroes_survive_power_cuts_in_every_mode() {
     assert!(lost > 0, "no power cut lost a write: the model did nothing");
 }
 
+/// A fresh volume of `level` (4 MiB per member) over `n` `mem:` members
+/// with volatile caches and the volume cache in `mode` (none for `Off`),
+/// and a queue on it: its first `len` bytes hold 0xA5, written and
+/// flushed.
+#[allow(clippy::type_complexity)]
+fn flushed_pattern(level: Level, n: usize, chunk: u64, mode: CacheMode, len: usize) -> (Vec<Arc<Faults>>, Arc<Vec<Member>>, Geometry, Arc<Volume>, uraid_core::Queue) {
+    let rows = (4 << 20) / chunk;
+    let (plans, members) = mem_members(n, DATA_OFFSET + rows * chunk);
+    let g = Geometry::new(level, n, chunk, rows * chunk).unwrap();
+    let v = open(&members, g, true);
+    if mode != CacheMode::Off {
+        v.enable_cache(CacheConfig { mode, size: 2 << 20, dirty_limit: 1 << 20 }).unwrap();
+    }
+    for f in &plans {
+        f.volatile_cache();
+    }
+    let mut q = v.queue(4).unwrap();
+    let mut b = IoBuf::new(len);
+    b.fill(0xA5);
+    q.run(Request::write(0, len, b, 1)).result.unwrap();
+    q.run(Request::flush(2)).result.unwrap();
+    (plans, members, g, v, q)
+}
+
 /// A flush covers every request a write-back cache sent on to the members
 /// (here a zeroing or a discard, which goes to the members once the cache
 /// has written back what it held), also when no write went into the cache
@@ -486,20 +510,8 @@ fn a_flush_covers_zeroes_and_discards_sent_on_by_a_write_back_cache() {
     for (level, n, chunk) in [(Level::Raid1, 2, 64u64 << 10), (Level::Raid5, 3, 64 << 10)] {
         for op in [Op::WriteZeroes { no_hole: false }, Op::Discard] {
             let what = format!("{level} x{n} {op:?}");
-            let rows = (4 << 20) / chunk;
-            let (plans, members) = mem_members(n, DATA_OFFSET + rows * chunk);
-            let g = Geometry::new(level, n, chunk, rows * chunk).unwrap();
-            let v = open(&members, g, true);
-            v.enable_cache(CacheConfig { mode: CacheMode::WriteBack, size: 2 << 20, dirty_limit: 1 << 20 }).unwrap();
-            for f in &plans {
-                f.volatile_cache();
-            }
-            let mut q = v.queue(4).unwrap();
             let len = 256usize << 10;
-            let mut b = IoBuf::new(len);
-            b.fill(0xA5);
-            q.run(Request::write(0, len, b, 1)).result.unwrap();
-            q.run(Request::flush(2)).result.unwrap();
+            let (plans, members, g, v, mut q) = flushed_pattern(level, n, chunk, CacheMode::WriteBack, len);
             q.run(Request { op, offset: 0, len, buf: None, tag: 3, fua: false }).result.unwrap();
             q.run(Request::flush(4)).result.unwrap();
             drop(q);
@@ -508,6 +520,38 @@ fn a_flush_covers_zeroes_and_discards_sent_on_by_a_write_back_cache() {
             let v = open(&members, g, false);
             let back = v.read_at(0, len).unwrap();
             assert!(back.iter().all(|&x| x == 0), "{what}: the flushed zeroing does not read back after the power cut");
+        }
+    }
+}
+
+/// A FUA zeroing or discard is durable when it completes, with the cache
+/// off, write-through or write-back: fallocate(2) has no FUA, so the
+/// engine follows it with a datasync of each member it touched. Before,
+/// its zeroes stayed in the drives' volatile caches, and a power cut
+/// brought the old data back although the request had completed.
+#[test]
+fn a_fua_zeroing_or_discard_is_durable_when_it_completes() {
+    use uraid_core::engine::Op;
+    for (level, n, chunk) in [(Level::Raid0, 2, 64u64 << 10), (Level::Raid1, 2, 64 << 10), (Level::Raid10, 3, 64 << 10), (Level::Raid5, 3, 64 << 10), (Level::Raid6, 4, 32 << 10)] {
+        for mode in [CacheMode::Off, CacheMode::WriteThrough, CacheMode::WriteBack] {
+            for op in [Op::WriteZeroes { no_hole: false }, Op::WriteZeroes { no_hole: true }, Op::Discard] {
+                let what = format!("{level} x{n} cache {mode:?} {op:?}");
+                let len = 512usize << 10;
+                let (plans, members, g, v, mut q) = flushed_pattern(level, n, chunk, mode, len);
+                // Whole stripes and partial ones at both ends.
+                let (zo, zl) = (16usize << 10, 400usize << 10);
+                q.run(Request { op, offset: zo as u64, len: zl, buf: None, tag: 3, fua: true }).result.unwrap();
+                drop(q);
+                let left: usize = plans.iter().map(|f| f.unflushed()).sum();
+                assert_eq!(left, 0, "{what}: {left} member writes of the FUA request were not durable when it completed");
+                power_cut(v, &plans, &members, 1);
+                let v = open(&members, g, false);
+                let back = v.read_at(0, len).unwrap();
+                for (i, &x) in back.iter().enumerate() {
+                    let want = if (zo..zo + zl).contains(&i) { 0 } else { 0xA5 };
+                    assert_eq!(x, want, "{what}: byte {i} after the power cut");
+                }
+            }
         }
     }
 }

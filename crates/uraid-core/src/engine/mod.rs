@@ -1030,10 +1030,24 @@ impl Drop for Queue {
     }
 }
 
+/// The step (`Piece::done`) of a FUA zeroing or discard that makes it
+/// durable: fallocate(2) has no FUA (nor RWF_DSYNC), so a datasync of the
+/// member follows it, as the block layer turns a FUA it cannot pass on into
+/// a flush after the write.
+const SYNC_STEP: usize = 2;
+
+/// True when piece `p` is at the datasync step of a FUA zeroing or discard.
+fn is_sync_step(p: &Piece) -> bool {
+    matches!(p.op, Op::Discard | Op::WriteZeroes { .. }) && p.done == SYNC_STEP
+}
+
 /// The io_uring entry that does what piece `p` still has to do on a member
 /// of `kind` (user data not set).
 fn build_sqe(p: &Piece, kind: MemberKind) -> squeue::Entry {
     let fd = types::Fixed(p.member);
+    if is_sync_step(p) {
+        return opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build();
+    }
     let iov = &p.iov[p.iov_first..];
     let off = p.offset + p.done as u64;
     let rw_flags = if p.fua { libc::RWF_DSYNC } else { 0 };
@@ -1127,9 +1141,11 @@ fn injected_fault(p: &Piece, m: &Member) -> Option<i32> {
     let f = m.faults()?;
     let off = p.offset + p.done as u64;
     let len = p.len - p.done.min(p.len);
+    // The datasync after a FUA zeroing or discard is a flush.
+    let op = if is_sync_step(p) { Op::Flush } else { p.op };
     // fallocate(2) has no FUA: a zeroing or discard is durable only after
-    // a flush, whatever the request asked.
-    let volatile = match p.op {
+    // a flush (its own datasync step, when FUA).
+    let volatile = match op {
         Op::Write => !p.fua,
         Op::Discard | Op::WriteZeroes { .. } => true,
         _ => false,
@@ -1142,7 +1158,7 @@ fn injected_fault(p: &Piece, m: &Member) -> Option<i32> {
             f.log_write(off, old);
         }
     }
-    match f.intercept(p.op, off, len as u64) {
+    match f.intercept(op, off, len as u64) {
         Verdict::Pass => None,
         Verdict::Fail(errno) => Some(-errno),
         Verdict::Tear(n) => {
@@ -1178,11 +1194,13 @@ enum Outcome {
 
 /// Accounts completion result `res` (bytes or -errno) of piece `p` on
 /// member `m`: short transfers continue, a NO_HOLE zeroing on a file takes
-/// its second step, errors name the member and the offset.
+/// its second step, a FUA zeroing or discard its datasync
+/// ([`SYNC_STEP`]), errors name the member and the offset.
 fn progress(p: &mut Piece, res: i32, m: &Member) -> Outcome {
     if res < 0 {
+        let step = if is_sync_step(p) { " (its datasync, for FUA)" } else { "" };
         return Outcome::Done(Some(Error::from_errno(
-            format!("{:?} of {} bytes at offset {} of member {} failed", p.op, p.len, p.offset, m.name()),
+            format!("{:?} of {} bytes at offset {} of member {}{step} failed", p.op, p.len, p.offset, m.name()),
             -res,
         )));
     }
@@ -1191,6 +1209,10 @@ fn progress(p: &mut Piece, res: i32, m: &Member) -> Outcome {
         // steps: tmpfs and others have no ZERO_RANGE).
         Op::WriteZeroes { no_hole: true } if m.kind() != MemberKind::BlockDevice && p.done == 0 => {
             p.done = 1;
+            Outcome::Again
+        }
+        Op::Discard | Op::WriteZeroes { .. } if p.fua && p.done < SYNC_STEP => {
+            p.done = SYNC_STEP;
             Outcome::Again
         }
         Op::Read | Op::Write => {

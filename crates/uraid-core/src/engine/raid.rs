@@ -689,7 +689,8 @@ impl Queue {
         if op == Op::Read {
             self.vol.stripe_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let fua = self.slots[self.raid.sops[idx].slot as usize].fua && op == Op::Write;
+        // (A zeroing or discard takes its FUA as a datasync after it.)
+        let fua = self.slots[self.raid.sops[idx].slot as usize].fua && op != Op::Read;
         let sop = &mut self.raid.sops[idx];
         if sop.npieces == sop.pieces.len() {
             sop.pieces.push(new_piece());
