@@ -2,21 +2,25 @@
 //!
 //! `uraid-torture run --seed N --log FILE MEMBER...` assembles the array and
 //! writes to its first volume without end: random non-overlapping writes
-//! (one in eight with FUA), up to 16 in flight, and a flush now and then.
+//! (one in eight with FUA), up to 16 in flight, and a flush now and then;
+//! one write in eight (drawn from a stream of its own, so the rest of the
+//! workload is the same as without) is a write-zeroes or a discard of its
+//! range instead (with FUA too), which must then read back as zeros.
 //! Every 512-byte sector it writes says who wrote it: bytes 0..8 the
 //! write's id, 8..16 the sector's logical offset, the rest a fill derived
 //! from (seed, id, offset). Before a write is issued the log gets `I id
-//! offset len`, when it is acknowledged `A id` (`U id` for a FUA write),
-//! when a flush completes `F id` (the last write id issued before the
-//! flush). The test kills the process with SIGKILL at a random moment (the
+//! offset len` (`Z id offset len` for a zeroing or discard), when it is
+//! acknowledged `A id` (`U id` with FUA), when a flush completes `F id`
+//! (the last write id issued before the flush). The test kills the process with SIGKILL at a random moment (the
 //! log is in the page cache, which survives a process kill).
 //!
 //! `uraid-torture verify --seed N --log FILE MEMBER...` assembles the array
 //! (which resynchronizes the dirty regions of the write-intent bitmap after
 //! the unclean stop) and checks every sector written by the log: it must
 //! hold a well-formed sector of some issued write that covered it (or zeros
-//! if none), and every write acknowledged before a completed flush, or with
-//! FUA, must be there unless a later issued write covered the sector (with
+//! if none, or if a zeroing or discard that covered it may have landed), and
+//! every write or zeroing acknowledged before a completed flush, or with
+//! FUA, must be there unless a later issued one covered the sector (with
 //! `--all-acked`, every acknowledged write: the promise of the cache modes
 //! other than write-back, the process being killed, not the power). Prints a JSON
 //! summary; exits 1 on any violation, listing the first ones.
@@ -28,6 +32,7 @@ use std::io::{BufRead, Write};
 use std::sync::Arc;
 
 use uraid_core::member::MemberSpec;
+use uraid_core::engine::Op;
 use uraid_core::{IoBuf, Request, Volume};
 
 const SECTOR: usize = 512;
@@ -98,6 +103,7 @@ fn run(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> ! {
         rng = splitmix(rng);
         rng
     };
+    let mut zrng = splitmix(seed ^ 0x2e70_e5);
     let mut busy: HashMap<u64, (u64, u64)> = HashMap::new();
     let mut id = 0u64;
     let mut done = Vec::new();
@@ -128,11 +134,18 @@ fn run(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> ! {
             ack(&done, &mut busy, &mut fua, &mut log);
         }
         id += 1;
-        let mut b = IoBuf::new(len as usize);
-        fill(&mut b, seed, id, off);
-        writeln!(log, "I {id} {off} {len}").unwrap();
+        zrng = splitmix(zrng);
+        let mut r = if zrng % 8 == 0 {
+            writeln!(log, "Z {id} {off} {len}").unwrap();
+            let op = if zrng & 8 == 0 { Op::WriteZeroes { no_hole: false } } else { Op::Discard };
+            Request { op, offset: off, len: len as usize, buf: None, tag: id, fua: false }
+        } else {
+            let mut b = IoBuf::new(len as usize);
+            fill(&mut b, seed, id, off);
+            writeln!(log, "I {id} {off} {len}").unwrap();
+            Request::write(off, len as usize, b, id)
+        };
         busy.insert(id, (off, len));
-        let mut r = Request::write(off, len as usize, b, id);
         r.fua = next() % 8 == 0;
         if r.fua {
             fua.insert(id);
@@ -161,6 +174,7 @@ fn verify(vol: &Arc<Volume>, seed: u64, log: &std::path::Path, all_acked: bool) 
     // acknowledged write made durable (by a later completed flush, FUA, or
     // at once with `all_acked`).
     let mut issued: HashMap<u64, (u64, u64)> = HashMap::new();
+    let mut zeroings = std::collections::HashSet::new();
     let mut acked: Vec<u64> = Vec::new();
     let mut fua_acked: Vec<u64> = Vec::new();
     let mut durable_upto_ack = 0usize; // acked[..n] are durable
@@ -168,8 +182,12 @@ fn verify(vol: &Arc<Volume>, seed: u64, log: &std::path::Path, all_acked: bool) 
         let Ok(line) = line else { break };
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.as_slice() {
-            ["I", id, off, len] => {
-                issued.insert(id.parse().unwrap(), (off.parse().unwrap(), len.parse().unwrap()));
+            [k @ ("I" | "Z"), id, off, len] => {
+                let id: u64 = id.parse().unwrap();
+                issued.insert(id, (off.parse().unwrap(), len.parse().unwrap()));
+                if *k == "Z" {
+                    zeroings.insert(id);
+                }
             }
             ["A", id] => acked.push(id.parse().unwrap()),
             ["U", id] => {
@@ -215,12 +233,14 @@ fn verify(vol: &Arc<Volume>, seed: u64, log: &std::path::Path, all_acked: bool) 
             let id = u64::from_le_bytes(got[..8].try_into().unwrap());
             let fl = floor.get(&s).copied().unwrap_or(0);
             if got.iter().all(|&b| b == 0) {
-                if fl > 0 {
+                // The sector's first state, or a zeroing no older than
+                // what is durable there may have landed.
+                if fl > 0 && !sectors[&s].iter().any(|z| zeroings.contains(z) && *z >= fl) {
                     bad.push(format!("sector {s}: zeros, but write {fl} was acknowledged and flushed"));
                 }
                 continue;
             }
-            if !sectors[&s].contains(&id) {
+            if !sectors[&s].contains(&id) || zeroings.contains(&id) {
                 bad.push(format!("sector {s}: holds id {id}, which never wrote it (torn or misplaced)"));
                 continue;
             }
@@ -230,12 +250,14 @@ fn verify(vol: &Arc<Volume>, seed: u64, log: &std::path::Path, all_acked: bool) 
                 continue;
             }
             if id < fl {
-                bad.push(format!("sector {s}: holds write {id}, older than write {fl} acknowledged before a flush"));
+                let what = if zeroings.contains(&fl) { "zeroing" } else { "write" };
+                bad.push(format!("sector {s}: holds write {id}, older than {what} {fl} acknowledged before a flush"));
             }
         }
     }
     let summary = serde_json::json!({
-        "writes_issued": issued.len(),
+        "writes_issued": issued.len() - zeroings.len(),
+        "zeroings_issued": zeroings.len(),
         "writes_acknowledged": acked.len(),
         "writes_durable": durable_upto_ack,
         "sectors_checked": checked,

@@ -1,8 +1,10 @@
 //! Crash recovery: a child process (`uraid-torture run`) writes a seeded
 //! workload to a redundant array and is killed with SIGKILL at a random
-//! moment; the array is then assembled (which resyncs the dirty regions of
-//! the write-intent bitmap), every write acknowledged before a completed
-//! flush or with FUA must read back (`uraid-torture verify`), and `uraid
+//! moment (writes, FUA writes, flushes, and write-zeroes and discards that
+//! must read back as zeros); the array is then assembled (which resyncs the
+//! dirty regions of the write-intent bitmap), every write acknowledged
+//! before a completed flush or with FUA must read back (`uraid-torture
+//! verify`), and `uraid
 //! check` must find no mismatch between copies or parity. In every volume
 //! cache mode: with the cache off, write-through or the journal (on a
 //! device of its own, or `journal-member`: in a region of a member), every
@@ -30,7 +32,9 @@ fn seeds_per_level() -> usize {
     std::env::var("URAID_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(4)
 }
 
-fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<(), String> {
+/// One crash case; returns how many zeroings and discards the workload
+/// issued.
+fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64, String> {
     let dir = tmpdir();
     let mut files = sparse_files(dir.path(), "m", n, 160 << 20);
     let mut args = vec!["create".to_string(), "--name".into(), "crash".into(), "--level".into(), level.to_string(), "--chunk".into(), "16K".into(), "--bitmap-region".into(), "4M".into()];
@@ -124,7 +128,7 @@ fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<(), 
     if vols.is_empty() || vols.iter().any(|v| v["report"]["mismatches"].as_u64() != Some(0)) {
         return Err(format!("check after the crash found mismatches: {j}"));
     }
-    Ok(())
+    Ok(v["zeroings_issued"].as_u64().unwrap_or(0))
 }
 
 #[test]
@@ -148,12 +152,15 @@ fn sigkill_at_random_moments_in_every_cache_mode_loses_nothing_promised_and_leav
         }
     }
     let mut failures = Vec::new();
+    let mut zeroings = 0;
     for (level, n, mode, seed, kill_ms) in cases {
-        if let Err(e) = one(level, n, mode, seed, kill_ms) {
-            failures.push(format!(
+        match one(level, n, mode, seed, kill_ms) {
+            Ok(z) => zeroings += z,
+            Err(e) => failures.push(format!(
                 "RAID {level} x{n} cache {mode} seed {seed} kill after {kill_ms} ms (add ({level}, {n}, \"{mode}\", {seed}, {kill_ms}) to REGRESSIONS): {e}"
-            ));
+            )),
         }
     }
     assert!(failures.is_empty(), "{} crash cases failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(zeroings > 0, "no workload issued a zeroing or discard before its kill");
 }
