@@ -212,7 +212,7 @@ pub const MAX_BUFFERS: u64 = 1 << 30;
 pub fn test_area(vol: &Volume, test: &Test, area: u64) -> Result<u64> {
     let p = &test.profile;
     let bs = vol.block_size() as usize;
-    if p.block % bs != 0 {
+    if !p.block.is_multiple_of(bs) {
         bail!(InvalidInput, "{} uses {} byte blocks, but the target's block size is {bs} bytes", p.name, p.block);
     }
     let buffers = p.block as u64 * p.qd as u64 * p.threads as u64;

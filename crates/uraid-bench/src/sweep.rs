@@ -373,7 +373,7 @@ pub struct Surface {
 pub fn surface(vol: &Arc<Volume>, opts: &SurfaceOptions, progress: &mut dyn FnMut(SweepProgress)) -> Result<Surface> {
     let bs = vol.block_size() as u64;
     let len = opts.len.unwrap_or(u64::MAX).min(vol.capacity()) / bs * bs;
-    if opts.block == 0 || opts.block as u64 % bs != 0 || opts.block > uraid_core::engine::MAX_REQUEST {
+    if opts.block == 0 || !(opts.block as u64).is_multiple_of(bs) || opts.block > uraid_core::engine::MAX_REQUEST {
         bail!(InvalidInput, "the surface block size must be a multiple of {bs} bytes up to 64M");
     }
     if len < opts.block as u64 {

@@ -1243,6 +1243,7 @@ pub struct VolumeStatus {
 /// role r is not active, `rebuilding` the recovery offsets (absolute member
 /// bytes) of the rebuilding roles, `resyncing` when its dirty regions await
 /// a resync, its usable `capacity` (bytes) and its cache's counters.
+#[allow(clippy::too_many_arguments)]
 fn volume_status(
     v: &VolumeEntry,
     n: usize,

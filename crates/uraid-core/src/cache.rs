@@ -503,7 +503,7 @@ impl Cache {
             lost_drain: Mutex::new(None),
             parity: vol.geometry().layout().is_some_and(|l| l.level().has_parity()),
             chunk_sectors: match vol.geometry().chunk() {
-                c if line % c == 0 => (c / CACHE_SECTOR) as usize,
+                c if line.is_multiple_of(c) => (c / CACHE_SECTOR) as usize,
                 _ => sectors,
             },
         })
@@ -594,7 +594,7 @@ impl Cache {
             // (A FUA one under plain write-back waits for the write-back
             // below: its zeroes must be durable when it completes.)
             (Op::WriteZeroes { .. }, CacheMode::WriteBack | CacheMode::Journal)
-                if !(req.fua && self.cfg.mode == CacheMode::WriteBack) && !self.journal_lost() =>
+                if !(self.journal_lost() || req.fua && self.cfg.mode == CacheMode::WriteBack) =>
             {
                 self.zero(req)
             }

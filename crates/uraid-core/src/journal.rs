@@ -190,7 +190,7 @@ fn write_empty(m: &Member, base: u64, h: &Header) -> Result<()> {
 /// (whole sectors) at a stride of `stride` bytes (whole sectors, pieces
 /// not overlapping).
 fn rows_shape_ok(len: u64, stride: u64, piece: u64) -> bool {
-    piece > 0 && piece % 512 == 0 && len % piece == 0 && stride >= piece && stride % 512 == 0
+    piece > 0 && piece.is_multiple_of(512) && len.is_multiple_of(piece) && stride >= piece && stride.is_multiple_of(512)
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
@@ -861,13 +861,10 @@ impl Journal {
         };
         let mut found: Vec<Found> = Vec::new();
         let mut hdr = IoBuf::new(RECORD_HEADER as usize);
-        loop {
-            let Some(f) = self.read_record(&mut hdr, pos, seq)?.or_else(|| {
-                let next = pos.div_ceil(self.log_size) * self.log_size;
-                (next != pos).then_some(next).and_then(|p| self.read_record(&mut hdr, p, seq).ok().flatten())
-            }) else {
-                break;
-            };
+        while let Some(f) = self.read_record(&mut hdr, pos, seq)?.or_else(|| {
+            let next = pos.div_ceil(self.log_size) * self.log_size;
+            (next != pos).then_some(next).and_then(|p| self.read_record(&mut hdr, p, seq).ok().flatten())
+        }) {
             let end = f.pieces().last().map_or(0, |(o, n, _)| o + n);
             if f.pos + RECORD_HEADER + f.len - self.lock().tail > self.log_size || end > vol.capacity() {
                 break;
@@ -989,7 +986,7 @@ impl Journal {
         if zeroes {
             // One range and no data.
             let bytes = u64_at(h, 80);
-            let ok = bytes != 0 && bytes % 512 == 0 && offset.checked_add(bytes).is_some();
+            let ok = bytes != 0 && bytes.is_multiple_of(512) && offset.checked_add(bytes).is_some();
             return Ok(ok.then_some(Found { pos, offset, len, kind, cache_seq, stride: 0, piece: bytes }));
         }
         let (stride, piece) = if kind == RecordKind::Rows as u32 {

@@ -508,7 +508,7 @@ impl Throttle {
     /// A model with `limits`.
     pub fn new(limits: Limits) -> Throttle {
         Throttle {
-            ns_per_io: if limits.iops > 0 { 1_000_000_000 / limits.iops } else { 0 },
+            ns_per_io: 1_000_000_000u64.checked_div(limits.iops).unwrap_or(0),
             bw: limits.bw,
             lat_ns: limits.lat_us * 1000,
             next_free_ns: AtomicU64::new(0),

@@ -555,10 +555,10 @@ impl Superblock {
                 return inv(format!("chunk size {} of volume {i}", v.chunk));
             }
             let prev_end = volumes.last().map_or(DATA_OFFSET, VolumeEntry::member_end);
-            if v.member_start < prev_end || v.member_start % 4096 != 0 {
+            if v.member_start < prev_end || !v.member_start.is_multiple_of(4096) {
                 return inv(format!("member start {} of volume {i}", v.member_start));
             }
-            if v.member_size < v.chunk || v.member_size % v.chunk != 0 || v.member_start.checked_add(v.member_size).is_none() {
+            if v.member_size < v.chunk || !v.member_size.is_multiple_of(v.chunk) || v.member_start.checked_add(v.member_size).is_none() {
                 return inv(format!("member size {} of volume {i}", v.member_size));
             }
             volumes.push(v);

@@ -212,8 +212,8 @@ fn run(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade: boo
 fn run_with(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade: bool, place: Place, zeroes: bool) -> usize {
     let _watchdog = Watchdog::new(format!("{level} x{n} chunk {chunk} cache {mode:?} journal {place:?} degraded {degrade}, seed {s}"));
     let mut rng = StdRng::seed_from_u64(s);
-    let mut zrng = StdRng::seed_from_u64(s ^ 0x2e70_e5);
-    let mut drng = StdRng::seed_from_u64(s ^ 0xd15c_a4d);
+    let mut zrng = StdRng::seed_from_u64(s ^ 0x002e_70e5);
+    let mut drng = StdRng::seed_from_u64(s ^ 0x0d15_ca4d);
     let rows = (4 << 20) / chunk;
     let jstart = (DATA_OFFSET + rows * chunk).next_multiple_of(1 << 20);
     let size = if place == Place::Own { DATA_OFFSET + rows * chunk } else { jstart + JOURNAL_REGION };

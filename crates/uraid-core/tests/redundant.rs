@@ -245,8 +245,8 @@ fn past_tolerance_fails_clearly_and_writes_nothing() {
         let e = v.write_at(0, &vec![7u8; 256 << 10]).unwrap_err();
         assert!(e.to_string().contains("fail") || e.to_string().contains("lost"), "{level}: {e}");
         assert_eq!(e.errno(), libc::EIO, "{level}: {e}");
-        for m in lost..n {
-            assert!(member_bytes(&v, m) == before[m], "{level}: member {m} was written past the tolerance");
+        for (m, b) in before.iter().enumerate().take(n).skip(lost) {
+            assert!(member_bytes(&v, m) == *b, "{level}: member {m} was written past the tolerance");
         }
         let e = v.read_at(0, 256 << 10).unwrap_err();
         assert_eq!(e.errno(), libc::EIO, "{level}: {e}");

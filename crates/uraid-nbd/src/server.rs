@@ -705,7 +705,7 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
                 return Err((EINVAL, "request larger than the maximum block size"));
             }
             let bs = self.vol.block_size() as u64;
-            if h.cmd != CMD_TRIM && (h.offset % bs != 0 || h.len as u64 % bs != 0) {
+            if h.cmd != CMD_TRIM && (!h.offset.is_multiple_of(bs) || !(h.len as u64).is_multiple_of(bs)) {
                 return Err((EINVAL, "request not aligned to the minimum block size"));
             }
         }

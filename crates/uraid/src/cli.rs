@@ -484,7 +484,7 @@ fn suite_options(a: &SuiteArgs) -> Result<SuiteOptions> {
             tests.push(Test { profile: p, dir: Dir::Write });
         }
     }
-    if !(a.time > 0.0 && a.time <= 3600.0) || !(0.0..=3600.0).contains(&a.warmup) {
+    if !(a.time > 0.0 && a.time <= 3600.0 && (0.0..=3600.0).contains(&a.warmup)) {
         bail!("--time must be from 0 to 3600 seconds (not 0) and --warmup from 0 to 3600");
     }
     if a.runs == 0 || a.runs > 100 {

@@ -246,7 +246,7 @@ fn rebuild_reports(arr: &mut Array, rate: Option<u64>, quiet: bool) -> Result<Ve
     let reports = r.context("rebuild stopped; its progress is kept: 'uraid rebuild' resumes it")?;
     let mut out = Vec::new();
     for (role, rep) in roles.iter().zip(&reports) {
-        out.push((*role as u32, serde_json::to_value(rep)?));
+        out.push(((*role), serde_json::to_value(rep)?));
     }
     Ok(out)
 }

@@ -281,7 +281,7 @@ fn manage(mut arr: array::Array, server: &Server, name: &str, rate: Option<u64>,
             eprintln!("uraid serve: rebuilding role(s) {rebuilding:?} in the background");
             let mut last = 0u64;
             let r = arr.rebuild_until(rate, Some(stop), &mut |role, done, total| {
-                let pct = if total == 0 { 100 } else { done * 100 / total };
+                let pct = (done * 100).checked_div(total).unwrap_or(100);
                 if pct >= last + 10 || done == total {
                     last = pct;
                     eprintln!("uraid serve: rebuild of role {role}: {pct}% ({done} of {total} member bytes)");

@@ -552,7 +552,7 @@ impl Queue {
             ));
         }
         let max = if range_only { usize::MAX } else { MAX_REQUEST };
-        if req.offset % bs != 0 || req.len as u64 % bs != 0 || req.len == 0 || req.len > max {
+        if !req.offset.is_multiple_of(bs) || !(req.len as u64).is_multiple_of(bs) || req.len == 0 || req.len > max {
             bail!(
                 InvalidInput,
                 "I/O of {} bytes at offset {} is not aligned: offset and length must be multiples of \

@@ -483,15 +483,15 @@ impl Queue {
                         let sop = &self.raid.sops[p as usize];
                         let (ps, pst, pe, pf, pc) = (sop.slot as usize, sop.start, sop.end, sop.first, sop.count);
                         if sop.parts.is_empty() {
-                            self.band_parts(ps, &l, s, pst, pe, pf, pc, &mut parts);
+                            self.band_parts(ps, l, s, pst, pe, pf, pc, &mut parts);
                         } else {
                             parts.extend_from_slice(&self.raid.sops[p as usize].parts);
                         }
                     }
                     for b in sw.bands() {
-                        self.band_parts(si, &l, s, b.start, b.end, b.first_written, b.written, &mut parts);
+                        self.band_parts(si, l, s, b.start, b.end, b.first_written, b.written, &mut parts);
                     }
-                    if Self::covers_stripe(&l, &parts) {
+                    if Self::covers_stripe(l, &parts) {
                         let mut owed: Vec<(u32, u32)> = Vec::new();
                         for &p in &mine {
                             let sop = &self.raid.sops[p as usize];
@@ -630,6 +630,7 @@ impl Queue {
     }
 
     /// The new-data parts of a band of slot `si`.
+    #[allow(clippy::too_many_arguments)]
     fn band_parts(&mut self, si: usize, l: &Layout, stripe: u64, start: u64, end: u64, first: u32, count: u32, parts: &mut Vec<Part>) {
         let off = self.slots[si].offset;
         let base = self.slots[si].buf.as_mut().expect("write buffer").as_mut_ptr();
@@ -1030,6 +1031,8 @@ impl Queue {
                     }
                 }
                 Method::Rmw => {
+                    // (`i` is the data index the kernels take, too.)
+                    #[allow(clippy::needless_range_loop)]
                     for i in first..first + count {
                         let old_ptr = get(&mut bufs, sm[i]);
                         let old: &[u8] = slice(old_ptr);
@@ -1060,6 +1063,7 @@ impl Queue {
                         }
                     }
                     if kind == Kind::Write {
+                        #[allow(clippy::needless_range_loop)]
                         for i in first..first + count {
                             slice(ptrs[i]).copy_from_slice(new(i));
                         }

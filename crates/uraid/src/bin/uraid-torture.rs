@@ -103,7 +103,7 @@ fn run(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> ! {
         rng = splitmix(rng);
         rng
     };
-    let mut zrng = splitmix(seed ^ 0x2e70_e5);
+    let mut zrng = splitmix(seed ^ 0x002e_70e5);
     let mut busy: HashMap<u64, (u64, u64)> = HashMap::new();
     let mut id = 0u64;
     let mut done = Vec::new();
@@ -135,7 +135,7 @@ fn run(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> ! {
         }
         id += 1;
         zrng = splitmix(zrng);
-        let mut r = if zrng % 8 == 0 {
+        let mut r = if zrng.is_multiple_of(8) {
             writeln!(log, "Z {id} {off} {len}").unwrap();
             let op = if zrng & 8 == 0 { Op::WriteZeroes { no_hole: false } } else { Op::Discard };
             Request { op, offset: off, len: len as usize, buf: None, tag: id, fua: false }
