@@ -655,11 +655,10 @@ impl Cache {
             Some(j) => match j.reserve(req.len as u64, seq, Some(self.promise_for(lines))) {
                 Some(r) => Some((j, r)),
                 None => {
-                    // The log filled since the look above.
+                    // The log filled since the look above (its sequence
+                    // number stays unused: a gap is harmless).
                     drop((gate, order));
-                    self.kick();
-                    lock(&self.stats).throttled += 1;
-                    return Taken::Full;
+                    return self.held_for_room();
                 }
             },
             None => None,
