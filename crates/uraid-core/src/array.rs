@@ -2108,7 +2108,7 @@ impl Array {
     pub fn set_cache(&mut self, volume: Option<&str>, cfg: &crate::cache::CacheConfig) -> Result<Vec<String>> {
         let entries = self.volume_entries();
         let chosen: Vec<usize> = match volume {
-            Some(name) => vec![self.volume_index(&entries, name)?],
+            Some(name) => vec![self.volume_index(name)?],
             None => (0..entries.len()).collect(),
         };
         if cfg.mode == crate::cache::CacheMode::Journal {
@@ -2135,16 +2135,18 @@ impl Array {
         Ok(chosen.iter().map(|&i| entries[i].name.clone()).collect())
     }
 
-    /// The index of the volume named `name` among `entries` (this array's
-    /// volume table). Errors: `InvalidInput` naming the volumes there are.
-    fn volume_index(&self, entries: &[VolumeEntry], name: &str) -> Result<usize> {
+    /// The index of the volume named `name` in the volume table (and in
+    /// [`volumes`](Self::volumes)). Errors: `InvalidInput` naming the
+    /// volumes there are.
+    pub fn volume_index(&self, name: &str) -> Result<usize> {
+        let entries = self.volume_entries();
         match entries.iter().position(|v| v.name == name) {
             Some(i) => Ok(i),
             None => bail!(
                 InvalidInput,
                 "array '{}' has no volume '{name}'; its volumes: {}",
                 self.name(),
-                entries.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", ")
+                entries.iter().map(|v| format!("'{}'", v.name)).collect::<Vec<_>>().join(", ")
             ),
         }
     }
@@ -2177,7 +2179,7 @@ impl Array {
     ) -> Result<String> {
         let entries = self.volume_entries();
         let i = match volume {
-            Some(name) => self.volume_index(&entries, name)?,
+            Some(name) => self.volume_index(name)?,
             None if entries.len() == 1 => 0,
             None => bail!(InvalidInput, "a journal serves one volume and array '{}' has {}; name it with --volume", self.name(), entries.len()),
         };

@@ -563,13 +563,7 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             let mut arr = array::open(&specs)?;
             let v = match &a.volume {
                 None => arr.volume().clone(),
-                Some(name) => match arr.volume_named(name) {
-                    Some(v) => v.clone(),
-                    None => {
-                        let names: Vec<String> = arr.volume_entries().into_iter().map(|e| format!("'{}'", e.name)).collect();
-                        bail!("array '{}' has no volume '{name}'; its volumes: {}", arr.name(), names.join(", "));
-                    }
-                },
+                Some(name) => arr.volumes()[arr.volume_index(name)?].clone(),
             };
             let head = v.read_at(0, (uraid_core::signature::PROBE_LEN as u64).min(v.capacity()) as usize & !4095)?;
             guard_writes(&opts, a.suite.overwrite, &format!("array '{}'", arr.name()), uraid_core::signature::detect(&head))?;

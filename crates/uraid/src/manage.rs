@@ -547,10 +547,7 @@ pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
     let mut arr = open(&a.array.members)?;
     let entries = arr.volume_entries();
     let chosen: Vec<usize> = match &a.volume {
-        Some(name) => vec![entries
-            .iter()
-            .position(|v| &v.name == name)
-            .ok_or_else(|| anyhow!("array '{}' has no volume '{name}'; see 'uraid status'", arr.name()))?],
+        Some(name) => vec![arr.volume_index(name)?],
         None => (0..entries.len()).filter(|&i| entries[i].level != 0).collect(),
     };
     if chosen.is_empty() {
