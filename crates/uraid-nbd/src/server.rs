@@ -445,8 +445,6 @@ struct Pending {
     offset: u64,
     /// Bytes of data a READ returns (its buffer may be larger).
     len: usize,
-    /// A FUA trim or zeroing: flush before replying.
-    then_flush: bool,
 }
 
 /// One reply, queued until the batch is sent.
@@ -721,7 +719,7 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
             return;
         }
         let fua = h.flags & CMD_FLAG_FUA != 0;
-        let (op, offset, len, buf, then_flush) = match h.cmd {
+        let (op, offset, len, buf) = match h.cmd {
             CMD_READ | CMD_WRITE if h.len == 0 => {
                 if let Some(b) = buf {
                     self.give_buf(b);
@@ -729,9 +727,9 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
                 self.reply_ok(h.handle, h.cmd, h.offset, None);
                 return;
             }
-            CMD_READ => (Op::Read, h.offset, h.len as usize, Some(self.take_buf(h.len as usize)), false),
-            CMD_WRITE => (Op::Write, h.offset, h.len as usize, buf, false),
-            CMD_FLUSH => (Op::Flush, 0, 0, None, false),
+            CMD_READ => (Op::Read, h.offset, h.len as usize, Some(self.take_buf(h.len as usize))),
+            CMD_WRITE => (Op::Write, h.offset, h.len as usize, buf),
+            CMD_FLUSH => (Op::Flush, 0, 0, None),
             CMD_TRIM => {
                 // Round inwards to whole blocks, as the spec allows for TRIM.
                 let bs = self.vol.block_size() as u64;
@@ -741,7 +739,7 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
                     self.reply_ok(h.handle, h.cmd, h.offset, None);
                     return;
                 }
-                (Op::Discard, start, (end - start) as usize, None, fua)
+                (Op::Discard, start, (end - start) as usize, None)
             }
             CMD_WRITE_ZEROES if h.len == 0 => {
                 self.reply_ok(h.handle, h.cmd, h.offset, None);
@@ -749,7 +747,7 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
             }
             CMD_WRITE_ZEROES => {
                 let op = Op::WriteZeroes { no_hole: h.flags & CMD_FLAG_NO_HOLE != 0 };
-                (op, h.offset, h.len as usize, None, fua)
+                (op, h.offset, h.len as usize, None)
             }
             _ => {
                 self.reply_error(h.handle, EINVAL, "unknown command");
@@ -757,8 +755,11 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
             }
         };
         let tag = self.free.pop().expect("room was checked before reading");
-        self.slots[tag] = Some(Pending { handle: h.handle, cmd: h.cmd, offset: h.offset, len: h.len as usize, then_flush });
-        let req = Request { op, offset, len, buf, tag: tag as u64, fua: fua && h.cmd == CMD_WRITE };
+        self.slots[tag] = Some(Pending { handle: h.handle, cmd: h.cmd, offset: h.offset, len: h.len as usize });
+        // FUA on a write, trim or zeroing: the engine completes it durable
+        // (a zeroing or trim with a datasync of its members after it).
+        let fua = fua && matches!(op, Op::Write | Op::Discard | Op::WriteZeroes { .. });
+        let req = Request { op, offset, len, buf, tag: tag as u64, fua };
         if let Err(r) = self.q.push(req) {
             self.slots[tag] = None;
             self.free.push(tag);
@@ -773,17 +774,6 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
         let tag = c.tag as usize;
         let Some(p) = self.slots[tag] else { return };
         match c.result {
-            Ok(_) if p.then_flush => {
-                // FUA on a trim or zeroing: make it durable before replying.
-                self.slots[tag] = Some(Pending { then_flush: false, ..p });
-                let req = Request { op: Op::Flush, offset: 0, len: 0, buf: None, tag: c.tag, fua: false };
-                if let Err(r) = self.q.push(req) {
-                    self.slots[tag] = None;
-                    self.free.push(tag);
-                    self.reply_error(p.handle, nbd_errno(r.error.errno()), "flush refused by the engine");
-                }
-                return;
-            }
             Ok(_) if p.cmd == CMD_READ && c.buf.is_some() => {
                 self.slots[tag] = None;
                 self.free.push(tag);

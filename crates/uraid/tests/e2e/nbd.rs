@@ -429,7 +429,7 @@ fn flush_on_one_connection_covers_writes_of_another() {
     // In every cache mode: a FLUSH on one connection makes the writes that
     // others had acknowledged durable on the members (write-back holds
     // them in memory until then) or, with the journal, in the journal; and
-    // a FUA write is durable when answered.
+    // a FUA write or zeroing is durable when answered.
     let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
     for mode in ["off", "writethrough", "writeback", "journal"] {
         let d = tmpdir();
@@ -480,6 +480,16 @@ fn flush_on_one_connection_covers_writes_of_another() {
         } else {
             let m0 = std::fs::read(&m[0]).unwrap();
             assert_eq!(&m0[DATA_OFFSET as usize..DATA_OFFSET as usize + 4096], &fua[..], "{mode}: FUA write not on the member");
+        }
+        // A FUA zeroing over it (NBD_CMD_WRITE_ZEROES = 6): answered once
+        // durable, so on the member already (the engine syncs the members
+        // it zeroed; with the journal, its record holds it).
+        c.send(1, 6, 6, 0, 4096, &[]);
+        assert_eq!(c.reply(), (6, 0), "{mode}: FUA write-zeroes");
+        assert_eq!(a.read(7, 0, 4096).unwrap(), vec![0u8; 4096], "{mode}: the FUA zeroing does not read back");
+        if mode != "journal" {
+            let m0 = std::fs::read(&m[0]).unwrap();
+            assert!(m0[DATA_OFFSET as usize..DATA_OFFSET as usize + 4096].iter().all(|&x| x == 0), "{mode}: FUA zeroing not on the member");
         }
         drop((a, b, c));
         let (st, _, err) = srv.stop();
