@@ -1153,10 +1153,10 @@ impl Cache {
         let Some(l) = sh.lines.get_mut(&idx) else { return };
         let same = l.generation == generation;
         if !same && l.snapped != generation {
-            // Not the line's last snapshot: which sectors came since is
-            // not known, so none is cleaned (one flusher takes them, and
-            // reaps a pass's writes before its next, so this does not
-            // happen).
+            // Not the line's last snapshot (record_line took a newer one,
+            // then the journal was lost and the pass wrote the older):
+            // which sectors came since is not known, so none is cleaned;
+            // the next pass writes the line again.
             return;
         }
         let n = Line::count(&l.dirty);

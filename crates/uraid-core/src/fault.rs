@@ -33,6 +33,8 @@ pub struct Faults {
     injected: AtomicU64,
     armed: AtomicBool,
     volatile: AtomicBool,
+    /// Flushes the engine sent to the member.
+    flushes: AtomicU64,
     /// Pre-images of the writes since the last flush: (offset, old bytes).
     undo: Mutex<Vec<(u64, Vec<u8>)>>,
 }
@@ -154,10 +156,18 @@ impl Faults {
         self.injected.load(Ordering::Acquire)
     }
 
+    /// Flushes the engine sent to the member so far.
+    pub fn flushes(&self) -> u64 {
+        self.flushes.load(Ordering::Acquire)
+    }
+
     /// The verdict on `op` of `len` bytes at absolute byte `offset`.
     pub fn intercept(&self, op: Op, offset: u64, len: u64) -> Verdict {
-        if op == Op::Flush && self.is_volatile() {
-            self.flushed();
+        if op == Op::Flush {
+            self.flushes.fetch_add(1, Ordering::AcqRel);
+            if self.is_volatile() {
+                self.flushed();
+            }
         }
         if !self.armed.load(Ordering::Acquire) {
             return Verdict::Pass;

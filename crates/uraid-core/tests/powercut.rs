@@ -526,9 +526,10 @@ fn a_flush_covers_zeroes_and_discards_sent_on_by_a_write_back_cache() {
 
 /// A FUA zeroing or discard is durable when it completes, with the cache
 /// off, write-through or write-back: fallocate(2) has no FUA, so the
-/// engine follows it with a datasync of each member it touched. Before,
-/// its zeroes stayed in the drives' volatile caches, and a power cut
-/// brought the old data back although the request had completed.
+/// engine follows it with a flush of the members, one each however many
+/// stripes it covered. Before, its zeroes stayed in the drives' volatile
+/// caches, and a power cut brought the old data back although the request
+/// had completed.
 #[test]
 fn a_fua_zeroing_or_discard_is_durable_when_it_completes() {
     use uraid_core::engine::Op;
@@ -540,10 +541,16 @@ fn a_fua_zeroing_or_discard_is_durable_when_it_completes() {
                 let (plans, members, g, v, mut q) = flushed_pattern(level, n, chunk, mode, len);
                 // Whole stripes and partial ones at both ends.
                 let (zo, zl) = (16usize << 10, 400usize << 10);
+                let before: Vec<u64> = plans.iter().map(|f| f.flushes()).collect();
                 q.run(Request { op, offset: zo as u64, len: zl, buf: None, tag: 3, fua: true }).result.unwrap();
                 drop(q);
                 let left: usize = plans.iter().map(|f| f.unflushed()).sum();
                 assert_eq!(left, 0, "{what}: {left} member writes of the FUA request were not durable when it completed");
+                if mode != CacheMode::WriteBack {
+                    // (Write-back flushes for its write-back first.)
+                    let flushes: Vec<u64> = plans.iter().zip(&before).map(|(f, b)| f.flushes() - b).collect();
+                    assert!(flushes.iter().all(|&f| f == 1), "{what}: flushes per member {flushes:?}, one each expected");
+                }
                 power_cut(v, &plans, &members, 1);
                 let v = open(&members, g, false);
                 let back = v.read_at(0, len).unwrap();
@@ -554,4 +561,32 @@ fn a_fua_zeroing_or_discard_is_durable_when_it_completes() {
             }
         }
     }
+}
+
+/// A FUA write that completes a plugged write's stripe (the two go out as
+/// one full-stripe write) is durable when it completes: the merged member
+/// writes are FUA when any request in them is. Before, they took the
+/// plugged (first) request's flags only. (Found in review.)
+#[test]
+fn a_fua_write_merged_into_a_plugged_write_is_durable() {
+    let (level, n, chunk) = (Level::Raid5, 3, 64u64 << 10);
+    let (plans, _members, _g, _v, mut q) = flushed_pattern(level, n, chunk, CacheMode::Off, 512 << 10);
+    // The stripe's data is 128K: its first half (plugged), then its second
+    // half with FUA.
+    let half = chunk as usize;
+    for (i, (fill, fua)) in [(0x11u8, false), (0x22, true)].into_iter().enumerate() {
+        let mut b = IoBuf::new(half);
+        b.fill(fill);
+        let mut r = Request::write((i * half) as u64, half, b, 10 + i as u64);
+        r.fua = fua;
+        q.push(r).map_err(|r| r.error).unwrap();
+    }
+    let mut out = Vec::new();
+    while !out.iter().any(|c: &uraid_core::Completion| c.tag == 11) {
+        q.wait(1, &mut out);
+    }
+    let left: usize = plans.iter().map(|f| f.unflushed()).sum();
+    assert_eq!(left, 0, "{left} member writes were not durable when the FUA write completed");
+    assert!(out.iter().all(|c| c.result.is_ok()), "{out:?}");
+    drop(q);
 }

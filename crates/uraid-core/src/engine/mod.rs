@@ -398,6 +398,11 @@ struct Slot {
     /// tells the cache when it completes ([`crate::cache::Cache::sent_on_done`]),
     /// so that a later flush covers it.
     cache_sent_on: bool,
+    /// A FUA zeroing or discard: once done, a flush of the members
+    /// (fallocate(2) has no FUA; see [`Queue::sync_members`]).
+    sync_after: bool,
+    /// That flush is in flight.
+    syncing: bool,
 }
 
 /// A per-thread submission and completion queue over a [`Volume`].
@@ -495,6 +500,8 @@ impl Queue {
                 cache_read: None,
                 report_len: None,
                 cache_sent_on: false,
+                sync_after: false,
+                syncing: false,
             })
             .collect();
         Ok(Queue {
@@ -671,7 +678,11 @@ impl Queue {
         let slot = &mut self.slots[si];
         slot.tag = req.tag;
         slot.op = req.op;
-        slot.fua = req.fua;
+        // A FUA zeroing or discard goes without FUA, then the members are
+        // flushed (`sync_members`).
+        slot.sync_after = req.fua && matches!(req.op, Op::Discard | Op::WriteZeroes { .. });
+        slot.syncing = false;
+        slot.fua = req.fua && !slot.sync_after;
         slot.len = req.len;
         slot.buf = req.buf;
         slot.error = None;
@@ -961,6 +972,42 @@ impl Queue {
         }
     }
 
+    /// Flushes every writable member for slot `si`, a FUA zeroing or
+    /// discard whose member I/O is done: fallocate(2) has no FUA, so the
+    /// request completes once this flush does (as the block layer turns a
+    /// FUA it cannot pass on into a flush after the write). One flush per
+    /// member, however many stripes the request covered.
+    fn sync_members(&mut self, si: usize, out: &mut Vec<Completion>) {
+        let health = self.vol.health().clone();
+        let n = self.vol.members().len() as u32;
+        let now = self.vol.throttle_clock();
+        let slot = &mut self.slots[si];
+        slot.syncing = true;
+        slot.npieces = 0;
+        // Each try after the first follows a member's failure.
+        slot.plans += 1;
+        if slot.plans as u32 > 2 * n + 2 {
+            slot.error = Some(Error::new(ErrorKind::Io, format!("gave up flushing after {} attempts: members keep failing", slot.plans - 1)));
+        }
+        let go = slot.error.is_none();
+        for m in (0..n).filter(|&m| go && health.writable(m)) {
+            let p = next_piece(slot);
+            p.op = Op::Flush;
+            p.fua = false;
+            p.member = m;
+            p.offset = 0;
+            p.len = 0;
+        }
+        // One count for this call, dropped below.
+        slot.pending = slot.npieces + 1;
+        for pi in 0..self.slots[si].npieces {
+            let p = &mut self.slots[si].pieces[pi];
+            p.deadline = self.vol.deadline(p.member, 0, now);
+            self.push_piece(si, pi);
+        }
+        self.piece_done(si, out);
+    }
+
     fn piece_done(&mut self, si: usize, out: &mut Vec<Completion>) {
         let slot = &mut self.slots[si];
         slot.pending -= 1;
@@ -968,9 +1015,21 @@ impl Queue {
             return;
         }
         if std::mem::take(&mut slot.replan) && slot.error.is_none() {
-            self.replan(si, out);
+            if std::mem::take(&mut slot.syncing) {
+                // A member failed its flush (it is faulty now): flush the
+                // others again.
+                self.sync_members(si, out);
+            } else {
+                self.replan(si, out);
+            }
             return;
         }
+        if slot.error.is_none() && std::mem::take(&mut slot.sync_after) {
+            self.sync_members(si, out);
+            return;
+        }
+        let slot = &mut self.slots[si];
+        slot.syncing = false;
         let report = slot.report_len.take();
         let result = match slot.error.take() {
             Some(e) => Err(e),
@@ -1030,24 +1089,10 @@ impl Drop for Queue {
     }
 }
 
-/// The step (`Piece::done`) of a FUA zeroing or discard that makes it
-/// durable: fallocate(2) has no FUA (nor RWF_DSYNC), so a datasync of the
-/// member follows it, as the block layer turns a FUA it cannot pass on into
-/// a flush after the write.
-const SYNC_STEP: usize = 2;
-
-/// True when piece `p` is at the datasync step of a FUA zeroing or discard.
-fn is_sync_step(p: &Piece) -> bool {
-    matches!(p.op, Op::Discard | Op::WriteZeroes { .. }) && p.done == SYNC_STEP
-}
-
 /// The io_uring entry that does what piece `p` still has to do on a member
 /// of `kind` (user data not set).
 fn build_sqe(p: &Piece, kind: MemberKind) -> squeue::Entry {
     let fd = types::Fixed(p.member);
-    if is_sync_step(p) {
-        return opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build();
-    }
     let iov = &p.iov[p.iov_first..];
     let off = p.offset + p.done as u64;
     let rw_flags = if p.fua { libc::RWF_DSYNC } else { 0 };
@@ -1141,10 +1186,9 @@ fn injected_fault(p: &Piece, m: &Member) -> Option<i32> {
     let f = m.faults()?;
     let off = p.offset + p.done as u64;
     let len = p.len - p.done.min(p.len);
-    // The datasync after a FUA zeroing or discard is a flush.
-    let op = if is_sync_step(p) { Op::Flush } else { p.op };
+    let op = p.op;
     // fallocate(2) has no FUA: a zeroing or discard is durable only after
-    // a flush (its own datasync step, when FUA).
+    // a flush (for a FUA one, the flush its request ends with).
     let volatile = match op {
         Op::Write => !p.fua,
         Op::Discard | Op::WriteZeroes { .. } => true,
@@ -1194,13 +1238,11 @@ enum Outcome {
 
 /// Accounts completion result `res` (bytes or -errno) of piece `p` on
 /// member `m`: short transfers continue, a NO_HOLE zeroing on a file takes
-/// its second step, a FUA zeroing or discard its datasync
-/// ([`SYNC_STEP`]), errors name the member and the offset.
+/// its second step, errors name the member and the offset.
 fn progress(p: &mut Piece, res: i32, m: &Member) -> Outcome {
     if res < 0 {
-        let step = if is_sync_step(p) { " (its datasync, for FUA)" } else { "" };
         return Outcome::Done(Some(Error::from_errno(
-            format!("{:?} of {} bytes at offset {} of member {}{step} failed", p.op, p.len, p.offset, m.name()),
+            format!("{:?} of {} bytes at offset {} of member {} failed", p.op, p.len, p.offset, m.name()),
             -res,
         )));
     }
@@ -1209,10 +1251,6 @@ fn progress(p: &mut Piece, res: i32, m: &Member) -> Outcome {
         // steps: tmpfs and others have no ZERO_RANGE).
         Op::WriteZeroes { no_hole: true } if m.kind() != MemberKind::BlockDevice && p.done == 0 => {
             p.done = 1;
-            Outcome::Again
-        }
-        Op::Discard | Op::WriteZeroes { .. } if p.fua && p.done < SYNC_STEP => {
-            p.done = SYNC_STEP;
             Outcome::Again
         }
         Op::Read | Op::Write => {

@@ -690,8 +690,10 @@ impl Queue {
         if op == Op::Read {
             self.vol.stripe_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        // (A zeroing or discard takes its FUA as a datasync after it.)
-        let fua = self.slots[self.raid.sops[idx].slot as usize].fua && op != Op::Read;
+        // A write merged from several requests (a plugged full stripe) is
+        // FUA when any of them is.
+        let sop = &self.raid.sops[idx];
+        let fua = op == Op::Write && (self.slots[sop.slot as usize].fua || sop.owed.iter().any(|&(s, _)| self.slots[s as usize].fua));
         let sop = &mut self.raid.sops[idx];
         if sop.npieces == sop.pieces.len() {
             sop.pieces.push(new_piece());
