@@ -264,7 +264,8 @@ struct Line {
     /// One bit per sector.
     valid: Vec<u64>,
     dirty: Vec<u64>,
-    /// Bumped by every write into the line.
+    /// Set anew by every write into the line (and at its making): a
+    /// generation no line had before ([`Cache::next_generation`]).
     generation: u64,
     /// Reads in flight that will lay this line over their result.
     readers: u32,
@@ -346,6 +347,10 @@ pub struct Cache {
     /// The flusher's last error (writes were lost), reported to flushes.
     failed: Mutex<Option<crate::Error>>,
     clock: AtomicU64,
+    /// The last line generation handed out: generations are unique across
+    /// lines and their lives, so a write-back in flight for a line dropped
+    /// and made again never matches the new line's.
+    generations: AtomicU64,
     /// The volume the flusher writes through (a volume rebuilt over new
     /// members takes the cache over: [`Volume::adopt_cache`]).
     target: Mutex<Weak<Volume>>,
@@ -494,6 +499,7 @@ impl Cache {
             closed: AtomicBool::new(false),
             failed: Mutex::new(None),
             clock: AtomicU64::new(0),
+            generations: AtomicU64::new(0),
             target: Mutex::new(Weak::new()),
             stats: Mutex::new(CacheStats { mode: cfg.mode, ..Default::default() }),
             pool: Mutex::new(Vec::new()),
@@ -575,11 +581,16 @@ impl Cache {
         self.spans(offset, len).filter(|&(idx, ..)| !self.shard(idx).lines.contains_key(&idx)).count() as u64
     }
 
+    /// A new line generation (see `generations`).
+    fn next_generation(&self) -> u64 {
+        self.generations.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
     fn new_line(&self) -> Line {
         let data = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
         let words = self.sectors.div_ceil(64);
         self.cached.fetch_add(self.line, Ordering::Relaxed);
-        Line { data, valid: vec![0; words], dirty: vec![0; words], generation: 0, readers: 0, oldest: 0, dirty_since: 0, last_seq: 0, last_use: 0, snapped: 0, fresh: vec![0; words] }
+        Line { data, valid: vec![0; words], dirty: vec![0; words], generation: self.next_generation(), readers: 0, oldest: 0, dirty_since: 0, last_seq: 0, last_use: 0, snapped: 0, fresh: vec![0; words] }
     }
 
     /// Offers request `req` (with its data) to the cache; see [`Taken`].
@@ -796,7 +807,7 @@ impl Cache {
                 for i in a..b {
                     line.valid[i / 64] &= !(1 << (i % 64));
                 }
-                line.generation += 1;
+                line.generation = self.next_generation();
                 continue;
             }
             // Dirty: zeroes, written by the flusher after any older bytes
@@ -874,7 +885,7 @@ impl Cache {
         set_bits(&mut line.dirty, a, b);
         set_bits(&mut line.fresh, a, b);
         self.dirty.fetch_add((Line::count(&line.dirty) - before) * CACHE_SECTOR, Ordering::Relaxed);
-        line.generation += 1;
+        line.generation = self.next_generation();
         line.last_seq = seq;
         if line.oldest == 0 {
             line.oldest = seq;
@@ -933,7 +944,7 @@ impl Cache {
                         dropped += 1;
                     }
                 }
-                line.generation += 1;
+                line.generation = self.next_generation();
                 self.dirty.fetch_sub(dropped * CACHE_SECTOR, Ordering::Relaxed);
                 if Line::count(&line.dirty) == 0 && line.oldest != 0 {
                     line.oldest = 0;
@@ -1615,5 +1626,23 @@ mod tests {
         c.written_back(0, snap.generation, &snap.dirty, snap.last_seq);
         assert_eq!(state(&c, 0), (vec![], 0));
         assert_eq!(c.dirty.load(Ordering::Relaxed), 0);
+    }
+
+    /// A write-back in flight for a line that was dropped meanwhile (a
+    /// discard made it clean, then eviction took it) cleans nothing of the
+    /// line made again at the same index: generations are never reused.
+    /// Before, a new line started at generation 0, and after as many writes
+    /// as the old one had it matched, and its dirty data was marked clean
+    /// without ever reaching the members.
+    #[test]
+    fn a_write_back_of_a_dropped_line_cleans_nothing_of_its_successor() {
+        let c = cache();
+        write(&c, 0, 4096);
+        let snap = c.dirty_lines(true).pop().unwrap();
+        c.invalidate(0, c.line as usize);
+        c.shard(0).lines.remove(&0);
+        write(&c, 0, 4096);
+        c.written_back(0, snap.generation, &snap.dirty, snap.last_seq);
+        assert_eq!(state(&c, 0), (vec![(0, 8)], 2), "the new line's write was marked written back");
     }
 }
