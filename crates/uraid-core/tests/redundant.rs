@@ -270,7 +270,12 @@ fn full_stripe_writes_read_nothing_and_rmw_picks_fewer_reads() {
 
 /// A volume whose members carry fault plans; returns the plans too.
 fn faulty_volume(level: Level, n: usize, chunk: u64, rows: u64) -> (Arc<Volume>, Vec<Arc<uraid_core::fault::Faults>>) {
-    let spec: MemberSpec = format!("mem:{}", DATA_OFFSET + rows * chunk).parse().unwrap();
+    faulty_volume_on(&format!("mem:{}", DATA_OFFSET + rows * chunk), level, n, chunk, rows)
+}
+
+/// [`faulty_volume`] over members of `spec` (a `mem:` drive big enough).
+fn faulty_volume_on(spec: &str, level: Level, n: usize, chunk: u64, rows: u64) -> (Arc<Volume>, Vec<Arc<uraid_core::fault::Faults>>) {
+    let spec: MemberSpec = spec.parse().unwrap();
     let mut plans = Vec::new();
     let ms: Vec<Member> = (0..n)
         .map(|_| {
@@ -475,4 +480,70 @@ fn degraded_sequential_reads_reuse_stripes_but_never_stale_ones() {
         read_all_check(&mut qa, &model, &back, len, &format!("{level} after writes from another queue"));
         read_all_check(&mut qa, &model, &offs, len, &format!("{level} second pass"));
     }
+}
+
+/// A flush, or the flush a FUA zeroing ends with, that fails on members
+/// past the level's tolerance fails with EIO, and writes stop: what it was
+/// to make durable is not. Before, the members that failed it were marked
+/// faulty, the rest (none, or too few) were flushed, and the request
+/// succeeded. (Found in review.)
+#[test]
+fn a_flush_that_fails_past_tolerance_fails() {
+    use uraid_core::engine::Op;
+    for (level, n) in [(Level::Raid1, 2), (Level::Raid10, 4), (Level::Raid5, 3)] {
+        for fua_zeroing in [false, true] {
+            let what = format!("{level} x{n} {}", if fua_zeroing { "FUA zeroing" } else { "flush" });
+            let (v, plans) = faulty_volume(level, n, 64 << 10, 32);
+            let mut q = v.queue(4).unwrap();
+            q.run(Request::write(0, 256 << 10, uraid_core::IoBuf::new(256 << 10), 1)).result.unwrap();
+            // Members 0 and 1: both copies (RAID 1, RAID 10's first pair),
+            // or two of three (RAID 5).
+            let lose = |plans: &[Arc<uraid_core::fault::Faults>]| plans[..2].iter().for_each(|p| p.vanish());
+            let req = if fua_zeroing {
+                Request { op: Op::WriteZeroes { no_hole: false }, offset: 0, len: 256 << 10, buf: None, tag: 2, fua: true }
+            } else {
+                lose(&plans);
+                Request::flush(2)
+            };
+            q.push(req).map_err(|r| r.error).unwrap();
+            q.submit();
+            if fua_zeroing {
+                // The zeroing's member I/O completes in the kernel
+                // meanwhile; the flush that follows it meets the faults.
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                lose(&plans);
+            }
+            let mut out = Vec::new();
+            q.wait(1, &mut out);
+            let r = out.pop().unwrap().result;
+            let e = r.expect_err(&format!("{what}: succeeded though members 0 and 1 failed it"));
+            assert_eq!(e.errno(), libc::EIO, "{what}: {e}");
+            assert!(v.health().writes_stopped(), "{what}: writes not stopped");
+        }
+    }
+}
+
+/// A FUA zeroing on throttled members (completions held to their
+/// deadlines) whose closing flush fails by injection on every member: the
+/// failures are made in the queue, with nothing in the kernel, and the wait
+/// still returns. (Found in review: it blocked in the kernel for ever.)
+#[test]
+fn a_wait_returns_when_only_injected_failures_are_left() {
+    use uraid_core::engine::Op;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // 300 ms a request on each member (latency in µs).
+        let spec = format!("mem:{},lat=300000", DATA_OFFSET + (4 << 20));
+        let (v, plans) = faulty_volume_on(&spec, Level::Raid0, 2, 64 << 10, 64);
+        let mut q = v.queue(4).unwrap();
+        q.push(Request { op: Op::WriteZeroes { no_hole: false }, offset: 0, len: 256 << 10, buf: None, tag: 2, fua: true }).map_err(|r| r.error).unwrap();
+        q.submit();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        plans.iter().for_each(|p| p.vanish());
+        let mut out = Vec::new();
+        q.wait(1, &mut out);
+        let _ = tx.send(out.pop().map(|c| c.result.is_err()));
+    });
+    let failed = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("the wait never returned");
+    assert_eq!(failed, Some(true), "the zeroing whose flush failed on every member did not fail");
 }

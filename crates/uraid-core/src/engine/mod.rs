@@ -811,6 +811,12 @@ impl Queue {
                 self.submit();
                 return false;
             }
+            if !self.synthetic.is_empty() {
+                // Completions made here (a fault injected on an I/O that
+                // released held ones started): nothing in the kernel to
+                // wait for them.
+                continue;
+            }
             let held = self.held.peek().map(|r| r.0 .0);
             let mut until = match (held, deadline) {
                 (Some(h), Some(d)) => Some(h.min(d)),
@@ -981,12 +987,17 @@ impl Queue {
         let health = self.vol.health().clone();
         let n = self.vol.members().len() as u32;
         let now = self.vol.throttle_clock();
+        // A member that failed its flush may have taken the volume past
+        // what its level tolerates: then the request fails.
+        let failed = self.vol.geometry().layout().and_then(|l| self.volume_failed(l));
         let slot = &mut self.slots[si];
         slot.syncing = true;
         slot.npieces = 0;
         // Each try after the first follows a member's failure.
         slot.plans += 1;
-        if slot.plans as u32 > 2 * n + 2 {
+        if let Some(msg) = failed {
+            slot.error = Some(Error::new(ErrorKind::Io, msg));
+        } else if slot.plans as u32 > 2 * n + 2 {
             slot.error = Some(Error::new(ErrorKind::Io, format!("gave up flushing after {} attempts: members keep failing", slot.plans - 1)));
         }
         let go = slot.error.is_none();

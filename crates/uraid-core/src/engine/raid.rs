@@ -314,17 +314,21 @@ impl Queue {
         self.raid.plugged_now = 0;
         if self.slots[si].error.is_none() {
             match self.slots[si].op {
-                Op::Flush => {
-                    let health = self.vol.health().clone();
-                    for m in 0..n as u32 {
-                        if health.writable(m) {
+                Op::Flush => match self.volume_failed(&l) {
+                    // A failed volume's flush fails (also when a member
+                    // failing this flush took it past its tolerance): what
+                    // it was to make durable is not all written.
+                    Some(msg) => self.slots[si].error = Some(eio(msg)),
+                    None => {
+                        let health = self.vol.health().clone();
+                        for m in (0..n as u32).filter(|&m| health.writable(m)) {
                             let p = super::next_piece(&mut self.slots[si]);
                             p.member = m;
                             p.offset = 0;
                             p.len = 0;
                         }
                     }
-                }
+                },
                 Op::Read => self.plan_read(si, &l),
                 Op::Write => self.plan_write(si, &l, false),
                 Op::Discard | Op::WriteZeroes { .. } => self.plan_write(si, &l, true),
@@ -430,7 +434,7 @@ impl Queue {
     /// Why the volume can take no more writes: more members lost than its
     /// level tolerates (for RAID 10: both members of a copy pair), or an
     /// earlier failure stopped writes. `None` when it can.
-    fn volume_failed(&self, l: &Layout) -> Option<String> {
+    pub(super) fn volume_failed(&self, l: &Layout) -> Option<String> {
         let health = self.vol.health();
         let n = l.members() as u32;
         let gone: Vec<u32> = (0..n).filter(|&m| !health.writable(m)).collect();
@@ -445,7 +449,8 @@ impl Queue {
         if failed {
             health.stop_writes();
             return Some(format!(
-                "the {} volume has failed: members {} are lost, more than it tolerates; nothing more is written                  (replace the members and restore from a backup, or assemble with --force if a member was lost by mistake)",
+                "the {} volume has failed: members {} are lost, more than it tolerates; nothing more is written \
+                 (replace the members and restore from a backup, or assemble with --force if a member was lost by mistake)",
                 l.level(),
                 names(&gone)
             ));
