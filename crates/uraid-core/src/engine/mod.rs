@@ -695,14 +695,7 @@ impl Queue {
             return;
         }
         match req.op {
-            Op::Flush => {
-                for m in 0..vol.members().len() {
-                    let p = next_piece(slot);
-                    p.member = m as u32;
-                    p.offset = 0;
-                    p.len = 0;
-                }
-            }
+            Op::Flush => self.plan_flush(si),
             Op::Discard | Op::WriteZeroes { .. } => {
                 let mut last = [usize::MAX; crate::geometry::MAX_MEMBERS];
                 vol.geometry().for_each_segment(req.offset, req.len, |seg| {
@@ -719,12 +712,47 @@ impl Queue {
                 });
             }
         }
-        slot.pending = slot.npieces;
-        let now = vol.throttle_clock();
+        self.slots[si].pending = self.slots[si].npieces;
+        self.push_pieces(si);
+    }
+
+    /// Sends the pieces of slot `si` (each with its emulated drive's
+    /// deadline).
+    fn push_pieces(&mut self, si: usize) {
+        let now = self.vol.throttle_clock();
         for pi in 0..self.slots[si].npieces {
             let p = &mut self.slots[si].pieces[pi];
-            p.deadline = vol.deadline(p.member, p.len, now);
+            p.deadline = self.vol.deadline(p.member, p.len, now);
             self.push_piece(si, pi);
+        }
+    }
+
+    /// Adds to slot `si` a flush piece for each member a flush goes to:
+    /// every member of a RAID 0 volume, every writable one of a redundant
+    /// volume. A redundant volume that has failed (also when a member
+    /// failing this flush took it past its tolerance) gets no flush: the
+    /// slot fails with EIO, since what the flush was to make durable is not
+    /// all written.
+    fn plan_flush(&mut self, si: usize) {
+        let n = self.vol.members().len() as u32;
+        let members: Vec<u32> = match self.vol.geometry().layout() {
+            None => (0..n).collect(),
+            Some(l) => match self.volume_failed(l) {
+                Some(msg) => {
+                    self.slots[si].error = Some(Error::new(ErrorKind::Io, msg));
+                    return;
+                }
+                None => (0..n).filter(|&m| self.vol.health().writable(m)).collect(),
+            },
+        };
+        let slot = &mut self.slots[si];
+        for m in members {
+            let p = next_piece(slot);
+            p.op = Op::Flush;
+            p.fua = false;
+            p.member = m;
+            p.offset = 0;
+            p.len = 0;
         }
     }
 
@@ -984,38 +1012,21 @@ impl Queue {
     /// FUA it cannot pass on into a flush after the write). One flush per
     /// member, however many stripes the request covered.
     fn sync_members(&mut self, si: usize, out: &mut Vec<Completion>) {
-        let health = self.vol.health().clone();
         let n = self.vol.members().len() as u32;
-        let now = self.vol.throttle_clock();
-        // A member that failed its flush may have taken the volume past
-        // what its level tolerates: then the request fails.
-        let failed = self.vol.geometry().layout().and_then(|l| self.volume_failed(l));
         let slot = &mut self.slots[si];
         slot.syncing = true;
         slot.npieces = 0;
         // Each try after the first follows a member's failure.
         slot.plans += 1;
-        if let Some(msg) = failed {
-            slot.error = Some(Error::new(ErrorKind::Io, msg));
-        } else if slot.plans as u32 > 2 * n + 2 {
+        self.plan_flush(si);
+        let slot = &mut self.slots[si];
+        if slot.error.is_none() && slot.plans as u32 > 2 * n + 2 {
             slot.error = Some(Error::new(ErrorKind::Io, format!("gave up flushing after {} attempts: members keep failing", slot.plans - 1)));
-        }
-        let go = slot.error.is_none();
-        for m in (0..n).filter(|&m| go && health.writable(m)) {
-            let p = next_piece(slot);
-            p.op = Op::Flush;
-            p.fua = false;
-            p.member = m;
-            p.offset = 0;
-            p.len = 0;
+            slot.npieces = 0;
         }
         // One count for this call, dropped below.
         slot.pending = slot.npieces + 1;
-        for pi in 0..self.slots[si].npieces {
-            let p = &mut self.slots[si].pieces[pi];
-            p.deadline = self.vol.deadline(p.member, 0, now);
-            self.push_piece(si, pi);
-        }
+        self.push_pieces(si);
         self.piece_done(si, out);
     }
 
@@ -1039,8 +1050,6 @@ impl Queue {
             self.sync_members(si, out);
             return;
         }
-        let slot = &mut self.slots[si];
-        slot.syncing = false;
         let report = slot.report_len.take();
         let result = match slot.error.take() {
             Some(e) => Err(e),

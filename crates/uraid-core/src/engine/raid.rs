@@ -314,21 +314,7 @@ impl Queue {
         self.raid.plugged_now = 0;
         if self.slots[si].error.is_none() {
             match self.slots[si].op {
-                Op::Flush => match self.volume_failed(&l) {
-                    // A failed volume's flush fails (also when a member
-                    // failing this flush took it past its tolerance): what
-                    // it was to make durable is not all written.
-                    Some(msg) => self.slots[si].error = Some(eio(msg)),
-                    None => {
-                        let health = self.vol.health().clone();
-                        for m in (0..n as u32).filter(|&m| health.writable(m)) {
-                            let p = super::next_piece(&mut self.slots[si]);
-                            p.member = m;
-                            p.offset = 0;
-                            p.len = 0;
-                        }
-                    }
-                },
+                Op::Flush => self.plan_flush(si),
                 Op::Read => self.plan_read(si, &l),
                 Op::Write => self.plan_write(si, &l, false),
                 Op::Discard | Op::WriteZeroes { .. } => self.plan_write(si, &l, true),
@@ -339,15 +325,10 @@ impl Queue {
         // One count for the plan itself, dropped below, so that nothing
         // completes the request while it is being started.
         self.slots[si].pending = npieces + started.len() + self.raid.plugged_now + 1;
-        let now = self.vol.throttle_clock();
-        for pi in 0..npieces {
-            let p = &mut self.slots[si].pieces[pi];
-            if p.op == Op::Read {
-                self.raid.load[p.member as usize] += p.len as u64;
-            }
-            p.deadline = self.vol.deadline(p.member, p.len, now);
-            self.push_piece(si, pi);
+        for p in self.slots[si].pieces[..npieces].iter().filter(|p| p.op == Op::Read) {
+            self.raid.load[p.member as usize] += p.len as u64;
         }
+        self.push_pieces(si);
         for &idx in &started {
             self.sop_start(idx as usize, out);
         }
