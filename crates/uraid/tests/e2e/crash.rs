@@ -59,33 +59,51 @@ fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64,
     // The torn-stripe failpoint opens a window between the member writes
     // of each stripe, so the kill often leaves copies or parity that do not
     // match: only the resync at assemble makes `check` come out clean.
-    let mut child = Command::new(TORTURE)
-        .env("URAID_FAILPOINT_TORN_STRIPE", "1")
-        .arg("run")
-        .args(["--seed", &seed.to_string(), "--log", s(&log)])
-        .args(files.iter().map(|f| s(f)))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start uraid-torture");
     // The kill moment counts from the workload's start: `run` opens the
     // log once the array is assembled, which can take longer than the
     // shortest kill delay on a loaded machine (a kill before it left no
     // log to verify: failed once in CI, RAID 6 x5 write-back, 184 ms).
-    let start = std::time::Instant::now();
-    while !log.exists() {
-        if let Some(st) = child.try_wait().unwrap() {
-            let mut e = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e).ok();
-            return Err(format!("the workload ended before it started writing ({st}): {e}"));
+    // The `uraid create` just before may still hold a member's lock for a
+    // moment after it exits (the kernel drops its io_uring's files after
+    // the process ends; once in CI, RAID 6 x5 write-back): the workload
+    // then refuses to start, saying so, and is started again, as the
+    // verify below is.
+    let mut tries = 0;
+    let mut child = loop {
+        let mut child = Command::new(TORTURE)
+            .env("URAID_FAILPOINT_TORN_STRIPE", "1")
+            .arg("run")
+            .args(["--seed", &seed.to_string(), "--log", s(&log)])
+            .args(files.iter().map(|f| s(f)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start uraid-torture");
+        tries += 1;
+        let start = std::time::Instant::now();
+        let mut ended = None;
+        while !log.exists() {
+            if let Some(st) = child.try_wait().unwrap() {
+                let mut e = String::new();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e).ok();
+                ended = Some((st, e));
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("the workload did not start writing within 60 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err("the workload did not start writing within 60 s".into());
+        match ended {
+            None => break child,
+            Some((_, e)) if tries < 20 && e.contains("in use by another uraid process") => {
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Some((st, e)) => return Err(format!("the workload ended before it started writing ({st}): {e}")),
         }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    };
     std::thread::sleep(Duration::from_millis(kill_ms));
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
