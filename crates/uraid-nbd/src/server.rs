@@ -13,8 +13,8 @@
 //! any connection has completed.
 
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -25,7 +25,7 @@ use uraid_core::engine::Op;
 use uraid_core::{Completion, IoBuf, Queue, Request, Volume};
 
 use crate::proto::*;
-use crate::wire::{Recv, Wire};
+use crate::wire::{Recv, Sock, Wire};
 
 /// One export: a volume under a name.
 #[derive(Debug, Clone)]
@@ -59,7 +59,8 @@ impl Live {
     }
 }
 
-/// Server settings.
+/// Server settings. The limits bound what one client can cost the server
+/// (see the README's "Limits" for the whole server's memory bound).
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     /// Refuse writes, trims and zeroing (EPERM), and say so in the flags.
@@ -70,11 +71,35 @@ pub struct ServerOptions {
     /// spec's name): every option but STARTTLS and ABORT is refused with
     /// NBD_REP_ERR_TLS_REQD until the client has upgraded.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Connections served at once; the next one is answered with
+    /// NBD_REP_ERR_POLICY ("too many connections") and closed.
+    pub max_connections: usize,
+    /// Time a client has for the whole handshake (from connecting to
+    /// NBD_OPT_GO), TLS included.
+    pub handshake_timeout: Duration,
+    /// Longest a client may leave the server unable to send (its replies
+    /// unread) before it is disconnected.
+    pub client_timeout: Duration,
+    /// Bytes of I/O buffers one connection may hold (READ data waiting to
+    /// be sent, WRITE payloads, buffers kept for reuse); requests beyond it
+    /// wait unread in the socket. At least [`MAX_PAYLOAD`] (32 MiB).
+    pub conn_buffer_bytes: usize,
+    /// Bytes of I/O buffers all connections together may hold.
+    pub buffer_bytes: usize,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions { read_only: false, queue_depth: 64, tls: None }
+        ServerOptions {
+            read_only: false,
+            queue_depth: 64,
+            tls: None,
+            max_connections: 64,
+            handshake_timeout: Duration::from_secs(10),
+            client_timeout: Duration::from_secs(30),
+            conn_buffer_bytes: 64 << 20,
+            buffer_bytes: 512 << 20,
+        }
     }
 }
 
@@ -95,17 +120,27 @@ pub struct Server {
     opts: ServerOptions,
     shutdown: Arc<AtomicBool>,
     connections: Arc<AtomicUsize>,
+    /// Bytes of I/O buffers every connection holds together.
+    buffers: Arc<AtomicUsize>,
 }
 
-/// How long a client may take to send one handshake message.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often idle connections look at the shutdown flag.
 const TICK: Duration = Duration::from_millis(100);
+/// Options one handshake may send (nbdkit closes after 32 too).
+pub const MAX_OPTIONS: u32 = 32;
+/// Replies queued before the connection stops reading to send them.
+const MAX_QUEUED_REPLIES: usize = 256;
+/// How long a stopping server still tries to send replies already due.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+/// Connections over the limit waiting to be told so; more are closed at once.
+const REFUSALS_QUEUED: usize = 16;
+/// Time an over-the-limit client has to send its first option.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Server {
     /// A server for `exports` (the first one is the default export, used
     /// when a client asks for the empty name).
-    pub fn new(exports: Vec<Export>, opts: ServerOptions) -> Server {
+    pub fn new(exports: Vec<Export>, mut opts: ServerOptions) -> Server {
         let exports = exports
             .into_iter()
             .map(|e| Live {
@@ -117,17 +152,22 @@ impl Server {
                 generation: AtomicU64::new(0),
             })
             .collect();
+        opts.conn_buffer_bytes = opts.conn_buffer_bytes.max(MAX_PAYLOAD as usize);
+        opts.buffer_bytes = opts.buffer_bytes.max(opts.conn_buffer_bytes);
+        opts.max_connections = opts.max_connections.max(1);
         Server {
             exports: Arc::new(exports),
             opts,
             shutdown: Arc::new(AtomicBool::new(false)),
             connections: Arc::new(AtomicUsize::new(0)),
+            buffers: Arc::new(AtomicUsize::new(0)),
         }
     }
 
     /// The flag that stops the server: set it (from a signal handler or
     /// another thread) and [`run`](Self::run) returns once every request in
-    /// flight is answered.
+    /// flight is answered (or, for a client that does not read, after a
+    /// grace of 2 s).
     pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
         self.shutdown.clone()
     }
@@ -135,6 +175,11 @@ impl Server {
     /// Connections open now.
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of I/O buffers the connections hold now.
+    pub fn buffer_bytes(&self) -> usize {
+        self.buffers.load(Ordering::Relaxed)
     }
 
     /// The volume export `name` serves now (`""`: the default export).
@@ -169,9 +214,12 @@ impl Server {
     }
 
     /// Accepts connections until the shutdown flag is set, then waits for
-    /// every connection to finish its requests in flight.
+    /// every connection to finish its requests in flight. A failing
+    /// accept(2) (EMFILE when descriptors run out, a connection reset
+    /// before it was taken) is transient: the server says so on stderr (at
+    /// most once a second), waits 100 ms and goes on.
     ///
-    /// Errors: a failure of the listening socket itself.
+    /// Errors: the listening socket cannot be made non-blocking.
     pub fn run(&self, listener: &Listener) -> io::Result<()> {
         let lfd = match listener {
             Listener::Unix(l, _) => {
@@ -183,59 +231,106 @@ impl Server {
                 l.as_raw_fd()
             }
         };
+        let (refuse_tx, refuse_rx) = std::sync::mpsc::sync_channel::<OwnedFd>(REFUSALS_QUEUED);
+        let refuser = {
+            let shutdown = self.shutdown.clone();
+            let max = self.opts.max_connections;
+            std::thread::Builder::new().name("uraid-nbd-refuse".into()).spawn(move || {
+                for fd in refuse_rx {
+                    refuse(fd, max, &shutdown);
+                }
+            })?
+        };
         let mut threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
+        let mut last_warning: Option<std::time::Instant> = None;
         while !self.shutdown.load(Ordering::Relaxed) {
             let mut pfd = libc::pollfd { fd: lfd, events: libc::POLLIN, revents: 0 };
             // SAFETY: one valid pollfd, count 1.
             unsafe { libc::poll(&mut pfd, 1, TICK.as_millis() as i32) };
             threads.retain(|t| !t.is_finished());
-            let spawned = match listener {
-                Listener::Unix(l, _) => match l.accept() {
-                    Ok((s, _)) => self.spawn(s, |s| {
-                        s.set_nonblocking(false)?;
-                        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-                        s.set_write_timeout(Some(HANDSHAKE_TIMEOUT))
-                    }),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
-                    Err(e) => return Err(e),
-                },
-                Listener::Tcp(l) => match l.accept() {
-                    Ok((s, _)) => self.spawn(s, |s: &TcpStream| {
-                        s.set_nonblocking(false)?;
-                        s.set_nodelay(true)?;
-                        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-                        s.set_write_timeout(Some(HANDSHAKE_TIMEOUT))
-                    }),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
-                    Err(e) => return Err(e),
-                },
+            let accepted = match listener {
+                Listener::Unix(l, _) => l.accept().map(|(s, _)| OwnedFd::from(s)),
+                Listener::Tcp(l) => l.accept().map(|(s, _)| {
+                    let _ = s.set_nodelay(true);
+                    OwnedFd::from(s)
+                }),
             };
-            threads.extend(spawned);
+            match accepted {
+                Ok(fd) if self.connections.load(Ordering::Relaxed) >= self.opts.max_connections => {
+                    // Over the limit: told so by the refusal thread, or
+                    // closed at once when it has enough to do.
+                    let _ = refuse_tx.try_send(fd);
+                }
+                Ok(fd) => threads.extend(self.spawn(fd)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                        last_warning = Some(std::time::Instant::now());
+                        eprintln!("uraid serve: cannot accept a connection ({e}); going on");
+                    }
+                    std::thread::sleep(TICK);
+                }
+            }
         }
+        drop(refuse_tx);
+        let _ = refuser.join();
         for t in threads {
             let _ = t.join();
         }
         Ok(())
     }
 
-    fn spawn<S>(&self, s: S, setup: impl FnOnce(&S) -> io::Result<()>) -> Option<std::thread::JoinHandle<()>>
-    where
-        S: Read + Write + AsRawFd + Send + 'static,
-    {
-        setup(&s).ok()?;
+    fn spawn(&self, fd: OwnedFd) -> Option<std::thread::JoinHandle<()>> {
+        let sock = Sock::new(fd, self.opts.client_timeout, self.shutdown.clone()).ok()?;
         let exports = self.exports.clone();
         let opts = self.opts.clone();
         let shutdown = self.shutdown.clone();
         let conns = self.connections.clone();
+        let buffers = self.buffers.clone();
         conns.fetch_add(1, Ordering::Relaxed);
-        std::thread::Builder::new()
-            .name("uraid-nbd-conn".into())
-            .spawn(move || {
-                let _ = connection(s, &exports, opts, &shutdown);
-                conns.fetch_sub(1, Ordering::Relaxed);
-            })
-            .ok()
+        let spawned = std::thread::Builder::new().name("uraid-nbd-conn".into()).spawn(move || {
+            connection(sock, &exports, opts, &shutdown, &buffers);
+            conns.fetch_sub(1, Ordering::Relaxed);
+        });
+        match spawned {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.connections.fetch_sub(1, Ordering::Relaxed);
+                eprintln!("uraid serve: cannot start a thread for a new connection ({e}); it is closed");
+                None
+            }
+        }
     }
+}
+
+/// Tells a client over the connection limit so: the greeting, then
+/// NBD_REP_ERR_POLICY to its first option (a client that sends
+/// NBD_OPT_EXPORT_NAME, which cannot be refused, is just closed), then
+/// closes. Bounded by [`REFUSAL_TIMEOUT`].
+fn refuse(fd: OwnedFd, max: usize, shutdown: &Arc<AtomicBool>) {
+    let Ok(mut s) = Sock::new(fd, REFUSAL_TIMEOUT, shutdown.clone()) else { return };
+    s.set_deadline(Some(std::time::Instant::now() + REFUSAL_TIMEOUT));
+    let mut hello = Vec::with_capacity(18);
+    hello.extend_from_slice(&NBDMAGIC.to_be_bytes());
+    hello.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    hello.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    if s.write_all(&hello).is_err() || read_u32(&mut s).is_err() {
+        return;
+    }
+    let mut h = [0u8; 16];
+    if s.read_exact(&mut h).is_err() {
+        return;
+    }
+    let Some(opt) = parse_option_header(&h) else { return };
+    if opt.option == OPT_EXPORT_NAME || opt.len > MAX_OPTION_LEN {
+        return;
+    }
+    let mut data = vec![0u8; opt.len as usize];
+    if s.read_exact(&mut data).is_err() {
+        return;
+    }
+    let msg = format!("too many connections: this server serves at most {max} at once (uraid serve --max-connections); try again later");
+    let _ = s.write_all(&option_reply(opt.option, REP_ERR_POLICY, msg.as_bytes()));
 }
 
 fn read_u32<R: Read>(s: &mut R) -> io::Result<u32> {
@@ -306,8 +401,8 @@ struct Negotiated<'a> {
 /// Fixed newstyle negotiation. `Ok(None)` ends the connection (abort, a
 /// client that does not speak fixed newstyle, an unknown export named with
 /// EXPORT_NAME, a bad option magic).
-fn handshake<'a, S: Read + Write + AsRawFd>(
-    s: &mut Wire<S>,
+fn handshake<'a>(
+    s: &mut Wire,
     exports: &'a [Live],
     opts: &ServerOptions,
     shutdown: &AtomicBool,
@@ -323,10 +418,18 @@ fn handshake<'a, S: Read + Write + AsRawFd>(
     }
     let no_zeroes = cflags & FLAG_C_NO_ZEROES != 0;
     let mut structured = false;
+    let mut options = 0u32;
     loop {
         let mut h = [0u8; 16];
         s.read_exact(&mut h)?;
         let Some(opt) = parse_option_header(&h) else { return Ok(None) };
+        options += 1;
+        if options > MAX_OPTIONS {
+            // A client that keeps negotiating holds a thread: end it.
+            let msg = format!("more than {MAX_OPTIONS} options in one handshake");
+            let _ = s.write_all(&option_reply(opt.option, REP_ERR_POLICY, msg.as_bytes()));
+            return Ok(None);
+        }
         if opt.len > MAX_OPTION_LEN {
             if opt.len > MAX_OPTION_SKIP {
                 return Ok(None);
@@ -425,16 +528,21 @@ fn handshake<'a, S: Read + Write + AsRawFd>(
     }
 }
 
-fn connection<S: Read + Write + AsRawFd>(
-    s: S,
-    exports: &[Live],
-    opts: ServerOptions,
-    shutdown: &AtomicBool,
-) -> io::Result<()> {
-    let mut w = Wire::Plain(s);
-    let Some(n) = handshake(&mut w, exports, &opts, shutdown)? else { return Ok(()) };
-    Transmission::new(&mut w, n.export, n.structured, &opts)?.run(shutdown);
-    Ok(())
+/// One connection, from the greeting to the last reply. Every way it can
+/// end (the client leaves, a protocol error, a limit, a stop) just ends it.
+fn connection(sock: Sock, exports: &[Live], opts: ServerOptions, shutdown: &AtomicBool, buffers: &Arc<AtomicUsize>) {
+    let mut w = Wire::Plain(sock);
+    if let Some(s) = w.sock_mut() {
+        s.set_deadline(Some(std::time::Instant::now() + opts.handshake_timeout));
+    }
+    let Ok(Some(n)) = handshake(&mut w, exports, &opts, shutdown) else { return };
+    if let Some(s) = w.sock_mut() {
+        s.set_deadline(None);
+        s.set_stop_grace(STOP_GRACE);
+    }
+    if let Ok(t) = Transmission::new(&mut w, n.export, n.structured, &opts, buffers.clone()) {
+        t.run(shutdown);
+    }
 }
 
 /// What one request in flight is waiting for.
@@ -462,8 +570,12 @@ struct Reply {
 /// into their I/O buffer.
 const INBUF: usize = 256 << 10;
 
-struct Transmission<'s, S: Read + Write + AsRawFd> {
-    s: &'s mut Wire<S>,
+/// Buffers a connection keeps for reuse, in bytes at most (the pool is
+/// also bounded by the queue depth in count).
+const POOL_BYTES: usize = 16 << 20;
+
+struct Transmission<'s> {
+    s: &'s mut Wire,
     fd: RawFd,
     live: &'s Live,
     vol: Arc<Volume>,
@@ -475,6 +587,20 @@ struct Transmission<'s, S: Read + Write + AsRawFd> {
     slots: Vec<Option<Pending>>,
     free: Vec<usize>,
     pool: Vec<IoBuf>,
+    /// Bytes of the buffers in `pool`.
+    pool_bytes: usize,
+    /// Bytes of every buffer this connection holds (in flight, queued in
+    /// replies, being filled by a payload, pooled).
+    held: usize,
+    /// Most bytes `held` may reach.
+    budget: usize,
+    /// Bytes of buffers every connection holds, and their limit.
+    buffers: Arc<AtomicUsize>,
+    buffer_limit: usize,
+    /// A request read but not started: no buffer memory for it yet.
+    stalled: Option<RequestHeader>,
+    /// Payload bytes of a refused WRITE still to be read and dropped.
+    skip: usize,
     /// Bytes received and not parsed yet: `inbuf[in_start..in_end]`. Many
     /// requests arrive in one recv(2), so one system call serves a batch.
     inbuf: Vec<u8>,
@@ -493,25 +619,12 @@ struct Transmission<'s, S: Read + Write + AsRawFd> {
     broken: bool,
 }
 
-impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
-    fn new(s: &'s mut Wire<S>, live: &'s Live, structured: bool, opts: &ServerOptions) -> io::Result<Self> {
+impl<'s> Transmission<'s> {
+    fn new(s: &'s mut Wire, live: &'s Live, structured: bool, opts: &ServerOptions, buffers: Arc<AtomicUsize>) -> io::Result<Self> {
         let depth = opts.queue_depth.max(1);
         let (vol, generation) = live.volume();
         let q = vol.queue(depth).map_err(|e| io::Error::other(e.to_string()))?;
         let fd = s.raw_fd();
-        // Replies are written with blocking writes and no time limit: a slow
-        // reader slows its own connection only.
-        // SAFETY: SO_SNDTIMEO with a zero timeval on a valid socket.
-        unsafe {
-            let tv = libc::timeval { tv_sec: 0, tv_usec: 0 };
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_SNDTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as u32,
-            );
-        }
         Ok(Transmission {
             s,
             fd,
@@ -524,6 +637,13 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
             slots: vec![None; depth],
             free: (0..depth).rev().collect(),
             pool: Vec::new(),
+            pool_bytes: 0,
+            held: 0,
+            budget: opts.conn_buffer_bytes,
+            buffers,
+            buffer_limit: opts.buffer_bytes,
+            stalled: None,
+            skip: 0,
             inbuf: vec![0u8; INBUF],
             in_start: 0,
             in_end: 0,
@@ -556,7 +676,7 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
             if !self.reading && self.q.in_flight() == 0 {
                 break;
             }
-            let poll = (self.reading && !moving && !self.free.is_empty()).then_some(self.fd);
+            let poll = (self.reading && !moving && !self.free.is_empty() && self.stalled.is_none()).then_some(self.fd);
             self.q.wait_event(&mut out, poll, TICK);
             for c in out.drain(..) {
                 self.complete(c);
@@ -572,6 +692,8 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
         }
         // SAFETY: shutdown(2) on the connection's own, still open socket.
         unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+        // Every buffer goes with this connection.
+        self.buffers.fetch_sub(self.held, Ordering::Relaxed);
     }
 
     /// Moves to the export's current volume (nothing in flight). False
@@ -589,24 +711,64 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
         }
     }
 
-    fn take_buf(&mut self, len: usize) -> IoBuf {
+    /// A buffer of at least `len` bytes (a power of two, at least 4 KiB),
+    /// reused from the pool or counted against this connection's budget
+    /// and the server's; None while neither has room (the request waits).
+    fn take_buf(&mut self, len: usize) -> Option<IoBuf> {
         let class = len.next_power_of_two().max(4096);
-        match self.pool.iter().position(|b| b.len() == class) {
-            Some(i) => self.pool.swap_remove(i),
-            None => IoBuf::new(class),
+        if let Some(i) = self.pool.iter().position(|b| b.len() == class) {
+            self.pool_bytes -= class;
+            return Some(self.pool.swap_remove(i));
+        }
+        loop {
+            let limit = self.buffer_limit;
+            let fits = self.held + class <= self.budget
+                && self.buffers.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |g| (g + class <= limit).then_some(g + class)).is_ok();
+            if fits {
+                self.held += class;
+                return Some(IoBuf::new(class));
+            }
+            // Room first from the buffers kept for reuse.
+            let b = self.pool.pop()?;
+            self.pool_bytes -= b.len();
+            self.release(b);
         }
     }
 
+    /// Gives a buffer back: kept for reuse while the pool has room, freed
+    /// otherwise.
     fn give_buf(&mut self, b: IoBuf) {
-        if self.pool.len() < self.slots.len() {
+        if self.pool.len() < self.slots.len() && self.pool_bytes + b.len() <= POOL_BYTES {
+            self.pool_bytes += b.len();
             self.pool.push(b);
+        } else {
+            self.release(b);
         }
+    }
+
+    fn release(&mut self, b: IoBuf) {
+        self.held -= b.len();
+        self.buffers.fetch_sub(b.len(), Ordering::Relaxed);
     }
 
     /// Reads and dispatches requests until the socket has no more data, the
-    /// queue is full, or reading stopped.
+    /// queue is full, a request waits for buffer memory, enough replies
+    /// are queued, or reading stopped.
     fn read_requests(&mut self) {
-        while self.reading && !self.free.is_empty() {
+        while self.reading && !self.free.is_empty() && self.replies.len() < MAX_QUEUED_REPLIES {
+            if let Some(h) = self.stalled.take() {
+                if !self.start(h) {
+                    self.stalled = Some(h);
+                    return;
+                }
+                continue;
+            }
+            if self.skip > 0 && self.in_end > self.in_start {
+                let take = (self.in_end - self.in_start).min(self.skip);
+                self.in_start += take;
+                self.skip -= take;
+                continue;
+            }
             if let Some((h, mut buf, mut got)) = self.payload.take() {
                 let want = h.len as usize;
                 // Payload bytes already received come from the buffer...
@@ -626,11 +788,14 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
                         self.payload = Some((h, buf, got));
                         return;
                     }
-                    Recv::Closed => self.reading = false,
+                    Recv::Closed => {
+                        self.payload = Some((h, buf, got));
+                        self.reading = false;
+                    }
                 }
                 continue;
             }
-            if self.in_end - self.in_start >= REQUEST_LEN {
+            if self.skip == 0 && self.in_end - self.in_start >= REQUEST_LEN {
                 let mut hdr = [0u8; REQUEST_LEN];
                 hdr.copy_from_slice(&self.inbuf[self.in_start..self.in_start + REQUEST_LEN]);
                 self.in_start += REQUEST_LEN;
@@ -673,11 +838,38 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
                 // We cannot take (or skip safely) a payload that large.
                 self.reading = false;
             }
-            CMD_WRITE if h.len > 0 => {
-                let buf = self.take_buf(h.len as usize);
-                self.payload = Some((h, buf, 0));
+            _ if !self.start(h) => self.stalled = Some(h),
+            _ => {}
+        }
+    }
+
+    /// Starts request `h` (its header read): a WRITE's payload is read
+    /// next into a buffer of its own, a READ goes to the engine with its
+    /// buffer, the rest at once. False when the buffer memory is not
+    /// there yet (nothing was consumed: call again later). A refused WRITE
+    /// gets its error now and its payload is read and dropped.
+    fn start(&mut self, h: RequestHeader) -> bool {
+        match h.cmd {
+            CMD_WRITE | CMD_READ if h.len > 0 => {
+                if let Err((err, msg)) = self.check(&h) {
+                    self.reply_error(h.handle, err, msg);
+                    if h.cmd == CMD_WRITE {
+                        self.skip = h.len as usize;
+                    }
+                    return true;
+                }
+                let Some(buf) = self.take_buf(h.len as usize) else { return false };
+                if h.cmd == CMD_WRITE {
+                    self.payload = Some((h, buf, 0));
+                } else {
+                    self.dispatch(h, Some(buf));
+                }
+                true
             }
-            _ => self.dispatch(h, None),
+            _ => {
+                self.dispatch(h, None);
+                true
+            }
         }
     }
 
@@ -727,7 +919,7 @@ impl<'s, S: Read + Write + AsRawFd> Transmission<'s, S> {
                 self.reply_ok(h.handle, h.cmd, h.offset, None);
                 return;
             }
-            CMD_READ => (Op::Read, h.offset, h.len as usize, Some(self.take_buf(h.len as usize))),
+            CMD_READ => (Op::Read, h.offset, h.len as usize, buf),
             CMD_WRITE => (Op::Write, h.offset, h.len as usize, buf),
             CMD_FLUSH => (Op::Flush, 0, 0, None),
             CMD_TRIM => {

@@ -1,13 +1,26 @@
 //! The byte stream of one NBD connection: plain, or TLS after the client's
 //! NBD_OPT_STARTTLS (rustls, TLS 1.2 and 1.3).
 //!
-//! The handshake uses blocking reads and writes; the transmission phase
-//! reads without blocking ([`Wire::recv_nb`]) so that one thread can wait
-//! on the socket and the drives together, and writes replies blocking.
+//! Every byte goes through [`Sock`], which never lets a client stop the
+//! server: sends use `MSG_NOSIGNAL` (a peer that hung up gives EPIPE, not
+//! SIGPIPE), and a read or write that would block waits with poll(2) in
+//! steps of 100 ms, so it ends when the handshake deadline passes, when
+//! nothing moved for the stall limit (a client that stopped reading its
+//! replies), or shortly after the server is told to stop.
+//!
+//! The handshake reads and writes through [`Sock`]'s blocking `Read` and
+//! `Write`; the transmission phase reads without blocking
+//! ([`Wire::recv_nb`]) so that one thread can wait on the socket and the
+//! drives together, and sends replies with [`Wire::send_all`].
 
 use std::io::{self, IoSlice, Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long one poll(2) waits before the limits are looked at again.
+const STEP: Duration = Duration::from_millis(100);
 
 /// What a non-blocking read got.
 pub enum Recv {
@@ -19,12 +32,161 @@ pub enum Recv {
     Closed,
 }
 
+/// A connected socket whose blocking reads and writes are bounded in time.
+///
+/// Limits, each ending the call with an `io::Error` that names it (kind
+/// `TimedOut`):
+/// - `deadline`: an instant no call may go past (the handshake's);
+/// - `stall`: the longest a call may wait without moving a byte;
+/// - the server's stop flag: once set, a call may wait `grace` more (then
+///   kind `ConnectionAborted`: not `Interrupted`, which `read_exact` and
+///   `write_all` would retry for ever).
+#[derive(Debug)]
+pub struct Sock {
+    fd: OwnedFd,
+    deadline: Option<Instant>,
+    stall: Duration,
+    stop: Arc<AtomicBool>,
+    grace: Duration,
+    stop_seen: Option<Instant>,
+}
+
+impl Sock {
+    /// Wraps connected socket `fd`, which is made non-blocking. `stall` is
+    /// the longest a blocking call waits without progress; `stop` the
+    /// server's stop flag.
+    ///
+    /// Errors: fcntl(2) failed.
+    pub fn new(fd: OwnedFd, stall: Duration, stop: Arc<AtomicBool>) -> io::Result<Sock> {
+        let raw = fd.as_raw_fd();
+        // SAFETY: F_GETFL/F_SETFL on a descriptor we own.
+        unsafe {
+            let fl = libc::fcntl(raw, libc::F_GETFL);
+            if fl < 0 || libc::fcntl(raw, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(Sock { fd, deadline: None, stall, stop, grace: Duration::ZERO, stop_seen: None })
+    }
+
+    /// No call goes past `deadline` (None: no deadline).
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+    }
+
+    /// Once the stop flag is set, calls may still wait this long (zero:
+    /// they end at once).
+    pub fn set_stop_grace(&mut self, grace: Duration) {
+        self.grace = grace;
+    }
+
+    /// The longest a blocking call waits without moving a byte.
+    pub fn set_stall(&mut self, stall: Duration) {
+        self.stall = stall;
+    }
+
+    /// Waits until the socket is ready for `events` (POLLIN or POLLOUT), or
+    /// a limit ends the wait. `since` is when the call last moved a byte.
+    fn wait(&mut self, events: i16, since: Instant) -> io::Result<()> {
+        loop {
+            let now = Instant::now();
+            if self.stop.load(Ordering::Relaxed) {
+                let seen = *self.stop_seen.get_or_insert(now);
+                if now >= seen + self.grace {
+                    return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "the server is stopping"));
+                }
+            }
+            if self.deadline.is_some_and(|d| now >= d) {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "the client did not finish the handshake in time"));
+            }
+            if now >= since + self.stall {
+                let what = if events == libc::POLLOUT { "read its replies" } else { "send anything" };
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the client did not {what} for {} s", self.stall.as_secs_f64()),
+                ));
+            }
+            let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events, revents: 0 };
+            // SAFETY: one valid pollfd, count 1.
+            let r = unsafe { libc::poll(&mut pfd, 1, STEP.as_millis() as i32) };
+            if r > 0 {
+                return Ok(());
+            }
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// One sendmsg(2) of `parts` without blocking and without SIGPIPE:
+    /// bytes sent, or the errno (EAGAIN included).
+    fn sendmsg(&self, parts: &[IoSlice<'_>]) -> io::Result<usize> {
+        // SAFETY: a zeroed msghdr is valid (no name, no control data).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        // IoSlice is ABI-compatible with struct iovec; sendmsg only reads it.
+        msg.msg_iov = parts.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = parts.len().min(1024) as _;
+        // SAFETY: msg points at parts.len() (at most 1024, IOV_MAX) valid
+        // iovecs that stay borrowed for the call.
+        let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+}
+
+impl AsRawFd for Sock {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let since = Instant::now();
+        loop {
+            match recv_fd(self.fd.as_raw_fd(), buf) {
+                Recv::Got(n) => return Ok(n),
+                Recv::Closed => return Ok(0),
+                Recv::Again => self.wait(libc::POLLIN, since)?,
+            }
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let since = Instant::now();
+        loop {
+            match self.sendmsg(bufs) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait(libc::POLLOUT, since)?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A connection's stream.
-pub enum Wire<S: Read + Write + AsRawFd> {
+pub enum Wire {
     /// Clear text.
-    Plain(S),
+    Plain(Sock),
     /// TLS; `pending` holds received ciphertext not yet given to rustls.
-    Tls { tls: Box<rustls::StreamOwned<rustls::ServerConnection, S>>, pending: Vec<u8> },
+    Tls { tls: Box<rustls::StreamOwned<rustls::ServerConnection, Sock>>, pending: Vec<u8> },
     /// Transient state while upgrading.
     Gone,
 }
@@ -44,7 +206,7 @@ fn recv_fd(fd: RawFd, buf: &mut [u8]) -> Recv {
     }
 }
 
-impl<S: Read + Write + AsRawFd> Wire<S> {
+impl Wire {
     /// The socket's descriptor (to poll it).
     pub fn raw_fd(&self) -> RawFd {
         match self {
@@ -54,13 +216,24 @@ impl<S: Read + Write + AsRawFd> Wire<S> {
         }
     }
 
+    /// The socket under the stream (to change its limits).
+    pub fn sock_mut(&mut self) -> Option<&mut Sock> {
+        match self {
+            Wire::Plain(s) => Some(s),
+            Wire::Tls { tls, .. } => Some(&mut tls.sock),
+            Wire::Gone => None,
+        }
+    }
+
     /// True once TLS is up.
     pub fn is_tls(&self) -> bool {
         matches!(self, Wire::Tls { .. })
     }
 
     /// Upgrades to TLS with `config` and completes the TLS handshake
-    /// (blocking). Errors: the handshake failed; the connection is then gone.
+    /// (blocking, within the socket's limits). Errors: the handshake
+    /// failed (a client certificate refused, a peer that went away, a
+    /// limit); the connection is then gone.
     pub fn start_tls(&mut self, config: Arc<rustls::ServerConfig>) -> io::Result<()> {
         let Wire::Plain(sock) = std::mem::replace(self, Wire::Gone) else {
             return Err(io::Error::other("TLS is already up"));
@@ -71,7 +244,11 @@ impl<S: Read + Write + AsRawFd> Wire<S> {
         let mut tls = Box::new(rustls::StreamOwned::new(conn, sock));
         while tls.conn.is_handshaking() {
             let rustls::StreamOwned { conn, sock } = &mut *tls;
-            conn.complete_io(sock)?;
+            if let Err(e) = conn.complete_io(sock) {
+                // Tell the client why (a refused certificate, say), then go.
+                let _ = conn.write_tls(sock);
+                return Err(e);
+            }
         }
         *self = Wire::Tls { tls, pending: Vec::new() };
         Ok(())
@@ -110,7 +287,8 @@ impl<S: Read + Write + AsRawFd> Wire<S> {
         }
     }
 
-    /// Writes every byte of `parts` (blocking).
+    /// Writes every byte of `parts`, blocking within the socket's limits.
+    /// Errors: the peer went away, or a limit ended the wait.
     pub fn send_all(&mut self, parts: &mut [IoSlice<'_>]) -> io::Result<()> {
         match self {
             Wire::Plain(s) => {
@@ -119,7 +297,6 @@ impl<S: Read + Write + AsRawFd> Wire<S> {
                     match s.write_vectored(bufs) {
                         Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                         Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) => return Err(e),
                     }
                 }
@@ -140,7 +317,7 @@ impl<S: Read + Write + AsRawFd> Wire<S> {
     }
 }
 
-impl<S: Read + Write + AsRawFd> Read for Wire<S> {
+impl Read for Wire {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Wire::Plain(s) => s.read(buf),
@@ -150,7 +327,7 @@ impl<S: Read + Write + AsRawFd> Read for Wire<S> {
     }
 }
 
-impl<S: Read + Write + AsRawFd> Write for Wire<S> {
+impl Write for Wire {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Wire::Plain(s) => s.write(buf),
@@ -172,24 +349,49 @@ impl<S: Read + Write + AsRawFd> Write for Wire<S> {
 }
 
 /// Loads a certificate chain and private key (PEM files) into a rustls
-/// server configuration. Errors name the file and what was wrong.
-pub fn tls_config(cert: &std::path::Path, key: &std::path::Path) -> Result<Arc<rustls::ServerConfig>, String> {
+/// server configuration. With `client_ca` (a PEM file of one or more CA
+/// certificates) every client must present a certificate signed by one of
+/// them (nbdkit's `--tls-verify-peer`); without it any client may connect.
+///
+/// Errors name the file and what was wrong.
+pub fn tls_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    client_ca: Option<&std::path::Path>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| format!("cannot read certificate file {}: {e}", cert.display()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{} is not a PEM certificate file: {e}", cert.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{} holds no certificate", cert.display()));
-    }
+    let read_certs = |path: &std::path::Path| -> Result<Vec<CertificateDer<'static>>, String> {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+            .map_err(|e| format!("cannot read certificate file {}: {e}", path.display()))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("{} is not a PEM certificate file: {e}", path.display()))?;
+        if certs.is_empty() {
+            return Err(format!("{} holds no certificate", path.display()));
+        }
+        Ok(certs)
+    };
+    let certs = read_certs(cert)?;
     let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("cannot read a private key from {}: {e}", key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = match client_ca {
+        None => rustls::server::WebPkiClientVerifier::no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in read_certs(ca)? {
+                roots.add(c).map_err(|e| format!("{} holds a CA certificate that cannot be used: {e}", ca.display()))?;
+            }
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .map_err(|e| format!("cannot verify clients with the CA certificates of {}: {e}", ca.display()))?
+        }
+    };
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS setup failed: {e}"))?
-        .with_no_client_auth()
+        .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
         .map_err(|e| format!("the certificate and key do not make a TLS identity: {e}"))?;
     Ok(Arc::new(config))
 }
+

@@ -44,6 +44,41 @@ pub(crate) struct ServeArgs {
     /// TLS private key (PEM).
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Require a client certificate signed by a CA of --tls-ca (nbdkit's
+    /// name); clients without one are refused during the TLS handshake.
+    #[arg(long, requires_all = ["tls_cert", "tls_ca"])]
+    tls_verify_peer: bool,
+    /// CA certificates (PEM) that sign the clients' certificates, for
+    /// --tls-verify-peer.
+    #[arg(long, requires = "tls_verify_peer")]
+    tls_ca: Option<PathBuf>,
+    /// Permissions of the unix socket, octal: who may connect (and so read
+    /// and write the array). The default lets only its owner (root) in.
+    #[arg(long, default_value = "0600", value_parser = parse_mode)]
+    socket_mode: u32,
+    /// Group of the unix socket (a name or a number), e.g. with
+    /// --socket-mode 0660 to let that group connect.
+    #[arg(long, conflicts_with = "tcp")]
+    socket_group: Option<String>,
+    /// Connections served at once; the next one is told "too many
+    /// connections" (NBD_REP_ERR_POLICY) and closed.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    max_connections: u32,
+    /// Seconds a client has for its whole handshake (TLS included).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    handshake_timeout: u64,
+    /// Seconds a client may leave its replies unread before it is
+    /// disconnected.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    client_timeout: u64,
+    /// I/O buffer memory one connection may hold (READ data not yet sent,
+    /// WRITE payloads); beyond it requests wait in the socket. At least 32M
+    /// (the largest request).
+    #[arg(long, default_value = "64M")]
+    conn_buffer: String,
+    /// I/O buffer memory all connections together may hold.
+    #[arg(long, default_value = "512M")]
+    buffer_memory: String,
     /// Export read-only.
     #[arg(long)]
     read_only: bool,
@@ -61,6 +96,24 @@ pub(crate) struct ServeArgs {
     /// temporary in-memory array named "mem".
     #[arg(required = true)]
     members: Vec<String>,
+}
+
+/// Parses a permission mode given in octal ("0600", "660").
+fn parse_mode(s: &str) -> std::result::Result<u32, String> {
+    match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
+        Ok(m) if m <= 0o777 => Ok(m),
+        _ => Err(format!("'{s}' is not a permission mode in octal, like 0600 or 0660")),
+    }
+}
+
+/// Writes a line to stderr, ignoring a stderr that went away (a server
+/// must not stop, nor panic as `eprintln!` does, because its log reader
+/// left).
+macro_rules! log {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -84,7 +137,20 @@ fn install_signal_handlers() {
 }
 
 pub(crate) fn run(a: ServeArgs) -> Result<()> {
+    // A client that hangs up must never end the server (its replies go
+    // with MSG_NOSIGNAL too; this also covers stdout and stderr).
+    // SAFETY: setting a signal disposition; no handler runs.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let specs = specs(&a.members)?;
+    let conn_buffer = parse_size(&a.conn_buffer, "--conn-buffer")?;
+    let buffer_memory = parse_size(&a.buffer_memory, "--buffer-memory")?;
+    if conn_buffer < 32 << 20 {
+        bail!("--conn-buffer {} is below 32M, the largest request a client may send", a.conn_buffer);
+    }
+    if buffer_memory < conn_buffer {
+        bail!("--buffer-memory {} is below --conn-buffer {}: one connection could not hold its budget", a.buffer_memory, a.conn_buffer);
+    }
+    let socket_gid = a.socket_group.as_deref().map(group_id).transpose()?;
     let rebuild_rate = crate::manage::rate(&a.rebuild_rate).context("--rebuild-rate")?;
     let all_mem = specs.iter().all(|s| matches!(s, uraid_core::MemberSpec::Mem(_)));
     let (name, volume, mut arr) = if all_mem {
@@ -101,7 +167,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         (arr.name().to_string(), arr.volume().clone(), Some(arr))
     };
     let tls = match (&a.tls_cert, &a.tls_key) {
-        (Some(c), Some(k)) => Some(uraid_nbd::tls_config(c, k).map_err(anyhow::Error::msg)?),
+        (Some(c), Some(k)) => Some(uraid_nbd::tls_config(c, k, a.tls_ca.as_deref()).map_err(anyhow::Error::msg)?),
         _ => None,
     };
     let scheme = if tls.is_some() { "nbds" } else { "nbd" };
@@ -125,17 +191,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         }
         None => {
             let path = a.socket.clone().unwrap_or_else(|| crate::runstate::run_dir().join(format!("{name}.sock")));
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-            }
-            // We hold the members' locks, so a socket file left here is stale.
-            if path.exists() {
-                if std::os::unix::net::UnixStream::connect(&path).is_ok() {
-                    bail!("{} is in use by another server; pick another --socket", path.display());
-                }
-                std::fs::remove_file(&path).with_context(|| format!("cannot remove stale {}", path.display()))?;
-            }
-            let l = UnixListener::bind(&path).with_context(|| format!("cannot listen on {}", path.display()))?;
+            let l = bind_unix(&path, a.socket_mode, socket_gid)?;
             let uri = format!("{scheme}+unix:///{name}?socket={}", path.display());
             (Listener::Unix(l, path), uri)
         }
@@ -153,7 +209,16 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     );
     let server = Server::new(
         vec![Export { name: name.clone(), description: description.clone(), volume: volume.clone() }],
-        ServerOptions { read_only: a.read_only, queue_depth: a.queue_depth.clamp(1, 1024), tls },
+        ServerOptions {
+            read_only: a.read_only,
+            queue_depth: a.queue_depth.clamp(1, 1024),
+            tls,
+            max_connections: a.max_connections as usize,
+            handshake_timeout: std::time::Duration::from_secs(a.handshake_timeout),
+            client_timeout: std::time::Duration::from_secs(a.client_timeout),
+            conn_buffer_bytes: usize::try_from(conn_buffer).unwrap_or(usize::MAX),
+            buffer_bytes: usize::try_from(buffer_memory).unwrap_or(usize::MAX),
+        },
     );
     install_signal_handlers();
     println!("serving '{name}' ({description}, {} bytes{}) on {uri}", volume.capacity(), if a.read_only { ", read-only" } else { "" });
@@ -233,7 +298,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         v.flush().context("final flush failed")?;
         if let Some(c) = v.cache() {
             let st = c.stats();
-            eprintln!(
+            log!(
                 "uraid serve: cache {}: {} writes ({} merged into dirty lines), {} written back ({} whole stripes), \
                  read hits {} of {} ({:.1}%), writers held at the dirty limit {} times",
                 st.mode.name(),
@@ -247,7 +312,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
                 st.throttled
             );
             if st.journal_records + st.stripe_records + st.rows_records > 0 {
-                eprintln!(
+                log!(
                     "uraid serve: journal: {} records of writes, {} whole stripes and {} stripe rows recorded before their member writes",
                     st.journal_records, st.stripe_records, st.rows_records
                 );
@@ -264,7 +329,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     if let Some(p) = publisher {
         p.remove();
     }
-    eprintln!("uraid serve: stopped cleanly");
+    log!("uraid serve: stopped cleanly");
     Ok(())
 }
 
@@ -278,27 +343,27 @@ fn manage(mut arr: array::Array, server: &Server, name: &str, rate: Option<u64>,
     while !stop.load(Ordering::Relaxed) {
         let rebuilding = arr.rebuilding();
         if !rebuilding.is_empty() {
-            eprintln!("uraid serve: rebuilding role(s) {rebuilding:?} in the background");
+            log!("uraid serve: rebuilding role(s) {rebuilding:?} in the background");
             let mut last = 0u64;
             let r = arr.rebuild_until(rate, Some(stop), &mut |role, done, total| {
                 let pct = (done * 100).checked_div(total).unwrap_or(100);
                 if pct >= last + 10 || done == total {
                     last = pct;
-                    eprintln!("uraid serve: rebuild of role {role}: {pct}% ({done} of {total} member bytes)");
+                    log!("uraid serve: rebuild of role {role}: {pct}% ({done} of {total} member bytes)");
                 }
             });
             match r {
                 Ok(reports) => {
                     for (role, rep) in rebuilding.iter().zip(&reports) {
-                        eprintln!(
+                        log!(
                             "uraid serve: role {role} rebuilt: {} bytes written, {} zeroed, {} already in sync, in {:.1} s",
                             rep.bytes_written, rep.bytes_skipped, rep.bytes_in_sync, rep.seconds
                         );
                     }
                 }
-                Err(e) if e.kind() == uraid_core::ErrorKind::Interrupted => eprintln!("uraid serve: {e}"),
+                Err(e) if e.kind() == uraid_core::ErrorKind::Interrupted => log!("uraid serve: {e}"),
                 Err(e) => {
-                    eprintln!("uraid serve: the background rebuild failed: {e}");
+                    log!("uraid serve: the background rebuild failed: {e}");
                     std::thread::sleep(std::time::Duration::from_secs(1));
                 }
             }
@@ -311,9 +376,9 @@ fn manage(mut arr: array::Array, server: &Server, name: &str, rate: Option<u64>,
             let old = arr.volume().clone();
             match arr.attach_spares() {
                 Ok(roles) if !roles.is_empty() => {
-                    eprintln!("uraid serve: a spare takes over role(s) {roles:?}; moving the connections to it");
+                    log!("uraid serve: a spare takes over role(s) {roles:?}; moving the connections to it");
                     if let Err(e) = server.replace_volume(name, arr.volume().clone()) {
-                        eprintln!("uraid serve: cannot move the export to the spare: {e}");
+                        log!("uraid serve: cannot move the export to the spare: {e}");
                         return arr;
                     }
                     // Connections move between requests; a stop ends them.
@@ -324,19 +389,110 @@ fn manage(mut arr: array::Array, server: &Server, name: &str, rate: Option<u64>,
                     let started = arr.start_rebuilding(&roles);
                     // A journal that lay on the role is in use again on the spare.
                     for w in arr.take_warnings() {
-                        eprintln!("uraid serve: warning: {w}");
+                        log!("uraid serve: warning: {w}");
                     }
                     if let Err(e) = started {
-                        eprintln!("uraid serve: cannot start the rebuild onto the spare: {e}");
+                        log!("uraid serve: cannot start the rebuild onto the spare: {e}");
                         return arr;
                     }
                     continue;
                 }
                 Ok(_) => {}
-                Err(e) => eprintln!("uraid serve: a spare could not take over: {e}"),
+                Err(e) => log!("uraid serve: a spare could not take over: {e}"),
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     arr
+}
+
+/// The group id of `g`, a group name or a number.
+fn group_id(g: &str) -> Result<libc::gid_t> {
+    if let Ok(n) = g.parse::<libc::gid_t>() {
+        return Ok(n);
+    }
+    let c = std::ffi::CString::new(g).map_err(|_| anyhow::anyhow!("--socket-group '{g}' holds a NUL byte"))?;
+    // SAFETY: getgrnam with a valid NUL-terminated name; the result is read
+    // at once, before any other call could reuse its static storage (this
+    // runs before any thread of ours calls getgr*).
+    let gr = unsafe { libc::getgrnam(c.as_ptr()) };
+    if gr.is_null() {
+        bail!("--socket-group '{g}': no such group (give a name from /etc/group or a number)");
+    }
+    // SAFETY: non-null result of getgrnam points at a valid struct group.
+    Ok(unsafe { (*gr).gr_gid })
+}
+
+/// Listens on unix socket `path` with permissions `mode` (and group
+/// `gid`), so that only those allowed can connect:
+/// - the directory is made (0755) when missing, and refused when another
+///   user owns it, or anyone may write to it without the sticky bit (then
+///   anyone could put their own socket in our place);
+/// - a file at `path` that is not a socket is refused (never removed); a
+///   socket that answers belongs to a running server and is refused; a
+///   stale one is replaced;
+/// - the socket is bound under a temporary name with umask 0177, given its
+///   mode and group, then renamed over `path`, so that it is never
+///   reachable with wider permissions and a stale socket is replaced in one
+///   step.
+fn bind_unix(path: &std::path::Path, mode: u32, gid: Option<libc::gid_t>) -> Result<UnixListener> {
+    use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let md = std::fs::metadata(&dir).with_context(|| format!("cannot look at {}", dir.display()))?;
+    if !md.is_dir() {
+        bail!("{} is not a directory; pick another --socket", dir.display());
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if md.uid() != me && md.uid() != 0 {
+        bail!("{} belongs to user {}, not to us: another user could replace the socket; pick another --socket", dir.display(), md.uid());
+    }
+    if md.mode() & 0o022 != 0 && md.mode() & 0o1000 == 0 {
+        bail!(
+            "{} may be written by other users and has no sticky bit: they could replace the socket; \
+             pick another --socket or chmod o-w,g-w {}",
+            dir.display(),
+            dir.display()
+        );
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => {
+            bail!("{} exists and is not a socket; it is left alone: pick another --socket", path.display())
+        }
+        Ok(_) if std::os::unix::net::UnixStream::connect(path).is_ok() => {
+            bail!("{} is in use by another server; pick another --socket", path.display())
+        }
+        _ => {}
+    }
+    let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "uraid.sock".into());
+    let tmp = dir.join(format!(".{file}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    // SAFETY: umask has no preconditions; it is put back right after bind.
+    let old = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(&tmp);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    let l = bound.with_context(|| format!("cannot listen on {}", tmp.display()))?;
+    let set = || -> std::io::Result<()> {
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+        if let Some(g) = gid {
+            std::os::unix::fs::chown(&tmp, None, Some(g))?;
+        }
+        std::fs::rename(&tmp, path)
+    };
+    if let Err(e) = set() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot put the socket in place at {} (mode {mode:o})", path.display()));
+    }
+    Ok(l)
 }

@@ -36,3 +36,6 @@ mod crash;
 // fail / remove / add / replace, rebuild, check and repair, status.
 #[path = "e2e/manage.rs"]
 mod manage;
+
+#[path = "e2e/hostile.rs"]
+mod hostile;

@@ -668,7 +668,6 @@ fn non_loopback_tcp_without_tls_is_refused() {
 
 #[test]
 fn tls_export_works_with_libnbd_and_refuses_clear_text() {
-    use std::io::BufRead;
     let _g = shared();
     tools();
     require_tool("openssl", "openssl");
@@ -685,21 +684,7 @@ fn tls_export_works_with_libnbd_and_refuses_clear_text() {
             .arg(&cert),
     );
     std::fs::copy(&cert, d.path().join("ca-cert.pem")).unwrap();
-    let mut child = ChildGuard(
-        Command::new(URAID)
-            .args(["serve", "--tcp", "127.0.0.1:0", "--tls-cert", s(&cert), "--tls-key", s(&key)])
-            .args(&m)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut first = String::new();
-    std::io::BufReader::new(child.0.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
-    let uri = first.split_whitespace().last().expect("serve prints its URI").to_string();
-    assert!(uri.starts_with("nbds://127.0.0.1:"), "URI {uri}");
-    let port = uri.trim_start_matches("nbds://127.0.0.1:").split('/').next().unwrap().to_string();
+    let (_child, port) = serve_tcp(&m, &["--tls-cert", s(&cert), "--tls-key", s(&key)]);
     let tls_uri = format!("nbds://localhost:{port}/sec?tls-certificates={}", d.path().display());
     let info = run_tool(Command::new("nbdinfo").arg(&tls_uri));
     assert_contains(&info, &["with TLS", "export-size: 31457280"], "nbdinfo over TLS");

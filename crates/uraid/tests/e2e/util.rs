@@ -540,3 +540,25 @@ impl Drop for ThrottledFile {
     }
 }
 
+/// Starts `uraid serve --tcp 127.0.0.1:0` with `extra`; returns the child
+/// and the port it printed.
+pub fn serve_tcp(members: &[PathBuf], extra: &[&str]) -> (ChildGuard, String) {
+    use std::io::BufRead;
+    let mut child = ChildGuard(
+        std::process::Command::new(URAID)
+            .args(["serve", "--tcp", "127.0.0.1:0"])
+            .args(extra)
+            .args(members)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut first = String::new();
+    std::io::BufReader::new(child.0.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
+    let uri = first.split_whitespace().last().expect("serve prints its URI").to_string();
+    assert!(uri.starts_with("nbd://127.0.0.1:") || uri.starts_with("nbds://127.0.0.1:"), "URI {uri}");
+    let port = uri.split("127.0.0.1:").nth(1).and_then(|r| r.split('/').next()).expect("a port").to_string();
+    (child, port)
+}
