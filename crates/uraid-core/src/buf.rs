@@ -46,24 +46,47 @@ impl IoBuf {
     /// pointer is never dangling). Panics only when memory is exhausted,
     /// like `Vec`.
     pub fn new(len: usize) -> IoBuf {
+        match Self::alloc(len) {
+            Ok(b) => b,
+            Err(Some(layout)) => std::alloc::handle_alloc_error(layout),
+            Err(None) => panic!("an I/O buffer of {len} bytes cannot exist (its size overflows)"),
+        }
+    }
+
+    /// Allocates `len` zero bytes, or says why not: for sizes that come
+    /// from outside (a length read from a disk or a socket).
+    ///
+    /// Errors: `OutOfRange` when `len`, rounded up to whole pages, does not
+    /// fit the address space (more than `isize::MAX`), or the memory
+    /// cannot be had; never a panic, never an abort.
+    pub fn try_new(len: usize) -> crate::Result<IoBuf> {
+        Self::alloc(len).map_err(|l| {
+            let why = if l.is_some() { "not enough memory" } else { "larger than any buffer can be" };
+            crate::Error::new(crate::ErrorKind::OutOfRange, format!("an I/O buffer of {len} bytes: {why}"))
+        })
+    }
+
+    /// The allocation behind `new` and `try_new`: Err(None) when the size
+    /// overflows, Err(Some(layout)) when the allocator refused it.
+    fn alloc(len: usize) -> std::result::Result<IoBuf, Option<Layout>> {
+        let layout = Self::layout(len).ok_or(None)?;
         if len >= HUGE_MIN {
             if let Some(b) = Self::new_huge(len) {
-                return b;
+                return Ok(b);
             }
         }
-        let layout = Self::layout(len);
         // SAFETY: the layout has a non-zero size (at least BUF_ALIGN).
         let ptr = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        IoBuf { ptr, len, mapped: 0 }
+        let ptr = NonNull::new(ptr).ok_or(Some(layout))?;
+        Ok(IoBuf { ptr, len, mapped: 0 })
     }
 
     /// A buffer in its own 2 MiB-aligned anonymous mapping (zero-filled by
     /// the kernel) advised as huge pages; `None` when the mapping fails
     /// (the caller falls back to the heap).
     fn new_huge(len: usize) -> Option<IoBuf> {
-        let size = len.next_multiple_of(HUGE);
-        let map = size + HUGE;
+        let size = len.checked_next_multiple_of(HUGE)?;
+        let map = size.checked_add(HUGE)?;
         // SAFETY: a new private anonymous mapping; no existing memory is
         // named.
         let p = unsafe {
@@ -98,9 +121,11 @@ impl IoBuf {
         Some(IoBuf { ptr: NonNull::new(aligned as *mut u8)?, len, mapped: size })
     }
 
-    fn layout(len: usize) -> Layout {
-        let size = len.max(1).next_multiple_of(BUF_ALIGN);
-        Layout::from_size_align(size, BUF_ALIGN).expect("buffer size overflows")
+    /// The heap layout of a buffer of `len` bytes (whole pages, page
+    /// aligned); None when it overflows.
+    fn layout(len: usize) -> Option<Layout> {
+        let size = len.max(1).checked_next_multiple_of(BUF_ALIGN)?;
+        Layout::from_size_align(size, BUF_ALIGN).ok()
     }
 
     /// Length in bytes.
@@ -142,8 +167,10 @@ impl Drop for IoBuf {
             unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
             return;
         }
-        // SAFETY: allocated in `new` with the same layout.
-        unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+        // A heap buffer was allocated with this layout, so it exists.
+        let Some(layout) = Self::layout(self.len) else { return };
+        // SAFETY: allocated in `alloc` with the same layout.
+        unsafe { dealloc(self.ptr.as_ptr(), layout) }
     }
 }
 
@@ -155,6 +182,17 @@ impl std::fmt::Debug for IoBuf {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_that_cannot_be_held_are_refused_not_wrapped() {
+        // The crafted journal record length of issue 14, and the largest.
+        for len in [0xFFFF_FFFF_FFFF_FE00usize, usize::MAX, usize::MAX - 4095, isize::MAX as usize] {
+            let e = IoBuf::try_new(len).expect_err("an impossible size");
+            assert!(e.to_string().contains(&format!("{len} bytes")), "{e}");
+        }
+        assert_eq!(IoBuf::try_new(8192).unwrap().len(), 8192);
+        assert!(std::panic::catch_unwind(|| IoBuf::new(usize::MAX - 100)).is_err(), "new must panic, not wrap");
+    }
+
     use super::*;
 
     #[test]

@@ -94,6 +94,8 @@ pub const HEADER_SIZE: u64 = 4096;
 pub const RECORD_HEADER: u64 = 512;
 /// Smallest log a journal device must hold (bytes).
 pub const MIN_LOG: u64 = 64 << 20;
+/// The largest log position a header may name (2^62 bytes).
+const MAX_POS: u64 = 1 << 62;
 
 /// What a record holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -382,8 +384,13 @@ impl Journal {
         m.read_exact_at(&mut b, base)?;
         let where_ = if host.is_some() { format!("{} (journal region at byte {base})", m.name()) } else { m.name().to_string() };
         let h = Header::decode(&b).map_err(|e| Error::new(crate::ErrorKind::Superblock, format!("{where_}: {e}")))?;
-        if h.log_size < MIN_LOG || HEADER_SIZE + h.log_size > size.min(m.size().saturating_sub(base)) {
+        if h.log_size < MIN_LOG || HEADER_SIZE.checked_add(h.log_size).is_none_or(|n| n > size.min(m.size().saturating_sub(base))) {
             bail!(Superblock, "{where_}: the journal header names a log of {} bytes, which the device cannot hold", h.log_size);
+        }
+        // Log positions only grow; 2^62 bytes is centuries of writes at any
+        // speed, and keeps every sum of a position and a length in u64.
+        if h.tail > MAX_POS {
+            bail!(Superblock, "{where_}: the journal header's tail {} is past any log position (at most {MAX_POS})", h.tail);
         }
         Ok(Self::with(m, base, h, host))
     }
@@ -980,7 +987,11 @@ impl Journal {
         }
         let (offset, len, crc, kind, cache_seq) = (u64_at(h, 32), u64_at(h, 40), u32_at(h, 48), u32_at(h, 24), u64_at(h, 64));
         let zeroes = kind == RecordKind::Zeroes as u32;
-        if (len == 0) != zeroes || len % 512 != 0 || offset % 512 != 0 || pos % self.log_size + RECORD_HEADER + len > self.log_size {
+        // The record must fit the log after its header (the check above
+        // keeps this subtraction in range; a sum could wrap for a crafted
+        // length near 2^64).
+        let room = self.log_size - (pos % self.log_size + RECORD_HEADER);
+        if (len == 0) != zeroes || len % 512 != 0 || offset % 512 != 0 || len > room {
             return Ok(None);
         }
         if zeroes {
@@ -1002,7 +1013,12 @@ impl Journal {
         if (len / piece - 1).checked_mul(stride).and_then(|x| x.checked_add(offset)).and_then(|x| x.checked_add(piece)).is_none() {
             return Ok(None);
         }
-        let mut data = IoBuf::new(len as usize);
+        let mut data = IoBuf::try_new(len as usize).map_err(|e| {
+            Error::new(
+                crate::ErrorKind::Superblock,
+                format!("{}: journal record {seq} at log byte {pos} holds {len} bytes: {e}", self.name()),
+            )
+        })?;
         self.read_at(&mut data, at + RECORD_HEADER)?;
         if crc32c::crc32c(&data) != crc {
             return Ok(None);

@@ -542,6 +542,9 @@ impl Superblock {
                     r => Some(JournalRegion { role: r - 1, start: u64_at(b, o + 104), size: u64_at(b, o + 112) }),
                 },
             };
+            if check_name_of("volume", &v.name).is_err() {
+                return inv(format!("name of volume {i} ({:?}: not 1 to {NAME_MAX} letters, digits, '-', '_' or '.')", v.name));
+            }
             let Ok(level) = crate::geometry::Level::from_number(v.level) else {
                 return inv(format!("level {} of volume {i}", v.level));
             };
@@ -578,10 +581,16 @@ impl Superblock {
                 return inv(format!("journal region of volume {i} (role {}, bytes {}+{})", r.role, r.start, r.size));
             }
         }
+        // Names reach socket paths and the shell lines `serve` prints: the
+        // rule of `create` holds on read too.
+        let name = name_at(b, 48);
+        if check_name(&name).is_err() {
+            return inv(format!("array name ({name:?}: not 1 to {NAME_MAX} letters, digits, '-', '_' or '.')"));
+        }
         Ok(Superblock {
             array_uuid: uuid_at(b, 16),
             member_uuid,
-            name: name_at(b, 48),
+            name,
             member_count,
             slot,
             ctime: u64_at(b, 96),
@@ -770,6 +779,45 @@ mod tests {
         ] {
             let e = Superblock::decode(&bad.encode()).unwrap_err();
             assert!(e.to_string().contains("journal region of volume"), "{why}: {e}");
+        }
+    }
+
+    #[test]
+    fn names_are_checked_on_read_as_on_create() {
+        for bad in ["../../etc/x", "a b", "a;rm -rf /", ""] {
+            let mut sb = sample();
+            sb.name = bad.into();
+            let mut b = sb.encode();
+            // encode truncates to 32 bytes but writes what it is given.
+            let crc = crc32c::crc32c(&b[..CRC_AT]);
+            b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+            let e = Superblock::decode(&b).expect_err(bad);
+            assert!(e.to_string().contains("array name"), "{bad}: {e}");
+            let mut sb = sample();
+            sb.volumes[0].name = if bad.is_empty() { "x/y".into() } else { bad.into() };
+            let e = Superblock::decode(&sb.encode()).expect_err(bad);
+            assert!(e.to_string().contains("name of volume 0"), "{bad}: {e}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Arbitrary bytes, and valid superblocks with bytes changed and the
+        /// checksum made right again, decode or give an error: never a
+        /// panic.
+        #[test]
+        fn decode_never_panics(raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..SB_SIZE + 64),
+                               flips in proptest::collection::vec((0..SB_SIZE, proptest::prelude::any::<u8>()), 1..24)) {
+            let _ = Superblock::decode(&raw);
+            let mut b = sample().encode();
+            for (at, v) in flips {
+                if !(CRC_AT..CRC_AT + 4).contains(&at) {
+                    b[at] = v;
+                }
+            }
+            let crc = crc32c::crc32c(&b[..CRC_AT]);
+            b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+            let _ = Superblock::decode(&b);
         }
     }
 

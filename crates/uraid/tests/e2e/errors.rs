@@ -437,3 +437,35 @@ fn create_refuses_filesystem_without_force() {
     assert_eq!(j[0]["superblock"]["name"], "fs");
     uraid_ok(&["assemble", s(&ext4), s(&other)]);
 }
+
+/// Issue 14: a journal record whose header has a valid CRC but a length of
+/// 0xFFFFFFFFFFFFFE00 made `uraid assemble` crash with SIGSEGV (the length
+/// check wrapped, then the buffer size did). Now the record is not valid
+/// (it does not fit the log): the log ends there and assemble goes on.
+#[test]
+fn a_crafted_journal_record_length_never_crashes_assemble() {
+    let _g = shared();
+    let d = tmpdir();
+    let m = sparse_files(d.path(), "cj", 2, 64 << 20);
+    let j = sparse_file(d.path(), "journal", 72 << 20);
+    uraid_ok(&["create", "--level", "1", "--name", "cj", "--cache", "journal", "--journal", s(&j), s(&m[0]), s(&m[1])]);
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(&j).unwrap();
+    let mut h = vec![0u8; 4096];
+    std::io::Read::read_exact(&mut f, &mut h).unwrap();
+    let le = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().unwrap());
+    let (log_size, tail, tail_seq, nonce) = (le(64), le(72), le(80), le(88));
+    let mut r = vec![0u8; 512];
+    r[..8].copy_from_slice(b"URAIDJR\x01");
+    r[8..16].copy_from_slice(&tail_seq.to_le_bytes());
+    r[16..24].copy_from_slice(&tail.to_le_bytes());
+    r[24..28].copy_from_slice(&1u32.to_le_bytes()); // a data record
+    r[40..48].copy_from_slice(&0xFFFF_FFFF_FFFF_FE00u64.to_le_bytes());
+    r[56..64].copy_from_slice(&nonce.to_le_bytes());
+    let crc = crc32c(&r[..508]);
+    r[508..512].copy_from_slice(&crc.to_le_bytes());
+    std::os::unix::fs::FileExt::write_all_at(&f, &r, 4096 + tail % log_size).unwrap();
+    f.sync_all().unwrap();
+    let o = uraid(&["assemble", s(&m[0]), s(&m[1]), s(&j)]);
+    assert!(o.status.code().is_some(), "uraid assemble died of a signal ({:?}): {}", o.status, o.stderr);
+    assert!(o.status.success(), "uraid assemble failed: {}", o.stderr);
+}
