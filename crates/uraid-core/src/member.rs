@@ -187,6 +187,9 @@ const BUSY_RETRIES: u32 = 100;
 /// tests of a member failing under a running process): the member opened
 /// as `PATH` fails every write that touches absolute member bytes
 /// `[START, END)` with EIO. Anything else in the variable is ignored.
+/// Only with the `failpoints` feature (the tests turn it on): a released
+/// binary reads no such variable.
+#[cfg(feature = "failpoints")]
 fn fail_writes_failpoint(name: &str) -> Option<Arc<crate::fault::Faults>> {
     let v = std::env::var("URAID_FAILPOINT_FAIL_WRITES").ok()?;
     let (path, range) = v.rsplit_once('@')?;
@@ -207,13 +210,18 @@ impl Member {
     /// holds it (`exclusive`), `InvalidInput` for something that is neither
     /// a regular file nor a block device.
     pub fn open(spec: &MemberSpec, mode: OpenMode) -> Result<Member> {
-        let mut m = match spec {
+        let m = match spec {
             MemberSpec::Mem(m) => Self::open_mem(m),
             MemberSpec::Path(p) => Self::open_path(p, mode),
         }?;
-        if let Some(f) = fail_writes_failpoint(&m.name) {
-            m.set_faults(f);
-        }
+        #[cfg(feature = "failpoints")]
+        let m = {
+            let mut m = m;
+            if let Some(f) = fail_writes_failpoint(&m.name) {
+                m.set_faults(f);
+            }
+            m
+        };
         Ok(m)
     }
 

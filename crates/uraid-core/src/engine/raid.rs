@@ -243,12 +243,20 @@ impl State {
     }
 }
 
-/// The `URAID_FAILPOINT_TORN_STRIPE` failpoint (crash tests only): set in
-/// the environment, every stripe write sends its first member write, waits
+/// The `URAID_FAILPOINT_TORN_STRIPE` failpoint (crash tests only; built
+/// with the `failpoints` feature, which the tests turn on): set in the
+/// environment, every stripe write sends its first member write, waits
 /// 300 µs, then the others.
+#[cfg(feature = "failpoints")]
 fn torn_stripe_failpoint() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("URAID_FAILPOINT_TORN_STRIPE").is_some())
+}
+
+/// Without the `failpoints` feature (a released binary) there is none.
+#[cfg(not(feature = "failpoints"))]
+fn torn_stripe_failpoint() -> bool {
+    false
 }
 
 fn eio(msg: String) -> Error {
