@@ -1188,10 +1188,9 @@ impl Cache {
     /// Journal mode on RAID 5/6: the log bytes a line's stripe record
     /// takes, times `lines` (0 otherwise: no stripe records).
     fn promise_for(&self, lines: u64) -> u64 {
-        if self.journal.is_some() && self.parity {
-            lines * (crate::journal::RECORD_HEADER + self.line)
-        } else {
-            0
+        match &self.journal {
+            Some(j) if self.parity => lines * j.record_span(self.line),
+            _ => 0,
         }
     }
 

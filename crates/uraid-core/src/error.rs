@@ -70,6 +70,45 @@ impl Error {
         Error { kind: ErrorKind::Io, msg: format!("{}: {e}", what.into()), errno: Some(errno) }
     }
 
+    /// The OS errno behind this error, when one caused it.
+    pub fn os_errno(&self) -> Option<i32> {
+        self.errno
+    }
+
+    /// True when this member I/O error means the device is failing, so the
+    /// member must be failed (md fails a member on any write error; uraid
+    /// tells apart the errors that say nothing about the device). Not a
+    /// device failure: EOPNOTSUPP/ENOTSUP (the device lacks the operation:
+    /// discard and write-zeroes fall back, see the engine), EINVAL,
+    /// EOVERFLOW, EFAULT, EBADF (the request was wrong for the device, a
+    /// bug to report, not a drive to replace), ENOMEM, EAGAIN, EINTR,
+    /// ECANCELED (the system was short of something or gave up for its own
+    /// reasons). Everything else of kind `Io` is: EIO, ENODEV, ENXIO,
+    /// ETIMEDOUT, EREMOTEIO, ENOLINK, ENODATA (a medium error), EILSEQ
+    /// (a protection information error), ENOSPC (a file member whose
+    /// filesystem is full cannot hold its copy: failing it keeps the
+    /// others consistent, as md does for any write error), EROFS, EPERM,
+    /// and errors with no errno (a member shorter than its superblock).
+    pub fn is_device_failure(&self) -> bool {
+        if self.kind != ErrorKind::Io {
+            return false;
+        }
+        !matches!(
+            self.errno,
+            Some(
+                libc::EOPNOTSUPP
+                    | libc::EINVAL
+                    | libc::EOVERFLOW
+                    | libc::EFAULT
+                    | libc::EBADF
+                    | libc::ENOMEM
+                    | libc::EAGAIN
+                    | libc::EINTR
+                    | libc::ECANCELED
+            )
+        )
+    }
+
     /// The stable kind of this error.
     pub fn kind(&self) -> ErrorKind {
         self.kind

@@ -30,6 +30,10 @@ pub struct Faults {
     write_errors: Mutex<Vec<Range<u64>>>,
     tear: Mutex<Option<Range<u64>>>,
     vanished: AtomicBool,
+    /// Discards and zeroings fail with EOPNOTSUPP (a device without them).
+    no_fallocate: AtomicBool,
+    /// The errno of the read and write error ranges (0: EIO).
+    errno: std::sync::atomic::AtomicI32,
     injected: AtomicU64,
     armed: AtomicBool,
     volatile: AtomicBool,
@@ -64,6 +68,28 @@ impl Faults {
     pub fn fail_reads(&self, range: Range<u64>) {
         self.read_errors.lock().unwrap_or_else(|e| e.into_inner()).push(range);
         self.arm();
+    }
+
+    /// Every discard and zeroing (fallocate(2)) fails with EOPNOTSUPP, as
+    /// on a device or filesystem that lacks them; the zeros the engine then
+    /// writes instead pass.
+    pub fn refuse_fallocate(&self) {
+        self.no_fallocate.store(true, Ordering::Release);
+        self.arm();
+    }
+
+    /// The read and write error ranges fail with `errno` instead of EIO
+    /// (an error that is not a device failure, such as EINVAL or ENOMEM,
+    /// must fail the request and leave the member in).
+    pub fn set_errno(&self, errno: i32) {
+        self.errno.store(errno, Ordering::Release);
+    }
+
+    fn range_errno(&self) -> i32 {
+        match self.errno.load(Ordering::Acquire) {
+            0 => libc::EIO,
+            e => e,
+        }
     }
 
     /// Writes overlapping `range` fail with EIO.
@@ -187,10 +213,11 @@ impl Faults {
             v.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|r| r.start < offset + len.max(1) && offset < r.end)
         };
         match op {
-            Op::Read if hits(&self.read_errors) => Verdict::Fail(libc::EIO),
+            Op::Read if hits(&self.read_errors) => Verdict::Fail(self.range_errno()),
+            Op::Discard | Op::WriteZeroes { .. } if self.no_fallocate.load(Ordering::Acquire) => Verdict::Fail(libc::EOPNOTSUPP),
             Op::Write | Op::Discard | Op::WriteZeroes { .. } => {
                 if hits(&self.write_errors) {
-                    return Verdict::Fail(libc::EIO);
+                    return Verdict::Fail(self.range_errno());
                 }
                 if op == Op::Write {
                     let mut t = self.tear.lock().unwrap_or_else(|e| e.into_inner());

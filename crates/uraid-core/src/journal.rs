@@ -20,7 +20,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `URAIDJN\x01` |
-//! | 8 | 4 | format version (3; 1 and 2 are read too: 1 has no rows records, neither has zeroes records) |
+//! | 8 | 4 | format version (4; 1 to 3 are read too: 1 has no rows records, 1 and 2 no zeroes records, 1 to 3 have 512-byte record units) |
 //! | 16 | 16 | array UUID |
 //! | 32 | 16 | volume UUID |
 //! | 48 | 16 | journal UUID (also in the volume table entry) |
@@ -28,12 +28,17 @@
 //! | 72 | 8 | tail: log position (bytes, counting from the first record ever, not wrapped) of the oldest record still needed |
 //! | 80 | 8 | sequence number of the record at the tail |
 //! | 88 | 8 | nonce: drawn anew at every replay; records carry it, so records of an earlier life of the log never count |
+//! | 96 | 4 | record unit in bytes (version 4): the journal device's logical block size, at least 512, at most 4096; a power of two |
 //! | 4092 | 4 | CRC-32C of bytes 0..4092 |
 //!
-//! A record is a 512-byte header followed by its data (whole 512-byte
-//! sectors) at byte `4096 + position % log size`; a record that would pass
-//! the end of the log starts at the next multiple of the log size instead
-//! (the rest is skipped). Record header:
+//! A record is a header of one record unit (512 bytes in versions 1 to 3;
+//! the fields below fill its first 512 bytes, the rest is zero) followed by
+//! its data (whole 512-byte sectors), padded with zeros to a whole record
+//! unit, at byte `4096 + position % log size`: so every record I/O is
+//! aligned to the device's logical block size (a 4Kn drive refuses
+//! 512-byte O_DIRECT I/O). A record that would pass the end of the log
+//! starts at the next multiple of the log size instead (the rest is
+//! skipped). Record header:
 //!
 //! | offset | size | field |
 //! |---|---|---|
@@ -85,13 +90,17 @@ pub const MAGIC: &[u8; 8] = b"URAIDJN\x01";
 const RECORD_MAGIC: &[u8; 8] = b"URAIDJR\x01";
 /// Format version written; 2 added rows records (kind 3), which a reader
 /// of version 1 would misread; 3 added zeroes records (kind 4), at which a
-/// reader of version 2 would stop and miss the records after. Logs of
-/// versions 1 and 2 are read.
-const VERSION: u32 = 3;
+/// reader of version 2 would stop and miss the records after; 4 added the
+/// record unit (records aligned to the device's logical block size), which
+/// a reader of version 3 would misplace. Logs of versions 1 to 3 are read.
+const VERSION: u32 = 4;
 /// Bytes of the header; the log follows.
 pub const HEADER_SIZE: u64 = 4096;
-/// Bytes of a record header.
+/// Bytes of a record header's fields (the header takes one record unit).
 pub const RECORD_HEADER: u64 = 512;
+/// The largest record unit (bytes): the log starts 4 KiB into the journal,
+/// so a larger logical block size could not align it.
+pub const MAX_UNIT: u64 = 4096;
 /// Smallest log a journal device must hold (bytes).
 pub const MIN_LOG: u64 = 64 << 20;
 /// The largest log position a header may name (2^62 bytes).
@@ -130,6 +139,8 @@ struct Header {
     tail: u64,
     tail_seq: u64,
     nonce: u64,
+    /// Record unit in bytes (see the format).
+    unit: u64,
 }
 
 impl Header {
@@ -144,6 +155,7 @@ impl Header {
         b[72..80].copy_from_slice(&self.tail.to_le_bytes());
         b[80..88].copy_from_slice(&self.tail_seq.to_le_bytes());
         b[88..96].copy_from_slice(&self.nonce.to_le_bytes());
+        b[96..100].copy_from_slice(&(self.unit as u32).to_le_bytes());
         let crc = crc32c::crc32c(&b[..4092]);
         b[4092..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -160,7 +172,12 @@ impl Header {
             return Err(format!("journal format version {} is not known (this uraid knows 1 to {VERSION})", u32_at(b, 8)));
         }
         let arr = |o: usize| -> [u8; 16] { b[o..o + 16].try_into().expect("16 bytes") };
+        let unit = if u32_at(b, 8) >= 4 { u64::from(u32_at(b, 96)) } else { RECORD_HEADER };
+        if !unit.is_power_of_two() || !(RECORD_HEADER..=MAX_UNIT).contains(&unit) {
+            return Err(format!("the journal header's record unit {unit} is not a power of two from 512 to 4096"));
+        }
         Ok(Header {
+            unit,
             id: JournalId { array: arr(16), volume: arr(32), journal: arr(48) },
             log_size: u64_at(b, 64),
             tail: u64_at(b, 72),
@@ -185,7 +202,17 @@ fn log_in(size: u64) -> u64 {
 /// there cannot look like the next one. Durable when it returns.
 fn write_empty(m: &Member, base: u64, h: &Header) -> Result<()> {
     m.write_all_at(&h.encode(), base)?;
-    m.write_all_at(&IoBuf::new(RECORD_HEADER as usize), base + HEADER_SIZE + h.tail % h.log_size)
+    m.write_all_at(&IoBuf::new(h.unit as usize), base + HEADER_SIZE + h.tail % h.log_size)
+}
+
+/// The record unit for a journal on `m`: its logical block size, at least
+/// 512. Errors: `Unsupported` above [`MAX_UNIT`].
+fn unit_for(m: &Member) -> Result<u64> {
+    let unit = u64::from(m.block_size()).max(RECORD_HEADER);
+    if unit > MAX_UNIT || !unit.is_power_of_two() {
+        bail!(Unsupported, "{} has {unit}-byte logical blocks; a journal needs 512 to 4096", m.name());
+    }
+    Ok(unit)
 }
 
 /// True when `len` bytes of a rows record can be pieces of `piece` bytes
@@ -311,6 +338,8 @@ pub struct Journal {
     base: u64,
     id: JournalId,
     log_size: u64,
+    /// Record unit in bytes (see the format); a rehome may change it.
+    unit: AtomicU64,
     host: Option<Host>,
     lost: AtomicBool,
     /// Bumped each time the journal is lost (see [`losses`](Self::losses)).
@@ -364,7 +393,7 @@ impl Journal {
                 m.size()
             );
         }
-        let h = Header { id, log_size, tail: 0, tail_seq: 1, nonce: new_nonce() };
+        let h = Header { id, log_size, tail: 0, tail_seq: 1, nonce: new_nonce(), unit: unit_for(&m)? };
         write_empty(&m, base, &h)?;
         Ok(Self::with(m, base, h, host))
     }
@@ -392,6 +421,18 @@ impl Journal {
         if h.tail > MAX_POS {
             bail!(Superblock, "{where_}: the journal header's tail {} is past any log position (at most {MAX_POS})", h.tail);
         }
+        if !h.tail.is_multiple_of(h.unit) {
+            bail!(Superblock, "{where_}: the journal header's tail {} is not on a record unit ({} bytes)", h.tail, h.unit);
+        }
+        if u64::from(m.block_size()) > h.unit {
+            bail!(
+                Superblock,
+                "{where_}: the journal's records are {} bytes apart, but the device needs {}-byte I/O (was the journal copied \
+                 from a device with smaller sectors?); replay it on a device like the one it was written on",
+                h.unit,
+                m.block_size()
+            );
+        }
         Ok(Self::with(m, base, h, host))
     }
 
@@ -399,7 +440,7 @@ impl Journal {
     /// records are out of reach. It holds nothing ([`replay`](Self::replay)
     /// replays nothing) until [`rehome`](Self::rehome).
     pub fn absent(id: JournalId, base: u64, size: u64, name: String, host: Option<Host>) -> Journal {
-        let h = Header { id, log_size: log_in(size), tail: 0, tail_seq: 1, nonce: 0 };
+        let h = Header { id, log_size: log_in(size), tail: 0, tail_seq: 1, nonce: 0, unit: RECORD_HEADER };
         let j = Self::build(None, name, base, h, host);
         j.lost.store(true, Ordering::Release);
         j.losses.store(1, Ordering::Release);
@@ -430,6 +471,7 @@ impl Journal {
             base,
             id: h.id,
             log_size: h.log_size,
+            unit: AtomicU64::new(h.unit),
             host,
             lost: AtomicBool::new(false),
             losses: AtomicU64::new(0),
@@ -518,8 +560,12 @@ impl Journal {
         if self.base + size > m.size() {
             bail!(TooSmall, "{} cannot hold the journal region ({size} bytes at byte {}): it has {} bytes", m.name(), self.base, m.size());
         }
+        let unit = unit_for(&m)?;
         let (tail, tail_seq, nonce) = {
             let mut s = self.lock();
+            // The log starts anew on the new device, at a place of its unit.
+            s.head = s.head.div_ceil(unit) * unit;
+            self.unit.store(unit, Ordering::Release);
             s.held.clear();
             s.early.clear();
             s.tail = s.head;
@@ -529,7 +575,7 @@ impl Journal {
             s.epoch += 1;
             (s.tail, s.tail_seq, s.nonce)
         };
-        write_empty(&m, self.base, &Header { id: self.id, log_size: self.log_size, tail, tail_seq, nonce })?;
+        write_empty(&m, self.base, &Header { id: self.id, log_size: self.log_size, tail, tail_seq, nonce, unit })?;
         *self.name.write().unwrap_or_else(|e| e.into_inner()) = m.name().to_string();
         *self.member.write().unwrap_or_else(|e| e.into_inner()) = Some(m);
         self.lost.store(false, Ordering::Release);
@@ -587,9 +633,22 @@ impl Journal {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Record unit in bytes: every record starts on one and takes whole
+    /// ones (see the format).
+    pub fn unit(&self) -> u64 {
+        self.unit.load(Ordering::Acquire)
+    }
+
+    /// Bytes of log a record of `len` data bytes takes: its header and its
+    /// data, each in whole record units.
+    pub fn record_span(&self, len: u64) -> u64 {
+        let unit = self.unit();
+        unit + len.div_ceil(unit) * unit
+    }
+
     /// Where a record of `len` data bytes starting at `head` goes.
     fn place(&self, head: u64, len: u64) -> u64 {
-        let size = RECORD_HEADER + len;
+        let size = self.record_span(len);
         if head % self.log_size + size > self.log_size {
             head.div_ceil(self.log_size) * self.log_size
         } else {
@@ -608,12 +667,12 @@ impl Journal {
     /// make dirty).
     pub fn fits(&self, len: u64, ahead: u64) -> bool {
         let s = self.lock();
-        self.place(s.head, len) + RECORD_HEADER + len - s.tail + s.promised + ahead <= self.writer_limit()
+        self.place(s.head, len) + self.record_span(len) - s.tail + s.promised + ahead <= self.writer_limit()
     }
 
     /// True when a writer's record of `len` data bytes can ever fit.
     pub fn can_hold(&self, len: u64) -> bool {
-        2 * (RECORD_HEADER + len) <= self.writer_limit()
+        2 * self.record_span(len) <= self.writer_limit()
     }
 
     /// Takes the next place in the log for a record of `len` data bytes
@@ -633,12 +692,12 @@ impl Journal {
             Some(ahead) => (self.writer_limit(), s.promised + ahead),
             None => (self.log_size, 0),
         };
-        if pos + RECORD_HEADER + len - s.tail + extra > limit {
+        if pos + self.record_span(len) - s.tail + extra > limit {
             return None;
         }
         let seq = s.next_seq;
         s.next_seq += 1;
-        s.head = pos + RECORD_HEADER + len;
+        s.head = pos + self.record_span(len);
         s.held.push_back(Held { seq, pos, cache_seq, written: false });
         Some(Reservation { seq, pos, epoch: s.epoch })
     }
@@ -675,7 +734,9 @@ impl Journal {
     /// zeroes record's (0, bytes zeroed), (0, 0) for the other kinds.
     fn write_record(&self, r: Reservation, kind: RecordKind, offset: u64, (stride, piece): (u64, u64), cache_seq: u64, data: &[u8]) -> Result<()> {
         let len = data.len() as u64;
-        let mut b = IoBuf::new((RECORD_HEADER + len) as usize);
+        let unit = self.unit() as usize;
+        // Zeroed: the header's unused bytes and the data's padding.
+        let mut b = IoBuf::new(self.record_span(len) as usize);
         b[..8].copy_from_slice(RECORD_MAGIC);
         b[8..16].copy_from_slice(&r.seq.to_le_bytes());
         b[16..24].copy_from_slice(&r.pos.to_le_bytes());
@@ -703,7 +764,7 @@ impl Journal {
         b[80..88].copy_from_slice(&piece.to_le_bytes());
         let crc = crc32c::crc32c(&b[..508]);
         b[508..512].copy_from_slice(&crc.to_le_bytes());
-        b[RECORD_HEADER as usize..].copy_from_slice(data);
+        b[unit..unit + data.len()].copy_from_slice(data);
         let res = self.write_dsync(&b, HEADER_SIZE + r.pos % self.log_size, Some(epoch));
         let mut s = self.lock();
         if s.epoch != epoch {
@@ -773,12 +834,26 @@ impl Journal {
 
     /// Reads `buf.len()` bytes at journal byte `offset`. Errors: `Io`, and
     /// `Io` when the journal is lost.
+    /// Any offset and length: a read the device could not take as it is
+    /// (O_DIRECT off its logical blocks) goes through an aligned buffer.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let g = self.member.read().unwrap_or_else(|e| e.into_inner());
-        match g.as_ref() {
-            Some(m) => m.read_exact_at(buf, self.base + offset),
-            None => Err(self.lost_error("cannot read the journal on")),
+        let Some(m) = g.as_ref() else {
+            return Err(self.lost_error("cannot read the journal on"));
+        };
+        let abs = self.base + offset;
+        let blk = u64::from(m.block_size()).max(RECORD_HEADER);
+        let aligned = abs.is_multiple_of(blk) && (buf.len() as u64).is_multiple_of(blk) && (buf.as_ptr() as usize).is_multiple_of(4096);
+        if aligned || !m.direct() {
+            return m.read_exact_at(buf, abs);
         }
+        let start = abs / blk * blk;
+        let end = (abs + buf.len() as u64).div_ceil(blk) * blk;
+        let mut b = IoBuf::try_new((end - start) as usize)?;
+        m.read_exact_at(&mut b, start)?;
+        let skip = (abs - start) as usize;
+        buf.copy_from_slice(&b[skip..skip + buf.len()]);
+        Ok(())
     }
 
     /// The error of an I/O `what` the journal cannot do because it is lost.
@@ -844,7 +919,7 @@ impl Journal {
 
     fn write_header(&self, tail: u64, tail_seq: u64) -> Result<()> {
         let nonce = self.lock().nonce;
-        let h = Header { id: self.id, log_size: self.log_size, tail, tail_seq, nonce };
+        let h = Header { id: self.id, log_size: self.log_size, tail, tail_seq, nonce, unit: self.unit() };
         self.write_dsync(&h.encode(), 0, None)
     }
 
@@ -867,16 +942,16 @@ impl Journal {
             (s.tail, s.tail_seq)
         };
         let mut found: Vec<Found> = Vec::new();
-        let mut hdr = IoBuf::new(RECORD_HEADER as usize);
+        let mut hdr = IoBuf::new(self.unit() as usize);
         while let Some(f) = self.read_record(&mut hdr, pos, seq)?.or_else(|| {
             let next = pos.div_ceil(self.log_size) * self.log_size;
             (next != pos).then_some(next).and_then(|p| self.read_record(&mut hdr, p, seq).ok().flatten())
         }) {
             let end = f.pieces().last().map_or(0, |(o, n, _)| o + n);
-            if f.pos + RECORD_HEADER + f.len - self.lock().tail > self.log_size || end > vol.capacity() {
+            if f.pos + self.record_span(f.len) - self.lock().tail > self.log_size || end > vol.capacity() {
                 break;
             }
-            pos = f.pos + RECORD_HEADER + f.len;
+            pos = f.pos + self.record_span(f.len);
             seq += 1;
             found.push(f);
         }
@@ -924,7 +999,7 @@ impl Journal {
                         img[(a - base) as usize..(b - base) as usize].fill(0);
                     } else {
                         let mut part = IoBuf::new((b - a) as usize);
-                        self.read_at(&mut part, HEADER_SIZE + (f.pos % self.log_size) + RECORD_HEADER + at + (a - o))?;
+                        self.read_at(&mut part, HEADER_SIZE + (f.pos % self.log_size) + self.unit() + at + (a - o))?;
                         img[(a - base) as usize..(b - base) as usize].copy_from_slice(&part);
                     }
                     covered[((a - base) / 512) as usize..((b - base) / 512) as usize].iter_mut().for_each(|c| *c = true);
@@ -971,7 +1046,8 @@ impl Journal {
     /// The record at `pos` if it is the valid record number `seq`.
     fn read_record(&self, hdr: &mut IoBuf, pos: u64, seq: u64) -> Result<Option<Found>> {
         let at = HEADER_SIZE + pos % self.log_size;
-        if pos % self.log_size + RECORD_HEADER > self.log_size {
+        let unit = self.unit();
+        if pos % self.log_size + unit > self.log_size {
             return Ok(None);
         }
         self.read_at(hdr, at)?;
@@ -990,7 +1066,9 @@ impl Journal {
         // The record must fit the log after its header (the check above
         // keeps this subtraction in range; a sum could wrap for a crafted
         // length near 2^64).
-        let room = self.log_size - (pos % self.log_size + RECORD_HEADER);
+        // The log and every record position are whole units, so a length
+        // within the room is within it padded too.
+        let room = self.log_size - (pos % self.log_size + unit);
         if (len == 0) != zeroes || len % 512 != 0 || offset % 512 != 0 || len > room {
             return Ok(None);
         }
@@ -1013,14 +1091,14 @@ impl Journal {
         if (len / piece - 1).checked_mul(stride).and_then(|x| x.checked_add(offset)).and_then(|x| x.checked_add(piece)).is_none() {
             return Ok(None);
         }
-        let mut data = IoBuf::try_new(len as usize).map_err(|e| {
+        let mut data = IoBuf::try_new(len.div_ceil(unit) as usize * unit as usize).map_err(|e| {
             Error::new(
                 crate::ErrorKind::Superblock,
                 format!("{}: journal record {seq} at log byte {pos} holds {len} bytes: {e}", self.name()),
             )
         })?;
-        self.read_at(&mut data, at + RECORD_HEADER)?;
-        if crc32c::crc32c(&data) != crc {
+        self.read_at(&mut data, at + unit)?;
+        if crc32c::crc32c(&data[..len as usize]) != crc {
             return Ok(None);
         }
         Ok(Some(Found { pos, offset, len, kind, cache_seq, stride, piece }))

@@ -175,6 +175,10 @@ pub struct Member {
     block_size: u32,
     throttle: Option<Arc<Throttle>>,
     faults: Option<Arc<crate::fault::Faults>>,
+    /// Set once the member refused a discard or zeroing fallocate(2)
+    /// (EOPNOTSUPP): from then on the engine writes zeros there instead
+    /// (see [`Member::no_fallocate`]). Shared by every handle.
+    no_fallocate: Arc<std::sync::atomic::AtomicBool>,
 }
 
 static BUFFERED_WARNING: Once = Once::new();
@@ -203,6 +207,22 @@ fn fail_writes_failpoint(name: &str) -> Option<Arc<crate::fault::Faults>> {
     Some(f)
 }
 
+/// The `URAID_FAILPOINT_NO_DISCARD=PATH[,PATH...]` failpoint (end-to-end
+/// tests of members without discard): the members opened as one of the
+/// PATHs fail every discard and zeroing fallocate(2) with EOPNOTSUPP, as a
+/// drive without deallocate or a file on a filesystem without hole punching
+/// does. Only with the `failpoints` feature.
+#[cfg(feature = "failpoints")]
+fn no_discard_failpoint(name: &str, faults: Option<&Arc<crate::fault::Faults>>) -> Option<Arc<crate::fault::Faults>> {
+    let v = std::env::var("URAID_FAILPOINT_NO_DISCARD").ok()?;
+    if !v.split(',').any(|p| p == name) {
+        return None;
+    }
+    let f = faults.cloned().unwrap_or_else(|| Arc::new(crate::fault::Faults::new()));
+    f.refuse_fallocate();
+    Some(f)
+}
+
 impl Member {
     /// Opens the member named by `spec`.
     ///
@@ -218,6 +238,9 @@ impl Member {
         let m = {
             let mut m = m;
             if let Some(f) = fail_writes_failpoint(&m.name) {
+                m.set_faults(f);
+            }
+            if let Some(f) = no_discard_failpoint(&m.name, m.faults.as_ref()) {
                 m.set_faults(f);
             }
             m
@@ -237,7 +260,7 @@ impl Member {
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len(m.size).map_err(|e| Error::io("cannot size emulated drive", Path::new(&name), e))?;
         let throttle = (!m.limits.is_none()).then(|| Arc::new(Throttle::new(m.limits)));
-        Ok(Member { name, file, kind: MemberKind::Mem, size: m.size, direct: false, block_size: 512, throttle, faults: None })
+        Ok(Member { name, file, kind: MemberKind::Mem, size: m.size, direct: false, block_size: 512, throttle, faults: None, no_fallocate: Default::default() })
     }
 
     fn open_path(p: &Path, mode: OpenMode) -> Result<Member> {
@@ -300,7 +323,7 @@ impl Member {
         let (size, block_size) = if kind == MemberKind::BlockDevice {
             block_device_geometry(&file, p)?
         } else {
-            (md.len(), 512)
+            (md.len(), if direct { file_dio_align(&file) } else { 512 })
         };
         let m = Member {
             name: p.display().to_string(),
@@ -311,6 +334,7 @@ impl Member {
             block_size,
             throttle: None,
             faults: None,
+            no_fallocate: Default::default(),
         };
         if mode.exclusive {
             m.lock()?;
@@ -365,6 +389,7 @@ impl Member {
             block_size: self.block_size,
             throttle: self.throttle.clone(),
             faults: self.faults.clone(),
+            no_fallocate: self.no_fallocate.clone(),
         })
     }
 
@@ -426,6 +451,28 @@ impl Member {
     /// The emulated ceilings, if any.
     pub fn throttle(&self) -> Option<&Arc<Throttle>> {
         self.throttle.as_ref()
+    }
+
+    /// True once the member refused a discard or zeroing (fallocate(2)
+    /// failed with EOPNOTSUPP: a loop device or file on a filesystem
+    /// without hole punching, a drive without deallocate). Such a member
+    /// is not failed: the engine writes zeros where it would have punched,
+    /// and the NBD export turns clients' TRIMs into no-ops (as md turns
+    /// discard off for an array whose member lacks it).
+    pub fn no_fallocate(&self) -> bool {
+        self.no_fallocate.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records that the member refused a discard or zeroing; says so once
+    /// on stderr (the first time for this member).
+    pub fn set_no_fallocate(&self) {
+        if !self.no_fallocate.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!(
+                "uraid: warning: member {} does not support discard (EOPNOTSUPP); it is not failed: \
+                 discards and zeroings write zeros on it from now on, and TRIM from clients is ignored",
+                self.name
+            );
+        }
     }
 
     /// Reads exactly `buf.len()` bytes at byte `offset` (control path:
@@ -493,6 +540,27 @@ fn block_device_geometry(file: &File, p: &Path) -> Result<(u64, u32)> {
         ssz = 512;
     }
     Ok((size, ssz as u32))
+}
+
+/// The offset and length alignment O_DIRECT I/O on `file` needs (statx
+/// `STATX_DIOALIGN`, Linux 6.1; 512 when the kernel or filesystem does not
+/// say), at least 512 and at most 64 KiB: a file on a filesystem over 4Kn
+/// storage needs 4096.
+fn file_dio_align(file: &File) -> u32 {
+    // SAFETY: statx is plain old data; all-zero is a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: statx on a valid descriptor with an empty path and
+    // AT_EMPTY_PATH writes only into `stx`, which outlives the call.
+    let r = unsafe { libc::statx(file.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, libc::STATX_DIOALIGN, &mut stx) };
+    if r != 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 {
+        return 512;
+    }
+    let a = stx.stx_dio_offset_align;
+    if a.is_power_of_two() {
+        a.clamp(512, 64 << 10)
+    } else {
+        512
+    }
 }
 
 /// Nanoseconds on the monotonic clock since the first call in this process.

@@ -547,3 +547,82 @@ fn a_wait_returns_when_only_injected_failures_are_left() {
     let failed = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("the wait never returned");
     assert_eq!(failed, Some(true), "the zeroing whose flush failed on every member did not fail");
 }
+
+/// A member that refuses discards and zeroings (EOPNOTSUPP, as a loop
+/// device over a filesystem without hole punching does) is never failed:
+/// zeros are written there instead, so the ranges read back as zeros and
+/// copies and parity still agree; the member is marked so the next ones go
+/// that way at once. On every level, RAID 0 included.
+#[test]
+fn a_member_without_discard_gets_zeros_written_and_is_not_failed() {
+    let s = seed();
+    eprintln!("seed {s}");
+    let mut rng = StdRng::seed_from_u64(s);
+    for level in [Level::Raid0, Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6] {
+        let n = if level == Level::Raid6 { 5 } else { 4 };
+        let (v, plans) = faulty_volume(level, n, 16 << 10, 128);
+        plans[1].refuse_fallocate();
+        let mut model = vec![0u8; v.capacity() as usize];
+        rng.fill_bytes(&mut model);
+        v.write_at(0, &model).unwrap();
+        let mut q = v.queue(4).unwrap();
+        for k in 0..24 {
+            // Whole stripes (punched on every member at once) and parts.
+            let len = if k % 3 == 0 { v.geometry().chunk() * (n as u64 - if level == Level::Raid6 { 2 } else if level == Level::Raid0 { 0 } else { 1 }) * rng.random_range(1..4u64) } else { rng.random_range(1..=400u64) * 512 };
+            let off = rng.random_range(0..(v.capacity() - len) / 512) * 512;
+            let op = if k % 2 == 0 { uraid_core::Op::Discard } else { uraid_core::Op::WriteZeroes { no_hole: k % 4 == 1 } };
+            let c = q.run(Request { op, offset: off, len: len as usize, buf: None, tag: 0, fua: k % 5 == 0 });
+            c.result.unwrap_or_else(|e| panic!("{level} {op:?} of {len} at {off}: {e}"));
+            model[off as usize..(off + len) as usize].fill(0);
+        }
+        drop(q);
+        assert!(plans[1].injected() > 0, "{level}: no discard reached member 1");
+        assert!(v.members()[1].no_fallocate(), "{level}: member 1 not marked as without discard");
+        assert!(!v.members()[0].no_fallocate(), "{level}: member 0 marked too");
+        for m in 0..n as u32 {
+            assert_eq!(v.health().state(m), MemberState::Active, "{level}: member {m} is not active");
+        }
+        assert!(v.read_at(0, model.len()).unwrap() == model, "{level}: zeroed ranges do not read back as the model");
+        if level != Level::Raid0 {
+            consistent(&v, &vec![true; n]).unwrap_or_else(|e| panic!("{level}: {e}"));
+        }
+    }
+}
+
+/// Errors that say nothing about the device (EINVAL, ENOMEM, EOPNOTSUPP
+/// on a read) fail the request with that errno and leave the member in;
+/// EIO, ENXIO, ETIMEDOUT, ENODATA and ENOSPC fail the member and the
+/// request is served from the others.
+#[test]
+fn only_device_failures_fail_a_member() {
+    for level in [Level::Raid1, Level::Raid5] {
+        for (errno, fails) in [
+            (libc::EINVAL, false),
+            (libc::ENOMEM, false),
+            (libc::EOPNOTSUPP, false),
+            (libc::EIO, true),
+            (libc::ENXIO, true),
+            (libc::ETIMEDOUT, true),
+            (libc::ENODATA, true),
+            (libc::ENOSPC, true),
+        ] {
+            let (v, plans) = faulty_volume(level, 3, 64 << 10, 64);
+            let model: Vec<u8> = (0..v.capacity()).map(|i| (i % 251) as u8).collect();
+            v.write_at(0, &model).unwrap();
+            plans[0].set_errno(errno);
+            plans[0].fail_writes(DATA_OFFSET..DATA_OFFSET + v.geometry().member_size());
+            let w = vec![0xa5u8; 256 << 10];
+            let r = v.write_at(0, &w);
+            let what = format!("{level} errno {errno}");
+            if fails {
+                r.unwrap_or_else(|e| panic!("{what}: the write failed instead of going on without the member: {e}"));
+                assert_eq!(v.health().state(0), MemberState::Faulty, "{what}: member 0 not failed");
+                assert!(v.read_at(0, w.len()).unwrap() == w, "{what}: data differs");
+            } else {
+                let e = r.expect_err(&format!("{what}: the write succeeded"));
+                assert_eq!(e.errno(), errno, "{what}: the request failed with another errno: {e}");
+                assert_eq!(v.health().state(0), MemberState::Active, "{what}: member 0 was failed");
+            }
+        }
+    }
+}

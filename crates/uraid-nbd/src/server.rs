@@ -927,7 +927,11 @@ impl<'s> Transmission<'s> {
                 let bs = self.vol.block_size() as u64;
                 let start = h.offset.next_multiple_of(bs);
                 let end = (h.offset + h.len as u64) / bs * bs;
-                if end <= start {
+                // TRIM is a hint the server may ignore (NBD spec): once a
+                // member has refused a discard, the engine would write
+                // zeros on it, so an fstrim would write all free space;
+                // md turns discard off for such an array too.
+                if end <= start || self.vol.members().iter().any(|m| m.no_fallocate()) {
                     self.reply_ok(h.handle, h.cmd, h.offset, None);
                     return;
                 }

@@ -370,6 +370,9 @@ struct Piece {
     iov_first: usize,
     /// When the emulated drive finishes it (ns), 0 when not throttled.
     deadline: u64,
+    /// A discard or zeroing done by writing zeros (`done` bytes of `len`
+    /// written): the member refused the fallocate(2).
+    zero_fill: bool,
 }
 
 struct Slot {
@@ -757,14 +760,15 @@ impl Queue {
     }
 
     fn push_piece(&mut self, si: usize, pi: usize) {
-        let p = &self.slots[si].pieces[pi];
+        let p = &mut self.slots[si].pieces[pi];
         let ud = ((si as u64) << 16) | pi as u64;
-        if let Some(res) = injected_fault(p, &self.vol.members()[p.member as usize]) {
+        let m = &self.vol.members()[p.member as usize];
+        zero_fill_if_refused(p, m);
+        if let Some(res) = injected_fault(p, m) {
             self.synthetic.push((ud, res));
             return;
         }
-        let kind = self.vol.members()[p.member as usize].kind();
-        let sqe = build_sqe(p, kind);
+        let sqe = build_sqe(p, m.kind());
         // SAFETY: the buffers and iovecs named by the entry live in the
         // slot, which is neither reused nor moved until this piece's
         // completion has been reaped.
@@ -992,10 +996,12 @@ impl Queue {
     }
 
     /// Records the error of a piece of slot `si` on `member`. On a
-    /// redundant volume a member that fails a read or a flush is marked
-    /// faulty and the request is planned again around it (see `raid`).
+    /// redundant volume a member that fails a read or a flush with a
+    /// device failure ([`Error::is_device_failure`]) is marked faulty and
+    /// the request is planned again around it (see `raid`); any other
+    /// error fails the request and leaves the member in.
     fn slot_error(&mut self, si: usize, member: u32, e: Error) {
-        if self.vol.geometry().layout().is_some() && e.kind() == ErrorKind::Io {
+        if self.vol.geometry().layout().is_some() && e.is_device_failure() {
             self.member_failed(member);
             self.slots[si].replan = true;
             return;
@@ -1109,10 +1115,39 @@ impl Drop for Queue {
     }
 }
 
+/// Bytes of zeros a zero-filling piece writes at a time.
+const ZERO_FILL: usize = 1 << 20;
+
+/// A process-wide buffer of [`ZERO_FILL`] zero bytes, aligned for
+/// O_DIRECT, that zero-filling pieces write from (never written to).
+fn zero_fill_buf() -> *const u8 {
+    struct Zeros(IoBuf);
+    // SAFETY: the buffer is never written after it is made (zeroed); every
+    // thread only reads it, so sharing it is sound.
+    unsafe impl Sync for Zeros {}
+    // SAFETY: as above; it is made once and never mutated.
+    unsafe impl Send for Zeros {}
+    static ZEROS: std::sync::OnceLock<Zeros> = std::sync::OnceLock::new();
+    ZEROS.get_or_init(|| Zeros(IoBuf::new(ZERO_FILL))).0.as_ptr()
+}
+
+/// A discard or zeroing piece for a member known to refuse fallocate(2)
+/// becomes a zero-filling one before it is sent.
+fn zero_fill_if_refused(p: &mut Piece, m: &Member) {
+    if matches!(p.op, Op::Discard | Op::WriteZeroes { .. }) && !p.zero_fill && m.no_fallocate() {
+        p.zero_fill = true;
+        p.done = 0;
+    }
+}
+
 /// The io_uring entry that does what piece `p` still has to do on a member
 /// of `kind` (user data not set).
 fn build_sqe(p: &Piece, kind: MemberKind) -> squeue::Entry {
     let fd = types::Fixed(p.member);
+    if p.zero_fill {
+        let n = (p.len - p.done).min(ZERO_FILL) as u32;
+        return opcode::Write::new(fd, zero_fill_buf(), n).offset(p.offset + p.done as u64).build();
+    }
     let iov = &p.iov[p.iov_first..];
     let off = p.offset + p.done as u64;
     let rw_flags = if p.fua { libc::RWF_DSYNC } else { 0 };
@@ -1179,7 +1214,7 @@ fn add_segment(slot: &mut Slot, last: &mut [usize; crate::geometry::MAX_MEMBERS]
 }
 
 fn new_piece() -> Piece {
-    Piece { op: Op::Read, fua: false, member: 0, offset: 0, len: 0, done: 0, iov: Vec::new(), iov_first: 0, deadline: 0 }
+    Piece { op: Op::Read, fua: false, member: 0, offset: 0, len: 0, done: 0, iov: Vec::new(), iov_first: 0, deadline: 0, zero_fill: false }
 }
 
 fn next_piece(slot: &mut Slot) -> &mut Piece {
@@ -1195,6 +1230,7 @@ fn next_piece(slot: &mut Slot) -> &mut Piece {
     p.iov.clear();
     p.iov_first = 0;
     p.deadline = 0;
+    p.zero_fill = false;
     p
 }
 
@@ -1206,11 +1242,13 @@ fn injected_fault(p: &Piece, m: &Member) -> Option<i32> {
     let f = m.faults()?;
     let off = p.offset + p.done as u64;
     let len = p.len - p.done.min(p.len);
-    let op = p.op;
+    // A zero-filling discard or zeroing is a write of zeros to the drive.
+    let op = if p.zero_fill { Op::Write } else { p.op };
     // fallocate(2) has no FUA: a zeroing or discard is durable only after
-    // a flush (for a FUA one, the flush its request ends with).
+    // a flush (for a FUA one, the flush its request ends with); zeros
+    // written in its place go without FUA too.
     let volatile = match op {
-        Op::Write => !p.fua,
+        Op::Write => !p.fua || p.zero_fill,
         Op::Discard | Op::WriteZeroes { .. } => true,
         _ => false,
     };
@@ -1258,8 +1296,28 @@ enum Outcome {
 
 /// Accounts completion result `res` (bytes or -errno) of piece `p` on
 /// member `m`: short transfers continue, a NO_HOLE zeroing on a file takes
-/// its second step, errors name the member and the offset.
+/// its second step, a discard or zeroing the member refuses (EOPNOTSUPP)
+/// starts again as zeros written (and the member is marked, so the next
+/// ones go that way at once), errors name the member and the offset.
 fn progress(p: &mut Piece, res: i32, m: &Member) -> Outcome {
+    if res == -libc::EOPNOTSUPP && matches!(p.op, Op::Discard | Op::WriteZeroes { .. }) && !p.zero_fill {
+        // The promise of both (zeros read back, copies and parity agree)
+        // holds when zeros are written instead.
+        m.set_no_fallocate();
+        p.zero_fill = true;
+        p.done = 0;
+        return Outcome::Again;
+    }
+    if p.zero_fill && res > 0 {
+        p.done += res as usize;
+        return if p.done >= p.len { Outcome::Done(None) } else { Outcome::Again };
+    }
+    if p.zero_fill && res == 0 {
+        return Outcome::Done(Some(Error::new(
+            ErrorKind::Io,
+            format!("member {} ended at offset {} while zeros were written", m.name(), p.offset + p.done as u64),
+        )));
+    }
     if res < 0 {
         return Outcome::Done(Some(Error::from_errno(
             format!("{:?} of {} bytes at offset {} of member {} failed", p.op, p.len, p.offset, m.name()),

@@ -703,6 +703,7 @@ impl Queue {
         p.iov.clear();
         p.iov_first = 0;
         p.deadline = 0;
+        p.zero_fill = false;
         if !ptr.is_null() {
             p.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: len });
         }
@@ -735,14 +736,15 @@ impl Queue {
     }
 
     fn push_sop_piece(&mut self, idx: usize, pi: usize) {
-        let p = &self.raid.sops[idx].pieces[pi];
+        let p = &mut self.raid.sops[idx].pieces[pi];
         let ud = SOP_BIT | ((idx as u64) << 16) | pi as u64;
-        if let Some(res) = super::injected_fault(p, &self.vol.members()[p.member as usize]) {
+        let m = &self.vol.members()[p.member as usize];
+        super::zero_fill_if_refused(p, m);
+        if let Some(res) = super::injected_fault(p, m) {
             self.synthetic.push((ud, res));
             return;
         }
-        let kind = self.vol.members()[p.member as usize].kind();
-        let sqe = super::build_sqe(p, kind);
+        let sqe = super::build_sqe(p, m.kind());
         // SAFETY: the entry names the stripe operation's row buffers (held
         // in the operation until it finishes), the request's buffer (held
         // by its slot until every operation of the request finished) or the
@@ -1182,7 +1184,7 @@ impl Queue {
                 }
             }
             Outcome::Done(Some(e)) => {
-                if e.kind() == ErrorKind::Io {
+                if e.is_device_failure() {
                     self.member_failed(member);
                     self.raid.sops[idx].failed = true;
                 } else if self.raid.sops[idx].error.is_none() {

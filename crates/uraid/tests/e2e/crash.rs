@@ -36,7 +36,24 @@ fn seeds_per_level() -> usize {
 /// issued.
 fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64, String> {
     let dir = tmpdir();
+    // `journal-4k`: the journal mode with members and journal on loop
+    // devices of 4096-byte logical sectors (4Kn drives refuse 512-byte
+    // I/O), so every superblock, bitmap, journal record and stripe I/O
+    // must be whole 4 KiB blocks.
+    let four_k = mode == "journal-4k";
+    let mode = if four_k { "journal" } else { mode };
+    let mut loops: Vec<LoopDev> = Vec::new();
     let mut files = sparse_files(dir.path(), "m", n, 160 << 20);
+    let mut on_4k = |f: std::path::PathBuf| -> std::path::PathBuf {
+        if !four_k {
+            return f;
+        }
+        let l = LoopDev::attach_with(&f, &["--sector-size", "4096", "--direct-io=on"]);
+        let dev = l.dev.clone();
+        loops.push(l);
+        dev
+    };
+    files = files.into_iter().map(&mut on_4k).collect();
     let mut args = vec!["create".to_string(), "--name".into(), "crash".into(), "--level".into(), level.to_string(), "--chunk".into(), "16K".into(), "--bitmap-region".into(), "4M".into()];
     args.extend(files.iter().map(|f| s(f).to_string()));
     // A small cache and dirty limit, so that the flusher writes while the
@@ -48,7 +65,7 @@ fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64,
         args.extend(["--journal".to_string(), s(&files[n - 1]).to_string(), "--journal-size".into(), "72M".into()]);
     }
     if mode == "journal" {
-        let j = sparse_files(dir.path(), "journal", 1, 80 << 20).remove(0);
+        let j = on_4k(sparse_files(dir.path(), "journal", 1, 80 << 20).remove(0));
         args.extend(["--journal".to_string(), s(&j).to_string()]);
         // Given with the members from now on.
         files.push(j);
@@ -146,7 +163,10 @@ fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64,
     if vols.is_empty() || vols.iter().any(|v| v["report"]["mismatches"].as_u64() != Some(0)) {
         return Err(format!("check after the crash found mismatches: {j}"));
     }
-    Ok(v["zeroings_issued"].as_u64().unwrap_or(0))
+    let zeroings = v["zeroings_issued"].as_u64().unwrap_or(0);
+    // The loop devices go before the files under them.
+    drop(loops);
+    Ok(zeroings)
 }
 
 #[test]
@@ -181,4 +201,23 @@ fn sigkill_at_random_moments_in_every_cache_mode_loses_nothing_promised_and_leav
     }
     assert!(failures.is_empty(), "{} crash cases failed:\n{}", failures.len(), failures.join("\n"));
     assert!(zeroings > 0, "no workload issued a zeroing or discard before its kill");
+}
+
+/// The journal mode on RAID 5 (and 6) over loop devices of 4096-byte
+/// logical sectors, members and journal alike: SIGKILL at random moments
+/// loses no acknowledged write and leaves no mismatch. (Before the journal
+/// aligned its records to the device's logical block, `create` itself
+/// failed: "cannot write 512 bytes at offset 4096 of /dev/loopN".)
+#[test]
+fn sigkill_with_the_journal_on_4k_sector_devices_loses_nothing() {
+    let _g = shared();
+    let mut rng = rng("crash seeds 4k");
+    let mut failures = Vec::new();
+    for (level, n) in [(5u32, 4usize), (5, 4), (6, 5)] {
+        let (seed, kill_ms) = (rng.random(), rng.random_range(150..900));
+        if let Err(e) = one(level, n, "journal-4k", seed, kill_ms) {
+            failures.push(format!("RAID {level} x{n} journal on 4K sectors, seed {seed}, kill after {kill_ms} ms: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{} crash cases failed:\n{}", failures.len(), failures.join("\n"));
 }

@@ -272,9 +272,14 @@ pub struct LoopDev {
 impl LoopDev {
     /// `losetup -f --show FILE`.
     pub fn attach(backing: &Path) -> LoopDev {
+        Self::attach_with(backing, &[])
+    }
+
+    /// `losetup -f --show ARGS FILE` (e.g. `--sector-size 4096`).
+    pub fn attach_with(backing: &Path, args: &[&str]) -> LoopDev {
         require_tool("losetup", "mount (util-linux)");
         let _g = LOOP_SETUP.lock().unwrap_or_else(|e| e.into_inner());
-        let out = run_tool(Command::new("losetup").args(["-f", "--show"]).arg(backing));
+        let out = run_tool(Command::new("losetup").args(["-f", "--show"]).args(args).arg(backing));
         let dev = out.trim();
         assert!(dev.starts_with("/dev/loop"), "losetup printed {out:?}");
         let dev = PathBuf::from(dev);
