@@ -1749,8 +1749,24 @@ impl Array {
     /// Flushes the members, stops the bitmap daemon, clears the bitmap,
     /// marks the array clean in every superblock (event counter + 1) and
     /// releases the members. Writes through other handles on the volumes
-    /// must have completed.
+    /// must have completed. Errors: `Io` from the flush or the superblock
+    /// writes, and `Io` when an engine thread was given up with writes in
+    /// flight ([`Health::unclean`](crate::health::Health::unclean)): the
+    /// members are flushed but the array is left unclean, for a resync.
     pub fn stop(mut self) -> Result<()> {
+        if self.health.unclean() {
+            // Flush what can be, keep the bitmap and the unclean state.
+            for v in &self.volumes {
+                let _ = v.flush();
+            }
+            self.daemon = None;
+            bail!(
+                Io,
+                "array '{}' was not marked clean: an engine thread was given up with writes in flight (see the \
+                 messages above); the next assemble resyncs the regions its write-intent bitmap marks",
+                self.name()
+            );
+        }
         for v in &self.volumes {
             if !self.health.writes_stopped() {
                 v.close_cache()?;

@@ -806,7 +806,8 @@ impl Bitmap {
     /// Starts a thread that calls [`clear_idle`](Self::clear_idle) every
     /// `interval` (md's `bitmap daemon_sleep`, 5 s by default there). A
     /// failed call is counted in [`BitmapStats::clear_errors`] and the
-    /// thread goes on. The thread stops, and is joined, when the returned
+    /// thread goes on; a panic is counted too, said on stderr, and ends
+    /// the thread (bits then stay set: safe). The thread stops, and is joined, when the returned
     /// handle is dropped.
     pub fn start_daemon(self: &Arc<Self>, interval: Duration) -> BitmapDaemon {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -823,8 +824,23 @@ impl Bitmap {
                         return;
                     }
                     drop(stopped);
-                    if b.clear_idle().is_err() {
-                        b.clear_errors.fetch_add(1, Ordering::Relaxed);
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.clear_idle())) {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(_)) => {
+                            b.clear_errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(p) => {
+                            // Bits only ever stay set this way (a region
+                            // resynced for nothing at worst); writes set
+                            // their own bits on their callers' threads.
+                            b.clear_errors.fetch_add(1, Ordering::Relaxed);
+                            eprintln!(
+                                "uraid: the write-intent bitmap's daemon panicked ({}); it stops: bits are no longer \
+                                 cleared until the next assemble",
+                                crate::cache::panic_message(&*p)
+                            );
+                            return;
+                        }
                     }
                     stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
                 }

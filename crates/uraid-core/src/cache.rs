@@ -346,6 +346,9 @@ pub struct Cache {
     closed: AtomicBool,
     /// The flusher's last error (writes were lost), reported to flushes.
     failed: Mutex<Option<crate::Error>>,
+    /// The flusher thread panicked: nothing is written back any more, so
+    /// every request but a read fails with `failed`'s error.
+    dead: AtomicBool,
     clock: AtomicU64,
     /// The last line generation handed out: generations are unique across
     /// lines and their lives, so a write-back in flight for a line dropped
@@ -498,6 +501,7 @@ impl Cache {
             wt_epoch: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             failed: Mutex::new(None),
+            dead: AtomicBool::new(false),
             clock: AtomicU64::new(0),
             generations: AtomicU64::new(0),
             target: Mutex::new(Weak::new()),
@@ -595,6 +599,11 @@ impl Cache {
 
     /// Offers request `req` (with its data) to the cache; see [`Taken`].
     pub(crate) fn take(&self, req: &mut Request) -> Taken {
+        if self.dead.load(Ordering::Acquire) && req.op != Op::Read {
+            if let Some(e) = lock(&self.failed).clone() {
+                return Taken::Failed(e);
+            }
+        }
         match (req.op, self.cfg.mode) {
             (Op::Flush, CacheMode::WriteBack) => Taken::Durable(self.want_all()),
             // A lost journal: what it held is only in the cache.
@@ -1061,7 +1070,8 @@ impl Cache {
 
     /// True when a writer held for room may try again.
     pub(crate) fn has_room(&self) -> bool {
-        self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit && self.live_journal().is_none_or(|j| j.pressure() * 2 < j.log_size())
+        // A dead flusher makes no room: held writers go on to fail.
+        self.dead.load(Ordering::Acquire) || self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit && self.live_journal().is_none_or(|j| j.pressure() * 2 < j.log_size())
     }
 
     /// A sequence number below which every write is on the members (or
@@ -1534,12 +1544,38 @@ impl Cache {
                     return;
                 }
                 let Some(v) = lock(&c.target).upgrade() else { return };
-                if let Err(e) = c.pass(&v) {
-                    eprintln!("uraid: the write-back cache could not write to the members: {e}");
-                    std::thread::sleep(Duration::from_millis(200));
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    #[cfg(feature = "failpoints")]
+                    if std::env::var_os("URAID_FAILPOINT_FLUSHER_PANIC").is_some() && c.dirty.load(Ordering::Relaxed) > 0 {
+                        panic!("URAID_FAILPOINT_FLUSHER_PANIC");
+                    }
+                    c.pass(&v)
+                })) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        eprintln!("uraid: the write-back cache could not write to the members: {e}");
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    Err(panic) => return c.flusher_died(&panic_message(&*panic)),
                 }
             })
             .expect("cannot start the cache flusher thread");
+    }
+
+    /// The flusher thread panicked with `why`: from now on every flush,
+    /// write and held writer fails with EIO (what the cache held is not
+    /// on the members), reads are still served.
+    fn flusher_died(&self, why: &str) {
+        let e = crate::Error::new(
+            crate::ErrorKind::Io,
+            format!(
+                "the volume cache's flusher thread panicked ({why}): writes the cache holds may not be on the members; \
+                 stop the array and assemble it again (a journal replays what it recorded)"
+            ),
+        );
+        eprintln!("uraid: {e}");
+        *lock(&self.failed) = Some(e);
+        self.dead.store(true, Ordering::Release);
     }
 
     /// Stops the flusher (after [`Volume::flush`] has written everything).
@@ -1558,6 +1594,16 @@ impl Cache {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// The message of a caught panic's payload (a `&str` or a `String`, as
+/// `panic!` makes them).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

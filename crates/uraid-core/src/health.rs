@@ -68,6 +68,9 @@ pub struct Health {
     recovery: Vec<AtomicU64>,
     generation: AtomicU64,
     stopped: AtomicBool,
+    /// An engine thread was given up with writes in flight (see
+    /// [`set_unclean`](Health::set_unclean)).
+    unclean: AtomicBool,
     on_change: Mutex<Option<OnChange>>,
 }
 
@@ -85,6 +88,7 @@ impl Health {
             recovery: (0..members).map(|_| AtomicU64::new(u64::MAX)).collect(),
             generation: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
+            unclean: AtomicBool::new(false),
             on_change: Mutex::new(None),
         }
     }
@@ -182,6 +186,20 @@ impl Health {
     /// tolerates, so nothing more is written (writes fail with EIO).
     pub fn stop_writes(&self) {
         self.stopped.store(true, Ordering::Release);
+    }
+
+    /// Records that an engine queue was given up (a panic in its thread,
+    /// its ring failed) with requests in flight: some stripes may hold
+    /// copies or parity that disagree, so the array must not be marked
+    /// clean at its stop (its write-intent bitmap, or a whole resync, then
+    /// repairs them at the next assemble).
+    pub fn set_unclean(&self) {
+        self.unclean.store(true, Ordering::Release);
+    }
+
+    /// True once [`set_unclean`](Self::set_unclean) was called.
+    pub fn unclean(&self) -> bool {
+        self.unclean.load(Ordering::Acquire)
     }
 
     /// True once [`stop_writes`](Self::stop_writes) was called.

@@ -69,6 +69,14 @@ impl StripeLocks {
         self.words[slot(stripe)].fetch_add(1, Ordering::Release);
     }
 
+    /// Releases lock word `word` (see [`word`](Self::word)) held by this
+    /// caller, as [`unlock_written`](Self::unlock_written) does: a queue
+    /// given up (a panic, a failed ring) lets go of its stripes this way,
+    /// not knowing what it left written.
+    pub fn release_word(&self, word: usize) {
+        self.words[word & (WORDS - 1)].fetch_add(1, Ordering::Release);
+    }
+
     /// The write generation of `stripe`'s lock word (shared with the
     /// stripes that hash alike); stable while the caller holds the lock.
     pub fn generation(&self, stripe: u64) -> u64 {

@@ -289,7 +289,19 @@ impl Server {
         let buffers = self.buffers.clone();
         conns.fetch_add(1, Ordering::Relaxed);
         let spawned = std::thread::Builder::new().name("uraid-nbd-conn".into()).spawn(move || {
-            connection(sock, &exports, opts, &shutdown, &buffers);
+            // A panic (a bug) ends this connection only: its engine queue
+            // lets its stripe locks go as it unwinds (see Queue's Drop), the
+            // client sees the connection close, and the others go on.
+            let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                connection(sock, &exports, opts, &shutdown, &buffers);
+            }));
+            if let Err(p) = served {
+                let why = uraid_core::cache::panic_message(&*p);
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "uraid serve: a connection's thread panicked ({why}); that connection is closed, the others go on"
+                );
+            }
             conns.fetch_sub(1, Ordering::Relaxed);
         });
         match spawned {

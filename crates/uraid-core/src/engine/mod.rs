@@ -412,7 +412,9 @@ struct Slot {
 ///
 /// Not `Send`: it is used only by the thread that made it.
 pub struct Queue {
-    ring: IoUring,
+    /// Closed in `Drop`, or leaked when the kernel may still be doing I/O
+    /// into memory of this queue's (a ring given up, a panic).
+    ring: std::mem::ManuallyDrop<IoUring>,
     vol: Arc<Volume>,
     slots: Vec<Slot>,
     free: Vec<u32>,
@@ -436,6 +438,8 @@ pub struct Queue {
     cache_ready: Vec<Completion>,
     /// Requests waiting on the cache: for durability (flush, FUA) or room.
     cache_parked: Vec<(Request, Parked)>,
+    /// Set when the ring failed for good: every request fails with it.
+    broken: Option<Error>,
 }
 
 /// Why a request waits on the cache.
@@ -508,7 +512,7 @@ impl Queue {
             })
             .collect();
         Ok(Queue {
-            ring,
+            ring: std::mem::ManuallyDrop::new(ring),
             vol,
             slots,
             free: (0..depth as u32).rev().collect(),
@@ -522,7 +526,61 @@ impl Queue {
             cache,
             cache_ready: Vec::new(),
             cache_parked: Vec::new(),
+            broken: None,
         })
+    }
+
+    /// The ring failed with an error that is not transient (`what`: the
+    /// call): the queue is given up. Requests in flight complete with EIO
+    /// at the next wait (their buffers are leaked, not returned: the kernel
+    /// may still be using them), new ones are refused, and the volume takes
+    /// no more writes (some member writes may be half done; the bitmap
+    /// keeps their regions dirty for the resync at the next assemble).
+    fn ring_failed(&mut self, what: &str, e: std::io::Error) {
+        if self.broken.is_some() {
+            return;
+        }
+        let err = Error::new(
+            ErrorKind::Io,
+            format!(
+                "the engine's io_uring failed ({what}: {e}): requests in flight fail and the volume takes no more writes; \
+                 stop the array and assemble it again"
+            ),
+        );
+        eprintln!("uraid: {err}");
+        self.vol.health().stop_writes();
+        self.broken = Some(err);
+    }
+
+    /// Completes every request in flight with the queue's error (see
+    /// [`ring_failed`](Self::ring_failed)).
+    fn fail_everything(&mut self, out: &mut Vec<Completion>) {
+        let Some(e) = self.broken.clone() else { return };
+        if self.in_flight() > 0 {
+            self.vol.health().set_unclean();
+        }
+        out.append(&mut self.cache_ready);
+        for (req, _) in self.cache_parked.drain(..) {
+            out.push(Completion { tag: req.tag, result: Err(e.clone()), buf: req.buf });
+        }
+        let free: std::collections::HashSet<u32> = self.free.iter().copied().collect();
+        for si in 0..self.slots.len() as u32 {
+            if free.contains(&si) {
+                continue;
+            }
+            let slot = &mut self.slots[si as usize];
+            if let Some(b) = slot.buf.take() {
+                std::mem::forget(b);
+            }
+            out.push(Completion { tag: slot.tag, result: Err(e.clone()), buf: None });
+            self.free.push(si);
+        }
+        self.raid.abandon(self.vol.locks(), true);
+        self.held.clear();
+        self.synthetic.clear();
+        // Abandoned: whatever the kernel still does names only leaked memory.
+        self.in_kernel = 0;
+        self.unsubmitted = 0;
     }
 
     /// The volume this queue serves.
@@ -584,6 +642,9 @@ impl Queue {
     /// Errors (the request is handed back): `Busy` when `depth` requests are
     /// in flight, `OutOfRange` past the end, `InvalidInput` when misaligned.
     pub fn push(&mut self, req: Request) -> std::result::Result<(), Rejected> {
+        if let Some(error) = self.broken.clone() {
+            return Err(Rejected { error, request: req });
+        }
         if let Err(error) = self.check(&req) {
             return Err(Rejected { error, request: req });
         }
@@ -780,6 +841,11 @@ impl Queue {
     /// # Safety
     /// Every pointer in `sqe` must stay valid until its completion is reaped.
     unsafe fn push_sqe(&mut self, sqe: squeue::Entry) {
+        if self.broken.is_some() {
+            // Nothing goes to a ring given up; the request fails at the
+            // next wait.
+            return;
+        }
         loop {
             // SAFETY: guaranteed by the caller.
             if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
@@ -787,6 +853,9 @@ impl Queue {
             }
             // Submission queue full: hand what we have to the kernel.
             self.submit_now();
+            if self.broken.is_some() {
+                return;
+            }
         }
         self.unsubmitted += 1;
         self.in_kernel += 1;
@@ -819,6 +888,10 @@ impl Queue {
     fn wait_until(&mut self, min: usize, out: &mut Vec<Completion>, deadline: Option<u64>) -> bool {
         let start = out.len();
         loop {
+            if self.broken.is_some() {
+                self.fail_everything(out);
+                return std::mem::take(&mut self.poll_ready);
+            }
             let parked = self.cache_poll(out);
             self.reap(out);
             if !self.held.is_empty() {
@@ -890,19 +963,35 @@ impl Queue {
             match res {
                 Ok(_) => {}
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => {}
-                Err(e) => panic!("io_uring wait failed: {e}"),
+                // Short of memory for a moment: look again.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOMEM)) => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(e) => self.ring_failed("waiting for completions", e),
             }
         }
     }
 
     fn submit_now(&mut self) {
+        if self.broken.is_some() {
+            return;
+        }
+        let mut tries = 0;
         loop {
             match self.ring.submit() {
                 Ok(_) => break,
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 // EBUSY: the completion queue is full; reap happens in wait().
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => break,
-                Err(e) => panic!("io_uring submit failed: {e}"),
+                // Short of memory for a moment: try again, for a while.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOMEM)) && tries < 1000 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(e) => {
+                    self.ring_failed("submitting", e);
+                    return;
+                }
             }
         }
         self.unsubmitted = 0;
@@ -1074,6 +1163,32 @@ impl Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
+        let leak_ring = if std::thread::panicking() {
+            // A panic in this queue's thread (perhaps inside this queue):
+            // its state may be half updated, so run none of it. Let the
+            // stripe locks go, so that other queues do not wait on them for
+            // ever, reap what the kernel still does, and leak the buffers it
+            // may still use if that takes too long.
+            self.abandon_after_panic()
+        } else if self.broken.is_some() {
+            let mut sink = Vec::new();
+            self.fail_everything(&mut sink);
+            // Abandoned I/O may still name its (leaked) memory.
+            true
+        } else {
+            self.drain_for_drop()
+        };
+        if !leak_ring {
+            // SAFETY: the ring is dropped once, here, and not used after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.ring) };
+        }
+    }
+}
+
+impl Queue {
+    /// The normal end of a queue: every request finishes, every piece is
+    /// reaped. True when the ring failed meanwhile and must be leaked.
+    fn drain_for_drop(&mut self) -> bool {
         // The kernel may still write into buffers we own: wait for every
         // piece before the slots are freed.
         let mut sink = Vec::new();
@@ -1104,15 +1219,30 @@ impl Drop for Queue {
                 let ts = types::Timespec::new().nsec(10_000_000);
                 let args = types::SubmitArgs::new().timespec(&ts);
                 let _ = self.ring.submitter().submit_with_args(1, &args);
-            } else {
-                let _ = self.ring.submit_and_wait(1);
+            } else if let Err(e) = self.ring.submit_and_wait(1) {
+                if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY | libc::ETIME | libc::EAGAIN | libc::ENOMEM)) {
+                    self.ring_failed("waiting for the last completions", e);
+                    self.fail_everything(&mut sink);
+                    return true;
+                }
             }
             self.reap(&mut sink);
         }
         // Release the members now rather than when the kernel gets round to
         // tearing the ring down, so the next opener does not find them busy.
         let _ = self.ring.submitter().unregister_files();
+        self.broken.is_some()
     }
+}
+
+/// The `URAID_FAILPOINT_QUEUE_PANIC=OFFSET` failpoint (tests of a panic in
+/// an engine thread): a write at volume byte OFFSET panics in the queue as
+/// a member write of it completes (a RAID 1/10/5/6 stripe operation,
+/// its stripe lock held). Only with the `failpoints` feature.
+#[cfg(feature = "failpoints")]
+pub(super) fn queue_panic_failpoint() -> Option<u64> {
+    static AT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *AT.get_or_init(|| std::env::var("URAID_FAILPOINT_QUEUE_PANIC").ok()?.parse().ok())
 }
 
 /// Bytes of zeros a zero-filling piece writes at a time.
@@ -1137,6 +1267,41 @@ fn zero_fill_if_refused(p: &mut Piece, m: &Member) {
     if matches!(p.op, Op::Discard | Op::WriteZeroes { .. }) && !p.zero_fill && m.no_fallocate() {
         p.zero_fill = true;
         p.done = 0;
+    }
+}
+
+impl Queue {
+    /// See the panic case of `Drop`. Reaps completions (only counting
+    /// them) for up to 2 s; whatever is still in the kernel then keeps its
+    /// buffers for ever (leaked).
+    /// True when the ring must be leaked (not closed).
+    fn abandon_after_panic(&mut self) -> bool {
+        let vol = self.vol.clone();
+        if self.in_flight() > 0 {
+            vol.health().set_unclean();
+        }
+        self.raid.abandon(vol.locks(), false);
+        let t0 = now_ns();
+        while self.in_kernel > self.poll_armed as usize && now_ns() - t0 < 2_000_000_000 {
+            let ts = types::Timespec::new().nsec(10_000_000);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            let _ = self.ring.submitter().submit_with_args(1, &args);
+            while self.ring.completion().next().is_some() {
+                self.in_kernel = self.in_kernel.saturating_sub(1);
+            }
+        }
+        let _ = self.ring.submitter().unregister_files();
+        if self.in_kernel > self.poll_armed as usize {
+            for s in self.slots.iter_mut() {
+                if let Some(b) = s.buf.take() {
+                    std::mem::forget(b);
+                }
+            }
+            self.raid.abandon(vol.locks(), true);
+            // The ring stays open too: closing it would not stop the I/O.
+            return true;
+        }
+        false
     }
 }
 

@@ -219,6 +219,35 @@ impl State {
     }
 
     /// True when writes are plugged.
+    /// Gives up every stripe operation of this queue (the queue is given
+    /// up: a panic, or its ring failed): releases the stripe locks they
+    /// hold (as written), and, when the kernel may still be doing their
+    /// I/O (`leak`), leaks their row buffers so that it never writes into
+    /// freed memory.
+    pub(super) fn abandon(&mut self, locks: &crate::locks::StripeLocks, leak: bool) {
+        for w in self.held_words.drain(..) {
+            locks.release_word(w);
+        }
+        if leak {
+            for s in self.sops.iter_mut() {
+                for b in s.bufs.iter_mut() {
+                    if let Some(b) = b.take() {
+                        std::mem::forget(b);
+                    }
+                }
+            }
+            for r in self.recent.iter_mut() {
+                for b in r.bufs.iter_mut() {
+                    if let Some(b) = b.take() {
+                        std::mem::forget(b);
+                    }
+                }
+            }
+        }
+        self.waiting.clear();
+        self.plugged.clear();
+    }
+
     pub(super) fn has_plugged(&self) -> bool {
         !self.plugged.is_empty()
     }
@@ -1172,6 +1201,13 @@ impl Queue {
         let idx = ((ud & !SOP_BIT) >> 16) as usize;
         let pi = (ud & 0xffff) as usize;
         let member = self.raid.sops[idx].pieces[pi].member;
+        #[cfg(feature = "failpoints")]
+        {
+            let si = self.raid.sops[idx].slot as usize;
+            if self.raid.sops[idx].pieces[pi].op == Op::Write && Some(self.slots[si].offset) == super::queue_panic_failpoint() {
+                panic!("URAID_FAILPOINT_QUEUE_PANIC at volume byte {}", self.slots[si].offset);
+            }
+        }
         match progress(&mut self.raid.sops[idx].pieces[pi], res, &self.vol.members()[member as usize]) {
             Outcome::Again => {
                 self.push_sop_piece(idx, pi);

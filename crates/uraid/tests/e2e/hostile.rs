@@ -687,3 +687,115 @@ fn chaos_clients_never_disturb_a_verifying_fio_job() {
     srv.assert_up("after the chaos");
     srv.stop_within(Duration::from_secs(5));
 }
+
+/// SIGTERM; waits for the exit (at most `limit`, else panics); returns
+/// (exit status, log).
+fn stop_any(mut srv: Srv, limit: Duration) -> (std::process::ExitStatus, String) {
+    let mut child = srv.child.take().expect("running");
+    let t0 = Instant::now();
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st, std::fs::read_to_string(&srv.log).unwrap_or_default());
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("uraid serve did not stop within {limit:?} of SIGTERM\n{}", std::fs::read_to_string(&srv.log).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A panic in one connection's engine queue (a bug: the
+/// URAID_FAILPOINT_QUEUE_PANIC failpoint panics as a member write of a
+/// WRITE at its offset completes, the stripe's lock held) ends that
+/// connection only: a verifying fio job on another connection passes, a
+/// write to the same stripe from another client completes (the lock went
+/// with the queue; before, it was held for ever and that write hung), the
+/// server stops within seconds, and it leaves the array unclean (a write
+/// was cut short) so that the next assemble resyncs it: `check` then finds
+/// no mismatch.
+#[test]
+fn a_panic_in_one_connection_ends_only_that_connection() {
+    let _g = shared();
+    require_tool("fio", "fio");
+    let d = tmpdir();
+    let m = raid5(d.path(), "panic");
+    let at: u64 = 64 << 20;
+    let mut srv = Srv::start_with(&m, d.path(), &[], |c| {
+        c.env("URAID_FAILPOINT_QUEUE_PANIC", at.to_string());
+    });
+    let fio = Command::new("fio")
+        .args(["--name=verify", "--ioengine=nbd", "--rw=randwrite", "--bs=4k,64k", "--iodepth=16", "--size=32M"])
+        .args(["--verify=crc32c", "--verify_fatal=1", "--verify_state_save=0", "--do_verify=1", "--loops=2"])
+        .arg(format!("--uri={}", srv.uri("panic")))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut r = Raw::connect(&srv.socket, "panic");
+    r.send(CMD_WRITE, 1, at, 4096, &[7u8; 4096]).unwrap();
+    assert!(r.closed_within(Duration::from_secs(10)), "the connection whose thread panicked was not closed");
+    srv.assert_up("after a connection's thread panicked");
+    let mut c = Raw::connect(&srv.socket, "panic");
+    c.s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.send(CMD_WRITE, 2, at + 4096, 4096, &[8u8; 4096]).unwrap();
+    assert_eq!(c.reply(0).1, 0, "a write to the stripe the panicking queue held failed");
+    round_trip(&srv.socket, "panic", at + (1 << 20), 256 << 10, "after the panic");
+    let out = fio.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("err= 0"), "the verifying fio job failed:\n{text}");
+    srv.assert_up("after the fio job");
+    let (st, log) = stop_any(srv, Duration::from_secs(5));
+    assert!(log.contains("a connection's thread panicked"), "the panic was not reported:\n{log}");
+    assert!(!st.success() && log.contains("was not marked clean"), "serve did not leave the array unclean ({st}):\n{log}");
+    let members: Vec<&str> = m.iter().map(|p| s(p)).collect();
+    let st = uraid_ok(&[&["status"][..], &members].concat());
+    assert!(!st.stdout.contains("members, clean"), "the array is marked clean after the panic:\n{}", st.stdout);
+    // The assemble resyncs the regions the bitmap kept dirty.
+    uraid_ok(&[&["assemble"][..], &members].concat());
+    let st = uraid_ok(&[&["status"][..], &members].concat());
+    assert!(st.stdout.contains("members, clean"), "not clean after the assemble:\n{}", st.stdout);
+    let c = uraid_ok(&[&["check"][..], &m.iter().map(|p| s(p)).collect::<Vec<_>>()].concat());
+    assert!(c.stdout.contains("mismatches 0"), "check after the panic: {}", c.stdout);
+}
+
+/// The volume cache's flusher thread panicking (URAID_FAILPOINT_FLUSHER_PANIC,
+/// once there is dirty data) never hangs a FLUSH, a writer or the stop: the
+/// FLUSH fails with EIO and says why in the log, later writes fail, the
+/// server stays up and stops within seconds, without marking the array
+/// clean. (Before, the FLUSH waited for ever for a flusher that was gone.)
+#[test]
+fn a_panic_in_the_cache_flusher_fails_flushes_and_never_hangs() {
+    let _g = shared();
+    let d = tmpdir();
+    let m = sparse_files(d.path(), "m", 3, 64 << 20);
+    let mut args = vec!["create", "--level", "5", "--chunk", "64K", "--name", "fpanic", "--cache", "writeback"];
+    args.extend(m.iter().map(|p| s(p)));
+    uraid_ok(&args);
+    let mut srv = Srv::start_with(&m, d.path(), &[], |c| {
+        c.env("URAID_FAILPOINT_FLUSHER_PANIC", "1");
+    });
+    let mut c = Raw::connect(&srv.socket, "fpanic");
+    c.s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.send(CMD_WRITE, 1, 0, 65536, &[5u8; 65536]).unwrap();
+    assert_eq!(c.reply(0).1, 0, "the cached write failed");
+    c.send(3, 2, 0, 0, &[]).unwrap();
+    let (h, e, _) = c.reply(0);
+    assert_eq!((h, e), (2, 5), "the FLUSH after the flusher's panic did not fail with EIO");
+    c.send(CMD_WRITE, 3, 1 << 20, 4096, &[6u8; 4096]).unwrap();
+    assert_eq!(c.reply(0).1, 5, "a write after the flusher's panic did not fail with EIO");
+    // Reads are still served (from the cache where it holds the data).
+    c.send(CMD_READ, 4, 0, 4096, &[]).unwrap();
+    let (_, e, back) = c.reply(4096);
+    assert!(e == 0 && back == vec![5u8; 4096], "a read after the flusher's panic failed");
+    srv.assert_up("after the flusher's panic");
+    drop(c);
+    let (st, log) = stop_any(srv, Duration::from_secs(5));
+    assert!(log.contains("flusher thread panicked"), "the panic was not reported:\n{log}");
+    assert!(!st.success() && !log.contains("stopped cleanly"), "serve called a stop clean after the flusher died ({st}):\n{log}");
+    uraid_ok(&[&["assemble"][..], &m.iter().map(|p| s(p)).collect::<Vec<_>>()].concat());
+}
