@@ -40,10 +40,26 @@ fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64,
     // devices of 4096-byte logical sectors (4Kn drives refuse 512-byte
     // I/O), so every superblock, bitmap, journal record and stripe I/O
     // must be whole 4 KiB blocks.
+    // `journal-4k-files`: the same with file members (and journal) on ext4
+    // over such a device: their O_DIRECT alignment is 4096.
     let four_k = mode == "journal-4k";
-    let mode = if four_k { "journal" } else { mode };
+    let four_k_files = mode == "journal-4k-files";
+    let mode = if four_k || four_k_files { "journal" } else { mode };
     let mut loops: Vec<LoopDev> = Vec::new();
-    let mut files = sparse_files(dir.path(), "m", n, 160 << 20);
+    let mut fs: Option<Mount4k> = None;
+    let home = if four_k_files {
+        let img = sparse_files(dir.path(), "fs", 1, 1 << 30).remove(0);
+        let lo = LoopDev::attach_with(&img, &["--sector-size", "4096", "--direct-io=on"]);
+        run_tool(Command::new("mkfs.ext4").args(["-F", "-q"]).arg(&lo.dev));
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        run_tool(Command::new("mount").arg(&lo.dev).arg(&mnt));
+        fs = Some(Mount4k { mnt: mnt.clone(), _lo: lo });
+        mnt
+    } else {
+        dir.path().to_path_buf()
+    };
+    let mut files = sparse_files(&home, "m", n, 160 << 20);
     let mut on_4k = |f: std::path::PathBuf| -> std::path::PathBuf {
         if !four_k {
             return f;
@@ -65,7 +81,7 @@ fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64,
         args.extend(["--journal".to_string(), s(&files[n - 1]).to_string(), "--journal-size".into(), "72M".into()]);
     }
     if mode == "journal" {
-        let j = on_4k(sparse_files(dir.path(), "journal", 1, 80 << 20).remove(0));
+        let j = on_4k(sparse_files(&home, "journal", 1, 80 << 20).remove(0));
         args.extend(["--journal".to_string(), s(&j).to_string()]);
         // Given with the members from now on.
         files.push(j);
@@ -166,7 +182,21 @@ fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64,
     let zeroings = v["zeroings_issued"].as_u64().unwrap_or(0);
     // The loop devices go before the files under them.
     drop(loops);
+    drop(fs);
     Ok(zeroings)
+}
+
+/// A filesystem on a 4Kn loop device, mounted; unmounted and detached on
+/// drop.
+struct Mount4k {
+    mnt: std::path::PathBuf,
+    _lo: LoopDev,
+}
+
+impl Drop for Mount4k {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).status();
+    }
 }
 
 #[test]
@@ -203,8 +233,9 @@ fn sigkill_at_random_moments_in_every_cache_mode_loses_nothing_promised_and_leav
     assert!(zeroings > 0, "no workload issued a zeroing or discard before its kill");
 }
 
-/// The journal mode on RAID 5 (and 6) over loop devices of 4096-byte
-/// logical sectors, members and journal alike: SIGKILL at random moments
+/// The journal mode on RAID 5 and 6 over loop devices of 4096-byte
+/// logical sectors, members and journal alike, and over files on ext4 on
+/// such a device (O_DIRECT alignment 4096): SIGKILL at random moments
 /// loses no acknowledged write and leaves no mismatch. (Before the journal
 /// aligned its records to the device's logical block, `create` itself
 /// failed: "cannot write 512 bytes at offset 4096 of /dev/loopN".)
@@ -213,10 +244,10 @@ fn sigkill_with_the_journal_on_4k_sector_devices_loses_nothing() {
     let _g = shared();
     let mut rng = rng("crash seeds 4k");
     let mut failures = Vec::new();
-    for (level, n) in [(5u32, 4usize), (5, 4), (6, 5)] {
+    for (level, n, mode) in [(5u32, 4usize, "journal-4k"), (5, 4, "journal-4k-files"), (6, 5, "journal-4k"), (6, 5, "journal-4k-files")] {
         let (seed, kill_ms) = (rng.random(), rng.random_range(150..900));
-        if let Err(e) = one(level, n, "journal-4k", seed, kill_ms) {
-            failures.push(format!("RAID {level} x{n} journal on 4K sectors, seed {seed}, kill after {kill_ms} ms: {e}"));
+        if let Err(e) = one(level, n, mode, seed, kill_ms) {
+            failures.push(format!("RAID {level} x{n} {mode}, seed {seed}, kill after {kill_ms} ms: {e}"));
         }
     }
     assert!(failures.is_empty(), "{} crash cases failed:\n{}", failures.len(), failures.join("\n"));
