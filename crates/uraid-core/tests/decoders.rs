@@ -44,6 +44,18 @@ fn mutate(base: &[u8], muts: &[(usize, u8)]) -> Vec<u8> {
     v
 }
 
+/// Input offsets of the record headers of a journal seed (back to back
+/// from the log's start, input byte 0 being the flags), the first free
+/// place after them included.
+fn record_starts(input: &[u8]) -> Vec<usize> {
+    let mut v = vec![1 + 4096];
+    while let Some(h) = input.get(*v.last().unwrap()..).filter(|h| h.len() >= 512 && h[..8] == *b"URAIDJR\x01") {
+        let len = u64::from_le_bytes(h[40..48].try_into().unwrap()) as usize;
+        v.push(v.last().unwrap() + 512 + len);
+    }
+    v
+}
+
 #[test]
 fn seeds_from_the_encoders_decode() {
     for (name, b) in bitmap_seeds() {
@@ -54,6 +66,7 @@ fn seeds_from_the_encoders_decode() {
         assert_eq!(name, wname);
         let (records, _) = journal_input(&b).unwrap_or_else(|e| panic!("journal seed {name}: {e}"));
         assert_eq!(records, n, "journal seed {name}");
+        assert_eq!(record_starts(&b).len(), n as usize + 1, "journal seed {name}");
     }
     for (name, b) in volume_table_seeds() {
         volume_table_input(&b).unwrap_or_else(|e| panic!("volume table seed {name}: {e}"));
@@ -132,10 +145,14 @@ proptest! {
     #[test]
     fn journal_mutated_encodings(seed in 0usize..3, flags in 0u8..4,
                                  head in proptest::collection::vec((1usize..1 + 96, any::<u8>()), 0..4),
-                                 rec in proptest::collection::vec((1 + 4096usize..1 + 4096 + 96, any::<u8>()), 0..6),
+                                 rec in proptest::collection::vec((0usize..4, 0usize..96, any::<u8>()), 0..6),
                                  any_at in proptest::collection::vec((0usize..1 << 20, any::<u8>()), 0..4)) {
         let seeds = &*JOURNAL_SEEDS;
         let mut b = mutate(&seeds[seed % seeds.len()].1, &head);
+        // Bytes of the records' headers (the seed's records lie back to back
+        // from the log's start).
+        let starts = record_starts(&b);
+        let rec: Vec<(usize, u8)> = rec.into_iter().map(|(k, o, x)| (starts[k % starts.len()] + o, x)).collect();
         b = mutate(&b, &rec);
         b = mutate(&b, &any_at);
         b[0] = flags;
