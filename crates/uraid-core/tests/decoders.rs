@@ -44,6 +44,31 @@ fn mutate(base: &[u8], muts: &[(usize, u8)]) -> Vec<u8> {
     v
 }
 
+/// A u64 a decoder's bounds are likely to meet: edges, powers of two,
+/// sector multiples near the top, anything.
+fn edge_u64() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0u64),
+        Just(1),
+        Just(512),
+        Just(4096),
+        (0u32..64).prop_map(|s| 1u64 << s),
+        (0u32..64).prop_map(|s| u64::MAX >> s),
+        (0u32..64).prop_map(|s| (u64::MAX << s) & !511),
+        any::<u64>(),
+    ]
+}
+
+/// `base` with each `(at, value)` written as a little-endian u64 (where it
+/// fits).
+fn put_u64s(base: &mut [u8], puts: &[(usize, u64)]) {
+    for &(at, x) in puts {
+        if let Some(d) = base.get_mut(at..at + 8) {
+            d.copy_from_slice(&x.to_le_bytes());
+        }
+    }
+}
+
 /// Input offsets of the record headers of a journal seed (back to back
 /// from the log's start, input byte 0 being the flags), the first free
 /// place after them included.
@@ -70,6 +95,76 @@ fn seeds_from_the_encoders_decode() {
     }
     for (name, b) in volume_table_seeds() {
         volume_table_input(&b).unwrap_or_else(|e| panic!("volume table seed {name}: {e}"));
+    }
+}
+
+/// The u64 values the field sweeps put in every field.
+const EDGES: [u64; 12] = [0, 1, 511, 512, 4096, 1 << 32, 1 << 62, (1 << 62) + 512, 1 << 63, u64::MAX / 2 & !511, u64::MAX & !511, u64::MAX];
+
+/// Every u64 field of every record header (and of the header) of every
+/// journal seed, set to each of [`EDGES`], checksums made right: opens
+/// and replays or gives an error.
+#[test]
+fn journal_field_sweep() {
+    for (name, seed) in JOURNAL_SEEDS.iter() {
+        let mut places: Vec<usize> = (8..12).map(|f| 1 + 8 * f).collect();
+        let starts = record_starts(seed);
+        for &r in &starts[..starts.len() - 1] {
+            places.extend((1..11).map(|f| r + 8 * f));
+        }
+        for &at in &places {
+            for x in EDGES {
+                let mut b = seed.clone();
+                b[0] = 3;
+                put_u64s(&mut b, &[(at, x)]);
+                if let Err(e) = std::panic::catch_unwind(|| journal_input(&b)) {
+                    panic!("journal seed {name}, byte {} set to {x}: {e:?}", at - 1);
+                }
+            }
+        }
+    }
+}
+
+/// Every u64 field of the header of every bitmap seed set to each of
+/// [`EDGES`], CRC made right: loads or gives an error.
+#[test]
+fn bitmap_field_sweep() {
+    for (name, seed) in BITMAP_SEEDS.iter() {
+        for f in 2..8 {
+            for x in EDGES {
+                let mut b = seed.clone();
+                b[0] |= 1;
+                put_u64s(&mut b, &[(BITMAP_PREFIX + 8 * f, x)]);
+                if let Err(e) = std::panic::catch_unwind(|| bitmap_input(&b)) {
+                    panic!("bitmap seed {name}, header byte {} set to {x}: {e:?}", 8 * f);
+                }
+            }
+        }
+    }
+}
+
+/// Every u32 and u64 field of every volume entry of every volume-table
+/// seed set to each of [`EDGES`] (truncated for u32s): decodes or gives an
+/// error.
+#[test]
+fn volume_table_field_sweep() {
+    for (name, seed) in VOLUME_TABLE_SEEDS.iter() {
+        for v in 0..8 {
+            let entry = 1 + 128 * v;
+            let u64s = [56, 64, 104, 112];
+            let u32s = [48, 52, 76, 80, 100];
+            for x in EDGES {
+                for (at, wide) in u64s.iter().map(|&o| (o, true)).chain(u32s.iter().map(|&o| (o, false))) {
+                    let mut b = seed.clone();
+                    let bytes = x.to_le_bytes();
+                    let n = if wide { 8 } else { 4 };
+                    b[entry + at..entry + at + n].copy_from_slice(&bytes[..n]);
+                    if let Err(e) = std::panic::catch_unwind(|| volume_table_input(&b)) {
+                        panic!("volume table seed {name}, entry {v} byte {at} set to {x}: {e:?}");
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -125,9 +220,12 @@ proptest! {
     #[test]
     fn bitmap_mutated_encodings(seed in 0usize..3, flags in 0u8..4,
                                 head in proptest::collection::vec((4usize..4 + 64, any::<u8>()), 0..6),
+                                fields in proptest::collection::vec((2usize..8, edge_u64()), 0..3),
                                 any_at in proptest::collection::vec((0usize..1 << 20, any::<u8>()), 0..6)) {
         let seeds = &*BITMAP_SEEDS;
         let mut b = mutate(&seeds[seed % seeds.len()].1, &head);
+        // Header fields 16..64 (after the 4-byte input prefix).
+        put_u64s(&mut b, &fields.iter().map(|&(f, x)| (4 + 8 * f, x)).collect::<Vec<_>>());
         b = mutate(&b, &any_at);
         b[0] = flags;
         let _ = bitmap_input(&b);
@@ -146,14 +244,20 @@ proptest! {
     fn journal_mutated_encodings(seed in 0usize..3, flags in 0u8..4,
                                  head in proptest::collection::vec((1usize..1 + 96, any::<u8>()), 0..4),
                                  rec in proptest::collection::vec((0usize..4, 0usize..96, any::<u8>()), 0..6),
+                                 head_fields in proptest::collection::vec((8usize..12, edge_u64()), 0..2),
+                                 rec_fields in proptest::collection::vec((0usize..4, 1usize..11, edge_u64()), 0..3),
                                  any_at in proptest::collection::vec((0usize..1 << 20, any::<u8>()), 0..4)) {
         let seeds = &*JOURNAL_SEEDS;
         let mut b = mutate(&seeds[seed % seeds.len()].1, &head);
-        // Bytes of the records' headers (the seed's records lie back to back
-        // from the log's start).
+        // Bytes and u64 fields of the records' headers (the seed's records
+        // lie back to back from the log's start), and the header's log
+        // size, tail, tail sequence number and nonce.
         let starts = record_starts(&b);
-        let rec: Vec<(usize, u8)> = rec.into_iter().map(|(k, o, x)| (starts[k % starts.len()] + o, x)).collect();
+        let at = |k: usize| starts[k % starts.len()];
+        let rec: Vec<(usize, u8)> = rec.into_iter().map(|(k, o, x)| (at(k) + o, x)).collect();
         b = mutate(&b, &rec);
+        put_u64s(&mut b, &head_fields.iter().map(|&(f, x)| (1 + 8 * f, x)).collect::<Vec<_>>());
+        put_u64s(&mut b, &rec_fields.iter().map(|&(k, f, x)| (at(k) + 8 * f, x)).collect::<Vec<_>>());
         b = mutate(&b, &any_at);
         b[0] = flags;
         let _ = journal_input(&b);
@@ -183,4 +287,17 @@ fn journal_tail_sequence_at_the_end_of_u64_is_refused() {
     let e = journal_input(&b).expect_err("a tail sequence number of 2^64 - 1 opened");
     assert_eq!(e.kind(), uraid_core::ErrorKind::Superblock, "{e}");
     assert!(e.to_string().contains("sequence number"), "{e}");
+}
+
+/// A volume entry whose member size is valid alone (whole chunks, its end
+/// in u64) but whose capacity over the members is past 2^64 bytes: the
+/// superblock decoded, and the first capacity computed from it (assemble,
+/// `VolumeEntry::capacity`) overflowed. Now decode refuses the entry.
+#[test]
+fn volume_whose_capacity_overflows_is_refused() {
+    let mut b = VOLUME_TABLE_SEEDS.iter().find(|(n, _)| n == "one-raid10").unwrap().1.clone();
+    // Input byte 0 is the volume count; entry 0's member size at byte 64.
+    b[1 + 64..1 + 72].copy_from_slice(&(1u64 << 63).to_le_bytes());
+    let e = volume_table_input(&b).expect_err("a RAID 10 volume of 2^64 bytes decoded");
+    assert!(e.to_string().contains("member size 9223372036854775808 of volume 0"), "{e}");
 }
