@@ -134,7 +134,7 @@ fn write_seed_corpus() {
 /// A request with arbitrary fields (right magic) and a payload of
 /// arbitrary length, as bytes.
 fn any_request() -> impl Strategy<Value = Vec<u8>> {
-    (any::<u16>(), prop_oneof![0u16..8, any::<u16>()], any::<u64>(), prop_oneof![0u64..(3 << 20), any::<u64>()], prop_oneof![0u32..70_000, any::<u32>()], 0usize..9000)
+    (prop_oneof![Just(0u16), Just(CMD_FLAG_FUA), Just(CMD_FLAG_NO_HOLE), any::<u16>()], prop_oneof![0u16..8, any::<u16>()], any::<u64>(), prop_oneof![0u64..(3 << 20), any::<u64>(), (u64::MAX - (1 << 20))..=u64::MAX], prop_oneof![0u32..70_000, any::<u32>(), (MAX_PAYLOAD - 4096)..=MAX_PAYLOAD + 4096], 0usize..9000)
         .prop_map(|(flags, cmd, handle, offset, len, payload)| {
             let mut v = request(flags, cmd, handle, offset, len);
             v.resize(v.len() + payload, 0xab);
@@ -170,16 +170,28 @@ proptest! {
         serve(&s);
     }
 
-    /// Options with arbitrary numbers and lengths, then requests with
-    /// arbitrary fields and payloads.
+    /// Options with arbitrary numbers, lengths and data, then maybe a GO
+    /// and a READ.
     #[test]
-    fn arbitrary_options_and_requests(opts in proptest::collection::vec(any_option(), 0..6), go in any::<bool>(),
-                                      reqs in proptest::collection::vec(any_request(), 0..12)) {
+    fn arbitrary_options(opts in proptest::collection::vec(any_option(), 0..8), go in any::<bool>()) {
         let mut s = client_flags();
         s.extend(opts.concat());
         if go {
             s.extend(option(OPT_GO, &go_data(EXPORT, &[])));
+            s.extend(request(0, CMD_READ, 1, 0, 4096));
         }
+        serve(&s);
+    }
+
+    /// A valid handshake, then requests with arbitrary fields (offsets and
+    /// lengths near the edges too) and payloads of arbitrary length.
+    #[test]
+    fn arbitrary_requests(structured in any::<bool>(), reqs in proptest::collection::vec(any_request(), 0..12)) {
+        let mut s = client_flags();
+        if structured {
+            s.extend(option(OPT_STRUCTURED_REPLY, &[]));
+        }
+        s.extend(option(OPT_GO, &go_data(EXPORT, &[])));
         s.extend(reqs.concat());
         serve(&s);
     }
