@@ -135,7 +135,8 @@ fn journal_reseal(j: &mut [u8], records: bool) {
     }
     let mut pos = tail;
     for _ in 0..64 {
-        let Some(at) = (HEADER_SIZE + pos % log).try_into().ok().filter(|&a: &usize| a + 512 <= j.len()) else { return };
+        let at = (pos % log).checked_add(HEADER_SIZE).and_then(|a| usize::try_from(a).ok());
+        let Some(at) = at.filter(|&a| a.checked_add(512).is_some_and(|e| e <= j.len())) else { return };
         let Some(len) = u64_at(j, at + 40) else { return };
         let data_end = (at as u64 + 512).checked_add(len).filter(|&e| e <= j.len() as u64);
         if let Some(e) = data_end {
