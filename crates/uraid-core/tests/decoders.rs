@@ -99,7 +99,7 @@ fn seeds_from_the_encoders_decode() {
 }
 
 /// The u64 values the field sweeps put in every field.
-const EDGES: [u64; 12] = [0, 1, 511, 512, 4096, 1 << 32, 1 << 62, (1 << 62) + 512, 1 << 63, u64::MAX / 2 & !511, u64::MAX & !511, u64::MAX];
+const EDGES: [u64; 12] = [0, 1, 511, 512, 4096, 1 << 32, 1 << 62, (1 << 62) + 512, 1 << 63, (u64::MAX / 2) & !511, !511, u64::MAX];
 
 /// Every u64 field of every record header (and of the header) of every
 /// journal seed, set to each of [`EDGES`], checksums made right: opens
