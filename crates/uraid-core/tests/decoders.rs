@@ -208,10 +208,12 @@ fn write_seed_corpus() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// Arbitrary bytes in the bitmap area, with the header's CRC right or
-    /// not, under arbitrary region sizes and data ends.
+    /// Arbitrary bytes in the bitmap area under arbitrary region sizes and
+    /// data ends, the header's CRC right or not, or a valid header over
+    /// arbitrary bits.
     #[test]
-    fn bitmap_arbitrary_bytes(data in proptest::collection::vec(any::<u8>(), 0..10_000)) {
+    fn bitmap_arbitrary_bytes(flags in 0u8..8, mut data in proptest::collection::vec(any::<u8>(), 1..10_000)) {
+        data[0] = flags;
         let _ = bitmap_input(&data);
     }
 
@@ -232,9 +234,11 @@ proptest! {
     }
 
     /// Arbitrary bytes as a journal, with the header's (and the records')
-    /// CRCs right or not.
+    /// CRCs right or not, or a valid header and records with arbitrary
+    /// kinds, offsets, lengths and data.
     #[test]
-    fn journal_arbitrary_bytes(data in proptest::collection::vec(any::<u8>(), 0..10_000)) {
+    fn journal_arbitrary_bytes(flags in 0u8..16, mut data in proptest::collection::vec(any::<u8>(), 1..40_000)) {
+        data[0] = flags;
         let _ = journal_input(&data);
     }
 

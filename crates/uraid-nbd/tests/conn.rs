@@ -142,9 +142,29 @@ fn any_request() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
-/// An option with an arbitrary number, length field and data.
+/// The data of an INFO or GO option: a name, an item count (right or
+/// not) and items, the name's length field right or not.
+fn info_data() -> impl Strategy<Value = Vec<u8>> {
+    ("[a-z]{0,4}", proptest::collection::vec(any::<u16>(), 0..4), prop::option::of(0u16..8), prop::option::of(0u32..8)).prop_map(
+        |(name, items, count, nlen)| {
+            let mut v = go_data(&name, &items);
+            if let Some(n) = nlen {
+                v[..4].copy_from_slice(&n.to_be_bytes());
+            }
+            if let Some(c) = count {
+                let at = 4 + name.len();
+                v[at..at + 2].copy_from_slice(&c.to_be_bytes());
+            }
+            v
+        },
+    )
+}
+
+/// An option with an arbitrary number, length field and data (raw bytes
+/// or INFO/GO-shaped).
 fn any_option() -> impl Strategy<Value = Vec<u8>> {
-    (0u32..12, proptest::collection::vec(any::<u8>(), 0..64), prop::option::of(any::<u32>())).prop_map(|(opt, data, len)| {
+    let data = prop_oneof![proptest::collection::vec(any::<u8>(), 0..64), info_data()];
+    (0u32..12, data, prop::option::of(any::<u32>())).prop_map(|(opt, data, len)| {
         let mut v = option(opt, &data);
         if let Some(l) = len {
             v[12..16].copy_from_slice(&l.to_be_bytes());
@@ -153,13 +173,32 @@ fn any_option() -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
+/// A piece of a client stream: raw bytes, or a word the server looks for
+/// (client flags, an option or request magic, a small number, the export
+/// name), so that arbitrary streams get past the first checks.
+fn token() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..32),
+        Just(client_flags()),
+        Just(IHAVEOPT.to_be_bytes().to_vec()),
+        Just(REQUEST_MAGIC.to_be_bytes().to_vec()),
+        (0u32..16).prop_map(|n| n.to_be_bytes().to_vec()),
+        (0u16..16).prop_map(|n| n.to_be_bytes().to_vec()),
+        any::<u64>().prop_map(|n| n.to_be_bytes().to_vec()),
+        Just(EXPORT.as_bytes().to_vec()),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// Arbitrary bytes from the first one on.
+    /// Arbitrary bytes from the first one on, and arbitrary sequences of
+    /// the words the server looks for and raw bytes.
     #[test]
-    fn arbitrary_streams(data in proptest::collection::vec(any::<u8>(), 0..4096)) {
+    fn arbitrary_streams(data in proptest::collection::vec(any::<u8>(), 0..4096),
+                         tokens in proptest::collection::vec(token(), 0..48)) {
         serve(&data);
+        serve(&tokens.concat());
     }
 
     /// A valid handshake, then arbitrary bytes.

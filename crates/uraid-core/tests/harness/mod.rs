@@ -41,7 +41,9 @@ pub const BITMAP_PREFIX: usize = 4;
 
 /// The parameters a bitmap input asks for: (flags, region size, data end).
 /// Byte 0: flags (bit 0: make the header's CRC right; bit 1: member 1's
-/// area is left zero, a bad copy that load rewrites); byte 1: region size
+/// area is left zero, a bad copy that load rewrites; bit 2: write a valid
+/// header for the parameters, CRC included, so that arbitrary bits load);
+/// byte 1: region size
 /// 4 KiB << (b % 8); bytes 2..4: data area of (LE u16 + 1) x 4 KiB.
 fn bitmap_params(data: &[u8]) -> (u8, u64, u64) {
     let b = |i: usize| data.get(i).copied().unwrap_or(0);
@@ -60,7 +62,17 @@ pub fn bitmap_input(data: &[u8]) -> Result<()> {
     if area.len() < 8192 {
         area.resize(8192, 0);
     }
-    if flags & 1 != 0 {
+    if flags & 4 != 0 {
+        let regions = (data_end - DATA_OFFSET).div_ceil(region);
+        let bits = (regions.div_ceil(4)).next_multiple_of(4096);
+        area[..8].copy_from_slice(uraid_core::bitmap::MAGIC);
+        area[8..12].copy_from_slice(&uraid_core::bitmap::VERSION.to_le_bytes());
+        area[12..16].copy_from_slice(&(uraid_core::bitmap::HEADER_SIZE as u32).to_le_bytes());
+        for (i, v) in [region, regions, DATA_OFFSET, data_end, uraid_core::bitmap::BITS_OFFSET, bits].into_iter().enumerate() {
+            area[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    if flags & 5 != 0 {
         put_crc(&mut area, 4092);
     }
     let members: Vec<Member> = (0..2).map(|_| mem(data_end)).collect();
@@ -121,22 +133,60 @@ pub fn replay_volume() -> Arc<Volume> {
     Volume::new(Arc::new(ms), g, DATA_OFFSET).expect("volume")
 }
 
-/// Makes the checksums of the header (bytes 0..4096 of `j`) and of the
-/// records that follow one another from the tail right, as far as they
-/// lie in `j` (at most 64 records, not across the log's end).
-fn journal_reseal(j: &mut [u8], records: bool) {
+/// Makes the header of journal `j` valid (`header`: magic, version, a log
+/// size the device holds, a tail whose first record lies in the first 8
+/// KiB of the log, a tail sequence number below 2^62) and its CRC right;
+/// with `records`, the records that follow one another from the tail
+/// (as far as they lie in `j`, at most 64, not across the log's end) get
+/// right CRCs, and with `chain` also the right magic, sequence number,
+/// position and nonce, and fields in plausible ranges (kind 1 to 4, whole
+/// sectors, often 0 or whole 64 KiB, lengths below 8 KiB, offsets below
+/// 4 MiB, strides below 256 KiB, no data for a zeroes record), still
+/// arbitrary within them.
+fn journal_reseal(j: &mut [u8], header: bool, records: bool, chain: bool) {
     if j.len() < HEADER_SIZE as usize {
         return;
     }
+    let (Some(mut log), Some(mut tail), Some(mut seq)) = (u64_at(j, 64), u64_at(j, 72), u64_at(j, 80)) else { return };
+    if header {
+        log = MIN_LOG + log % (JOURNAL_DEVICE - HEADER_SIZE - MIN_LOG + 1);
+        let t = tail % (1 << 62);
+        tail = t - t % log + t % log % 8192;
+        seq %= 1 << 62;
+        j[..8].copy_from_slice(uraid_core::journal::MAGIC);
+        j[8..12].copy_from_slice(&3u32.to_le_bytes());
+        j[64..72].copy_from_slice(&log.to_le_bytes());
+        j[72..80].copy_from_slice(&tail.to_le_bytes());
+        j[80..88].copy_from_slice(&seq.to_le_bytes());
+    }
     put_crc(j, 4092);
-    let (Some(log), Some(tail)) = (u64_at(j, 64), u64_at(j, 72)) else { return };
-    if !records || log == 0 {
+    let nonce = u64_at(j, 88).unwrap_or(0);
+    if !(records || chain) || log == 0 {
         return;
     }
     let mut pos = tail;
-    for _ in 0..64 {
+    for i in 0..64u64 {
         let at = (pos % log).checked_add(HEADER_SIZE).and_then(|a| usize::try_from(a).ok());
         let Some(at) = at.filter(|&a| a.checked_add(512).is_some_and(|e| e <= j.len())) else { return };
+        if chain {
+            j[at..at + 8].copy_from_slice(b"URAIDJR\x01");
+            j[at + 8..at + 16].copy_from_slice(&seq.wrapping_add(i).to_le_bytes());
+            j[at + 16..at + 24].copy_from_slice(&pos.to_le_bytes());
+            j[at + 56..at + 64].copy_from_slice(&nonce.to_le_bytes());
+            let kind = 1 + u32::from_le_bytes(j[at + 24..at + 28].try_into().expect("4 bytes")) % 4;
+            j[at + 24..at + 28].copy_from_slice(&kind.to_le_bytes());
+            for (o, bound) in [(32, 4u64 << 20), (40, 8 << 10), (72, 256 << 10), (80, 8 << 10)] {
+                // Zero, whole 64 KiB (line edges) or whole sectors.
+                let raw = u64_at(j, at + o).unwrap_or(0);
+                let v = match raw % 8 {
+                    0 => 0,
+                    1 => (raw >> 3) % bound / (64 << 10) * (64 << 10),
+                    _ => (raw >> 3) % bound / 512 * 512,
+                };
+                let v = if o == 40 && kind == 4 { 0 } else { v };
+                j[at + o..at + o + 8].copy_from_slice(&v.to_le_bytes());
+            }
+        }
         let Some(len) = u64_at(j, at + 40) else { return };
         let data_end = (at as u64 + 512).checked_add(len).filter(|&e| e <= j.len() as u64);
         if let Some(e) = data_end {
@@ -154,14 +204,16 @@ fn journal_reseal(j: &mut [u8], records: bool) {
 /// Places `data[1..]` as a journal (header and log, from byte 0) on a
 /// `mem:` device of [`JOURNAL_DEVICE`] bytes, opens it and replays it onto
 /// [`replay_volume`]. Byte 0: flags (bit 0: make the header's CRC right;
-/// bit 1: also the CRCs of the records from the tail on). Returns the
-/// (records, bytes) replayed.
+/// bit 1: also the CRCs of the records from the tail on; bit 2: make the
+/// header valid; bit 3: make the records from the tail on plausible: see
+/// [`journal_reseal`]). Returns
+/// the (records, bytes) replayed.
 pub fn journal_input(data: &[u8]) -> Result<(u64, u64)> {
     let flags = data.first().copied().unwrap_or(0);
     let mut j = data.get(1..).unwrap_or(&[]).to_vec();
     j.truncate(JOURNAL_DEVICE as usize);
-    if flags & 3 != 0 {
-        journal_reseal(&mut j, flags & 2 != 0);
+    if flags & 15 != 0 {
+        journal_reseal(&mut j, flags & 4 != 0, flags & 2 != 0, flags & 8 != 0);
     }
     let m = mem(JOURNAL_DEVICE);
     m.write_all_at(&j, 0).expect("write to a mem: member");
