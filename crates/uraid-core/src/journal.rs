@@ -105,6 +105,9 @@ pub const MAX_UNIT: u64 = 4096;
 pub const MIN_LOG: u64 = 64 << 20;
 /// The largest log position a header may name (2^62 bytes).
 const MAX_POS: u64 = 1 << 62;
+/// The largest sequence number a header may name (one record per number:
+/// no log comes near it, and every count from it stays in u64).
+const MAX_SEQ: u64 = 1 << 62;
 
 /// What a record holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -432,6 +435,9 @@ impl Journal {
                 h.unit,
                 m.block_size()
             );
+        }
+        if h.tail_seq > MAX_SEQ {
+            bail!(Superblock, "{where_}: the journal header's tail sequence number {} is past any record's (at most {MAX_SEQ})", h.tail_seq);
         }
         Ok(Self::with(m, base, h, host))
     }

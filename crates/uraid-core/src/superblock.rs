@@ -564,6 +564,11 @@ impl Superblock {
             if v.member_size < v.chunk || !v.member_size.is_multiple_of(v.chunk) || v.member_start.checked_add(v.member_size).is_none() {
                 return inv(format!("member size {} of volume {i}", v.member_size));
             }
+            // The volume's capacity (at most member count x member size, at
+            // every level) must be a byte count too.
+            if v.member_size.checked_mul(member_count as u64).is_none() {
+                return inv(format!("member size {} of volume {i} (over {member_count} members: past 2^64 bytes)", v.member_size));
+            }
             volumes.push(v);
         }
         // Journal regions on members: past the volumes' areas, apart.

@@ -280,6 +280,23 @@ impl Server {
         Ok(())
     }
 
+    /// Serves one already-connected client on the calling thread: the
+    /// handshake, then the transmission phase, exactly as a connection
+    /// [`run`](Self::run) accepted is served (same options, limits and
+    /// timeouts, counted in [`connections`](Self::connections) meanwhile).
+    /// Returns when the connection ends: the client hangs up or aborts, a
+    /// protocol error or a timeout ends it, or the server is stopped.
+    /// Used by tests and fuzzers that feed the server a byte stream.
+    ///
+    /// Errors: `fd` cannot be made non-blocking (nothing is served).
+    pub fn serve_stream(&self, fd: OwnedFd) -> io::Result<()> {
+        let sock = Sock::new(fd, self.opts.client_timeout, self.shutdown.clone())?;
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        connection(sock, &self.exports, self.opts.clone(), &self.shutdown, &self.buffers);
+        self.connections.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn spawn(&self, fd: OwnedFd) -> Option<std::thread::JoinHandle<()>> {
         let sock = Sock::new(fd, self.opts.client_timeout, self.shutdown.clone()).ok()?;
         let exports = self.exports.clone();
