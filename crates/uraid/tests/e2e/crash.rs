@@ -131,7 +131,7 @@ fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64,
         }
         match ended {
             None => break child,
-            Some((_, e)) if tries < 20 && e.contains("in use by another uraid process") => {
+            Some((_, e)) if tries < 20 && e.contains(" in use ") => {
                 std::thread::sleep(Duration::from_millis(250));
             }
             Some((st, e)) => return Err(format!("the workload ended before it started writing ({st}): {e}")),
@@ -147,7 +147,8 @@ fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64,
         return Err(format!("the workload ended by itself before the kill ({st}): {e}"));
     }
     // The killed process's io_uring is torn down by the kernel after it
-    // dies, and the members' locks go with it: give that a few seconds.
+    // dies, and the members' locks go with it (on a block device its
+    // O_EXCL hold: "is in use (mounted, ..."): give that a few seconds.
     let mut tries = 0;
     let out = loop {
         let out = Command::new(TORTURE)
@@ -158,7 +159,7 @@ fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64,
             .output()
             .unwrap();
         tries += 1;
-        if out.status.success() || tries >= 20 || !String::from_utf8_lossy(&out.stderr).contains("in use by another uraid process") {
+        if out.status.success() || tries >= 20 || !String::from_utf8_lossy(&out.stderr).contains(" in use ") {
             break out;
         }
         std::thread::sleep(Duration::from_millis(250));
