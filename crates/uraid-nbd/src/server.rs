@@ -571,7 +571,7 @@ fn connection(sock: Sock, exports: &[Live], opts: ServerOptions, shutdown: &Atom
     }
     if let Ok(t) = Transmission::new(&mut w, n.export, n.structured, &opts, buffers.clone()) {
         t.run(shutdown);
-    }
+    };
 }
 
 /// What one request in flight is waiting for.
@@ -648,6 +648,14 @@ struct Transmission<'s> {
     broken: bool,
 }
 
+impl Drop for Transmission<'_> {
+    /// Every buffer goes with the connection, also when its thread
+    /// panicked: the server-wide buffer count gets them back.
+    fn drop(&mut self) {
+        self.buffers.fetch_sub(std::mem::take(&mut self.held), Ordering::Relaxed);
+    }
+}
+
 impl<'s> Transmission<'s> {
     fn new(s: &'s mut Wire, live: &'s Live, structured: bool, opts: &ServerOptions, buffers: Arc<AtomicUsize>) -> io::Result<Self> {
         let depth = opts.queue_depth.max(1);
@@ -721,8 +729,7 @@ impl<'s> Transmission<'s> {
         }
         // SAFETY: shutdown(2) on the connection's own, still open socket.
         unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
-        // Every buffer goes with this connection.
-        self.buffers.fetch_sub(self.held, Ordering::Relaxed);
+        // Every buffer goes with this connection: see Drop.
     }
 
     /// Moves to the export's current volume (nothing in flight). False

@@ -140,6 +140,8 @@ impl Raw {
     fn greet(socket: &Path) -> Raw {
         let mut s = UnixStream::connect(socket).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        // A payload the server never takes fails the test, not hangs it.
+        s.set_write_timeout(Some(Duration::from_secs(15))).unwrap();
         let mut hello = [0u8; 18];
         s.read_exact(&mut hello).unwrap();
         assert_eq!(&hello[..16], b"NBDMAGICIHAVEOPT");
@@ -714,7 +716,8 @@ fn stop_any(mut srv: Srv, limit: Duration) -> (std::process::ExitStatus, String)
 /// connection only: a verifying fio job on another connection passes, a
 /// write to the same stripe from another client completes (the lock went
 /// with the queue; before, it was held for ever and that write hung), the
-/// server stops within seconds, and it leaves the array unclean (a write
+/// buffers it held go back to the server's budget, the server stops within
+/// seconds, and it leaves the array unclean (a write
 /// was cut short) so that the next assemble resyncs it: `check` then finds
 /// no mismatch.
 #[test]
@@ -724,7 +727,10 @@ fn a_panic_in_one_connection_ends_only_that_connection() {
     let d = tmpdir();
     let m = raid5(d.path(), "panic");
     let at: u64 = 64 << 20;
-    let mut srv = Srv::start_with(&m, d.path(), &[], |c| {
+    // A small server-wide buffer budget: the 16 MiB the panicking
+    // connection holds must come back to it, or the 32 MiB write below
+    // waits for room for ever.
+    let mut srv = Srv::start_with(&m, d.path(), &["--conn-buffer", "32M", "--buffer-memory", "40M"], |c| {
         c.env("URAID_FAILPOINT_QUEUE_PANIC", at.to_string());
     });
     let fio = Command::new("fio")
@@ -737,7 +743,7 @@ fn a_panic_in_one_connection_ends_only_that_connection() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let mut r = Raw::connect(&srv.socket, "panic");
-    r.send(CMD_WRITE, 1, at, 4096, &[7u8; 4096]).unwrap();
+    r.send(CMD_WRITE, 1, at, 16 << 20, &vec![7u8; 16 << 20]).unwrap();
     assert!(r.closed_within(Duration::from_secs(10)), "the connection whose thread panicked was not closed");
     srv.assert_up("after a connection's thread panicked");
     let mut c = Raw::connect(&srv.socket, "panic");
@@ -745,6 +751,7 @@ fn a_panic_in_one_connection_ends_only_that_connection() {
     c.send(CMD_WRITE, 2, at + 4096, 4096, &[8u8; 4096]).unwrap();
     assert_eq!(c.reply(0).1, 0, "a write to the stripe the panicking queue held failed");
     round_trip(&srv.socket, "panic", at + (1 << 20), 256 << 10, "after the panic");
+    round_trip(&srv.socket, "panic", 88 << 20, 32 << 20, "the buffer budget after the panic");
     let out = fio.wait_with_output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && text.contains("err= 0"), "the verifying fio job failed:\n{text}");
