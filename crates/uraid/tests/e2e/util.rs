@@ -549,19 +549,34 @@ impl Drop for ThrottledFile {
 /// and the port it printed.
 pub fn serve_tcp(members: &[PathBuf], extra: &[&str]) -> (ChildGuard, String) {
     use std::io::BufRead;
-    let mut child = ChildGuard(
-        std::process::Command::new(URAID)
-            .args(["serve", "--tcp", "127.0.0.1:0"])
-            .args(extra)
-            .args(members)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut first = String::new();
-    std::io::BufReader::new(child.0.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
+    // The `uraid create` just before may hold a member for a moment after
+    // it exits (the kernel drops its io_uring's files later); under a
+    // loaded run that can outlast serve's own 2 s wait: start it again.
+    let mut tries = 0;
+    let (child, first) = loop {
+        let err = tempfile::NamedTempFile::new().unwrap();
+        let mut child = ChildGuard(
+            std::process::Command::new(URAID)
+                .args(["serve", "--tcp", "127.0.0.1:0"])
+                .args(extra)
+                .args(members)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(err.reopen().unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let mut first = String::new();
+        std::io::BufReader::new(child.0.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
+        if !first.trim().is_empty() {
+            break (child, first);
+        }
+        let _ = child.0.wait();
+        let e = std::fs::read_to_string(err.path()).unwrap_or_default();
+        tries += 1;
+        assert!(tries < 20 && e.contains(" in use "), "uraid serve printed no URI: {e}");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    };
     let uri = first.split_whitespace().last().expect("serve prints its URI").to_string();
     assert!(uri.starts_with("nbd://127.0.0.1:") || uri.starts_with("nbds://127.0.0.1:"), "URI {uri}");
     let port = uri.split("127.0.0.1:").nth(1).and_then(|r| r.split('/').next()).expect("a port").to_string();
