@@ -837,7 +837,7 @@ impl Bitmap {
                             eprintln!(
                                 "uraid: the write-intent bitmap's daemon panicked ({}); it stops: bits are no longer \
                                  cleared until the next assemble",
-                                crate::cache::panic_message(&*p)
+                                crate::error::panic_message(&*p)
                             );
                             return;
                         }

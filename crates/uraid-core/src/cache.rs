@@ -1556,7 +1556,7 @@ impl Cache {
                         eprintln!("uraid: the write-back cache could not write to the members: {e}");
                         std::thread::sleep(Duration::from_millis(200));
                     }
-                    Err(panic) => return c.flusher_died(&panic_message(&*panic)),
+                    Err(panic) => return c.flusher_died(&crate::error::panic_message(&*panic)),
                 }
             })
             .expect("cannot start the cache flusher thread");
@@ -1594,16 +1594,6 @@ impl Cache {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-}
-
-/// The message of a caught panic's payload (a `&str` or a `String`, as
-/// `panic!` makes them).
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

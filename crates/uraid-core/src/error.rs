@@ -70,11 +70,6 @@ impl Error {
         Error { kind: ErrorKind::Io, msg: format!("{}: {e}", what.into()), errno: Some(errno) }
     }
 
-    /// The OS errno behind this error, when one caused it.
-    pub fn os_errno(&self) -> Option<i32> {
-        self.errno
-    }
-
     /// True when this member I/O error means the device is failing, so the
     /// member must be failed (md fails a member on any write error; uraid
     /// tells apart the errors that say nothing about the device). Not a
@@ -134,6 +129,16 @@ impl Error {
             | ErrorKind::Io => libc::EIO,
         }
     }
+}
+
+/// The message of a caught panic's payload (a `&str` or a `String`, as
+/// `panic!` makes them).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 /// Builds an `Err(Error::new(kind, format!(...)))`.

@@ -313,7 +313,7 @@ impl Server {
                 connection(sock, &exports, opts, &shutdown, &buffers);
             }));
             if let Err(p) = served {
-                let why = uraid_core::cache::panic_message(&*p);
+                let why = uraid_core::error::panic_message(&*p);
                 let _ = writeln!(
                     std::io::stderr(),
                     "uraid serve: a connection's thread panicked ({why}); that connection is closed, the others go on"
