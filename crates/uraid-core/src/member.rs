@@ -187,6 +187,10 @@ static BUFFERED_WARNING: Once = Once::new();
 /// io_uring, which holds the member files, and that work is deferred).
 const BUSY_RETRIES: u32 = 100;
 
+/// How many 20 ms retries of a member's lock while its holder is a process
+/// that has already exited (30 s): see `Member::lock`.
+const EXITED_HOLDER_RETRIES: u32 = 1500;
+
 /// The `URAID_FAILPOINT_FAIL_WRITES=PATH@START-END` failpoint (end-to-end
 /// tests of a member failing under a running process): the member opened
 /// as `PATH` fails every write that touches absolute member bytes
@@ -351,8 +355,13 @@ impl Member {
                 return Ok(());
             }
             let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EWOULDBLOCK) && tries < BUSY_RETRIES {
+            let busy = e.raw_os_error() == Some(libc::EWOULDBLOCK);
+            if busy && (tries < BUSY_RETRIES || (tries < EXITED_HOLDER_RETRIES && self.lock_holder_exited())) {
                 // See the retry in open_path: the holder may be exiting.
+                // While /proc/locks names a holder that has already exited
+                // (its io_uring keeps the file open until the kernel's exit
+                // work ends, which can take seconds on a loaded machine),
+                // keep waiting longer than for a live holder.
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(20));
                 continue;
@@ -368,6 +377,37 @@ impl Member {
             }
             return Err(Error::io("cannot lock member", Path::new(&self.name), e));
         }
+    }
+
+    /// Whether the process that holds this member's `flock` (as
+    /// /proc/locks names it) has exited or is exiting (a zombie, or gone):
+    /// then the lock is released as soon as the kernel drops its last file
+    /// reference. False when no holder can be named or it still runs.
+    fn lock_holder_exited(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(md) = self.file.metadata() else { return false };
+        let dev = md.dev();
+        // /proc/locks prints MAJOR:MINOR in hex and the inode in decimal.
+        let want = format!("{:02x}:{:02x}:{}", libc::major(dev), libc::minor(dev), md.ino());
+        let Ok(locks) = std::fs::read_to_string("/proc/locks") else { return false };
+        for line in locks.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // "1: FLOCK  ADVISORY  WRITE 1234 00:2d:5678 0 EOF"; blocked
+            // waiters have a "->" field and are skipped.
+            if f.len() < 6 || f[1] != "FLOCK" || f[5] != want {
+                continue;
+            }
+            let Ok(pid) = f[4].parse::<u32>() else { return false };
+            if pid == 0 || pid == std::process::id() {
+                return false;
+            }
+            return match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                // The state follows the command name's closing parenthesis.
+                Ok(stat) => matches!(stat.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()), Some('Z' | 'X')),
+                Err(_) => true,
+            };
+        }
+        false
     }
 
     /// Adds emulated ceilings to this member (used by `uraid demo --dir` to
@@ -656,5 +696,47 @@ mod tests {
         assert_eq!(t.admit(4096, 10_000_000), 11_005_000);
         let b = Throttle::new(Limits { bw: 1_000_000, iops: 0, lat_us: 0 });
         assert_eq!(b.admit(1000, 0), 1_000_000);
+    }
+
+    /// A lock whose holder has exited but whose file is still open
+    /// elsewhere (as a killed process's io_uring keeps it for a while) is
+    /// waited for past the 2 s given to a live holder.
+    #[test]
+    fn a_lock_held_for_an_exited_process_is_waited_for() {
+        use std::os::fd::AsRawFd;
+        let dir = std::env::temp_dir().join(format!("uraid-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m0");
+        std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+        let held = File::open(&path).unwrap();
+        // SAFETY: the child only calls flock and _exit (async-signal-safe)
+        // before it ends; the parent waits for it.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                // The lock belongs to the open file description shared with
+                // the parent, and /proc/locks names this child as its holder.
+                libc::flock(held.as_raw_fd(), libc::LOCK_EX);
+                libc::_exit(0);
+            }
+            let mut st = 0;
+            libc::waitpid(pid, &mut st, 0);
+        }
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(5));
+            drop(held);
+        });
+        let spec = MemberSpec::Path(path.clone());
+        let t0 = std::time::Instant::now();
+        let m = Member::open(&spec, OpenMode { write: true, exclusive: true });
+        release.join().unwrap();
+        assert!(m.is_ok(), "after {:?}: {}", t0.elapsed(), m.unwrap_err());
+        // A live holder (this process, through another descriptor) is still
+        // refused after the short wait.
+        let again = Member::open(&spec, OpenMode { write: true, exclusive: true }).unwrap_err();
+        assert!(again.to_string().contains("in use by another uraid process"), "{again}");
+        drop(m);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
