@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use uraid_core::superblock::Superblock;
+use uraid_core::control::superblock::Superblock;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(sb) = Superblock::decode(data) {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use uraid_bench::loadgen::{run, Fill};
 use uraid_bench::profile::{by_name, Dir, Test};
-use uraid_core::member::{Member, MemberSpec, OpenMode};
-use uraid_core::superblock::DATA_OFFSET;
+use uraid_core::io::member::{Member, MemberSpec, OpenMode};
+use uraid_core::control::superblock::DATA_OFFSET;
 use uraid_core::{Geometry, Level, Volume};
 
 fn main() -> uraid_core::Result<()> {

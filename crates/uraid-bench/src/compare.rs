@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use uraid_core::array::temporary;
-use uraid_core::superblock::DATA_OFFSET;
+use uraid_core::control::array::temporary;
+use uraid_core::control::superblock::DATA_OFFSET;
 use uraid_core::units::fmt_size;
 use uraid_core::{bail, Geometry, Member, Result, Volume};
 

@@ -30,7 +30,7 @@ use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use serde::Serialize;
-use uraid_core::member::now_ns;
+use uraid_core::io::member::now_ns;
 use uraid_core::{bail, Completion, Error, IoBuf, Op, Request, Result, Volume};
 
 use crate::profile::{Dir, Pattern, Test};

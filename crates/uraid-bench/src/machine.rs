@@ -15,7 +15,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use uraid_core::member::MemberKind;
+use uraid_core::io::member::MemberKind;
 use uraid_core::Member;
 
 /// The computer and operating system.

@@ -240,7 +240,7 @@ pub fn by_name(name: &str) -> Option<Profile> {
     let block = parse_block(size)?;
     let qd: usize = qd.parse().ok()?;
     let threads: usize = threads.parse().ok()?;
-    if block < 512 || block % 512 != 0 || block > uraid_core::engine::MAX_REQUEST {
+    if block < 512 || block % 512 != 0 || block > uraid_core::io::request::MAX_REQUEST {
         return None;
     }
     if !(1..=MAX_QD).contains(&qd) || !(1..=MAX_THREADS).contains(&threads) {

@@ -128,7 +128,7 @@ impl Report {
     pub fn new(opts: &ReviewOptions) -> Report {
         Report {
             machine: machine(),
-            started_unix: uraid_core::superblock::unix_now(),
+            started_unix: uraid_core::control::superblock::unix_now(),
             stat: opts.stat,
             sets: opts.sets.clone(),
             runs: opts.suite.runs,

@@ -22,7 +22,7 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::Serialize;
-use uraid_core::member::now_ns;
+use uraid_core::io::member::now_ns;
 use uraid_core::{bail, IoBuf, Op, Request, Result, Volume};
 
 use crate::loadgen::{cpu_time, fill_buf, new_hist, Fill, Latency};
@@ -269,7 +269,7 @@ pub fn atto_sizes(min: usize, max: usize) -> Vec<usize> {
 /// Errors: `InvalidInput` for bad options or a target smaller than the
 /// largest transfer; the first I/O error.
 pub fn atto(vol: &Arc<Volume>, opts: &AttoOptions, progress: &mut dyn FnMut(SweepProgress)) -> Result<Atto> {
-    if opts.min == 0 || opts.max < opts.min || opts.max > uraid_core::engine::MAX_REQUEST {
+    if opts.min == 0 || opts.max < opts.min || opts.max > uraid_core::io::request::MAX_REQUEST {
         bail!(InvalidInput, "ATTO transfer sizes must run from 512 bytes up to at most 64M, smallest first");
     }
     if opts.qd == 0 || opts.qd > 256 {
@@ -373,7 +373,7 @@ pub struct Surface {
 pub fn surface(vol: &Arc<Volume>, opts: &SurfaceOptions, progress: &mut dyn FnMut(SweepProgress)) -> Result<Surface> {
     let bs = vol.block_size() as u64;
     let len = opts.len.unwrap_or(u64::MAX).min(vol.capacity()) / bs * bs;
-    if opts.block == 0 || !(opts.block as u64).is_multiple_of(bs) || opts.block > uraid_core::engine::MAX_REQUEST {
+    if opts.block == 0 || !(opts.block as u64).is_multiple_of(bs) || opts.block > uraid_core::io::request::MAX_REQUEST {
         bail!(InvalidInput, "the surface block size must be a multiple of {bs} bytes up to 64M");
     }
     if len < opts.block as u64 {

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde::Serialize;
-use uraid_core::array::{self, Array, Examination};
-use uraid_core::superblock::DATA_OFFSET;
+use uraid_core::control::array::{self, Array, Examination};
+use uraid_core::control::superblock::DATA_OFFSET;
 use uraid_core::units::fmt_size;
 use uraid_core::{bail, Geometry, MemberSpec, Result, Volume};
 
@@ -124,9 +124,9 @@ pub fn open(spec: &TargetSpec, index: usize, o: OpenOptions) -> Result<Target> {
         match array::assemble(&spec.specs) {
             Ok(arr) => {
                 let v = arr.volume().clone();
-                let head = v.read_at(0, (uraid_core::signature::PROBE_LEN as u64).min(v.capacity()) as usize & !4095)?;
+                let head = v.read_at(0, (uraid_core::control::signature::PROBE_LEN as u64).min(v.capacity()) as usize & !4095)?;
                 if o.writes && !o.overwrite {
-                    if let Some(sig) = uraid_core::signature::detect(&head) {
+                    if let Some(sig) = uraid_core::control::signature::detect(&head) {
                         let name = arr.name().to_string();
                         drop(v);
                         let _ = arr.stop();
@@ -188,7 +188,7 @@ pub fn describe(vol: &Volume, kind: &TargetKind) -> String {
     let names: Vec<String> = vol
         .members()
         .iter()
-        .map(|m| format!("{}{}", m.name(), if m.direct() || m.kind() == uraid_core::member::MemberKind::Mem { "" } else { " (buffered)" }))
+        .map(|m| format!("{}{}", m.name(), if m.direct() || m.kind() == uraid_core::io::member::MemberKind::Mem { "" } else { " (buffered)" }))
         .collect();
     let geo = vol.geometry();
     match kind {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use uraid_core::parity::Kernel;
+use uraid_core::raid::parity::Kernel;
 
 struct Opts {
     reps: usize,

@@ -15,27 +15,17 @@
 //!
 //! Sizes are bytes unless a name says otherwise; MB/s means 10^6 bytes/s.
 
-pub mod array;
-pub mod bitmap;
 pub mod cache;
-pub mod buf;
-pub mod engine;
+pub mod control;
 pub mod error;
-pub mod fault;
-pub mod geometry;
-pub mod health;
-pub mod journal;
-pub mod layout;
-pub mod locks;
-pub mod maint;
-pub mod member;
-pub mod parity;
-pub mod signature;
-pub mod superblock;
+pub mod io;
+pub mod raid;
 pub mod units;
+pub mod volume;
 
-pub use buf::IoBuf;
-pub use engine::{Completion, Op, Queue, Request, Volume};
 pub use error::{Error, ErrorKind, Result};
-pub use geometry::{Geometry, Level};
-pub use member::{Member, MemberSpec};
+pub use io::buf::IoBuf;
+pub use io::member::{Member, MemberSpec};
+pub use io::request::{BlockQueue, Completion, Op, Request};
+pub use raid::geometry::{Geometry, Level};
+pub use volume::{Queue, Volume};

@@ -61,6 +61,14 @@ pub fn fmt_size(bytes: u64) -> String {
     }
 }
 
+/// A random version-4 UUID.
+pub fn new_uuid() -> [u8; 16] {
+    let mut u: [u8; 16] = rand::random();
+    u[6] = (u[6] & 0x0f) | 0x40;
+    u[8] = (u[8] & 0x3f) | 0x80;
+    u
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 use uraid_core::cache::{CacheConfig, CacheMode};
-use uraid_core::geometry::Geometry;
-use uraid_core::journal::{Journal, JournalId};
-use uraid_core::member::{Member, MemberSpec, OpenMode};
-use uraid_core::superblock::DATA_OFFSET;
+use uraid_core::raid::geometry::Geometry;
+use uraid_core::cache::journal::{Journal, JournalId};
+use uraid_core::io::member::{Member, MemberSpec, OpenMode};
+use uraid_core::control::superblock::DATA_OFFSET;
 use uraid_core::{IoBuf, Level, Request, Volume};
 
 fn seed() -> u64 {
@@ -123,7 +123,7 @@ fn run_mode(mode: CacheMode, level: Level, n: usize, chunk: u64) {
     v.flush().unwrap();
     assert!(raw.read_at(0, model.len()).unwrap() == model, "{mode:?}: members differ from the model after a flush");
     if level != Level::Raid0 {
-        let r = uraid_core::maint::check(&raw, false, &mut |_, _| {}).unwrap();
+        let r = uraid_core::control::maint::check(&raw, false, &mut |_, _| {}).unwrap();
         assert_eq!(r.mismatches, 0, "{mode:?}: parity or copies disagree after a flush");
     }
     let st = v.cache().unwrap().stats();
@@ -218,7 +218,7 @@ fn journal_random_writes_over_more_stripes_than_the_log_holds_never_stall() {
     for (i, part) in model.chunks(32 << 20).enumerate() {
         assert!(raw.read_at((i * (32 << 20)) as u64, part.len()).unwrap() == part, "seed {s}: the members differ from the model");
     }
-    assert_eq!(uraid_core::maint::check(&raw, false, &mut |_, _| {}).unwrap().mismatches, 0);
+    assert_eq!(uraid_core::control::maint::check(&raw, false, &mut |_, _| {}).unwrap().mismatches, 0);
 }
 
 #[test]
@@ -261,7 +261,7 @@ fn small_sequential_writes_become_full_stripes_without_member_reads() {
         let reads = v.stripe_reads();
         assert_eq!(reads > 0, expect_reads, "{mode:?}: {reads} member reads by stripe operations");
         assert!(raw.read_at(0, model.len()).unwrap() == model, "{mode:?}: members differ");
-        assert_eq!(uraid_core::maint::check(&raw, false, &mut |_, _| {}).unwrap().mismatches, 0);
+        assert_eq!(uraid_core::control::maint::check(&raw, false, &mut |_, _| {}).unwrap().mismatches, 0);
         if mode == CacheMode::WriteBack {
             let st = v.cache().unwrap().stats();
             assert_eq!(st.full_lines, (3 << 20) / (192 << 10), "every stripe written whole: {st:?}");
@@ -363,7 +363,7 @@ fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send
 
 #[test]
 fn journal_zeroings_and_discards_never_stall() {
-    use uraid_core::engine::Op;
+    use uraid_core::io::request::Op;
     // RAID 5 x4, chunk 64K: lines of 192 KiB, a 64 MiB log.
     let cfg = CacheConfig { mode: CacheMode::Journal, ..CacheConfig::default() };
     // 1. One zeroing over 80 MiB the cache holds (clean, after a write-back):
@@ -430,12 +430,12 @@ fn journal_zeroings_and_discards_never_stall() {
 fn a_lost_journal_is_recorded_only_once_what_it_held_is_on_the_members() {
     use std::sync::atomic::{AtomicU8, Ordering};
     let spec: MemberSpec = format!("mem:{}", DATA_OFFSET + 64 * (64 << 10)).parse().unwrap();
-    let plans: Vec<Arc<uraid_core::fault::Faults>> = (0..2).map(|_| Arc::new(uraid_core::fault::Faults::new())).collect();
+    let plans: Vec<Arc<uraid_core::io::fault::Faults>> = (0..2).map(|_| Arc::new(uraid_core::io::fault::Faults::new())).collect();
     let ms: Vec<Member> = plans
         .iter()
         .map(|f| {
             let mut m = Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap();
-            m.set_faults(f.clone());
+            f.attach(&mut m);
             f.volatile_cache();
             m
         })
@@ -443,9 +443,9 @@ fn a_lost_journal_is_recorded_only_once_what_it_held_is_on_the_members() {
     let g = Geometry::new(Level::Raid1, 2, 64 << 10, 64 * (64 << 10)).unwrap();
     let raw = Volume::new(Arc::new(ms.iter().map(|m| m.try_clone().unwrap()).collect()), g, DATA_OFFSET).unwrap();
     let v = Volume::new(Arc::new(ms), g, DATA_OFFSET).unwrap();
-    let jfaults = Arc::new(uraid_core::fault::Faults::new());
+    let jfaults = Arc::new(uraid_core::io::fault::Faults::new());
     let mut jm = Member::open(&"mem:65M".parse().unwrap(), OpenMode { write: true, exclusive: false }).unwrap();
-    jm.set_faults(jfaults.clone());
+    jfaults.attach(&mut jm);
     let id = JournalId { array: [1; 16], volume: [2; 16], journal: [3; 16] };
     let j = Arc::new(Journal::format(jm, id).unwrap());
     // 0: not recorded; 1: recorded with A durable on the members; 2:

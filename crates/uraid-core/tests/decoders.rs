@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 
 use harness::*;
 use proptest::prelude::*;
-use uraid_core::superblock::Superblock;
+use uraid_core::control::superblock::Superblock;
 
 type Seeds = LazyLock<Vec<(String, Vec<u8>)>>;
 static BITMAP_SEEDS: Seeds = LazyLock::new(bitmap_seeds);

@@ -25,15 +25,15 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
-use uraid_core::bitmap::Bitmap;
+use uraid_core::raid::bitmap::Bitmap;
 use uraid_core::cache::{CacheConfig, CacheMode};
-use uraid_core::engine::Shared;
-use uraid_core::fault::Faults;
-use uraid_core::geometry::Geometry;
-use uraid_core::health::Health;
-use uraid_core::journal::{Host, Journal, JournalId};
-use uraid_core::member::{Member, MemberSpec, OpenMode};
-use uraid_core::superblock::DATA_OFFSET;
+use uraid_core::raid::engine::Shared;
+use uraid_core::io::fault::Faults;
+use uraid_core::raid::geometry::Geometry;
+use uraid_core::raid::health::Health;
+use uraid_core::cache::journal::{Host, Journal, JournalId};
+use uraid_core::io::member::{Member, MemberSpec, OpenMode};
+use uraid_core::control::superblock::DATA_OFFSET;
 use uraid_core::{IoBuf, Level, Request, Volume};
 
 const REGION: u64 = 256 << 10;
@@ -139,7 +139,7 @@ fn mem_members(n: usize, size: u64) -> (Vec<Arc<Faults>>, Arc<Vec<Member>>) {
         .iter()
         .map(|f| {
             let mut m = Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap();
-            m.set_faults(f.clone());
+            f.attach(&mut m);
             m
         })
         .collect();
@@ -291,9 +291,9 @@ fn run_with(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade
             // With the journal, half are discards (which then read back as
             // zeroes, and must not tear a stripe either).
             let op = if journaled && drng.random_ratio(1, 2) {
-                uraid_core::engine::Op::Discard
+                uraid_core::io::request::Op::Discard
             } else {
-                uraid_core::engine::Op::WriteZeroes { no_hole: false }
+                uraid_core::io::request::Op::WriteZeroes { no_hole: false }
             };
             Request { op, offset: off as u64, len, buf: None, tag, fua }
         } else {
@@ -336,14 +336,14 @@ fn run_with(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade
             Place::Own => Journal::open(jm.try_clone().unwrap()).unwrap(),
             _ => Journal::open_region(jm.try_clone().unwrap(), jstart, JOURNAL_REGION, None).unwrap(),
         };
-        j.replay(&v, uraid_core::cache::Cache::line_for(&v)).unwrap();
+        j.replay(v.raid(), uraid_core::cache::Cache::line_for(&v)).unwrap();
         // With the journal, everything acknowledged is durable.
         since.clear();
     }
     let degrade = degrade || lost_journal;
     if !degrade {
         let dirty = v.bitmap().unwrap().dirty();
-        uraid_core::maint::resync(&v, &dirty).unwrap();
+        uraid_core::control::maint::resync(&v, &dirty).unwrap();
     }
     let back = v.read_at(0, cap).unwrap();
     // A block written after the last flush (and not with FUA) may hold the
@@ -363,7 +363,7 @@ fn run_with(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade
     if degrade {
         return lost;
     }
-    let c = uraid_core::maint::check(&v, false, &mut |_, _| {}).unwrap();
+    let c = uraid_core::control::maint::check(&v, false, &mut |_, _| {}).unwrap();
     assert_eq!(
         c.mismatches, 0,
         "{level} x{n} chunk {chunk} cache {mode:?}, seed {s}: copies or parity disagree after the resync; replay: \
@@ -506,7 +506,7 @@ fn flushed_pattern(level: Level, n: usize, chunk: u64, mode: CacheMode, len: usi
 /// concurrency exposes it: see REGRESSIONS.)
 #[test]
 fn a_flush_covers_zeroes_and_discards_sent_on_by_a_write_back_cache() {
-    use uraid_core::engine::Op;
+    use uraid_core::io::request::Op;
     for (level, n, chunk) in [(Level::Raid1, 2, 64u64 << 10), (Level::Raid5, 3, 64 << 10)] {
         for op in [Op::WriteZeroes { no_hole: false }, Op::Discard] {
             let what = format!("{level} x{n} {op:?}");
@@ -532,7 +532,7 @@ fn a_flush_covers_zeroes_and_discards_sent_on_by_a_write_back_cache() {
 /// had completed.
 #[test]
 fn a_fua_zeroing_or_discard_is_durable_when_it_completes() {
-    use uraid_core::engine::Op;
+    use uraid_core::io::request::Op;
     for (level, n, chunk) in [(Level::Raid0, 2, 64u64 << 10), (Level::Raid1, 2, 64 << 10), (Level::Raid10, 3, 64 << 10), (Level::Raid5, 3, 64 << 10), (Level::Raid6, 4, 32 << 10)] {
         for mode in [CacheMode::Off, CacheMode::WriteThrough, CacheMode::WriteBack] {
             for op in [Op::WriteZeroes { no_hole: false }, Op::WriteZeroes { no_hole: true }, Op::Discard] {

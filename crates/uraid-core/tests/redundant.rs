@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use rand::{Rng, RngCore, SeedableRng};
 use rand::rngs::StdRng;
-use uraid_core::geometry::Geometry;
-use uraid_core::health::MemberState;
-use uraid_core::layout::{Layout, RedundantLevel, Role};
-use uraid_core::member::{Member, MemberSpec, OpenMode};
-use uraid_core::superblock::DATA_OFFSET;
+use uraid_core::raid::geometry::Geometry;
+use uraid_core::raid::health::MemberState;
+use uraid_core::raid::layout::{Layout, RedundantLevel, Role};
+use uraid_core::io::member::{Member, MemberSpec, OpenMode};
+use uraid_core::control::superblock::DATA_OFFSET;
 use uraid_core::{Level, Request, Volume};
 
 const LEVELS: [Level; 4] = [Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6];
@@ -181,7 +181,7 @@ fn run_level(level: Level, max_members: usize) {
                         Arc::new(v.members().iter().map(|m| m.try_clone().unwrap()).collect()),
                         *v.geometry(),
                         DATA_OFFSET,
-                        uraid_core::engine::Shared { health: Arc::new(uraid_core::health::Health::new(n)), bitmap: None },
+                        uraid_core::raid::engine::Shared { health: Arc::new(uraid_core::raid::health::Health::new(n)), bitmap: None },
                     )
                     .unwrap();
                     for &m in &failed {
@@ -269,19 +269,19 @@ fn full_stripe_writes_read_nothing_and_rmw_picks_fewer_reads() {
 }
 
 /// A volume whose members carry fault plans; returns the plans too.
-fn faulty_volume(level: Level, n: usize, chunk: u64, rows: u64) -> (Arc<Volume>, Vec<Arc<uraid_core::fault::Faults>>) {
+fn faulty_volume(level: Level, n: usize, chunk: u64, rows: u64) -> (Arc<Volume>, Vec<Arc<uraid_core::io::fault::Faults>>) {
     faulty_volume_on(&format!("mem:{}", DATA_OFFSET + rows * chunk), level, n, chunk, rows)
 }
 
 /// [`faulty_volume`] over members of `spec` (a `mem:` drive big enough).
-fn faulty_volume_on(spec: &str, level: Level, n: usize, chunk: u64, rows: u64) -> (Arc<Volume>, Vec<Arc<uraid_core::fault::Faults>>) {
+fn faulty_volume_on(spec: &str, level: Level, n: usize, chunk: u64, rows: u64) -> (Arc<Volume>, Vec<Arc<uraid_core::io::fault::Faults>>) {
     let spec: MemberSpec = spec.parse().unwrap();
     let mut plans = Vec::new();
     let ms: Vec<Member> = (0..n)
         .map(|_| {
             let mut m = Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap();
-            let f = Arc::new(uraid_core::fault::Faults::new());
-            m.set_faults(f.clone());
+            let f = Arc::new(uraid_core::io::fault::Faults::new());
+            f.attach(&mut m);
             plans.push(f);
             m
         })
@@ -489,7 +489,7 @@ fn degraded_sequential_reads_reuse_stripes_but_never_stale_ones() {
 /// succeeded. (Found in review.)
 #[test]
 fn a_flush_that_fails_past_tolerance_fails() {
-    use uraid_core::engine::Op;
+    use uraid_core::io::request::Op;
     for (level, n) in [(Level::Raid1, 2), (Level::Raid10, 4), (Level::Raid5, 3)] {
         for fua_zeroing in [false, true] {
             let what = format!("{level} x{n} {}", if fua_zeroing { "FUA zeroing" } else { "flush" });
@@ -498,7 +498,7 @@ fn a_flush_that_fails_past_tolerance_fails() {
             q.run(Request::write(0, 256 << 10, uraid_core::IoBuf::new(256 << 10), 1)).result.unwrap();
             // Members 0 and 1: both copies (RAID 1, RAID 10's first pair),
             // or two of three (RAID 5).
-            let lose = |plans: &[Arc<uraid_core::fault::Faults>]| plans[..2].iter().for_each(|p| p.vanish());
+            let lose = |plans: &[Arc<uraid_core::io::fault::Faults>]| plans[..2].iter().for_each(|p| p.vanish());
             let req = if fua_zeroing {
                 Request { op: Op::WriteZeroes { no_hole: false }, offset: 0, len: 256 << 10, buf: None, tag: 2, fua: true }
             } else {
@@ -529,7 +529,7 @@ fn a_flush_that_fails_past_tolerance_fails() {
 /// still returns. (Found in review: it blocked in the kernel for ever.)
 #[test]
 fn a_wait_returns_when_only_injected_failures_are_left() {
-    use uraid_core::engine::Op;
+    use uraid_core::io::request::Op;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         // 300 ms a request on each member (latency in µs).

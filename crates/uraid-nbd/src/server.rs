@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use uraid_core::engine::Op;
+use uraid_core::io::request::Op;
 use uraid_core::{Completion, IoBuf, Queue, Request, Volume};
 
 use crate::proto::*;

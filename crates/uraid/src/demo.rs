@@ -7,10 +7,27 @@ use anyhow::{Context, Result};
 use uraid_bench::compare::CompareOptions;
 use uraid_bench::profile::default_tests;
 use uraid_bench::{Fill, SuiteOptions};
-use uraid_core::member::{Limits, Member, MemberSpec, OpenMode};
+use uraid_core::io::member::{Limits, Member, MemberSpec, OpenMode};
 use uraid_core::units::fmt_size;
 
-use crate::cli::{print_comparison, run_compare, DemoArgs};
+use clap::Args;
+
+use crate::bench_cmds::{print_comparison, run_compare};
+
+/// Arguments of `uraid demo`.
+#[derive(Args)]
+pub(crate) struct DemoArgs {
+    /// Use sparse files under this directory (real storage) instead of RAM.
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress display.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
 
 /// Each emulated drive: 250 MB/s, 25,000 IOPS, 50 µs access latency: a
 /// modest NVMe drive scaled down to what two CPU cores can drive (the same
@@ -25,7 +42,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let members: Vec<Member> = match &a.dir {
         None => (0..DRIVES)
             .map(|_| {
-                let spec = MemberSpec::Mem(uraid_core::member::MemSpec { size: DRIVE_SIZE, limits: DRIVE });
+                let spec = MemberSpec::Mem(uraid_core::io::member::MemSpec { size: DRIVE_SIZE, limits: DRIVE });
                 Member::open(&spec, OpenMode { write: true, exclusive: true })
             })
             .collect::<Result<_, _>>()?,

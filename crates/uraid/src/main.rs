@@ -1,7 +1,10 @@
 //! The `uraid` command: parses arguments, calls the engine and the
 //! benchmark libraries, prints. No RAID logic lives here.
 
+mod array_cmds;
+mod bench_cmds;
 mod cli;
+mod common;
 mod demo;
 mod manage;
 mod runstate;

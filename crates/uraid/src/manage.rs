@@ -1,6 +1,6 @@
 //! The membership and maintenance subcommands: `status`, `fail`, `remove`,
 //! `add`, `replace`, `rebuild`, `check` and `repair`, and the parsing of
-//! `create --volume`. The RAID logic lives in `uraid_core::array::Array`.
+//! `create --volume`. The RAID logic lives in `uraid_core::control::array::Array`.
 //!
 //! `status`, `fail`, `remove`, `add` and `replace` open the array without
 //! writing (`array::open`), so that a refused request leaves every member
@@ -17,11 +17,11 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use uraid_core::array::{self, Added, Array, ArrayStatus, VolumeSpec};
+use uraid_core::control::array::{self, Added, Array, ArrayStatus, VolumeSpec};
 use uraid_core::units::{fmt_size, parse_rate, parse_size};
 use uraid_core::MemberSpec;
 
-use crate::cli::specs;
+use crate::common::specs;
 
 #[derive(Args)]
 pub(crate) struct ArrayMembers {
@@ -336,7 +336,7 @@ fn served_status(names: &[String], specs: &[MemberSpec]) -> Option<(ArrayStatus,
     if sbs.iter().any(|(_, sb)| sb.array_uuid != auth.array_uuid) {
         return None;
     }
-    let live = crate::runstate::read_live(&uraid_core::superblock::fmt_uuid(&auth.array_uuid))?;
+    let live = crate::runstate::read_live(&uraid_core::control::superblock::fmt_uuid(&auth.array_uuid))?;
     let devices: Vec<(String, [u8; 16])> = sbs.iter().map(|(name, sb)| (name.clone(), sb.member_uuid)).collect();
     let mut st = array::recorded_status(auth, &devices);
     for v in &mut st.volumes {
@@ -640,7 +640,7 @@ impl CacheFlags {
             bail!("--journal-size goes with --journal (a journal on a member)");
         }
         if let Some(size) = self.journal_size()? {
-            uraid_core::array::check_member_journal_size(size)?;
+            uraid_core::control::array::check_member_journal_size(size)?;
         }
         Ok(Some(uraid_core::cache::CacheConfig { mode, size, dirty_limit }))
     }
@@ -650,7 +650,7 @@ impl CacheFlags {
     /// something). Returns the volumes changed.
     pub(crate) fn apply(
         &self,
-        arr: &mut uraid_core::array::Array,
+        arr: &mut uraid_core::control::array::Array,
         volume: Option<&str>,
         cfg: &uraid_core::cache::CacheConfig,
         force: bool,
@@ -678,7 +678,7 @@ impl CacheFlags {
         if id.is_none() || !members.iter().any(|m| m.identity().ok() == id) {
             return Ok(0);
         }
-        Ok(self.journal_size()?.unwrap_or(uraid_core::array::DEFAULT_MEMBER_JOURNAL))
+        Ok(self.journal_size()?.unwrap_or(uraid_core::control::array::DEFAULT_MEMBER_JOURNAL))
     }
 }
 
@@ -711,7 +711,7 @@ pub(crate) fn print_cache(names: &[String], cfg: &uraid_core::cache::CacheConfig
         );
     }
     if cfg.mode == uraid_core::cache::CacheMode::WriteBack {
-        eprintln!("uraid: warning: {}", uraid_core::array::WRITEBACK_WARNING);
+        eprintln!("uraid: warning: {}", uraid_core::control::array::WRITEBACK_WARNING);
     }
 }
 

@@ -17,12 +17,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use uraid_core::array;
-use uraid_core::member::MemberKind;
+use uraid_core::control::array;
+use uraid_core::io::member::MemberKind;
 use uraid_core::units::parse_size;
 use uraid_nbd::{Export, Listener, Server, ServerOptions};
 
-use crate::cli::specs;
+use crate::common::specs;
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
@@ -227,7 +227,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         let cfg = c.config();
         println!("cache: {} {}, dirty limit {}", cfg.mode.name(), uraid_core::units::fmt_size(cfg.size), uraid_core::units::fmt_size(cfg.dirty_limit));
         if cfg.mode == uraid_core::cache::CacheMode::WriteBack {
-            println!("WARNING: {}", uraid_core::array::WRITEBACK_WARNING);
+            println!("WARNING: {}", uraid_core::control::array::WRITEBACK_WARNING);
         }
     }
     println!("to put a filesystem on it (kernel without nbd: FUSE + a loop device):");
@@ -250,7 +250,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
             .zip(arr.volumes())
             .map(|(e, v)| crate::runstate::Source {
                 name: e.name.clone(),
-                uuid: uraid_core::superblock::fmt_uuid(&e.uuid),
+                uuid: uraid_core::control::superblock::fmt_uuid(&e.uuid),
                 cache: v.cache().cloned(),
             })
             .collect();
@@ -370,7 +370,7 @@ fn manage(mut arr: array::Array, server: &Server, name: &str, rate: Option<u64>,
             continue;
         }
         let down = (0..arr.member_count()).any(|r| {
-            matches!(arr.health().state(r), uraid_core::health::MemberState::Faulty | uraid_core::health::MemberState::Missing)
+            matches!(arr.health().state(r), uraid_core::raid::health::MemberState::Faulty | uraid_core::raid::health::MemberState::Missing)
         });
         if down && !arr.superblock().spares().is_empty() {
             let old = arr.volume().clone();

@@ -18,7 +18,7 @@ use uraid_bench::sweep::{AttoOptions, SurfaceOptions};
 use uraid_bench::target::{self, OpenOptions, TargetSpec};
 use uraid_bench::tune::{all_chunks, tune, TuneOptions};
 use uraid_bench::Fill;
-use uraid_core::array;
+use uraid_core::control::array;
 use uraid_core::units::{fmt_size, parse_size};
 
 /// Options every suite command shares: what to run and how long.
@@ -306,7 +306,7 @@ pub(crate) fn run_suite_cmd(a: SuiteCmdArgs) -> Result<()> {
     let started = Instant::now();
     let p = plan(&a.run, true)?;
     let chunk = parse_size(&a.chunk, "chunk size")?;
-    uraid_core::geometry::check_chunk(chunk)?;
+    uraid_core::raid::geometry::check_chunk(chunk)?;
     let specs: Vec<TargetSpec> = a.targets.iter().map(|t| t.parse()).collect::<Result<_, _>>()?;
     let mut labels: Vec<String> = Vec::new();
     for s in &specs {
@@ -432,12 +432,12 @@ pub(crate) fn run_tune_cmd(a: TuneArgs) -> Result<()> {
         a.chunks.iter().map(|c| parse_size(c, "chunk size").map_err(Into::into)).collect::<Result<Vec<_>>>()?
     };
     for &c in &chunks {
-        uraid_core::geometry::check_chunk(c)?;
+        uraid_core::raid::geometry::check_chunk(c)?;
     }
     if a.members.len() < 2 {
         bail!("give at least two members: the chunk size spreads data over several drives");
     }
-    let specs = crate::cli::specs(&a.members)?;
+    let specs = crate::common::specs(&a.members)?;
     let writes = p.suite.tests.iter().any(|t| t.dir.writes()) || p.suite.prepare;
     let members = array::open_members(&specs, writes, true)?;
     if writes && !a.run.overwrite {

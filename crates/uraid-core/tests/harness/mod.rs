@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
-use uraid_core::bitmap::{Bitmap, BITMAP_OFFSET};
-use uraid_core::geometry::Geometry;
-use uraid_core::health::Health;
-use uraid_core::journal::{Journal, JournalId, RecordKind, HEADER_SIZE, MIN_LOG};
-use uraid_core::member::{MemSpec, MemberSpec, OpenMode};
-use uraid_core::superblock::{Superblock, VolumeEntry, DATA_OFFSET, SB_SIZE};
+use uraid_core::raid::bitmap::{Bitmap, BITMAP_OFFSET};
+use uraid_core::raid::geometry::Geometry;
+use uraid_core::raid::health::Health;
+use uraid_core::cache::journal::{Journal, JournalId, RecordKind, HEADER_SIZE, MIN_LOG};
+use uraid_core::io::member::{MemSpec, MemberSpec, OpenMode};
+use uraid_core::control::superblock::{Superblock, VolumeEntry, DATA_OFFSET, SB_SIZE};
 use uraid_core::{IoBuf, Level, Member, Result, Volume};
 
 const RW: OpenMode = OpenMode { write: true, exclusive: false };
@@ -65,10 +65,10 @@ pub fn bitmap_input(data: &[u8]) -> Result<()> {
     if flags & 4 != 0 {
         let regions = (data_end - DATA_OFFSET).div_ceil(region);
         let bits = (regions.div_ceil(4)).next_multiple_of(4096);
-        area[..8].copy_from_slice(uraid_core::bitmap::MAGIC);
-        area[8..12].copy_from_slice(&uraid_core::bitmap::VERSION.to_le_bytes());
-        area[12..16].copy_from_slice(&(uraid_core::bitmap::HEADER_SIZE as u32).to_le_bytes());
-        for (i, v) in [region, regions, DATA_OFFSET, data_end, uraid_core::bitmap::BITS_OFFSET, bits].into_iter().enumerate() {
+        area[..8].copy_from_slice(uraid_core::raid::bitmap::MAGIC);
+        area[8..12].copy_from_slice(&uraid_core::raid::bitmap::VERSION.to_le_bytes());
+        area[12..16].copy_from_slice(&(uraid_core::raid::bitmap::HEADER_SIZE as u32).to_le_bytes());
+        for (i, v) in [region, regions, DATA_OFFSET, data_end, uraid_core::raid::bitmap::BITS_OFFSET, bits].into_iter().enumerate() {
             area[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }
     }
@@ -153,7 +153,7 @@ fn journal_reseal(j: &mut [u8], header: bool, records: bool, chain: bool) {
         let t = tail % (1 << 62);
         tail = t - t % log + t % log % 8192;
         seq %= 1 << 62;
-        j[..8].copy_from_slice(uraid_core::journal::MAGIC);
+        j[..8].copy_from_slice(uraid_core::cache::journal::MAGIC);
         j[8..12].copy_from_slice(&3u32.to_le_bytes());
         j[64..72].copy_from_slice(&log.to_le_bytes());
         j[72..80].copy_from_slice(&tail.to_le_bytes());
@@ -219,7 +219,7 @@ pub fn journal_input(data: &[u8]) -> Result<(u64, u64)> {
     m.write_all_at(&j, 0).expect("write to a mem: member");
     let journal = Journal::open(m)?;
     let vol = replay_volume();
-    journal.replay(&vol, uraid_core::cache::Cache::line_for(&vol))
+    journal.replay(vol.raid(), uraid_core::cache::Cache::line_for(&vol))
 }
 
 /// Valid journal inputs made by uraid's own encoder ([`Journal::format`]
@@ -287,8 +287,8 @@ fn volume(name: &str, level: u32, chunk: u64, start: u64, size: u64) -> VolumeEn
 
 /// A valid superblock of a 4-member array with one spare and `volumes`.
 pub fn superblock_with(volumes: Vec<VolumeEntry>) -> Superblock {
-    use uraid_core::health::MemberState;
-    use uraid_core::superblock::{Slot, State};
+    use uraid_core::raid::health::MemberState;
+    use uraid_core::control::superblock::{Slot, State};
     let slot = |uuid: u8, state| Slot { uuid: [uuid; 16], state, resync_from_bitmap: false, recovery_offset: None };
     Superblock {
         array_uuid: [0x42; 16],
@@ -317,7 +317,7 @@ pub fn superblock_with(volumes: Vec<VolumeEntry>) -> Superblock {
 /// `data[1..]` (zero padded), with the CRC made right, decoded. Checks
 /// that what decodes encodes back the same and that the values callers
 /// derive from it (ends, capacities, cache settings) come out.
-pub fn volume_table_input(data: &[u8]) -> std::result::Result<Superblock, uraid_core::superblock::DecodeError> {
+pub fn volume_table_input(data: &[u8]) -> std::result::Result<Superblock, uraid_core::control::superblock::DecodeError> {
     let mut b = superblock_with(vec![volume("v", 0, 64 << 10, DATA_OFFSET, 1 << 20)]).encode();
     let count = data.first().map_or(1, |c| u32::from(c % 10));
     b[92..96].copy_from_slice(&count.to_le_bytes());
@@ -343,7 +343,7 @@ pub fn volume_table_seeds() -> Vec<(String, Vec<u8>)> {
     journaled.cache_mode = uraid_core::cache::CacheMode::Journal.to_u8();
     journaled.journal_uuid = [5; 16];
     let end = DATA_OFFSET + (768 << 20);
-    journaled.journal_region = Some(uraid_core::superblock::JournalRegion { role: 2, start: end, size: 80 << 20 });
+    journaled.journal_region = Some(uraid_core::control::superblock::JournalRegion { role: 2, start: end, size: 80 << 20 });
     let eight: Vec<VolumeEntry> =
         (0..8u64).map(|i| volume(&format!("v{i}"), [0, 1, 5, 6, 10][i as usize % 5], 4096 << i, DATA_OFFSET + (i << 30), 64 << 20)).collect();
     let cases = [

@@ -11,9 +11,9 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use uraid_core::geometry::Geometry;
-use uraid_core::member::{MemSpec, MemberSpec, OpenMode};
-use uraid_core::superblock::DATA_OFFSET;
+use uraid_core::raid::geometry::Geometry;
+use uraid_core::io::member::{MemSpec, MemberSpec, OpenMode};
+use uraid_core::control::superblock::DATA_OFFSET;
 use uraid_core::{Level, Member, Volume};
 use uraid_nbd::proto::*;
 use uraid_nbd::{Export, Server, ServerOptions};

@@ -31,8 +31,8 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::sync::Arc;
 
-use uraid_core::member::MemberSpec;
-use uraid_core::engine::Op;
+use uraid_core::io::member::MemberSpec;
+use uraid_core::io::request::Op;
 use uraid_core::{IoBuf, Request, Volume};
 
 const SECTOR: usize = 512;
@@ -73,7 +73,7 @@ fn main() {
     let all_acked = args[5] == "--all-acked";
     let specs: Vec<MemberSpec> =
         args[5 + all_acked as usize..].iter().map(|a| a.parse().unwrap_or_else(|e| panic!("{a}: {e}"))).collect();
-    let array = match uraid_core::array::assemble(&specs) {
+    let array = match uraid_core::control::array::assemble(&specs) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("uraid-torture: cannot assemble: {e}");

@@ -198,7 +198,7 @@ fn bench_refuses_writes_on_array_holding_filesystem() {
     let img = sparse_file(dir.path(), "fs.img", 8 * MIB);
     mkfs_ext4(&img);
     let image = std::fs::read(&img).unwrap();
-    let arr = uraid_core::array::assemble(&specs(&m)).unwrap();
+    let arr = uraid_core::control::array::assemble(&specs(&m)).unwrap();
     arr.volume().write_at(0, &image).unwrap();
     arr.stop().unwrap();
     let snap = Snapshot::take(&m);
@@ -221,7 +221,7 @@ fn bench_refuses_writes_on_array_holding_filesystem() {
     }
     snap.assert_unchanged("bench on an array holding ext4");
     // The filesystem on the volume is intact.
-    let arr = uraid_core::array::assemble(&specs(&m)).unwrap();
+    let arr = uraid_core::control::array::assemble(&specs(&m)).unwrap();
     assert!(arr.volume().read_at(0, image.len()).unwrap() == image, "the ext4 image on the volume changed");
     arr.stop().unwrap();
 }

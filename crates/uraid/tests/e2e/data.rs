@@ -13,8 +13,8 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore};
-use uraid_core::array::{self, CreateOptions};
-use uraid_core::engine::MAX_REQUEST;
+use uraid_core::control::array::{self, CreateOptions};
+use uraid_core::io::request::MAX_REQUEST;
 use uraid_core::{Completion, ErrorKind, IoBuf, MemberSpec, Op, Request, Volume};
 
 use crate::util::*;

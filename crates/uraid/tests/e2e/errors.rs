@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use uraid_core::array::{self, CreateOptions};
+use uraid_core::control::array::{self, CreateOptions};
 use uraid_core::ErrorKind;
 
 use crate::util::*;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use rand::seq::SliceRandom;
 use rand::RngCore;
 use serde_json::Value;
-use uraid_core::array::{self, CreateOptions};
+use uraid_core::control::array::{self, CreateOptions};
 use uraid_core::ErrorKind;
 
 use crate::util::*;
@@ -601,7 +601,7 @@ fn degraded_unclean_parity_array_needs_force() {
     assert_eq!(check_mismatches(&f), 0, "parity was not recomputed at assemble");
 }
 
-/// Needs the rebuild and scrub of `uraid_core::maint`.
+/// Needs the rebuild and scrub of `uraid_core::control::maint`.
 #[test]
 fn add_rebuilds_and_check_finds_nothing() {
     let _g = shared();

@@ -708,7 +708,7 @@ fn mirror_and_spare(dir: &Path, name: &str, data: usize) -> (Vec<PathBuf>, usize
     let m = sparse_files(dir, name, 3, 64 << 20);
     let (m0, m1, sp) = (s(&m[0]), s(&m[1]), s(&m[2]));
     uraid_ok(&["create", "--level", "1", "--chunk", "64K", "--name", name, "--bitmap-region", "1M", m0, m1]);
-    let arr = uraid_core::array::assemble(&specs(&m[..2])).unwrap();
+    let arr = uraid_core::control::array::assemble(&specs(&m[..2])).unwrap();
     let cap = arr.volume().capacity() as usize;
     let mut model = vec![0u8; cap];
     rng(name).fill_bytes(&mut model[..data]);
@@ -750,7 +750,7 @@ fn serve_rebuilds_in_the_background_while_clients_write() {
     assert_eq!(v[0]["report"]["mismatches"].as_u64(), Some(0), "copies differ after the background rebuild: {v}");
     // Every byte from the rebuilt member alone.
     uraid_ok(&["fail", "--member", "0", m0, sp]);
-    let arr = uraid_core::array::assemble(&specs(&m[2..])).unwrap();
+    let arr = uraid_core::control::array::assemble(&specs(&m[2..])).unwrap();
     assert!(arr.volume().read_at(0, cap).unwrap() == model, "the rebuilt member's data differs");
     arr.release();
 }
@@ -769,7 +769,7 @@ fn a_spare_takes_over_a_role_that_fails_while_serving() {
     let (m0, m1, sp) = (s(&m[0]), s(&m[1]), s(&m[2]));
     // Member 1 fails the first write that reaches its bytes 40..41 MiB of
     // the data area (RAID 1: logical 40 MiB).
-    let at = uraid_core::superblock::DATA_OFFSET + (40 << 20);
+    let at = uraid_core::control::superblock::DATA_OFFSET + (40 << 20);
     let fp = ("URAID_FAILPOINT_FAIL_WRITES", format!("{m1}@{at}-{}", at + (1 << 20)));
     let srv = Served::start_env(&m, &d.path().join("s.sock"), &["--rebuild-rate", "24"], &[fp]);
     let qio = |cmds: &[&str]| {
@@ -807,7 +807,7 @@ fn a_spare_takes_over_a_role_that_fails_while_serving() {
     let v: serde_json::Value = serde_json::from_str(&chk.stdout).unwrap();
     assert_eq!(v[0]["report"]["mismatches"].as_u64(), Some(0), "copies differ after the takeover: {v}");
     uraid_ok(&["fail", "--member", "0", m0, sp]);
-    let arr = uraid_core::array::assemble(&specs(&m[2..])).unwrap();
+    let arr = uraid_core::control::array::assemble(&specs(&m[2..])).unwrap();
     assert!(arr.volume().read_at(0, cap).unwrap() == model, "the spare's data differs");
     arr.release();
 }
@@ -1122,7 +1122,7 @@ fn a_spare_taking_over_the_journal_role_while_serving_carries_the_journal_on() {
     let j = journal_start(&paths);
     // Role 2 (the journal's member) fails the first write that reaches its
     // bytes 4..5 MiB of the data area (RAID 1: logical 4 MiB).
-    let at = uraid_core::superblock::DATA_OFFSET + (4 << 20);
+    let at = uraid_core::control::superblock::DATA_OFFSET + (4 << 20);
     let fp = ("URAID_FAILPOINT_FAIL_WRITES", format!("{}@{at}-{}", s(&m[2]), at + (1 << 20)));
     let sock = d.path().join("s.sock");
     let mut srv = Served::start_env(&m, &sock, &["--rebuild-rate", "200"], &[fp]);
@@ -1218,7 +1218,7 @@ fn a_journal_device_lost_while_serving_is_never_replayed() {
     let out = uraid_ok(&cmd(&["assemble"], &devs));
     assert_contains(&out.stderr, &["was lost while running", "not replayed", "uraid config"], "assemble");
     assert!(!out.stderr.contains("replayed 1") && !out.stderr.contains("record(s)"), "{}", out.stderr);
-    let at = (uraid_core::superblock::DATA_OFFSET + x) as usize;
+    let at = (uraid_core::control::superblock::DATA_OFFSET + x) as usize;
     for p in &m {
         let img = std::fs::read(p).unwrap();
         assert!(img[at..at + 4096] == new[..], "{}: the write acknowledged and flushed after the loss was overwritten", p.display());

@@ -1,13 +1,14 @@
 //! Fault injection for members: the wrapper the tests use to make a drive
 //! fail (the pluggable I/O layer idea of tikv/raft-engine's failpoints).
 //!
-//! A [`Faults`] plan is attached to a [`Member`](crate::Member) with
-//! [`Member::set_faults`](crate::Member::set_faults) and shared by every
-//! handle and queue that uses it. The engine asks it before each member
-//! I/O ([`Faults::intercept`]); an I/O it fails never reaches the kernel
-//! and completes with the errno given, as a real drive's would. The
-//! blocking control-path helpers (`read_exact_at`, `write_all_at`) obey it
-//! too, so rebuild and scrub meet the same faults.
+//! A [`Faults`] plan is a [`Filter`] stacked over a member
+//! ([`Faults::attach`], like nbdkit's `error` filter over a plugin) and
+//! shared by every handle and queue that uses it. Every member I/O passes
+//! through it first ([`Filter::before`]); an I/O it fails never reaches
+//! the kernel and completes with the errno given, as a real drive's would.
+//! The blocking control-path helpers (`read_exact_at`, `write_all_at`)
+//! obey it too, so rebuild and scrub meet the same faults. Nothing outside
+//! this file knows what a fault plan is.
 //!
 //! Faults: reads or writes failing with EIO over chosen byte ranges (a bad
 //! block), the member vanishing (every I/O fails with ENXIO, as a pulled
@@ -21,7 +22,11 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::engine::Op;
+use std::sync::Arc;
+
+pub use crate::io::member::Verdict;
+use crate::io::member::{Filter, Member};
+use crate::io::request::Op;
 
 /// A fault plan for one member. All ranges are absolute member bytes.
 #[derive(Debug, Default)]
@@ -43,17 +48,6 @@ pub struct Faults {
     undo: Mutex<Vec<(u64, Vec<u8>)>>,
 }
 
-/// What the engine does with an I/O the plan intercepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Let it through.
-    Pass,
-    /// Fail it with this errno without doing it.
-    Fail(i32),
-    /// Do only the first `bytes` bytes of the write, then fail it with EIO.
-    Tear(usize),
-}
-
 impl Faults {
     /// An empty plan (every I/O passes).
     pub fn new() -> Faults {
@@ -62,6 +56,19 @@ impl Faults {
 
     fn arm(&self) {
         self.armed.store(true, Ordering::Release);
+    }
+
+    /// Stacks this plan over `m` (and the clones made of it afterwards).
+    pub fn attach(self: &Arc<Self>, m: &mut Member) {
+        m.push_filter(self.clone());
+    }
+
+    /// The fault plan stacked over `m`, if any.
+    pub fn of(m: &Member) -> Option<Arc<Faults>> {
+        m.filters().iter().find(|f| f.as_any().is::<Faults>()).map(|f| {
+            let any: Arc<dyn std::any::Any + Send + Sync> = f.clone().into_any();
+            any.downcast::<Faults>().expect("checked")
+        })
     }
 
     /// Reads overlapping `range` fail with EIO.
@@ -159,7 +166,7 @@ impl Faults {
     /// probability 1/2 (drawn from `seed`), newest first, by putting its
     /// old bytes back on `m` (which must be the member this plan belongs
     /// to). Returns how many were lost. Errors: `Io` from the rewrite.
-    pub fn power_cut(&self, m: &crate::Member, seed: u64) -> crate::Result<usize> {
+    pub fn power_cut(&self, m: &Member, seed: u64) -> crate::Result<usize> {
         let log = std::mem::take(&mut *self.undo.lock().unwrap_or_else(|e| e.into_inner()));
         let mut x = seed | 1;
         let mut lost = 0;
@@ -232,6 +239,86 @@ impl Faults {
             _ => Verdict::Pass,
         }
     }
+}
+
+impl Filter for Faults {
+    fn before(&self, m: &Member, op: Op, offset: u64, len: u64, durable: bool) -> Verdict {
+        let writes = matches!(op, Op::Write | Op::Discard | Op::WriteZeroes { .. });
+        if writes && !durable && len > 0 && self.is_volatile() {
+            // The volatile drive cache model: remember what the write (or
+            // the zeroing or discard: a drive's cache may lose those too)
+            // covers.
+            let mut old = vec![0u8; len as usize];
+            if std::os::unix::fs::FileExt::read_exact_at(m.file(), &mut old, offset).is_ok() {
+                self.log_write(offset, old);
+            }
+        }
+        self.intercept(op, offset, len)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+}
+
+/// The `URAID_FAILPOINT_FAIL_WRITES=PATH@START-END` failpoint (end-to-end
+/// tests of a member failing under a running process): the member opened
+/// as `PATH` fails every write that touches absolute member bytes
+/// `[START, END)` with EIO. Anything else in the variable is ignored.
+/// Only with the `failpoints` feature (the tests turn it on): a released
+/// binary reads no such variable.
+#[cfg(feature = "failpoints")]
+fn fail_writes_failpoint(name: &str) -> Option<Arc<Faults>> {
+    let v = std::env::var("URAID_FAILPOINT_FAIL_WRITES").ok()?;
+    let (path, range) = v.rsplit_once('@')?;
+    let (a, b) = range.split_once('-')?;
+    let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
+    if path != name || a >= b {
+        return None;
+    }
+    let f = Arc::new(Faults::new());
+    f.fail_writes(a..b);
+    Some(f)
+}
+
+/// The `URAID_FAILPOINT_NO_DISCARD=PATH[,PATH...]` failpoint (end-to-end
+/// tests of members without discard): the members opened as one of the
+/// PATHs fail every discard and zeroing fallocate(2) with EOPNOTSUPP, as a
+/// drive without deallocate or a file on a filesystem without hole punching
+/// does. Only with the `failpoints` feature.
+#[cfg(feature = "failpoints")]
+fn no_discard_failpoint(name: &str, faults: Option<Arc<Faults>>) -> Option<Arc<Faults>> {
+    let v = std::env::var("URAID_FAILPOINT_NO_DISCARD").ok()?;
+    if !v.split(',').any(|p| p == name) {
+        return None;
+    }
+    let f = faults.unwrap_or_else(|| Arc::new(Faults::new()));
+    f.refuse_fallocate();
+    Some(f)
+}
+
+/// Stacks the fault plans the `URAID_FAILPOINT_*` variables ask for over
+/// a member just opened as part of an array (the control path calls this;
+/// see the failpoints above). Without the `failpoints` feature it does
+/// nothing.
+pub fn failpoints(m: &mut Member) {
+    #[cfg(feature = "failpoints")]
+    {
+        if let Some(f) = fail_writes_failpoint(m.name()) {
+            f.attach(m);
+        }
+        if let Some(f) = no_discard_failpoint(m.name(), Faults::of(m)) {
+            if Faults::of(m).is_none() {
+                f.attach(m);
+            }
+        }
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = m;
 }
 
 #[cfg(test)]

@@ -76,7 +76,7 @@
 //! redundant arrays existed) are recognised and refused with a clear error;
 //! no conversion is offered.
 
-use crate::health::MemberState;
+use crate::raid::health::MemberState;
 use crate::{bail, Result};
 
 /// Magic bytes at offset 0.
@@ -86,7 +86,7 @@ pub const VERSION: u32 = 2;
 /// Bytes the superblock occupies on each member.
 pub const SB_SIZE: usize = 4096;
 /// Data offset of new arrays, in bytes: the first volume starts 1 MiB in.
-pub const DATA_OFFSET: u64 = 1 << 20;
+pub use crate::raid::DATA_OFFSET;
 /// Longest array or volume name, in bytes.
 pub const NAME_MAX: usize = 32;
 /// Most spares an array may hold.
@@ -94,7 +94,7 @@ pub const MAX_SPARES: usize = 8;
 /// Most volumes (Matrix volumes) an array may hold.
 pub const MAX_VOLUMES: usize = 8;
 /// Most slots (roles plus spares).
-pub const MAX_SLOTS: usize = crate::geometry::MAX_MEMBERS + MAX_SPARES;
+pub const MAX_SLOTS: usize = crate::raid::geometry::MAX_MEMBERS + MAX_SPARES;
 /// Value of a slot's recovery offset when the device is in sync.
 pub const IN_SYNC: u64 = u64::MAX;
 
@@ -172,7 +172,7 @@ pub struct VolumeEntry {
     pub journal_region: Option<JournalRegion>,
 }
 
-/// Where a volume's journal lies on a member (see [`crate::journal`]).
+/// Where a volume's journal lies on a member (see [`crate::cache::journal`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct JournalRegion {
     /// The role whose device holds it.
@@ -218,8 +218,8 @@ impl VolumeEntry {
     /// Usable bytes of the volume over `members` members (0 when this
     /// build cannot lay the entry out).
     pub fn capacity(&self, members: usize) -> u64 {
-        crate::geometry::Level::from_number(self.level)
-            .and_then(|l| crate::geometry::Geometry::new(l, members, self.chunk, self.member_size))
+        crate::raid::geometry::Level::from_number(self.level)
+            .and_then(|l| crate::raid::geometry::Geometry::new(l, members, self.chunk, self.member_size))
             .map_or(0, |g| g.capacity())
     }
 
@@ -359,13 +359,7 @@ pub fn fmt_uuid(u: &[u8; 16]) -> String {
     format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
-/// A random version-4 UUID.
-pub fn new_uuid() -> [u8; 16] {
-    let mut u: [u8; 16] = rand::random();
-    u[6] = (u[6] & 0x0f) | 0x40;
-    u[8] = (u[8] & 0x3f) | 0x80;
-    u
-}
+pub use crate::units::new_uuid;
 
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
@@ -477,7 +471,7 @@ impl Superblock {
         let slot_count = u32_at(b, 84);
         let slot = u32_at(b, 88);
         let volume_count = u32_at(b, 92);
-        if member_count == 0 || member_count as usize > crate::geometry::MAX_MEMBERS {
+        if member_count == 0 || member_count as usize > crate::raid::geometry::MAX_MEMBERS {
             return inv(format!("member count {member_count}"));
         }
         if slot_count < member_count || slot_count as usize > member_count as usize + MAX_SPARES {
@@ -545,7 +539,7 @@ impl Superblock {
             if check_name_of("volume", &v.name).is_err() {
                 return inv(format!("name of volume {i} ({:?}: not 1 to {NAME_MAX} letters, digits, '-', '_' or '.')", v.name));
             }
-            let Ok(level) = crate::geometry::Level::from_number(v.level) else {
+            let Ok(level) = crate::raid::geometry::Level::from_number(v.level) else {
                 return inv(format!("level {} of volume {i}", v.level));
             };
             if level.min_members() > member_count as usize {
@@ -554,7 +548,7 @@ impl Superblock {
             if crate::cache::CacheMode::from_u8(v.cache_mode).is_err() {
                 return inv(format!("cache mode {} of volume {i}", v.cache_mode));
             }
-            if crate::geometry::check_chunk(v.chunk).is_err() {
+            if crate::raid::geometry::check_chunk(v.chunk).is_err() {
                 return inv(format!("chunk size {} of volume {i}", v.chunk));
             }
             let prev_end = volumes.last().map_or(DATA_OFFSET, VolumeEntry::member_end);
@@ -578,7 +572,7 @@ impl Superblock {
                 || v.cache_mode != crate::cache::CacheMode::Journal.to_u8()
                 || r.start < DATA_OFFSET
                 || r.start % 4096 != 0
-                || r.size < crate::journal::HEADER_SIZE + crate::journal::MIN_LOG
+                || r.size < crate::cache::journal::HEADER_SIZE + crate::cache::journal::MIN_LOG
                 || r.start.checked_add(r.size).is_none()
                 || volumes.iter().any(|o| o.member_start < r.start + r.size && r.start < o.member_end())
                 || volumes[..i].iter().filter_map(|o| o.journal_region).any(|o| o.start < r.end() && r.start < o.end());

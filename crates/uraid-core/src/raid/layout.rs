@@ -1,6 +1,6 @@
 //! Address mapping for the redundant levels: RAID 1, RAID 10, RAID 5, RAID 6.
 //!
-//! Pure functions, no I/O, in the style of [`geometry`](crate::geometry)
+//! Pure functions, no I/O, in the style of [`geometry`](crate::raid::geometry)
 //! (which keeps RAID 0). Offsets and lengths are bytes; a chunk (stripe
 //! unit) is `chunk` bytes; a member's offsets are in its data area (add the
 //! data offset for the absolute position on the device). Member numbers are
@@ -26,7 +26,7 @@
 //!   `(pd + 1) % n`, data chunk `i` (`0 .. n-3`) on `(pd + 2 + i) % n`. The
 //!   data index `i` is also the block's index in Q's syndrome (md starts its
 //!   syndrome at the member after Q), which is what
-//!   [`parity`](crate::parity) expects.
+//!   [`parity`](crate::raid::parity) expects.
 //!
 //! # Stripes
 //!
@@ -47,7 +47,7 @@
 //! reconstruct-write, choosing the smaller as md's `handle_stripe_dirtying`
 //! does (see [`WriteBand`]).
 
-use crate::geometry::{check_chunk, Segment, MAX_MEMBERS};
+use crate::raid::chunk::{check_chunk, Segment, MAX_MEMBERS};
 use crate::{bail, Result};
 
 /// A RAID level with redundancy.
@@ -81,7 +81,7 @@ impl RedundantLevel {
     /// Parses a level number.
     ///
     /// Errors: `InvalidInput` for 0 (no redundancy: use
-    /// [`Geometry`](crate::geometry::Geometry)) and for unknown numbers.
+    /// [`Geometry`](crate::raid::geometry::Geometry)) and for unknown numbers.
     pub fn from_number(n: u32) -> Result<RedundantLevel> {
         match n {
             1 => Ok(RedundantLevel::Raid1),

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Once, OnceLock};
 use std::time::Instant;
 
+use crate::io::request::Op;
 use crate::units::{parse_rate, parse_size};
 use crate::{bail, Error, ErrorKind, Result};
 
@@ -164,6 +165,35 @@ pub struct OpenMode {
     pub exclusive: bool,
 }
 
+/// A filter stacked over a member, as nbdkit's filters stack over a
+/// plugin (its `error` and `delay` filters) or SPDK's error-injection bdev
+/// over a base bdev: every I/O to the member, from the engine's io_uring or
+/// from the blocking helpers, is shown to it first, and it may let it
+/// through, fail it, or let only part of a write land. Fault injection
+/// ([`crate::io::fault::Faults`]) is one. A filter knows nothing of the
+/// layers above the member.
+pub trait Filter: Send + Sync + std::fmt::Debug {
+    /// The verdict on `op` of `len` bytes at absolute member byte `offset`
+    /// of `member`, before it is done. `durable`: a write (or zeroing)
+    /// that is durable once done (FUA, or synced by its caller).
+    fn before(&self, member: &Member, op: Op, offset: u64, len: u64, durable: bool) -> Verdict;
+    /// The filter as `Any`, to find a filter of a given type on a member.
+    fn as_any(&self) -> &dyn std::any::Any;
+    /// The same, shared.
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
+}
+
+/// What a [`Filter`] does with an I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Let it through.
+    Pass,
+    /// Fail it with this errno without doing it.
+    Fail(i32),
+    /// Do only the first `bytes` bytes of the write, then fail it with EIO.
+    Tear(usize),
+}
+
 /// An open member.
 #[derive(Debug)]
 pub struct Member {
@@ -174,7 +204,8 @@ pub struct Member {
     direct: bool,
     block_size: u32,
     throttle: Option<Arc<Throttle>>,
-    faults: Option<Arc<crate::fault::Faults>>,
+    /// Filters stacked over the member ([`Filter`]), outermost last.
+    filters: Vec<Arc<dyn Filter>>,
     /// Set once the member refused a discard or zeroing fallocate(2)
     /// (EOPNOTSUPP): from then on the engine writes zeros there instead
     /// (see [`Member::no_fallocate`]). Shared by every handle.
@@ -191,42 +222,6 @@ const BUSY_RETRIES: u32 = 100;
 /// that has already exited (30 s): see `Member::lock`.
 const EXITED_HOLDER_RETRIES: u32 = 1500;
 
-/// The `URAID_FAILPOINT_FAIL_WRITES=PATH@START-END` failpoint (end-to-end
-/// tests of a member failing under a running process): the member opened
-/// as `PATH` fails every write that touches absolute member bytes
-/// `[START, END)` with EIO. Anything else in the variable is ignored.
-/// Only with the `failpoints` feature (the tests turn it on): a released
-/// binary reads no such variable.
-#[cfg(feature = "failpoints")]
-fn fail_writes_failpoint(name: &str) -> Option<Arc<crate::fault::Faults>> {
-    let v = std::env::var("URAID_FAILPOINT_FAIL_WRITES").ok()?;
-    let (path, range) = v.rsplit_once('@')?;
-    let (a, b) = range.split_once('-')?;
-    let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
-    if path != name || a >= b {
-        return None;
-    }
-    let f = Arc::new(crate::fault::Faults::new());
-    f.fail_writes(a..b);
-    Some(f)
-}
-
-/// The `URAID_FAILPOINT_NO_DISCARD=PATH[,PATH...]` failpoint (end-to-end
-/// tests of members without discard): the members opened as one of the
-/// PATHs fail every discard and zeroing fallocate(2) with EOPNOTSUPP, as a
-/// drive without deallocate or a file on a filesystem without hole punching
-/// does. Only with the `failpoints` feature.
-#[cfg(feature = "failpoints")]
-fn no_discard_failpoint(name: &str, faults: Option<&Arc<crate::fault::Faults>>) -> Option<Arc<crate::fault::Faults>> {
-    let v = std::env::var("URAID_FAILPOINT_NO_DISCARD").ok()?;
-    if !v.split(',').any(|p| p == name) {
-        return None;
-    }
-    let f = faults.cloned().unwrap_or_else(|| Arc::new(crate::fault::Faults::new()));
-    f.refuse_fallocate();
-    Some(f)
-}
-
 impl Member {
     /// Opens the member named by `spec`.
     ///
@@ -238,17 +233,6 @@ impl Member {
             MemberSpec::Mem(m) => Self::open_mem(m),
             MemberSpec::Path(p) => Self::open_path(p, mode),
         }?;
-        #[cfg(feature = "failpoints")]
-        let m = {
-            let mut m = m;
-            if let Some(f) = fail_writes_failpoint(&m.name) {
-                m.set_faults(f);
-            }
-            if let Some(f) = no_discard_failpoint(&m.name, m.faults.as_ref()) {
-                m.set_faults(f);
-            }
-            m
-        };
         Ok(m)
     }
 
@@ -264,7 +248,7 @@ impl Member {
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len(m.size).map_err(|e| Error::io("cannot size emulated drive", Path::new(&name), e))?;
         let throttle = (!m.limits.is_none()).then(|| Arc::new(Throttle::new(m.limits)));
-        Ok(Member { name, file, kind: MemberKind::Mem, size: m.size, direct: false, block_size: 512, throttle, faults: None, no_fallocate: Default::default() })
+        Ok(Member { name, file, kind: MemberKind::Mem, size: m.size, direct: false, block_size: 512, throttle, filters: Vec::new(), no_fallocate: Default::default() })
     }
 
     fn open_path(p: &Path, mode: OpenMode) -> Result<Member> {
@@ -337,7 +321,7 @@ impl Member {
             direct,
             block_size,
             throttle: None,
-            faults: None,
+            filters: Vec::new(),
             no_fallocate: Default::default(),
         };
         if mode.exclusive {
@@ -428,37 +412,56 @@ impl Member {
             direct: self.direct,
             block_size: self.block_size,
             throttle: self.throttle.clone(),
-            faults: self.faults.clone(),
+            filters: self.filters.clone(),
             no_fallocate: self.no_fallocate.clone(),
         })
     }
 
-    /// Attaches a fault plan (tests): the engine and the blocking helpers
-    /// fail the I/Os it names. Clones made afterwards share it.
-    pub fn set_faults(&mut self, faults: Arc<crate::fault::Faults>) {
-        self.faults = Some(faults);
+    /// Stacks `filter` over the member (see [`Filter`]): from now on the
+    /// engine and the blocking helpers ask it before every I/O. Clones made
+    /// afterwards share it.
+    pub fn push_filter(&mut self, filter: Arc<dyn Filter>) {
+        self.filters.push(filter);
     }
 
-    /// The fault plan, if any.
-    pub fn faults(&self) -> Option<&Arc<crate::fault::Faults>> {
-        self.faults.as_ref()
+    /// The filters stacked over the member, innermost first.
+    pub fn filters(&self) -> &[Arc<dyn Filter>] {
+        &self.filters
     }
 
-    /// The fault plan's verdict on a blocking I/O, as a `Result`; a torn
+    /// What the filters say of `op` of `len` bytes at absolute member byte
+    /// `offset` (`durable`: a write that is durable once done, FUA), the
+    /// outermost first; the first that does not pass decides.
+    #[inline]
+    pub fn filter_verdict(&self, op: Op, offset: u64, len: u64, durable: bool) -> Verdict {
+        for f in self.filters.iter().rev() {
+            match f.before(self, op, offset, len, durable) {
+                Verdict::Pass => {}
+                v => return v,
+            }
+        }
+        Verdict::Pass
+    }
+
+    /// The filters' verdict on a blocking I/O, as a `Result`; a torn
     /// write is done in part here and then reported failed.
-    fn injected(&self, op: crate::engine::Op, offset: u64, buf: &[u8]) -> Result<()> {
-        use crate::fault::Verdict;
+    fn injected(&self, op: Op, offset: u64, buf: &[u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        let errno = match self.faults.as_ref().map(|f| f.intercept(op, offset, buf.len() as u64)) {
-            None | Some(Verdict::Pass) => return Ok(()),
-            Some(Verdict::Fail(errno)) => errno,
-            Some(Verdict::Tear(n)) => {
+        if self.filters.is_empty() {
+            return Ok(());
+        }
+        // The blocking helpers' writes are synced (superblocks) or
+        // RWF_DSYNC (the bitmap): durable.
+        let errno = match self.filter_verdict(op, offset, buf.len() as u64, true) {
+            Verdict::Pass => return Ok(()),
+            Verdict::Fail(errno) => errno,
+            Verdict::Tear(n) => {
                 let _ = self.file.write_all_at(&buf[..n], offset);
                 libc::EIO
             }
         };
         Err(Error::io(
-            &format!("cannot {} {} bytes at offset {offset} of", if op == crate::engine::Op::Read { "read" } else { "write" }, buf.len()),
+            &format!("cannot {} {} bytes at offset {offset} of", if op == Op::Read { "read" } else { "write" }, buf.len()),
             Path::new(&self.name),
             std::io::Error::from_raw_os_error(errno),
         ))
@@ -520,7 +523,7 @@ impl Member {
     /// region when the member is O_DIRECT.
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        self.injected(crate::engine::Op::Read, offset, buf)?;
+        self.injected(Op::Read, offset, buf)?;
         self.file
             .read_exact_at(buf, offset)
             .map_err(|e| Error::io(&format!("cannot read {} bytes at offset {offset} of", buf.len()), Path::new(&self.name), e))
@@ -530,7 +533,7 @@ impl Member {
     /// path). Same alignment rule as [`read_exact_at`](Self::read_exact_at).
     pub fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        self.injected(crate::engine::Op::Write, offset, buf)?;
+        self.injected(Op::Write, offset, buf)?;
         self.file
             .write_all_at(buf, offset)
             .and_then(|_| self.file.sync_data())
@@ -544,7 +547,7 @@ impl Member {
     /// plans apply. Errors: `Io` (a short write counts as one).
     pub fn write_dsync_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         use std::os::fd::AsRawFd;
-        self.injected(crate::engine::Op::Write, offset, buf)?;
+        self.injected(Op::Write, offset, buf)?;
         let what = || format!("cannot write {} bytes at offset {offset} of", buf.len());
         let Ok(off) = libc::off_t::try_from(offset) else {
             return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::from_raw_os_error(libc::EINVAL)));

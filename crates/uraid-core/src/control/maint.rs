@@ -16,7 +16,7 @@
 //!   recovery does (`md_do_sync` with `MD_RECOVERY_RECOVER`): RAID 1 copies
 //!   a readable mirror, RAID 10 the other copy of each chunk, RAID 5 and 6
 //!   recompute the lost chunk from the rest of its stripe
-//!   ([`parity`](crate::parity)). It resumes from the member's recovery
+//!   ([`parity`](crate::raid::parity)). It resumes from the member's recovery
 //!   offset, moves it forward after every batch, and hands it to a
 //!   checkpoint callback every 64 MiB so a stopped rebuild resumes where it
 //!   was. Regions the write-intent bitmap says were never written are
@@ -29,10 +29,10 @@
 //!
 //! # Locking
 //!
-//! Stripe numbering is the layout's ([`crate::layout`]): RAID 5/6 stripe =
+//! Stripe numbering is the layout's ([`crate::raid::layout`]): RAID 5/6 stripe =
 //! member row, RAID 1 stripe = row, RAID 10 stripe = logical chunk. A batch
 //! takes the locks of its stripes in increasing order, blocking
-//! ([`crate::locks::StripeLocks::lock`]); this is deadlock-free as long as
+//! ([`crate::raid::locks::StripeLocks::lock`]); this is deadlock-free as long as
 //! the data path never holds one stripe lock while waiting for a lower one.
 //! Batches hold at most [`MAX_BATCH_STRIPES`] stripes, and a rebuild holds
 //! up to three batches at once (being read, reconstructed, written), so at
@@ -62,13 +62,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use crate::bitmap::sleep_until;
-use crate::engine::Volume;
-use crate::health::{Health, MemberState};
-use crate::layout::{Layout, RedundantLevel, Role};
-use crate::locks::StripeGuard;
-use crate::member::{now_ns, Member};
-use crate::parity::Kernel;
+use crate::raid::bitmap::sleep_until;
+use crate::volume::Volume;
+use crate::raid::health::{Health, MemberState};
+use crate::raid::layout::{Layout, RedundantLevel, Role};
+use crate::raid::locks::StripeGuard;
+use crate::io::member::{now_ns, Member};
+use crate::raid::parity::Kernel;
 use crate::{bail, Error, ErrorKind, IoBuf, Result};
 
 /// Member bytes per batch (per member), before the stripe cap.
@@ -783,7 +783,7 @@ pub fn check(vol: &Arc<Volume>, repair: bool, progress: &mut dyn FnMut(u64, u64)
 }
 
 /// Makes the copies or parity of `vol` agree again over `ranges` (absolute
-/// member byte ranges, e.g. [`Bitmap::dirty`](crate::bitmap::Bitmap::dirty)
+/// member byte ranges, e.g. [`Bitmap::dirty`](crate::raid::bitmap::Bitmap::dirty)
 /// after an unclean stop; parts outside the volume are ignored): RAID 1 and
 /// 10 copy the first readable copy over the others, RAID 5 and 6 recompute
 /// P (and Q) from the data, where they differ. Stripes that cannot be
@@ -1004,11 +1004,11 @@ impl<'v> Scanner<'v> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bitmap::Bitmap;
-    use crate::engine::Shared;
-    use crate::geometry::{Geometry, Level};
-    use crate::member::{MemSpec, MemberSpec, OpenMode};
-    use crate::superblock::DATA_OFFSET;
+    use crate::raid::bitmap::Bitmap;
+    use crate::raid::engine::Shared;
+    use crate::raid::geometry::{Geometry, Level};
+    use crate::io::member::{MemSpec, MemberSpec, OpenMode};
+    use crate::control::superblock::DATA_OFFSET;
     use rand::rngs::SmallRng;
     use rand::{RngCore, SeedableRng};
     use std::sync::Mutex;
@@ -1061,7 +1061,7 @@ mod tests {
                 let data: Vec<Vec<u8>> = order[..d].iter().map(|&m| img[m as usize][o..o + c].to_vec()).collect();
                 let refs: Vec<&[u8]> = data.iter().map(|v| &v[..]).collect();
                 let (mut p, mut q) = (vec![0u8; c], vec![0u8; c]);
-                crate::parity::gen_pq(&refs, &mut p, &mut q);
+                crate::raid::parity::gen_pq(&refs, &mut p, &mut q);
                 img[order[d] as usize][o..o + c].copy_from_slice(&p);
                 if let Some(&qm) = order.get(d + 1) {
                     img[qm as usize][o..o + c].copy_from_slice(&q);
@@ -1522,7 +1522,7 @@ mod tests {
     fn sustained_rebuild_rate(bw: u64) -> f64 {
         let n = 4;
         let data = 64 * MIB;
-        let spec = MemSpec { size: DATA_OFFSET + data, limits: crate::member::Limits { bw, iops: 0, lat_us: 0 } };
+        let spec = MemSpec { size: DATA_OFFSET + data, limits: crate::io::member::Limits { bw, iops: 0, lat_us: 0 } };
         let members = Arc::new((0..n).map(|_| Member::open(&MemberSpec::Mem(spec), RW).unwrap()).collect::<Vec<_>>());
         let health = Arc::new(Health::new(n));
         let g = Geometry::new(Level::Raid5, n, 64 << 10, data).unwrap();
@@ -1579,7 +1579,7 @@ mod tests {
                                 .collect();
                             let refs: Vec<&[u8]> = data.iter().map(|v| &v[..]).collect();
                             let (mut p, mut q) = (vec![0u8; c], vec![0u8; c]);
-                            crate::parity::gen_pq(&refs, &mut p, &mut q);
+                            crate::raid::parity::gen_pq(&refs, &mut p, &mut q);
                             let mut blocks = data;
                             blocks.push(p);
                             blocks.push(q);
@@ -1636,7 +1636,7 @@ mod tests {
         // The rebuild holds up to 3 * MAX_BATCH_STRIPES consecutive stripes:
         // if two shared a lock word, the second lock would wait for the
         // first forever.
-        let locks = crate::locks::StripeLocks::default();
+        let locks = crate::raid::locks::StripeLocks::default();
         let mut rng = SmallRng::seed_from_u64(1);
         for start in (0..64).map(|i| if i < 8 { i * 1000 } else { rng.next_u64() >> 20 }) {
             let held: Vec<u64> = (start..start + 3 * MAX_BATCH_STRIPES + 3).collect();

@@ -77,9 +77,9 @@ use std::time::Duration;
 
 use io_uring::{opcode, types, IoUring};
 
-use crate::health::{Health, MemberState};
-use crate::member::{now_ns, Member};
-use crate::superblock::DATA_OFFSET;
+use crate::raid::health::{Health, MemberState};
+use crate::io::member::{now_ns, Member};
+use crate::raid::DATA_OFFSET;
 use crate::{bail, Error, ErrorKind, IoBuf, Result};
 
 /// Absolute member offset of the bitmap area, in bytes (64 KiB); the area
@@ -872,8 +872,8 @@ impl Drop for BitmapDaemon {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::MemberState;
-    use crate::member::{MemSpec, MemberSpec, OpenMode};
+    use crate::raid::health::MemberState;
+    use crate::io::member::{MemSpec, MemberSpec, OpenMode};
     use std::sync::atomic::AtomicBool;
 
     const RW: OpenMode = OpenMode { write: true, exclusive: false };

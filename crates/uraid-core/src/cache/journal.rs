@@ -82,7 +82,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
-use crate::engine::{Request, Volume};
+use crate::io::request::Request;
+use crate::raid::engine::RaidVolume;
 use crate::{bail, Error, IoBuf, Member, Result};
 
 /// Magic of the journal header.
@@ -191,7 +192,7 @@ impl Header {
 }
 
 fn new_nonce() -> u64 {
-    u64::from_le_bytes(crate::superblock::new_uuid()[..8].try_into().expect("8 bytes"))
+    u64::from_le_bytes(crate::units::new_uuid()[..8].try_into().expect("8 bytes"))
 }
 
 /// Bytes of log a journal of `size` bytes (header included) holds: whole
@@ -257,7 +258,7 @@ struct Found {
     len: u64,
     kind: u32,
     cache_seq: u64,
-    /// Volume bytes from one piece to the next (rows records).
+    /// RaidVolume bytes from one piece to the next (rows records).
     stride: u64,
     /// Bytes per piece (`len` but for rows records).
     piece: u64,
@@ -323,7 +324,7 @@ struct State {
 #[derive(Clone)]
 pub struct Host {
     /// The array's member states.
-    pub health: Arc<crate::health::Health>,
+    pub health: Arc<crate::raid::health::Health>,
     /// The role whose device holds the journal.
     pub role: u32,
 }
@@ -939,7 +940,7 @@ impl Journal {
     /// members and empties the log. Returns (records, bytes) replayed; a
     /// lost journal replays nothing. Errors: `Io`; on error nothing is
     /// retired, so the next assemble replays again.
-    pub fn replay(&self, vol: &Arc<Volume>, line: u64) -> Result<(u64, u64)> {
+    pub fn replay(&self, vol: &Arc<RaidVolume>, line: u64) -> Result<(u64, u64)> {
         if self.is_lost() {
             return Ok((0, 0));
         }
@@ -981,9 +982,9 @@ impl Journal {
                 v.push(i);
             }
         }
-        let mut q = vol.queue_uncached(1)?;
+        let mut q = vol.queue(1)?;
         for f in found.iter().filter(|f| f.zeroes()) {
-            let r = Request { op: crate::engine::Op::WriteZeroes { no_hole: false }, offset: f.offset, len: f.piece as usize, buf: None, tag: 0, fua: false };
+            let r = Request { op: crate::io::request::Op::WriteZeroes { no_hole: false }, offset: f.offset, len: f.piece as usize, buf: None, tag: 0, fua: false };
             q.run(r).result?;
         }
         let sectors = (line / 512) as usize;

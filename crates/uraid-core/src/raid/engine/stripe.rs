@@ -1,7 +1,7 @@
 //! The redundant levels' data path: RAID 1, 10, 5 and 6 on the same ring.
 //!
 //! A request is planned against the [`Layout`] and the member states
-//! ([`Health`](crate::health::Health)):
+//! ([`Health`](crate::raid::health::Health)):
 //!
 //! - Reads go straight to a member as RAID 0 pieces do (merged per member):
 //!   RAID 1 and 10 to the readable copy with the fewest bytes in flight from
@@ -10,8 +10,8 @@
 //!   recovery offset) becomes one *stripe operation* that reads the rest of
 //!   the stripe's rows and reconstructs the data (md's degraded read).
 //! - Writes are stripe operations: one per stripe band for RAID 5 and 6 (see
-//!   [`WriteBand`](crate::layout::WriteBand)), one per chunk piece for RAID 1
-//!   and 10. Each takes its stripe's lock ([`StripeLocks`](crate::locks)),
+//!   [`WriteBand`](crate::raid::layout::WriteBand)), one per chunk piece for RAID 1
+//!   and 10. Each takes its stripe's lock ([`StripeLocks`](crate::raid::locks)),
 //!   marks the write-intent bitmap, then:
 //!   full-stripe write: P (and Q) from the new data, nothing read;
 //!   read-modify-write: read the old data and P (and Q), update by the
@@ -29,13 +29,13 @@
 //! persists it) and the operation is planned again without it. Past the
 //! level's tolerance an operation fails with EIO before it writes anything.
 //!
-//! [`Health::fail`]: crate::health::Health::fail
+//! [`Health::fail`]: crate::raid::health::Health::fail
 
 use std::collections::VecDeque;
 
-use super::{new_piece, now_ns, progress, Completion, Op, Outcome, Piece, Queue, Reverse, SOP_BIT};
-use crate::layout::{Layout, Places, RedundantLevel};
-use crate::parity::Kernel;
+use super::{new_piece, now_ns, progress, Completion, Op, Outcome, Piece, RaidQueue, Reverse, SOP_BIT};
+use crate::raid::layout::{Layout, Places, RedundantLevel};
+use crate::raid::parity::Kernel;
 use crate::{Error, ErrorKind, IoBuf};
 
 /// How long a stripe operation waiting for another thread's stripe lock
@@ -154,7 +154,7 @@ pub(super) struct State {
     /// picks the least busy copy).
     load: Vec<u64>,
     /// Scratch: the layout pieces of the request being planned.
-    lpieces: Vec<crate::layout::Piece>,
+    lpieces: Vec<crate::raid::layout::Piece>,
     /// Scratch: stripe operations made by the current plan.
     started: Vec<u32>,
     /// Partial-stripe writes at the end of a request, held back (plugged)
@@ -177,7 +177,7 @@ pub(super) struct State {
 pub(super) const MAX_PLUG_NS: u64 = 10_000_000;
 
 impl State {
-    pub(super) fn new(vol: &std::sync::Arc<super::Volume>) -> State {
+    pub(super) fn new(vol: &std::sync::Arc<super::RaidVolume>) -> State {
         State {
             sops: Vec::new(),
             free: Vec::new(),
@@ -224,7 +224,7 @@ impl State {
     /// hold (as written), and, when the kernel may still be doing their
     /// I/O (`leak`), leaks their row buffers so that it never writes into
     /// freed memory.
-    pub(super) fn abandon(&mut self, locks: &crate::locks::StripeLocks, leak: bool) {
+    pub(super) fn abandon(&mut self, locks: &crate::raid::locks::StripeLocks, leak: bool) {
         for w in self.held_words.drain(..) {
             locks.release_word(w);
         }
@@ -267,7 +267,7 @@ impl State {
     /// timer. A lock this queue holds is released by one of its own
     /// completions, which wakes it anyway (polling for those cost a
     /// degraded sequential read twice the CPU).
-    pub(super) fn waits_on_others(&self, locks: &crate::locks::StripeLocks) -> bool {
+    pub(super) fn waits_on_others(&self, locks: &crate::raid::locks::StripeLocks) -> bool {
         self.waiting.iter().any(|&i| !self.held_words.contains(&locks.word(self.sops[i as usize].stripe)))
     }
 }
@@ -292,7 +292,7 @@ fn eio(msg: String) -> Error {
     Error::new(ErrorKind::Io, msg)
 }
 
-impl Queue {
+impl RaidQueue {
     fn layout(&self) -> Layout {
         *self.vol.geometry().layout().expect("redundant volume")
     }
@@ -382,10 +382,10 @@ impl Queue {
         let data_offset = self.vol.data_offset();
         let mirror = !l.level().has_parity();
         let base = self.slots[si].buf.as_mut().expect("checked").as_mut_ptr();
-        let mut last = [usize::MAX; crate::geometry::MAX_MEMBERS];
+        let mut last = [usize::MAX; crate::raid::geometry::MAX_MEMBERS];
         // Bytes this request already sends to each member: a RAID 1/10
         // read's next piece prefers another copy.
-        let mut planned = [0u64; crate::geometry::MAX_MEMBERS];
+        let mut planned = [0u64; crate::raid::geometry::MAX_MEMBERS];
         let mut i = 0;
         while i < lp.len() {
             let stripe = lp[i].stripe;
@@ -783,8 +783,8 @@ impl Queue {
     }
 
     /// Roles of stripe `s`'s chunks in parity order: data 0..d, P, Q.
-    fn stripe_members(l: &Layout, s: u64) -> ([u32; crate::geometry::MAX_MEMBERS], usize) {
-        let mut v = [0u32; crate::geometry::MAX_MEMBERS];
+    fn stripe_members(l: &Layout, s: u64) -> ([u32; crate::raid::geometry::MAX_MEMBERS], usize) {
+        let mut v = [0u32; crate::raid::geometry::MAX_MEMBERS];
         let d = l.data_chunks() as usize;
         for (i, slot) in v.iter_mut().enumerate().take(d) {
             *slot = l.data_member(s, i as u32);
@@ -990,7 +990,7 @@ impl Queue {
         let pm = sm[d];
         let qm = if k > d + 1 { Some(sm[d + 1]) } else { None };
         let kernel = self.raid.kernel;
-        let mut newp = [std::ptr::null_mut::<u8>(); crate::geometry::MAX_MEMBERS];
+        let mut newp = [std::ptr::null_mut::<u8>(); crate::raid::geometry::MAX_MEMBERS];
         if kind == Kind::Write && !self.raid.sops[idx].parts.is_empty() {
             // Merged from several requests: one part per request and data
             // index; an index made of several parts is gathered into its

@@ -27,7 +27,7 @@
 //!
 //! Journal mode (md's raid5-cache with its log device, in write-back):
 //! the same cache, and every write is also recorded on a journal device
-//! ([`crate::journal`]) and acknowledged only once its record is durable;
+//! ([`crate::cache::journal`]) and acknowledged only once its record is durable;
 //! a FLUSH then needs only the members' flush (for discards and zeroes),
 //! and nothing acknowledged is lost when the process dies or the power
 //! fails: assemble replays the records not yet retired. On RAID 5/6 a line
@@ -65,12 +65,16 @@
 //! Write-through also keeps what reads brought in, unless a write touched
 //! the cache since the read started.
 
+pub mod journal;
+pub mod queue;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use crate::engine::{Op, Request, Volume};
+use crate::io::request::{Op, Request};
+use crate::raid::engine::RaidVolume;
 use crate::{bail, IoBuf, Result};
 
 /// Sector size the cache tracks validity and dirtiness in (bytes).
@@ -102,7 +106,7 @@ pub enum CacheMode {
     /// un-flushed writes are lost on a crash or power loss (2).
     WriteBack,
     /// Write-back with a journal (3): every write is recorded durably on a
-    /// journal device before it is acknowledged ([`crate::journal`]), so
+    /// journal device before it is acknowledged ([`crate::cache::journal`]), so
     /// none is lost, and RAID 5/6 lines are recorded whole before their
     /// member writes, which closes the write hole.
     Journal,
@@ -272,7 +276,7 @@ struct Line {
     /// Sequence number of the oldest write the dirty sectors carry (for
     /// the flusher's order), 0 when clean.
     oldest: u64,
-    /// When it became dirty ([`now_ns`](crate::member::now_ns)).
+    /// When it became dirty ([`now_ns`](crate::io::member::now_ns)).
     dirty_since: u64,
     /// Sequence number of the newest write copied in.
     last_seq: u64,
@@ -356,19 +360,19 @@ pub struct Cache {
     generations: AtomicU64,
     /// The volume the flusher writes through (a volume rebuilt over new
     /// members takes the cache over: [`Volume::adopt_cache`]).
-    target: Mutex<Weak<Volume>>,
+    target: Mutex<Weak<RaidVolume>>,
     stats: Mutex<CacheStats>,
     pool: Mutex<Vec<IoBuf>>,
     /// Journal mode: the journal, and the order writers take a record's
     /// place and copy into the lines in (so that the log's order is the
     /// lines' order).
-    journal: Option<Arc<crate::journal::Journal>>,
+    journal: Option<Arc<crate::cache::journal::Journal>>,
     jorder: Mutex<()>,
     /// The journal's loss count last seen (a new loss drains the cache).
     seen_losses: AtomicU64,
     /// Since a loss of the journal: the write sequence number below which
     /// every write must be on the members before the loss is recorded
-    /// ([`crate::journal::Journal::drained_after_loss`]): until then the
+    /// ([`crate::cache::journal::Journal::drained_after_loss`]): until then the
     /// journal still holds acknowledged writes.
     lost_drain: Mutex<Option<u64>>,
     /// The volume has parity (RAID 5/6): the journal records a line dirty
@@ -444,7 +448,7 @@ pub(crate) enum Taken {
 
 impl Cache {
     /// Bytes per line of a cache on `vol`: one stripe's data.
-    pub fn line_for(vol: &Volume) -> u64 {
+    pub fn line_for(vol: &RaidVolume) -> u64 {
         let g = vol.geometry();
         match g.layout() {
             Some(l) => l.stripe_data_width(),
@@ -456,7 +460,7 @@ impl Cache {
     /// Checks `cfg` for a cache on `vol`. Errors: `InvalidInput` when the
     /// size or the dirty limit cannot hold one line, or the limit passes
     /// the size.
-    pub fn check_config(vol: &Volume, cfg: &CacheConfig) -> Result<()> {
+    pub fn check_config(vol: &RaidVolume, cfg: &CacheConfig) -> Result<()> {
         let line = Self::line_for(vol);
         if cfg.size < line || cfg.dirty_limit < line || cfg.dirty_limit > cfg.size {
             bail!(
@@ -475,7 +479,7 @@ impl Cache {
     /// [`CacheMode::Journal`]. Errors: `InvalidInput` as
     /// [`check_config`](Self::check_config), or a journal missing or not
     /// wanted.
-    pub(crate) fn new(vol: &Volume, cfg: CacheConfig, journal: Option<Arc<crate::journal::Journal>>) -> Result<Cache> {
+    pub(crate) fn new(vol: &RaidVolume, cfg: CacheConfig, journal: Option<Arc<crate::cache::journal::Journal>>) -> Result<Cache> {
         Self::check_config(vol, &cfg)?;
         if (cfg.mode == CacheMode::Journal) != journal.is_some() {
             bail!(InvalidInput, "the journal cache mode needs a journal device, and only it takes one");
@@ -520,18 +524,18 @@ impl Cache {
     }
 
     /// The journal of a cache in journal mode.
-    pub fn journal(&self) -> Option<&Arc<crate::journal::Journal>> {
+    pub fn journal(&self) -> Option<&Arc<crate::cache::journal::Journal>> {
         self.journal.as_ref()
     }
 
     /// The journal while it is not lost. Once it is lost (see
-    /// [`crate::journal::Journal::is_lost`]) the cache works without it:
+    /// [`crate::cache::journal::Journal::is_lost`]) the cache works without it:
     /// every write is acknowledged only once it is on the members and they
     /// are flushed (as a FUA write), flushes wait for every dirty line, and
     /// the first call that sees a new loss asks the flusher to write
     /// everything back (the writes whose records went with the journal
     /// are then only in memory).
-    fn live_journal(&self) -> Option<&Arc<crate::journal::Journal>> {
+    fn live_journal(&self) -> Option<&Arc<crate::cache::journal::Journal>> {
         let j = self.journal.as_ref()?;
         let losses = j.losses();
         if self.seen_losses.swap(losses, Ordering::AcqRel) != losses && j.is_lost() {
@@ -707,7 +711,7 @@ impl Cache {
         }
         if let Some((j, r)) = place {
             // Acknowledged once the record is durable (FUA included).
-            if j.write(r, crate::journal::RecordKind::Data, req.offset, seq, &data[..req.len]).is_err() {
+            if j.write(r, crate::cache::journal::RecordKind::Data, req.offset, seq, &data[..req.len]).is_err() {
                 // The journal is lost (it said why): the write is in the
                 // cache, and is acknowledged once it is on the members.
                 self.live_journal();
@@ -898,7 +902,7 @@ impl Cache {
         line.last_seq = seq;
         if line.oldest == 0 {
             line.oldest = seq;
-            line.dirty_since = crate::member::now_ns();
+            line.dirty_since = crate::io::member::now_ns();
             // Promised whether or not the journal is lost now (it is
             // released the same way when the line is clean again).
             if let Some(j) = &self.journal {
@@ -1045,6 +1049,13 @@ impl Cache {
         if let Some(e) = lock(&self.failed).clone() {
             return Some(Err(e));
         }
+        if lock(&self.lost_drain).is_some() {
+            // A loss of the journal is not recorded yet: nothing is
+            // acknowledged as durable until it is (a flusher pass that
+            // started before the loss was seen may have made `target`
+            // durable, but the write it covers was taken after the loss).
+            return None;
+        }
         (*lock(&self.durable) >= target).then_some(Ok(()))
     }
 
@@ -1133,7 +1144,7 @@ impl Cache {
     /// `all`, else those dirty as a whole or for [`DIRTY_EXPIRE_NS`].
     fn dirty_lines(&self, all: bool) -> Vec<Snap> {
         let mut v: Vec<(u64, u64)> = Vec::new();
-        let expired = crate::member::now_ns().saturating_sub(DIRTY_EXPIRE_NS);
+        let expired = crate::io::member::now_ns().saturating_sub(DIRTY_EXPIRE_NS);
         for sh in self.shards.iter() {
             v.extend(
                 lock(sh)
@@ -1220,7 +1231,7 @@ impl Cache {
     /// sectors are written, or a stripe record, then it is written whole; every
     /// pass ends with a members' flush and a checkpoint that retires the
     /// records whose data is now on the members.
-    fn pass(&self, vol: &Arc<Volume>) -> Result<()> {
+    fn pass(&self, vol: &Arc<RaidVolume>) -> Result<()> {
         let start_seq = {
             let _g = self.gate.write().unwrap_or_else(|e| e.into_inner());
             self.seq.load(Ordering::Acquire)
@@ -1241,8 +1252,8 @@ impl Cache {
             // copied in: no member gets data whose record is not written.
             j.wait_written();
         }
-        let mut q = vol.queue_uncached(FLUSH_DEPTH)?;
-        let mut fill_q = if journal.is_some() && self.parity { Some(vol.queue_uncached(1)?) } else { None };
+        let mut q = vol.queue(FLUSH_DEPTH)?;
+        let mut fill_q = if journal.is_some() && self.parity { Some(vol.queue(1)?) } else { None };
         let mut out = Vec::new();
         // Member writes in flight, by tag.
         let mut inflight: HashMap<u64, InFlight> = HashMap::new();
@@ -1429,7 +1440,7 @@ impl Cache {
     /// line is recorded whole instead (what the flusher writes must hold
     /// every write up to the line's newest). The record may retire once the
     /// line's oldest dirty write is on the members.
-    fn record_line(&self, j: &crate::journal::Journal, fq: &mut crate::Queue, idx: u64, data: &mut IoBuf, valid: &[u64], dirty: &[u64]) -> Result<Recorded> {
+    fn record_line(&self, j: &crate::cache::journal::Journal, fq: &mut crate::raid::engine::RaidQueue, idx: u64, data: &mut IoBuf, valid: &[u64], dirty: &[u64]) -> Result<Recorded> {
         let sector = CACHE_SECTOR as usize;
         let mut rows = self.rows_of(dirty);
         let mut read = vec![0u64; valid.len()];
@@ -1488,7 +1499,7 @@ impl Cache {
             let Some(r) = j.reserve(len, oldest, None) else { return Ok(Recorded::Full) };
             drop(order);
             match record {
-                None => j.write(r, crate::journal::RecordKind::Stripe, idx * self.line, last_seq, &data[..self.line as usize])?,
+                None => j.write(r, crate::cache::journal::RecordKind::Stripe, idx * self.line, last_seq, &data[..self.line as usize])?,
                 Some((lo, piece, b)) => {
                     let stride = self.chunk_sectors as u64 * CACHE_SECTOR;
                     j.write_rows(r, idx * self.line + (lo * sector) as u64, stride, piece, last_seq, &b)?
@@ -1522,13 +1533,13 @@ impl Cache {
     }
 
     /// Makes the flusher write through `vol` from now on.
-    pub(crate) fn retarget(&self, vol: Weak<Volume>) {
+    pub(crate) fn retarget(&self, vol: Weak<RaidVolume>) {
         *lock(&self.target) = vol;
     }
 
     /// Starts the flusher thread of `vol`'s cache. It holds the volume only
     /// during a pass, and ends when the volume is gone or the cache closed.
-    pub(crate) fn start_flusher(self: &Arc<Self>, vol: Weak<Volume>) {
+    pub(crate) fn start_flusher(self: &Arc<Self>, vol: Weak<RaidVolume>) {
         self.retarget(vol);
         let cache = Arc::downgrade(self);
         std::thread::Builder::new()
@@ -1603,16 +1614,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::geometry::{Geometry, Level};
-    use crate::member::{MemSpec, Member, MemberSpec, OpenMode};
-    use crate::superblock::DATA_OFFSET;
+    use crate::raid::geometry::{Geometry, Level};
+    use crate::io::member::{MemSpec, Member, MemberSpec, OpenMode};
+    use crate::control::superblock::DATA_OFFSET;
 
     /// A write-back cache (no flusher: the test plays it) over a RAID 5 of
     /// three `mem:` members with 64 KiB chunks (lines of 128 KiB).
     fn cache() -> Cache {
         let spec = MemberSpec::Mem(MemSpec { size: DATA_OFFSET + (4 << 20), limits: Default::default() });
         let members = (0..3).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap()).collect();
-        let v = Volume::new(Arc::new(members), Geometry::new(Level::Raid5, 3, 64 << 10, 4 << 20).unwrap(), DATA_OFFSET).unwrap();
+        let v = RaidVolume::new(Arc::new(members), Geometry::new(Level::Raid5, 3, 64 << 10, 4 << 20).unwrap(), DATA_OFFSET).unwrap();
         Cache::new(&v, CacheConfig { mode: CacheMode::WriteBack, size: 2 << 20, dirty_limit: 1 << 20 }, None).unwrap()
     }
 

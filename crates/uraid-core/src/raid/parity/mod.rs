@@ -46,7 +46,7 @@
 //! # Example
 //!
 //! ```
-//! use uraid_core::parity;
+//! use uraid_core::raid::parity;
 //!
 //! let (d0, d1, d2) = (vec![1u8; 4096], vec![2u8; 4096], vec![3u8; 4096]);
 //! let (mut p, mut q) = (vec![0u8; 4096], vec![0u8; 4096]);

@@ -7,7 +7,7 @@
 /// The first bytes of a member that [`detect`] needs.
 pub const PROBE_LEN: usize = 72 << 10;
 
-/// What [`detect`] names a uraid journal device (see [`crate::journal`]):
+/// What [`detect`] names a uraid journal device (see [`crate::cache::journal`]):
 /// not a member, but a device an array with a journaled cache is assembled with.
 pub const JOURNAL: &str = "a uraid journal";
 
@@ -15,10 +15,10 @@ pub const JOURNAL: &str = "a uraid journal";
 /// holds, or `None` when no known signature is there.
 pub fn detect(head: &[u8]) -> Option<&'static str> {
     let at = |off: usize, magic: &[u8]| head.len() >= off + magic.len() && &head[off..off + magic.len()] == magic;
-    if at(0, crate::superblock::MAGIC) {
+    if at(0, crate::control::superblock::MAGIC) {
         return Some("a uraid superblock");
     }
-    if at(0, crate::journal::MAGIC) {
+    if at(0, crate::cache::journal::MAGIC) {
         return Some(JOURNAL);
     }
     if at(1080, &[0x53, 0xEF]) {

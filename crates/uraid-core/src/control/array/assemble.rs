@@ -1,0 +1,455 @@
+//! `assemble` and `open`: reads the superblocks, decides which is
+//! authoritative and which members are stale (md's rules), opens the
+//! journals, and brings an array that was not stopped cleanly back in sync.
+
+use super::*;
+
+/// Assembles the array whose members are `specs`, given in any order, and
+/// marks it active (event counter + 1, as md does on assemble). See
+/// [`assemble_with`].
+pub fn assemble(specs: &[MemberSpec]) -> Result<Array> {
+    assemble_with(specs, &AssembleOptions::default())
+}
+
+/// Assembles the array whose members (and spares) are `specs`, in any
+/// order: [`open_with`], then [`Array::activate`] (resync of an unclean
+/// array, spares into failed roles, active, event counter + 1).
+pub fn assemble_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> {
+    let mut a = open_with(specs, opts)?;
+    a.activate()?;
+    Ok(a)
+}
+
+/// Like [`assemble`], but writes nothing: the members are checked and held
+/// exclusively, the superblocks are left as they are. Use
+/// [`Array::activate`] before writing data, or [`Array::release`] to let go
+/// without a trace (a read-only benchmark, `uraid status`).
+pub fn open(specs: &[MemberSpec]) -> Result<Array> {
+    open_with(specs, &AssembleOptions::default())
+}
+
+/// [`open`] with options.
+///
+/// Errors, all before anything is written: `InvalidInput` (no member, a
+/// drive named twice), `Busy` (in use), `Superblock` (no superblock, a
+/// corrupt one, a member of another array, members that disagree on the
+/// layout, a stale member without `force`, a device that is no longer a
+/// member), `Membership` (two devices claiming one slot; members missing
+/// beyond what a volume tolerates, naming the volume and the roles; a
+/// degraded RAID 5/6 volume not stopped cleanly, without `force`),
+/// `TooSmall` (a member shrank).
+pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> {
+    if specs.is_empty() {
+        bail!(InvalidInput, "assemble needs the members of the array");
+    }
+    // Journal devices (journal cache mode) may be given with the members.
+    let mut members = Vec::new();
+    let mut member_specs = Vec::new();
+    let mut journal_devs = Vec::new();
+    for (m, spec) in open_members(specs, true, true)?.into_iter().zip(specs) {
+        match crate::cache::journal::probe(&m)? {
+            Some(id) => journal_devs.push((m, id)),
+            None => {
+                members.push(m);
+                member_specs.push(spec.clone());
+            }
+        }
+    }
+    if members.is_empty() {
+        bail!(InvalidInput, "only journal devices were given; give the members of the array too");
+    }
+    let specs = &member_specs[..];
+    let mut sbs = Vec::with_capacity(members.len());
+    for m in &members {
+        match read_superblock(m)? {
+            Ok(sb) => sbs.push(sb),
+            Err(DecodeError::NoMagic) => bail!(
+                Superblock,
+                "{} is not a uraid member (no superblock); check the name, or run 'uraid examine {}'",
+                m.name(),
+                m.name()
+            ),
+            Err(e) => bail!(
+                Superblock,
+                "{} has a damaged superblock: {e}. Nothing was written; the array cannot be \
+                 assembled from this member",
+                m.name()
+            ),
+        }
+    }
+    for (m, sb) in members.iter().zip(&sbs).skip(1) {
+        if sb.array_uuid != sbs[0].array_uuid {
+            bail!(
+                Superblock,
+                "{} belongs to array '{}' ({}), but {} belongs to array '{}' ({}); give the members of one array",
+                m.name(),
+                sb.name,
+                fmt_uuid(&sb.array_uuid),
+                members[0].name(),
+                sbs[0].name,
+                fmt_uuid(&sbs[0].array_uuid)
+            );
+        }
+    }
+    // The freshest superblock speaks for the array (md: the highest event
+    // counter wins).
+    let fresh = (0..sbs.len()).max_by_key(|&i| sbs[i].events).expect("at least one member");
+    let auth = sbs[fresh].clone();
+    let n = auth.member_count as usize;
+    let max_events = auth.events;
+    for (m, sb) in members.iter().zip(&sbs) {
+        if !sb.same_layout(&auth) {
+            bail!(
+                Superblock,
+                "{} and {} disagree on the layout of array '{}' (member count, volume table or bitmap); one of \
+                 them was changed by hand",
+                m.name(),
+                members[fresh].name(),
+                auth.name
+            );
+        }
+    }
+    let mut journals = Vec::new();
+    for (m, id) in journal_devs {
+        let Some(v) = auth.volumes.iter().find(|v| journal_id(auth.array_uuid, v) == id) else {
+            bail!(
+                Superblock,
+                "{} is a journal, but not one of array '{}' (it names array {}); give this array's journal, or leave it out",
+                m.name(),
+                auth.name,
+                fmt_uuid(&id.array)
+            );
+        };
+        if v.journal_lost {
+            // Lost while running: stale, never replayed (see below).
+            continue;
+        }
+        journals.push(Arc::new(crate::cache::journal::Journal::open(m)?));
+    }
+    let mut warnings = Vec::new();
+    // A journal device of its own not given, or lost while running.
+    for v in auth.volumes.iter().filter(|v| v.cache_mode == crate::cache::CacheMode::Journal.to_u8() && v.journal_region.is_none()) {
+        let id = journal_id(auth.array_uuid, v);
+        if v.journal_lost {
+            let name = format!("journal {}", fmt_uuid(&v.journal_uuid));
+            warnings.push(format!(
+                "{}: its write journal ({name}) was lost while running (a write to it failed): its records are stale \
+                 and are not replayed (the writes after the loss went to the members), and the volume runs without \
+                 a journal, each write acknowledged once it is on the members; set one again with 'uraid config \
+                 --cache journal --journal DEVICE'",
+                describe_volume(v)
+            ));
+            journals.push(Arc::new(crate::cache::journal::Journal::absent(id, 0, 0, name, None)));
+            continue;
+        }
+        if !opts.without_journal || journals.iter().any(|j| j.id() == id) {
+            continue;
+        }
+        let name = format!("journal {}", fmt_uuid(&v.journal_uuid));
+        warnings.push(format!(
+            "{}: its write journal ({name}) was not given and the volume runs without it (--without-journal): records it held \
+             are lost, and writes are acknowledged only once they are on the members; give it again, or move the \
+             journal with 'uraid config --cache journal --journal DEVICE'",
+            describe_volume(v)
+        ));
+        journals.push(Arc::new(crate::cache::journal::Journal::absent(id, 0, 0, name, None)));
+    }
+    let mut slots = auth.slots.clone();
+    let mut devices: Vec<Option<Member>> = (0..slots.len()).map(|_| None).collect();
+    let mut dev_specs: Vec<Option<MemberSpec>> = vec![None; slots.len()];
+    let redundant = auth.volumes.iter().any(is_redundant);
+    let end = auth.data_end();
+    for ((m, sb), spec) in members.into_iter().zip(&sbs).zip(specs) {
+        let slot = slots.iter().position(|s| s.uuid == sb.member_uuid && s.state != MemberState::Missing);
+        let Some(slot) = slot else {
+            bail!(
+                Superblock,
+                "{} is no longer part of array '{}': it was removed or replaced (its event counter is {}, the \
+                 array's is {max_events}). Leave it out, or add it back with 'uraid add'",
+                m.name(),
+                auth.name,
+                sb.events
+            );
+        };
+        let what = if slot < n { format!("role {slot}") } else { format!("spare slot {slot}") };
+        if let Some(other) = &devices[slot] {
+            bail!(
+                Membership,
+                "{} and {} both claim {what} of array '{}' (one is a copy of the other?); give each member once",
+                other.name(),
+                m.name(),
+                auth.name
+            );
+        }
+        if slot < n && sb.events < max_events && matches!(slots[slot].state, MemberState::Active | MemberState::Rebuilding) {
+            if !opts.force {
+                let how = if redundant {
+                    "with 'uraid assemble --force' it is taken back and rebuilt in full from the others"
+                } else {
+                    "RAID 0 cannot repair it; 'uraid assemble --force' takes it back as it is, and data written \
+                     since it fell behind is then inconsistent"
+                };
+                bail!(
+                    Superblock,
+                    "{} is stale: its event counter is {} but the others are at {max_events}; it missed changes \
+                     while it was away. Nothing was written. Leave it out if the array can run without it, or: {how}",
+                    m.name(),
+                    sb.events
+                );
+            }
+            if redundant {
+                slots[slot].state = MemberState::Rebuilding;
+                slots[slot].recovery_offset = Some(0);
+                warnings.push(format!(
+                    "{} was stale (event counter {} < {max_events}); --force takes it back in {what}, to be rebuilt in full",
+                    m.name(),
+                    sb.events
+                ));
+            } else {
+                warnings.push(format!(
+                    "{} was stale (event counter {} < {max_events}); --force takes it back as it is: data written \
+                     since it fell behind may be inconsistent",
+                    m.name(),
+                    sb.events
+                ));
+            }
+        }
+        if m.size() < end {
+            bail!(
+                TooSmall,
+                "{} has {} bytes but the array stores data up to byte {end}; was it truncated?",
+                m.name(),
+                m.size()
+            );
+        }
+        devices[slot] = Some(m);
+        dev_specs[slot] = Some(spec.clone());
+    }
+    // Roles without a device.
+    let mut missing = Vec::new();
+    for r in 0..n {
+        if devices[r].is_none() && matches!(slots[r].state, MemberState::Active | MemberState::Rebuilding) {
+            missing.push(r);
+            slots[r].state = MemberState::Missing;
+            slots[r].recovery_offset = None;
+        }
+    }
+    let down: Vec<bool> = slots[..n].iter().map(|s| s.state != MemberState::Active).collect();
+    let lost = lost_volumes(&auth, &down);
+    if !lost.is_empty() {
+        let missing_txt: Vec<String> = missing.iter().map(|&r| format!("role {r} (member {})", fmt_uuid(&auth.slots[r].uuid))).collect();
+        let other_txt: Vec<String> = (0..n)
+            .filter(|r| down[*r] && !missing.contains(r))
+            .map(|r| format!("role {r} is {}", slots[r].state.name()))
+            .collect();
+        let vols: Vec<String> = lost
+            .iter()
+            .map(|&i| format!("{} tolerates {}", describe_volume(&auth.volumes[i]), level_tolerance(&auth.volumes[i], n)))
+            .collect();
+        let given = slots.iter().take(n).zip(&devices).filter(|(_, d)| d.is_some()).count();
+        let msg = if missing_txt.is_empty() {
+            format!(
+                "array '{}' cannot run: {}; {}. Nothing was written. The data of that volume is lost unless a \
+                 failed member still holds it",
+                auth.name,
+                other_txt.join(", "),
+                vols.join("; ")
+            )
+        } else {
+            format!(
+                "array '{}' has {n} members but {given} were given; missing {}{}; {}: it cannot run. Nothing was \
+                 written. Give every member",
+                auth.name,
+                missing_txt.join(", "),
+                if other_txt.is_empty() { String::new() } else { format!(" ({})", other_txt.join(", ")) },
+                vols.join("; ")
+            )
+        };
+        if !opts.inspect {
+            return Err(Error::new(ErrorKind::Membership, msg));
+        }
+        warnings.push(msg);
+    }
+    for &r in &missing {
+        warnings.push(format!(
+            "role {r} (member {}) is missing: the array runs degraded until a member is added",
+            fmt_uuid(&auth.slots[r].uuid)
+        ));
+    }
+    let health = Arc::new(Health::new(n));
+    for (r, s) in slots[..n].iter().enumerate() {
+        health.set_state(r as u32, s.state);
+        if let (MemberState::Rebuilding, Some(o)) = (s.state, s.recovery_offset) {
+            health.set_recovery(r as u32, o);
+        }
+    }
+    let renamed = open_member_journals(&auth, &slots, &devices, &health, opts, &mut journals, &mut warnings)?;
+    let mut sb = auth.clone();
+    sb.slots = slots;
+    for (i, uuid) in renamed {
+        sb.volumes[i].journal_uuid = uuid;
+    }
+    let mut meta = Meta { sb, devices, specs: dev_specs, roles: Arc::new(Vec::new()) };
+    meta.rebuild_roles()?;
+    let bitmap = if auth.bitmap_region > 0 {
+        Some(Arc::new(Bitmap::load(meta.roles.clone(), health.clone(), auth.bitmap_region, end)?))
+    } else {
+        None
+    };
+    // The write hole: an interrupted write on a parity volume may have left
+    // a stripe whose parity does not match its data; with a member gone,
+    // its chunk in that stripe would be rebuilt from the wrong parity.
+    // Unless the volume's journal is there: every member write of a
+    // journaled RAID 5/6 volume was recorded first (a line written in part
+    // as its rows or whole, zeroes and discards as a range with partial
+    // stripes through the cache), and the replay at activate rewrites each
+    // such stripe's rows whole before anything reads them.
+    if auth.state == State::Active {
+        let dirty = dirty_ranges(&auth, bitmap.as_deref());
+        for v in auth.volumes.iter().filter(|v| has_parity(v)) {
+            let degraded = down.iter().any(|&d| d);
+            let touched = dirty.iter().any(|r| r.start < v.member_end() && r.end > v.member_start);
+            let id = journal_id(auth.array_uuid, v);
+            let journaled = v.cache_mode == crate::cache::CacheMode::Journal.to_u8()
+                && journals.iter().any(|j| j.id() == id && !j.is_lost());
+            if degraded && touched && journaled {
+                warnings.push(format!(
+                    "{} was not stopped cleanly and is degraded: its write journal is replayed first, which rewrites \
+                     the stripes written at the time of the crash whole (no write hole)",
+                    describe_volume(v)
+                ));
+                continue;
+            }
+            if degraded && touched {
+                if !opts.force && !opts.inspect {
+                    bail!(
+                        Membership,
+                        "array '{}' was not stopped cleanly and is degraded: {} may hold stripes whose parity does \
+                         not match their data (an interrupted write: the RAID 5/6 write hole), and the missing \
+                         member's chunks in those stripes would be reconstructed wrong. Nothing was written. Give \
+                         the missing member, or assemble with --force to accept the risk (then run 'uraid check')",
+                        auth.name,
+                        describe_volume(v)
+                    );
+                }
+                warnings.push(format!(
+                    "{} was not stopped cleanly and is degraded: stripes written at the time of the crash may read \
+                     back wrong in their missing chunk (write hole, accepted with --force); run 'uraid check'",
+                    describe_volume(v)
+                ));
+            }
+        }
+    }
+    if !lost.is_empty() {
+        health.stop_writes();
+    }
+    Array::new(meta, health, bitmap, warnings, journals, opts.inspect)
+}
+
+/// The identity the journal of volume entry `v` of array `array` carries
+/// in its header.
+pub(super) fn journal_id(array: [u8; 16], v: &VolumeEntry) -> crate::cache::journal::JournalId {
+    crate::cache::journal::JournalId { array, volume: v.uuid, journal: v.journal_uuid }
+}
+
+/// Opens `spec` to become a journal device of its own and checks it:
+/// large enough (4 KiB + 64 MiB), holding nothing (no filesystem, array or
+/// journal) unless `force`. Writes nothing; `create` checks the device
+/// this way before it writes anything. Errors: `WouldDestroy`,
+/// `TooSmall`, `Busy`, `Io`.
+pub fn open_journal_device(spec: &MemberSpec, force: bool) -> Result<Member> {
+    let m = open_member(spec, OpenMode { write: true, exclusive: true })?;
+    let need = crate::cache::journal::HEADER_SIZE + crate::cache::journal::MIN_LOG;
+    if m.size() < need {
+        bail!(TooSmall, "{} is too small for a journal: it has {} bytes and a journal needs at least {need} (64 MiB and 4 KiB)", m.name(), m.size());
+    }
+    if !force {
+        if let Some(sig) = probe(&m)? {
+            bail!(
+                WouldDestroy,
+                "{} holds {sig}; making it a journal would destroy it. Nothing was written. Check the device \
+                 name, or add --force to overwrite it",
+                m.name()
+            );
+        }
+    }
+    Ok(m)
+}
+
+/// Opens the journals that lie on members (`auth`'s volume entries with a
+/// journal region; `slots` and `devices` as assemble found them, `health`
+/// the array's). A journal whose role has no device, is faulty, or whose
+/// region does not hold this volume's journal is lost: its records are out
+/// of reach, and the volume runs without it ([`crate::cache::journal::Journal::absent`],
+/// a warning says so). After an unclean stop that may lose acknowledged
+/// writes, so it is refused unless `force` (or `inspect`). Returns the
+/// volumes whose journal, lost while its role keeps the device, gets a new
+/// UUID (with the UUID).
+pub(super) fn open_member_journals(
+    auth: &Superblock,
+    slots: &[Slot],
+    devices: &[Option<Member>],
+    health: &Arc<Health>,
+    opts: &AssembleOptions,
+    journals: &mut Vec<Arc<crate::cache::journal::Journal>>,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<(usize, [u8; 16])>> {
+    let mut renamed = Vec::new();
+    for (i, v) in auth.volumes.iter().enumerate() {
+        let Some(r) = v.journal_region else { continue };
+        let mut id = journal_id(auth.array_uuid, v);
+        let host = crate::cache::journal::Host { health: health.clone(), role: r.role };
+        let state = slots[r.role as usize].state;
+        let dev = devices[r.role as usize].as_ref().filter(|_| matches!(state, MemberState::Active | MemberState::Rebuilding));
+        let why = match dev {
+            None => format!("role {} is {}", r.role, state.name()),
+            Some(m) => match crate::cache::journal::Journal::open_region(m.try_clone()?, r.start, r.size, Some(host.clone())) {
+                Ok(j) if j.id() == id => {
+                    journals.push(Arc::new(j));
+                    continue;
+                }
+                Ok(_) => format!("the journal region of role {} ({}) holds another journal", r.role, m.name()),
+                Err(e) => e.to_string(),
+            },
+        };
+        let unclean = auth.state == State::Active;
+        if unclean && !opts.force && !opts.inspect {
+            let way = if state == MemberState::Missing { "Give the member, or assemble" } else { "Assemble" };
+            bail!(
+                Membership,
+                "{} keeps its write journal on role {} and the journal cannot be read ({why}); the array was not \
+                 stopped cleanly, so the journal's records may hold acknowledged writes that are not on the members. \
+                 Nothing was written. {way} with --force to go on without them (then run 'uraid check')",
+                describe_volume(v),
+                r.role
+            );
+        }
+        if dev.is_some() {
+            // The role keeps its device: the region's records must never
+            // count again (a later assemble would replay them over newer
+            // data); the journal gets a new identity, written at activate.
+            id.journal = superblock::new_uuid();
+            renamed.push((i, id.journal));
+        }
+        warnings.push(format!(
+            "{}: its write journal on role {} is lost ({why}){}; writes are acknowledged only once they are on the \
+             members until the role has a device again (the journal is then formatted on it)",
+            describe_volume(v),
+            r.role,
+            if unclean { ", with the records it held (accepted with --force)" } else { "" }
+        ));
+        let name = dev.map_or_else(|| format!("role {}", r.role), |m| m.name().to_string());
+        journals.push(Arc::new(crate::cache::journal::Journal::absent(id, r.start, r.size, name, Some(host))));
+    }
+    Ok(renamed)
+}
+
+/// The absolute member byte ranges a resync must cover after an unclean
+/// stop: the bitmap's dirty regions, or every redundant volume's area when
+/// there is no bitmap.
+pub(super) fn dirty_ranges(sb: &Superblock, bitmap: Option<&Bitmap>) -> Vec<Range<u64>> {
+    match bitmap {
+        Some(b) => b.dirty(),
+        None => sb.volumes.iter().filter(|v| is_redundant(v)).map(|v| v.member_start..v.member_end()).collect(),
+    }
+}

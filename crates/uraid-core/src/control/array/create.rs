@@ -1,0 +1,333 @@
+//! `create`: lays the volumes out over the members, checks everything a
+//! user can get wrong before the first byte is written, then writes the
+//! superblocks (and zeroes the volume areas); `temporary` arrays for the
+//! benchmarks.
+
+use super::*;
+
+/// Builds an array that lives only in this process (no superblock is
+/// written): RAID 0 over `members` with `chunk`, data from 1 MiB on, as a
+/// created array would have it. Used by `bench`, `compare` and `demo`.
+pub fn temporary(members: Vec<Member>, chunk: u64) -> Result<(Arc<Volume>, Option<String>)> {
+    let (data_size, warning) = data_size(&members, chunk)?;
+    let geometry = Geometry::raid0(members.len(), chunk, data_size)?;
+    Ok((Volume::new(Arc::new(members), geometry, DATA_OFFSET)?, warning))
+}
+
+pub(super) fn too_small(m: &Member, need: u64, why: &str) -> Error {
+    Error::new(
+        ErrorKind::TooSmall,
+        format!(
+            "member {} is too small: it has {} bytes, {why} needs at least {need} (1 MiB for the superblock \
+             and bitmap area plus the volumes)",
+            m.name(),
+            m.size()
+        ),
+    )
+}
+
+pub(super) fn data_size(members: &[Member], chunk: u64) -> Result<(u64, Option<String>)> {
+    let need = DATA_OFFSET + chunk;
+    for m in members {
+        if m.size() < need {
+            return Err(too_small(m, need, &format!("an array with {} chunks", fmt_size(chunk))));
+        }
+    }
+    let min = members.iter().map(Member::size).min().unwrap_or(0);
+    let max = members.iter().map(Member::size).max().unwrap_or(0);
+    let size = (min - DATA_OFFSET) / chunk * chunk;
+    let warning = (max != min).then(|| {
+        let lost: u64 = members.iter().map(|m| m.size() - min).sum();
+        format!(
+            "members differ in size: capacity is {} x the smallest ({} bytes), so {} bytes ({}) on the larger members stay unused",
+            members.len(),
+            min,
+            lost,
+            fmt_size(lost)
+        )
+    });
+    Ok((size, warning))
+}
+
+/// Bytes of every member a volume of `level` over `n` members needs for
+/// `capacity` usable bytes, in whole chunks. Errors: `InvalidInput` for a
+/// size of 0 or one too large to lay out.
+pub(super) fn member_size_for(name: &str, level: Level, n: usize, chunk: u64, capacity: u64) -> Result<u64> {
+    if capacity == 0 {
+        bail!(InvalidInput, "volume '{name}' has size 0; give a size like 1G, or leave it out on the last volume to use the rest");
+    }
+    let chunks = capacity.div_ceil(chunk);
+    let n = n as u64;
+    let rows = match level {
+        Level::Raid0 => Some(chunks.div_ceil(n)),
+        Level::Raid1 => Some(chunks),
+        Level::Raid10 => chunks.checked_mul(2).map(|c| c.div_ceil(n)),
+        Level::Raid5 => Some(chunks.div_ceil(n - 1)),
+        Level::Raid6 => Some(chunks.div_ceil(n - 2)),
+    };
+    match rows.and_then(|r| r.checked_mul(chunk)) {
+        Some(s) => Ok(s),
+        None => bail!(InvalidInput, "volume '{name}' size {capacity} bytes is too large"),
+    }
+}
+
+/// Zeroes `[start, start+len)` of `m` (absolute bytes), so that a new
+/// volume reads as zeros everywhere and its parity agrees from the start.
+/// Tries `fallocate(PUNCH_HOLE | KEEP_SIZE)` (files, memfds, block devices
+/// that discard with zeroing), then `fallocate(ZERO_RANGE)` (block devices:
+/// BLKZEROOUT), then writes zeros; makes the result durable.
+pub(super) fn zero_range(m: &Member, start: u64, len: u64) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    if len == 0 {
+        return Ok(());
+    }
+    let fd = m.file().as_raw_fd();
+    let path = std::path::Path::new(m.name());
+    let (Ok(off), Ok(l)) = (libc::off_t::try_from(start), libc::off_t::try_from(len)) else {
+        bail!(InvalidInput, "range {start}+{len} of {} does not fit an off_t", m.name());
+    };
+    for mode in [libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_ZERO_RANGE] {
+        // SAFETY: fallocate on a valid open descriptor with plain integer
+        // arguments; no memory is passed.
+        if unsafe { libc::fallocate(fd, mode, off, l) } == 0 {
+            return m.file().sync_data().map_err(|e| Error::io("cannot flush", path, e));
+        }
+    }
+    const STEP: u64 = 1 << 20;
+    let zeros = IoBuf::new(STEP as usize);
+    let mut pos = start;
+    while pos < start + len {
+        let n = STEP.min(start + len - pos) as usize;
+        m.file()
+            .write_all_at(&zeros[..n], pos)
+            .map_err(|e| Error::io(&format!("cannot zero {n} bytes at offset {pos} of"), path, e))?;
+        pos += n as u64;
+    }
+    m.file().sync_data().map_err(|e| Error::io("cannot flush", path, e))
+}
+
+/// Lays out the requested volumes over members of at least `min_size`
+/// bytes: the first at [`DATA_OFFSET`], each next one at the following
+/// 1 MiB boundary. Errors, naming the volume: `InvalidInput` (names,
+/// levels, chunks, sizes, member counts) and `TooSmall` (they do not fit;
+/// `members` names the member that is too small).
+pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<Vec<VolumeEntry>> {
+    let n = members.len();
+    let specs: Vec<VolumeSpec> = if opts.volumes.is_empty() {
+        vec![VolumeSpec { name: opts.name.clone(), level: opts.level, size: None, chunk: None }]
+    } else {
+        opts.volumes.clone()
+    };
+    if specs.len() > MAX_VOLUMES {
+        bail!(InvalidInput, "{} volumes requested; an array holds at most {MAX_VOLUMES}", specs.len());
+    }
+    let mut plan = Vec::with_capacity(specs.len());
+    let mut start = DATA_OFFSET;
+    // What each member must hold, for the error message.
+    let mut need = DATA_OFFSET;
+    let mut sized = Vec::new();
+    for (i, s) in specs.iter().enumerate() {
+        superblock::check_name_of("volume", &s.name)?;
+        if specs[..i].iter().any(|o| o.name == s.name) {
+            bail!(InvalidInput, "two volumes are named '{}'; give each volume its own name", s.name);
+        }
+        let level = Level::from_number(s.level)?;
+        let chunk = s.chunk.unwrap_or(opts.chunk);
+        check_chunk(chunk)?;
+        if n < level.min_members() || n > MAX_MEMBERS {
+            let what = if opts.volumes.is_empty() { String::new() } else { format!(" (volume '{}')", s.name) };
+            bail!(
+                InvalidInput,
+                "RAID {}{what} needs {} to {MAX_MEMBERS} members, {n} given; add members or choose another level",
+                level.number(),
+                level.min_members()
+            );
+        }
+        let size = match s.size {
+            Some(cap) => Some(member_size_for(&s.name, level, n, chunk, cap)?),
+            None if i + 1 == specs.len() => None,
+            None => bail!(InvalidInput, "volume '{}' has no size; only the last volume may leave it out (to use the rest)", s.name),
+        };
+        start = start.next_multiple_of(VOLUME_ALIGN.max(chunk));
+        need = start + size.unwrap_or(chunk);
+        sized.push((start, size, level, chunk));
+        start += size.unwrap_or(0);
+    }
+    // Room for a journal on a member, at the end, 1 MiB aligned.
+    let reserve = match opts.journal_reserve {
+        0 => 0,
+        r => check_member_journal_size(r)?.next_multiple_of(VOLUME_ALIGN),
+    };
+    if reserve > 0 {
+        need = need.next_multiple_of(VOLUME_ALIGN).saturating_add(reserve);
+    }
+    let min = members.iter().map(Member::size).min().unwrap_or(0);
+    if let Some(m) = members.iter().find(|m| m.size() < need) {
+        let mut what = if specs.len() == 1 && specs[0].size.is_none() {
+            format!("an array with {} chunks", fmt_size(specs[0].chunk.unwrap_or(opts.chunk)))
+        } else {
+            format!("the volumes asked for ({})", specs.iter().map(|s| format!("'{}'", s.name)).collect::<Vec<_>>().join(", "))
+        };
+        if reserve > 0 {
+            what += &format!(" and a journal of {}", fmt_size(opts.journal_reserve));
+        }
+        return Err(too_small(m, need, &what));
+    }
+    // What the last volume may use: up to the journal's room, or all.
+    let room = if reserve > 0 { (min - reserve) / VOLUME_ALIGN * VOLUME_ALIGN } else { min };
+    for ((start, size, level, chunk), s) in sized.into_iter().zip(&specs) {
+        let member_size = size.unwrap_or((room - start) / chunk * chunk);
+        // Geometry checks the layout once more (and rounds as md does).
+        let g = Geometry::new(level, n, chunk, member_size)?;
+        plan.push(VolumeEntry {
+            name: s.name.clone(),
+            uuid: superblock::new_uuid(),
+            level: level.number(),
+            chunk,
+            member_start: start,
+            member_size: g.member_size(),
+            cache_mode: 0,
+            cache_size_mib: 0,
+            dirty_limit_mib: 0,
+            journal_uuid: [0; 16],
+            journal_lost: false,
+            journal_region: None,
+        });
+    }
+    Ok(plan)
+}
+
+/// Creates an array on `specs` (in role order) and returns it assembled
+/// and active (call [`Array::stop`] to mark it clean).
+///
+/// Every new volume's area is zeroed on every member (so that parity and
+/// copies agree from the start and never-written regions read as zeros),
+/// the write-intent bitmap is created when a volume is redundant, then the
+/// superblocks are written (event counter 1).
+///
+/// Errors, all before anything is written: `InvalidInput` (chunk, level,
+/// names, member count below the level's minimum, volume sizes, bitmap
+/// region, a drive named twice), `Busy` (member in use), `WouldDestroy` (a
+/// member holds a superblock or filesystem and `force` is off), `TooSmall`.
+pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
+    check_chunk(opts.chunk)?;
+    Level::from_number(opts.level)?;
+    superblock::check_name(&opts.name)?;
+    if specs.is_empty() || specs.len() > MAX_MEMBERS {
+        bail!(InvalidInput, "an array needs 1 to {MAX_MEMBERS} members, {} given", specs.len());
+    }
+    // Check what needs no device first, so that a bad level or size is
+    // reported before a missing or busy member.
+    for v in &opts.volumes {
+        superblock::check_name_of("volume", &v.name)?;
+        let l = Level::from_number(v.level)?;
+        check_chunk(v.chunk.unwrap_or(opts.chunk))?;
+        if specs.len() < l.min_members() {
+            bail!(
+                InvalidInput,
+                "RAID {} (volume '{}') needs at least {} members, {} given; add members or choose another level",
+                l.number(),
+                v.name,
+                l.min_members(),
+                specs.len()
+            );
+        }
+    }
+    if opts.volumes.is_empty() {
+        let l = Level::from_number(opts.level)?;
+        if specs.len() < l.min_members() {
+            bail!(
+                InvalidInput,
+                "RAID {} needs at least {} members, {} given; add members or choose another level",
+                l.number(),
+                l.min_members(),
+                specs.len()
+            );
+        }
+    }
+    let members = open_members(specs, true, true)?;
+    if !opts.force {
+        for m in &members {
+            if let Some(sig) = probe(m)? {
+                bail!(
+                    WouldDestroy,
+                    "member {} holds {sig}; creating an array would destroy it. Nothing was written. \
+                     Check the device name, or add --force to overwrite it",
+                    m.name()
+                );
+            }
+        }
+    }
+    let volumes = plan_volumes(opts, &members)?;
+    let redundant = volumes.iter().any(is_redundant);
+    let bitmap_region = match opts.bitmap_region {
+        None if redundant => crate::raid::bitmap::DEFAULT_REGION,
+        None | Some(0) => 0,
+        Some(_) if !redundant => bail!(
+            InvalidInput,
+            "a write-intent bitmap only serves redundant volumes (RAID 1, 10, 5, 6) and this array has none; \
+             leave out --bitmap-region"
+        ),
+        Some(r) if !r.is_power_of_two() || r < 4096 => bail!(
+            InvalidInput,
+            "bitmap region size {r} bytes is not valid: it must be a power of two of at least 4K (default 64M)"
+        ),
+        Some(r) => r,
+    };
+    let min = members.iter().map(Member::size).min().unwrap_or(0);
+    let max = members.iter().map(Member::size).max().unwrap_or(0);
+    let mut warnings = Vec::new();
+    if max != min {
+        let lost: u64 = members.iter().map(|m| m.size() - min).sum();
+        warnings.push(format!(
+            "members differ in size: every member is used up to the smallest ({} bytes), so {} bytes ({}) on the \
+             larger members stay unused",
+            min,
+            lost,
+            fmt_size(lost)
+        ));
+    }
+    let n = members.len();
+    let array_uuid = superblock::new_uuid();
+    let now = superblock::unix_now();
+    let slots: Vec<Slot> = (0..n)
+        .map(|_| Slot { uuid: superblock::new_uuid(), state: MemberState::Active, resync_from_bitmap: false, recovery_offset: None })
+        .collect();
+    let sb = Superblock {
+        array_uuid,
+        member_uuid: slots[0].uuid,
+        name: opts.name.clone(),
+        member_count: n as u32,
+        slot: 0,
+        ctime: now,
+        utime: now,
+        events: 0,
+        state: State::Active,
+        bitmap_region,
+        slots,
+        volumes,
+    };
+    let health = Arc::new(Health::new(n));
+    let specs_kept = specs.iter().cloned().map(Some).collect();
+    let mut meta = Meta { sb, devices: members.into_iter().map(Some).collect(), specs: specs_kept, roles: Arc::new(Vec::new()) };
+    meta.rebuild_roles()?;
+    let end = meta.sb.data_end();
+    // First write: the bitmap area (it checks the region size against the
+    // room it has before writing).
+    let bitmap = if bitmap_region > 0 {
+        Some(Arc::new(Bitmap::create(meta.roles.clone(), health.clone(), bitmap_region, end)?))
+    } else {
+        None
+    };
+    for m in meta.roles.iter() {
+        for v in &meta.sb.volumes {
+            zero_range(m, v.member_start, v.member_size)?;
+        }
+    }
+    meta.persist(&health)?;
+    let mut arr = Array::new(meta, health, bitmap, warnings, Vec::new(), false)?;
+    arr.replayed = true;
+    arr.start_daemon();
+    Ok(arr)
+}

@@ -1,0 +1,339 @@
+//! Membership changes of an array: fail, remove, add (a spare or a
+//! replacement), replace, spares taking over failed roles, and the start of
+//! a rebuild. Each is checked in full before anything is written, and each
+//! bumps the event counter and rewrites the superblocks.
+
+use super::*;
+
+impl Array {
+    pub(super) fn check_role(&self, role: u32) -> Result<()> {
+        let n = self.member_count();
+        if role >= n {
+            bail!(InvalidInput, "array '{}' has no role {role}: its roles are 0 to {}", self.name(), n - 1);
+        }
+        Ok(())
+    }
+
+    /// The volumes that would lose data if `role` went down as well.
+    pub(super) fn lost_if_down(&self, role: u32) -> Vec<VolumeEntry> {
+        let mut down = down_roles(&self.health);
+        down[role as usize] = true;
+        let m = self.meta();
+        lost_volumes(&m.sb, &down).into_iter().map(|i| m.sb.volumes[i].clone()).collect()
+    }
+
+    pub(super) fn refuse_past_tolerance(&self, role: u32, what: &str) -> Result<()> {
+        let lost = self.lost_if_down(role);
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let n = self.member_count() as usize;
+        let down = down_roles(&self.health).iter().filter(|&&d| d).count() + 1;
+        let vols: Vec<String> =
+            lost.iter().map(|v| format!("{} (it tolerates {} of {n})", describe_volume(v), level_tolerance(v, n))).collect();
+        bail!(
+            WouldDestroy,
+            "{what} role {role} would leave {down} of {n} members of array '{}' unavailable and lose the data of {}. \
+             Nothing was changed. Add --force to do it anyway",
+            self.name(),
+            vols.join(", ")
+        )
+    }
+
+    /// Marks role `role` faulty (`uraid fail`): it is no longer read or
+    /// written, the other members' superblocks record it (event counter
+    /// + 1). Past a volume's tolerance the array stops taking writes.
+    ///
+    /// Errors: `InvalidInput` (no such role, already faulty or missing),
+    /// `WouldDestroy` (a volume would lose data and `force` is off),
+    /// `Io` (superblock writes).
+    pub fn fail(&mut self, role: u32, force: bool) -> Result<()> {
+        let slots = self.meta().sb.slots.len() as u32;
+        if role >= self.member_count() && role < slots {
+            bail!(
+                InvalidInput,
+                "slot {role} of array '{}' is a spare: it holds no data to fail; take it out with 'uraid remove'",
+                self.name()
+            );
+        }
+        self.check_role(role)?;
+        match self.health.state(role) {
+            MemberState::Active | MemberState::Rebuilding => {}
+            s => bail!(InvalidInput, "role {role} of array '{}' is already {}; nothing to fail", self.name(), s.name()),
+        }
+        if !force {
+            self.refuse_past_tolerance(role, "failing")?;
+        }
+        // A journal on it goes: what it holds is put on the members first.
+        self.lose_journals_on(role)?;
+        self.health.set_state(role, MemberState::Faulty);
+        self.persist()
+    }
+
+    /// Removes a faulty member or a spare (`uraid remove`): its device is
+    /// released (its superblock is not written: it may be broken), a role
+    /// becomes missing (ready for `add`), a spare's slot is dropped. The
+    /// other superblocks record it (event counter + 1).
+    ///
+    /// Errors: `InvalidInput` (no such slot; an active or rebuilding member:
+    /// fail it first or use replace; a role without a device).
+    pub fn remove(&mut self, slot: u32) -> Result<()> {
+        let (n, total) = {
+            let m = self.meta();
+            (m.sb.member_count, m.sb.slots.len() as u32)
+        };
+        if slot >= total {
+            bail!(
+                InvalidInput,
+                "array '{}' has no slot {slot}: roles 0 to {}{}",
+                self.name(),
+                n - 1,
+                if total > n { format!(", spares {} to {}", n, total - 1) } else { String::new() }
+            );
+        }
+        if slot >= n {
+            let mut m = self.meta();
+            m.sb.slots.remove(slot as usize);
+            m.devices.remove(slot as usize);
+            m.specs.remove(slot as usize);
+            drop(m);
+            return self.persist();
+        }
+        match self.health.state(slot) {
+            MemberState::Faulty => {}
+            MemberState::Missing => bail!(InvalidInput, "role {slot} of array '{}' has no member to remove", self.name()),
+            s => bail!(
+                InvalidInput,
+                "role {slot} of array '{}' is {}; only faulty members and spares can be removed. Fail it first \
+                 ('uraid fail'), or use 'uraid replace' to swap it for another drive",
+                self.name(),
+                s.name()
+            ),
+        }
+        {
+            let mut m = self.meta();
+            // The slot keeps the device's UUID: `add` recognises it and
+            // takes it back with a resync from the bitmap.
+            m.devices[slot as usize] = None;
+            m.specs[slot as usize] = None;
+        }
+        for j in self.journals_on(slot) {
+            j.mark_lost();
+        }
+        self.health.set_state(slot, MemberState::Missing);
+        self.rebuild_after_membership_change()?;
+        self.persist()
+    }
+
+    /// Opens a new device for `add` / `replace` and checks it: not already
+    /// in the array, large enough, holding nothing (unless `force`; a
+    /// superblock of this very array counts as nothing).
+    pub(super) fn open_new(&self, spec: &MemberSpec, force: bool) -> Result<Member> {
+        if let Some(s) = self.slot_of(spec) {
+            bail!(InvalidInput, "{spec} is already slot {s} of array '{}'", self.name());
+        }
+        let m = open_member(spec, OpenMode { write: true, exclusive: true })?;
+        let (end, uuid, name) = {
+            let g = self.meta();
+            (g.sb.used_end(), g.sb.array_uuid, g.sb.name.clone())
+        };
+        if m.size() < end {
+            bail!(
+                TooSmall,
+                "{} is too small for array '{name}': it has {} bytes ({}), the volumes (and journals on members) \
+                 end at byte {end} ({}) on every member. Nothing was written; use a larger drive",
+                m.name(),
+                m.size(),
+                fmt_size(m.size()),
+                fmt_size(end)
+            );
+        }
+        if !force {
+            let ours = matches!(read_superblock(&m)?, Ok(sb) if sb.array_uuid == uuid);
+            if !ours {
+                if let Some(sig) = probe(&m)? {
+                    bail!(
+                        WouldDestroy,
+                        "{} holds {sig}; adding it to array '{name}' would destroy it. Nothing was written. \
+                         Check the device name, or add --force to overwrite it",
+                        m.name()
+                    );
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// Puts a freshly opened, checked device into role `role` as
+    /// rebuilding (recovery offset 0) and copies the bitmap onto it. A new
+    /// device gets a new UUID and its volume areas zeroed (so that regions
+    /// the rebuild skips read as zeros, like on every other member); a
+    /// `returning` one (see [`returning_role`](Self::returning_role)) keeps
+    /// both and is resynced from the bitmap.
+    pub(super) fn install(&mut self, role: u32, m: Member, spec: &MemberSpec, returning: bool) -> Result<()> {
+        if !returning {
+            for v in &self.volume_entries() {
+                zero_range(&m, v.member_start, v.member_size)?;
+            }
+        }
+        self.lose_journals_on(role)?;
+        {
+            let mut g = self.meta();
+            g.devices[role as usize] = Some(m);
+            g.specs[role as usize] = Some(spec.clone());
+            if !returning {
+                g.sb.slots[role as usize].uuid = superblock::new_uuid();
+            }
+            g.sb.slots[role as usize].resync_from_bitmap = returning;
+        }
+        self.health.set_state(role, MemberState::Rebuilding);
+        self.rebuild_after_membership_change()?;
+        if let Some(b) = &self.bitmap {
+            b.write_to(role)?;
+        }
+        self.rehome_journals_on(role)
+    }
+
+    /// Adds a device (`uraid add`): into the first role that has no member
+    /// (missing), where it is rebuilt, or else as a spare. Spares then take
+    /// over faulty roles (see [`promote_spares`](Self::promote_spares)).
+    /// The superblocks record it (event counter + 1). Run
+    /// [`rebuild`](Self::rebuild) to bring rebuilding members in sync.
+    ///
+    /// Errors, before anything is written: `InvalidInput` (already a member,
+    /// no room for another spare), `TooSmall`, `WouldDestroy` (it holds a
+    /// filesystem or another array and `force` is off), `Busy`.
+    pub fn add(&mut self, spec: &MemberSpec, force: bool) -> Result<Added> {
+        let m = self.open_new(spec, force)?;
+        if let Some(role) = self.returning_role(&m)? {
+            self.install(role, m, spec, true)?;
+            self.persist()?;
+            return Ok(Added::ReAdded(role));
+        }
+        let missing = self.health.states().iter().position(|&s| s == MemberState::Missing).map(|r| r as u32);
+        let added = if let Some(role) = missing {
+            self.install(role, m, spec, false)?;
+            Added::Role(role)
+        } else {
+            let entries = self.volume_entries();
+            let mut g = self.meta();
+            if g.sb.spares().len() >= MAX_SPARES {
+                bail!(InvalidInput, "array '{}' already has {MAX_SPARES} spares, the most it can hold", g.sb.name);
+            }
+            for v in &entries {
+                zero_range(&m, v.member_start, v.member_size)?;
+            }
+            g.sb.slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Spare, resync_from_bitmap: false, recovery_offset: None });
+            g.devices.push(Some(m));
+            g.specs.push(Some(spec.clone()));
+            Added::Spare(g.sb.slots.len() as u32 - 1)
+        };
+        self.promote_spares()?;
+        self.persist()?;
+        Ok(added)
+    }
+
+    /// The role `m` held before it was removed, when it can be taken back
+    /// with a resync from the bitmap (md's re-add): its superblock names
+    /// this array and the member UUID that a missing role still records,
+    /// and the array has a bitmap. Nobody else has held the role since
+    /// (that would have recorded another UUID), so the array has been
+    /// degraded ever since and its bitmap kept every region written
+    /// meanwhile dirty.
+    pub(super) fn returning_role(&self, m: &Member) -> Result<Option<u32>> {
+        if self.bitmap.is_none() {
+            return Ok(None);
+        }
+        let Ok(sb) = read_superblock(m)? else { return Ok(None) };
+        let g = self.meta();
+        if sb.array_uuid != g.sb.array_uuid || sb.member_uuid == [0; 16] {
+            return Ok(None);
+        }
+        Ok((0..g.n()).find(|&r| g.sb.slots[r].uuid == sb.member_uuid && self.health.state(r as u32) == MemberState::Missing).map(|r| r as u32))
+    }
+
+    /// Replaces the member in `role` with a new device (`uraid replace`):
+    /// the old device is released (its superblock is not written) and the
+    /// new one is rebuilt in its place. The array runs without the role
+    /// while it rebuilds (md's hot-replace, which keeps the old member in
+    /// service until the new one is in sync, is not done here).
+    ///
+    /// Errors, before anything is written: as [`add`](Self::add), and
+    /// `InvalidInput` (no such role), `WouldDestroy` (taking an active
+    /// member out would lose a volume's data and `force` is off).
+    pub fn replace(&mut self, role: u32, spec: &MemberSpec, force: bool) -> Result<()> {
+        self.check_role(role)?;
+        if !force && self.health.state(role) == MemberState::Active {
+            self.refuse_past_tolerance(role, "replacing")?;
+        }
+        let m = self.open_new(spec, force)?;
+        self.install(role, m, spec, false)?;
+        self.persist()
+    }
+
+    /// Moves spares into faulty or missing roles (faulty devices are
+    /// released), where they are rebuilt, as md does on its own. Returns
+    /// the roles that got a spare; persists when there were any.
+    pub fn promote_spares(&mut self) -> Result<Vec<u32>> {
+        let promoted = self.attach_spares()?;
+        if !promoted.is_empty() {
+            self.start_rebuilding(&promoted)?;
+        }
+        Ok(promoted)
+    }
+
+    /// The first half of [`promote_spares`](Self::promote_spares), for a
+    /// takeover while the volumes are in use: puts spares into the slots of
+    /// faulty or missing roles (the faulty devices are released) and makes
+    /// new [`volumes`](Self::volumes) over them, but leaves those roles'
+    /// states as they are (so nothing reads or writes them yet) and writes
+    /// nothing. Move every user of the old volumes to the new ones, then
+    /// call [`start_rebuilding`](Self::start_rebuilding) with the roles
+    /// returned.
+    pub fn attach_spares(&mut self) -> Result<Vec<u32>> {
+        let mut attached = Vec::new();
+        for role in 0..self.member_count() {
+            if !matches!(self.health.state(role), MemberState::Faulty | MemberState::Missing) {
+                continue;
+            }
+            let mut g = self.meta();
+            let n = g.n();
+            if g.sb.slots.len() == n {
+                break; // no spare left
+            }
+            let slot = g.sb.slots.remove(n);
+            let dev = g.devices.remove(n);
+            let spec = g.specs.remove(n);
+            let r = role as usize;
+            g.sb.slots[r].uuid = slot.uuid;
+            g.sb.slots[r].resync_from_bitmap = false;
+            g.devices[r] = dev;
+            g.specs[r] = spec;
+            attached.push(role);
+        }
+        if !attached.is_empty() {
+            self.rebuild_after_membership_change()?;
+        }
+        Ok(attached)
+    }
+
+    /// The second half of [`promote_spares`](Self::promote_spares): roles
+    /// (from [`attach_spares`](Self::attach_spares)) become rebuilding
+    /// from offset 0, get the bitmap, and the superblocks say so.
+    pub fn start_rebuilding(&mut self, roles: &[u32]) -> Result<()> {
+        for &r in roles {
+            self.check_role(r)?;
+            self.lose_journals_on(r)?;
+            self.health.set_state(r, MemberState::Rebuilding);
+        }
+        if let Some(b) = &self.bitmap {
+            for &r in roles {
+                b.write_to(r)?;
+            }
+        }
+        for &r in roles {
+            self.rehome_journals_on(r)?;
+        }
+        self.persist()
+    }
+}

@@ -1,0 +1,250 @@
+//! What `uraid status` shows of an array: per volume its state, size and
+//! rebuild progress, per slot its role and state, live or as recorded in
+//! the superblocks.
+
+use super::*;
+
+/// A member of an array as `uraid status` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MemberStatus {
+    /// Slot: the role when below the member count, else a spare slot.
+    pub slot: u32,
+    /// The role, `None` for a spare.
+    pub role: Option<u32>,
+    /// The device as given, `None` when no device holds the slot.
+    pub device: Option<String>,
+    /// The device's UUID (zero when none).
+    pub uuid: String,
+    /// State name (active, faulty, rebuilding, spare, missing).
+    pub state: &'static str,
+    /// For a rebuilding member: absolute member byte offset rebuilt so far.
+    pub recovery_offset: Option<u64>,
+}
+
+/// A volume as `uraid status` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VolumeStatus {
+    /// Name.
+    pub name: String,
+    /// UUID.
+    pub uuid: String,
+    /// RAID level number.
+    pub level: u32,
+    /// Chunk in bytes.
+    pub chunk: u64,
+    /// Usable bytes.
+    pub capacity: u64,
+    /// Absolute byte offset of the volume's area on every member.
+    pub member_start: u64,
+    /// Bytes of every member the volume uses.
+    pub member_size: u64,
+    /// clean, degraded, rebuilding, resyncing (not stopped cleanly: the
+    /// dirty regions are resynced at assemble) or failed (more members lost
+    /// than it tolerates).
+    pub state: &'static str,
+    /// Members that may fail without data loss.
+    pub tolerance: usize,
+    /// Rebuild progress in percent of the volume's member area (the least
+    /// advanced rebuilding member), when rebuilding.
+    pub rebuild_percent: Option<f64>,
+    /// Cache mode (off, writethrough, writeback), size and dirty limit in
+    /// bytes as the volume table says.
+    pub cache: crate::cache::CacheConfig,
+    /// What the mode risks, for write-back: un-flushed writes are lost on
+    /// power loss or a crash; for the journal mode, a lost journal.
+    pub cache_warning: Option<&'static str>,
+    /// Journal mode with the journal on a member: where it lies.
+    pub journal_region: Option<superblock::JournalRegion>,
+    /// Journal mode: the journal is lost (see [`JOURNAL_LOST_WARNING`]).
+    pub journal_lost: bool,
+    /// This process's cache counters (dirty bytes, hit ratio, merged
+    /// writes), when the volume has a cache here.
+    pub cache_stats: Option<crate::cache::CacheStats>,
+}
+
+/// One volume's status, from its entry `v` over `n` roles: `down[r]` when
+/// role r is not active, `rebuilding` the recovery offsets (absolute member
+/// bytes) of the rebuilding roles, `resyncing` when its dirty regions await
+/// a resync, its usable `capacity` (bytes) and its cache's counters.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn volume_status(
+    v: &VolumeEntry,
+    n: usize,
+    down: &[bool],
+    rebuilding: &[u64],
+    resyncing: bool,
+    capacity: u64,
+    cache_stats: Option<crate::cache::CacheStats>,
+    journal_lost: bool,
+) -> VolumeStatus {
+    let state = if !volume_survives(v, n, down) {
+        "failed"
+    } else if !rebuilding.is_empty() && is_redundant(v) {
+        "rebuilding"
+    } else if down.iter().any(|&d| d) && is_redundant(v) {
+        "degraded"
+    } else if resyncing {
+        "resyncing"
+    } else {
+        "clean"
+    };
+    // The least advanced rebuilding member, in percent of the volume's area.
+    let rebuild_percent = rebuilding.iter().copied().min().filter(|_| is_redundant(v) && v.member_size > 0).map(|least| {
+        let done = least.saturating_sub(v.member_start).min(v.member_size);
+        (done as f64 * 1000.0 / v.member_size as f64).floor() / 10.0
+    });
+    let cache = v.cache_config().unwrap_or_default();
+    VolumeStatus {
+        name: v.name.clone(),
+        uuid: fmt_uuid(&v.uuid),
+        level: v.level,
+        chunk: v.chunk,
+        capacity,
+        member_start: v.member_start,
+        member_size: v.member_size,
+        state,
+        tolerance: level_tolerance(v, n),
+        rebuild_percent,
+        cache,
+        cache_warning: match cache.mode {
+            crate::cache::CacheMode::WriteBack => Some(WRITEBACK_WARNING),
+            crate::cache::CacheMode::Journal if journal_lost => Some(JOURNAL_LOST_WARNING),
+            _ => None,
+        },
+        journal_region: v.journal_region,
+        journal_lost,
+        cache_stats,
+    }
+}
+
+/// The status the superblock `sb` records, for a process that cannot open
+/// the members because another one (`uraid serve`) holds them: the role
+/// states and recovery offsets as last persisted, no resync state, no
+/// bitmap (0 dirty bytes) and no cache counters. `devices` are the devices
+/// read, each with the member UUID its superblock carries.
+pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> ArrayStatus {
+    let n = sb.member_count as usize;
+    let roles = &sb.slots[..n.min(sb.slots.len())];
+    let down: Vec<bool> = roles.iter().map(|s| s.state != MemberState::Active).collect();
+    let rebuilding: Vec<u64> =
+        roles.iter().filter(|s| s.state == MemberState::Rebuilding).map(|s| s.recovery_offset.unwrap_or(0)).collect();
+    let volumes = sb
+        .volumes
+        .iter()
+        .map(|v| {
+            let lost = v.journal_region.is_some_and(|r| matches!(roles[r.role as usize].state, MemberState::Faulty | MemberState::Missing));
+            volume_status(v, n, &down, &rebuilding, false, v.capacity(n), None, lost)
+        })
+        .collect();
+    let members = sb
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(s, slot)| MemberStatus {
+            slot: s as u32,
+            role: (s < n).then_some(s as u32),
+            device: devices.iter().find(|(_, uuid)| !slot.is_empty() && *uuid == slot.uuid).map(|(name, _)| name.clone()),
+            uuid: fmt_uuid(&slot.uuid),
+            state: slot.state.name(),
+            recovery_offset: if slot.state == MemberState::Rebuilding { slot.recovery_offset } else { None },
+        })
+        .collect();
+    ArrayStatus {
+        name: sb.name.clone(),
+        uuid: fmt_uuid(&sb.array_uuid),
+        events: sb.events,
+        state: match sb.state {
+            State::Clean => "clean",
+            State::Active => "active",
+        },
+        member_count: sb.member_count,
+        bitmap_region: sb.bitmap_region,
+        bitmap_dirty_bytes: 0,
+        volumes,
+        members,
+    }
+}
+
+/// What `uraid status` shows of an array (like /proc/mdstat).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ArrayStatus {
+    /// Array name.
+    pub name: String,
+    /// Array UUID.
+    pub uuid: String,
+    /// Event counter.
+    pub events: u64,
+    /// "clean" or "active" as the superblock says.
+    pub state: &'static str,
+    /// Roles (members, not spares).
+    pub member_count: u32,
+    /// Bitmap region size in bytes (0: no bitmap).
+    pub bitmap_region: u64,
+    /// Bytes of the members the bitmap marks dirty (0 without a bitmap).
+    pub bitmap_dirty_bytes: u64,
+    /// The volumes, in member-offset order.
+    pub volumes: Vec<VolumeStatus>,
+    /// Every slot: roles, then spares.
+    pub members: Vec<MemberStatus>,
+}
+
+impl Array {
+    /// Where every volume and member stands (see [`ArrayStatus`]).
+    pub fn status(&self) -> ArrayStatus {
+        let m = self.meta();
+        let n = m.n();
+        let down = down_roles(&self.health);
+        let states = self.health.states();
+        let dirty = match &self.bitmap {
+            Some(b) => b.dirty(),
+            None => Vec::new(),
+        };
+        let rebuilding: Vec<u64> =
+            (0..n as u32).filter(|&r| states[r as usize] == MemberState::Rebuilding).map(|r| self.health.recovery(r)).collect();
+        let volumes = m
+            .sb
+            .volumes
+            .iter()
+            .zip(&self.volumes)
+            .map(|(v, vol)| {
+                let unclean = m.sb.state == State::Active && is_redundant(v);
+                let resyncing =
+                    unclean && (self.bitmap.is_none() || dirty.iter().any(|r| r.start < v.member_end() && r.end > v.member_start));
+                let stats = vol.cache().map(|c| c.stats()).filter(|c| c.writes + c.read_hits + c.read_misses > 0);
+                let lost = vol.cache().and_then(|c| c.journal()).is_some_and(|j| j.is_lost());
+                volume_status(v, n, &down, &rebuilding, resyncing, vol.capacity(), stats, lost)
+            })
+            .collect();
+        let members = m
+            .sb
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(s, slot)| {
+                let state = if s < n { states[s] } else { slot.state };
+                MemberStatus {
+                    slot: s as u32,
+                    role: (s < n).then_some(s as u32),
+                    device: m.devices[s].as_ref().map(|d| d.name().to_string()),
+                    uuid: fmt_uuid(&slot.uuid),
+                    state: state.name(),
+                    recovery_offset: (state == MemberState::Rebuilding).then(|| self.health.recovery(s as u32)),
+                }
+            })
+            .collect();
+        ArrayStatus {
+            name: m.sb.name.clone(),
+            uuid: fmt_uuid(&m.sb.array_uuid),
+            events: m.sb.events,
+            state: match m.sb.state {
+                State::Clean => "clean",
+                State::Active => "active",
+            },
+            member_count: m.sb.member_count,
+            bitmap_region: m.sb.bitmap_region,
+            bitmap_dirty_bytes: dirty.iter().map(|r| r.end - r.start).sum(),
+            volumes,
+            members,
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The RAID layer's volume: the shared, read-only description of one
+//! volume (members, geometry, data offset, member states, bitmap, stripe
+//! locks) from which each thread makes its own [`RaidQueue`](super::RaidQueue).
+
+use super::*;
+
+/// A set of members laid out by one geometry: what the engine reads and
+/// writes. Shared (`Arc`) between all the queues that serve it.
+#[derive(Debug)]
+pub struct RaidVolume {
+    pub(super) members: Arc<Vec<Member>>,
+    pub(super) geometry: Geometry,
+    pub(super) data_offset: u64,
+    pub(super) block_size: u32,
+    pub(super) health: Arc<Health>,
+    pub(super) bitmap: Option<Arc<Bitmap>>,
+    pub(super) locks: StripeLocks,
+    /// Some member is an emulated drive with ceilings.
+    pub(super) throttled: bool,
+    /// Member reads issued by stripe operations (read-modify-write,
+    /// reconstruct-write, degraded reads).
+    pub(super) stripe_reads: std::sync::atomic::AtomicU64,
+}
+
+/// The array-wide state a volume shares with the other volumes on the same
+/// members and with the control path (see [`RaidVolume::with_state`]).
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// Member states (one per role).
+    pub health: Arc<Health>,
+    /// The write-intent bitmap, when the array has one.
+    pub bitmap: Option<Arc<Bitmap>>,
+}
+
+impl RaidVolume {
+    /// A volume over `members` (in role order) with `geometry`, whose data
+    /// area starts `data_offset` bytes into each member.
+    ///
+    /// Errors: `InvalidInput` when the member count differs from the
+    /// geometry's, `TooSmall` when a member cannot hold its data area.
+    pub fn new(members: Arc<Vec<Member>>, geometry: Geometry, data_offset: u64) -> Result<Arc<RaidVolume>> {
+        let shared = Shared { health: Arc::new(Health::new(members.len())), bitmap: None };
+        RaidVolume::with_state(members, geometry, data_offset, shared)
+    }
+
+    /// Like [`new`](Self::new), with the member states and bitmap of an
+    /// assembled array. Errors: as `new`, and `InvalidInput` when `shared`
+    /// has another number of roles than `members`.
+    pub fn with_state(members: Arc<Vec<Member>>, geometry: Geometry, data_offset: u64, shared: Shared) -> Result<Arc<RaidVolume>> {
+        if shared.health.members() != members.len() {
+            bail!(InvalidInput, "member states for {} roles, {} members given", shared.health.members(), members.len());
+        }
+        if members.len() != geometry.members() {
+            bail!(InvalidInput, "geometry wants {} members, {} given", geometry.members(), members.len());
+        }
+        for m in members.iter() {
+            if m.size() < data_offset + geometry.member_size() {
+                bail!(
+                    TooSmall,
+                    "member {} has {} bytes, the layout needs {}",
+                    m.name(),
+                    m.size(),
+                    data_offset + geometry.member_size()
+                );
+            }
+        }
+        let block_size = members.iter().map(|m| m.block_size()).max().unwrap_or(512).max(SECTOR as u32);
+        let throttled = members.iter().any(|m| m.throttle().is_some());
+        Ok(Arc::new(RaidVolume {
+            members,
+            geometry,
+            data_offset,
+            block_size,
+            health: shared.health,
+            bitmap: shared.bitmap,
+            locks: StripeLocks::default(),
+            throttled,
+            stripe_reads: std::sync::atomic::AtomicU64::new(0),
+        }))
+    }
+
+    /// Usable bytes.
+    pub fn capacity(&self) -> u64 {
+        self.geometry.capacity()
+    }
+    /// The layout.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+    /// Members in role order.
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+    /// Byte offset of the data area on each member.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+    /// Member states, shared with the array's other volumes.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+    /// The write-intent bitmap, if any.
+    pub fn bitmap(&self) -> Option<&Arc<Bitmap>> {
+        self.bitmap.as_ref()
+    }
+    /// The volume's stripe locks (rebuild and scrub take them too).
+    pub fn locks(&self) -> &StripeLocks {
+        &self.locks
+    }
+
+    /// The clock (ns, [`now_ns`]) that emulated ceilings are admitted at, or
+    /// 0 when no member has one (no clock read on the hot path then).
+    pub(super) fn throttle_clock(&self) -> u64 {
+        if self.throttled { now_ns() } else { 0 }
+    }
+
+    /// When member `m`'s emulated drive would finish an I/O of `len` bytes
+    /// admitted at `now` (ns); 0 for a member without ceilings.
+    pub(super) fn deadline(&self, m: u32, len: usize, now: u64) -> u64 {
+        match self.members[m as usize].throttle() {
+            Some(t) => t.admit(len as u64, now),
+            None => 0,
+        }
+    }
+
+    /// Smallest I/O unit and alignment in bytes (the largest logical block
+    /// size among the members, at least 512).
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// Makes a queue for the calling thread with room for `depth` logical
+    /// requests in flight, straight to the members. Errors: `Unsupported`
+    /// when io_uring is missing.
+    pub fn queue(self: &Arc<Self>, depth: usize) -> Result<RaidQueue> {
+        RaidQueue::new(self.clone(), depth)
+    }
+
+    /// Member reads issued so far by stripe operations: the reads of
+    /// read-modify-write and reconstruct-write, and of degraded reads (a
+    /// write stream the coalescer turns into full stripes issues none).
+    pub fn stripe_reads(&self) -> u64 {
+        self.stripe_reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Reads `len` bytes at `offset` (blocking; control path and tests).
+    pub fn read_at(self: &Arc<Self>, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let mut q = self.queue(1)?;
+        let c = q.run(Request { op: Op::Read, offset, len, buf: Some(IoBuf::new(len)), tag: 0, fua: false });
+        c.result?;
+        Ok(c.buf.map(|b| b.to_vec()).unwrap_or_default())
+    }
+
+    /// Writes `data` at `offset` (blocking; control path and tests).
+    pub fn write_at(self: &Arc<Self>, offset: u64, data: &[u8]) -> Result<()> {
+        let mut q = self.queue(1)?;
+        let mut buf = IoBuf::new(data.len());
+        buf.copy_from_slice(data);
+        q.run(Request { op: Op::Write, offset, len: data.len(), buf: Some(buf), tag: 0, fua: false }).result.map(|_| ())
+    }
+
+    /// Makes every completed write durable on every member (blocking).
+    pub fn flush(self: &Arc<Self>) -> Result<()> {
+        let mut q = self.queue(1)?;
+        q.run(Request { op: Op::Flush, offset: 0, len: 0, buf: None, tag: 0, fua: false }).result.map(|_| ())
+    }
+}

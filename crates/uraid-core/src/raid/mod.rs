@@ -1,0 +1,23 @@
+//! The RAID layer: where each logical byte lives ([`geometry`], and for
+//! the redundant levels [`layout`]), P and Q parity ([`parity`]), member
+//! states ([`health`]), per-stripe locks ([`locks`]), the write-intent
+//! bitmap ([`bitmap`]), and the engine that turns a volume request into
+//! member I/O over io_uring ([`engine`]: RAID 0 directly, RAID 1/10/5/6 as
+//! per-stripe state machines with read-modify-write, reconstruct-write and
+//! degraded reads). It takes requests from the layer above (the cache, or
+//! the export when the cache is off) and never calls it.
+
+pub mod bitmap;
+pub mod chunk;
+pub mod engine;
+pub mod geometry;
+pub mod health;
+pub mod layout;
+pub mod locks;
+pub mod parity;
+
+/// Where each member's data area starts, in bytes from the member's start
+/// (1 MiB): before it lie the superblock ([`crate::control::superblock`],
+/// at 0) and the write-intent bitmap ([`bitmap`], at 64 KiB). Part of the
+/// on-disk format.
+pub const DATA_OFFSET: u64 = 1 << 20;

@@ -1,0 +1,247 @@
+//! The top of the data path: a volume as its users see it (the NBD export,
+//! the load generator, the control path's blocking I/O), and the stack of
+//! layers a per-thread [`Queue`] goes through:
+//!
+//! ```text
+//!   user (export, load generator)        Request down, Completion up
+//!     -> cache layer   cache::queue::CacheQueue   (only with a cache)
+//!     -> RAID layer    raid::engine::RaidQueue    (geometry, parity, locks)
+//!     -> members       io::member (io_uring on files, block devices, mem:)
+//! ```
+//!
+//! This module only stacks them: it owns no I/O logic of its own.
+
+use std::os::fd::RawFd;
+use std::sync::{Arc, OnceLock};
+
+use crate::cache::queue::CacheQueue;
+use crate::cache::{Cache, CacheConfig, CacheMode};
+use crate::cache::journal::Journal;
+use crate::io::member::Member;
+use crate::io::request::{BlockQueue, Completion, Rejected, Request};
+use crate::io::buf::IoBuf;
+use crate::raid::engine::{RaidQueue, RaidVolume, Shared};
+use crate::raid::geometry::Geometry;
+use crate::{bail, Result};
+
+/// A volume: its RAID layer and, once enabled, its cache. Shared (`Arc`)
+/// by every queue that serves it; derefs to the [`RaidVolume`] for the
+/// layout, members and member states.
+#[derive(Debug)]
+pub struct Volume {
+    raid: Arc<RaidVolume>,
+    /// The volume cache, once enabled ([`Volume::enable_cache`]).
+    cache: OnceLock<Arc<Cache>>,
+}
+
+impl std::ops::Deref for Volume {
+    type Target = RaidVolume;
+    fn deref(&self) -> &RaidVolume {
+        &self.raid
+    }
+}
+
+impl Volume {
+    /// A volume over `members` (in role order) with `geometry`, whose data
+    /// area starts `data_offset` bytes into each member; no cache.
+    /// Errors: as [`RaidVolume::new`].
+    pub fn new(members: Arc<Vec<Member>>, geometry: Geometry, data_offset: u64) -> Result<Arc<Volume>> {
+        Ok(Volume::over(RaidVolume::new(members, geometry, data_offset)?))
+    }
+
+    /// Like [`new`](Self::new), with the member states and bitmap of an
+    /// assembled array. Errors: as [`RaidVolume::with_state`].
+    pub fn with_state(members: Arc<Vec<Member>>, geometry: Geometry, data_offset: u64, shared: Shared) -> Result<Arc<Volume>> {
+        Ok(Volume::over(RaidVolume::with_state(members, geometry, data_offset, shared)?))
+    }
+
+    /// A volume over an existing RAID layer, with no cache yet.
+    pub fn over(raid: Arc<RaidVolume>) -> Arc<Volume> {
+        Arc::new(Volume { raid, cache: OnceLock::new() })
+    }
+
+    /// The RAID layer (what maintenance, the cache's flusher and journal
+    /// replay read and write: below the cache).
+    pub fn raid(&self) -> &Arc<RaidVolume> {
+        &self.raid
+    }
+
+    /// Makes a queue for the calling thread with room for `depth` logical
+    /// requests in flight, through the cache when there is one. Errors:
+    /// `Unsupported` when io_uring is missing.
+    pub fn queue(self: &Arc<Self>, depth: usize) -> Result<Queue> {
+        let lower = self.raid.queue(depth)?;
+        Ok(match self.cache.get() {
+            Some(c) => Queue::Cached(CacheQueue::new(lower, c.clone())),
+            None => Queue::Raid(lower),
+        })
+    }
+
+    /// Puts a cache in front of the volume (see [`crate::cache`]); every
+    /// queue made afterwards uses it. `Off` does nothing. Flush the volume
+    /// ([`flush`](Self::flush)) before the last handle goes: write-back
+    /// data not yet written is lost otherwise, as on a crash.
+    ///
+    /// Errors: `InvalidInput` when a cache is already there, the size
+    /// and dirty limit cannot hold one line (one stripe's data), or the
+    /// mode is `Journal` (see [`enable_journaled_cache`](Self::enable_journaled_cache)).
+    pub fn enable_cache(&self, cfg: CacheConfig) -> Result<()> {
+        self.start_cache(cfg, None)
+    }
+
+    /// Puts a cache in journal mode in front of the volume, recording into
+    /// `journal`; records it holds from before must be replayed
+    /// ([`Journal::replay`]) before the volume takes writes.
+    /// Errors: as [`enable_cache`](Self::enable_cache), for a mode other
+    /// than `Journal` too.
+    pub fn enable_journaled_cache(&self, cfg: CacheConfig, journal: Arc<Journal>) -> Result<()> {
+        self.start_cache(cfg, Some(journal))
+    }
+
+    fn start_cache(&self, cfg: CacheConfig, journal: Option<Arc<Journal>>) -> Result<()> {
+        if cfg.mode == CacheMode::Off {
+            return Ok(());
+        }
+        let c = Arc::new(Cache::new(&self.raid, cfg, journal)?);
+        if self.cache.set(c.clone()).is_err() {
+            bail!(InvalidInput, "the volume already has a cache");
+        }
+        if cfg.mode.writes_back() {
+            c.start_flusher(Arc::downgrade(&self.raid));
+        }
+        Ok(())
+    }
+
+    /// Takes over the cache of another volume with the same geometry (the
+    /// array rebuilt its volumes over new members): what it holds, dirty
+    /// data included, is this volume's now, and its flusher writes here.
+    /// Errors: `InvalidInput` when this volume has a cache already or the
+    /// capacities differ.
+    pub fn adopt_cache(&self, c: Arc<Cache>, from: &Volume) -> Result<()> {
+        if from.capacity() != self.capacity() || from.geometry().chunk() != self.geometry().chunk() {
+            bail!(InvalidInput, "a cache cannot move between volumes of different shapes");
+        }
+        c.retarget(Arc::downgrade(&self.raid));
+        if self.cache.set(c).is_err() {
+            bail!(InvalidInput, "the volume already has a cache");
+        }
+        Ok(())
+    }
+
+    /// The volume's cache, if any.
+    pub fn cache(&self) -> Option<&Arc<Cache>> {
+        self.cache.get()
+    }
+
+    /// Reads `len` bytes at `offset` through the cache (blocking; control
+    /// path and tests).
+    pub fn read_at(self: &Arc<Self>, offset: u64, len: usize) -> Result<Vec<u8>> {
+        self.queue(1)?.read_at(offset, len)
+    }
+
+    /// Writes `data` at `offset` through the cache (blocking; control path
+    /// and tests).
+    pub fn write_at(self: &Arc<Self>, offset: u64, data: &[u8]) -> Result<()> {
+        let mut buf = IoBuf::new(data.len());
+        buf.copy_from_slice(data);
+        self.queue(1)?.run(Request::write(offset, data.len(), buf, 0)).result.map(|_| ())
+    }
+
+    /// Makes every completed write durable on every member (blocking;
+    /// with a write-back cache, writes everything back first).
+    pub fn flush(self: &Arc<Self>) -> Result<()> {
+        if let Some(c) = self.cache.get() {
+            // Journal mode: a FLUSH does not write back (the journal holds
+            // every write); this does, so that the log can be emptied.
+            c.drain()?;
+        }
+        self.queue(1)?.run(Request::flush(0)).result.map(|_| ())
+    }
+
+    /// Flushes and stops the cache's flusher (the end of a clean stop).
+    pub fn close_cache(self: &Arc<Self>) -> Result<()> {
+        if let Some(c) = self.cache.get() {
+            self.flush()?;
+            c.close();
+        }
+        Ok(())
+    }
+}
+
+/// A per-thread queue over a [`Volume`]: the top of its stack of layers.
+/// Not `Send`: it is used only by the thread that made it.
+pub enum Queue {
+    /// No cache: straight to the RAID layer.
+    Raid(RaidQueue),
+    /// Through the cache layer to the RAID layer.
+    Cached(CacheQueue),
+}
+
+impl Queue {
+    fn top(&mut self) -> &mut dyn BlockQueue {
+        match self {
+            Queue::Raid(q) => q,
+            Queue::Cached(q) => q,
+        }
+    }
+
+    /// Queues `req` (see [`BlockQueue::push`]).
+    #[inline]
+    pub fn push(&mut self, req: Request) -> std::result::Result<(), Rejected> {
+        match self {
+            Queue::Raid(q) => q.push(req),
+            Queue::Cached(q) => BlockQueue::push(q, req),
+        }
+    }
+    /// See [`BlockQueue::submit`].
+    pub fn submit(&mut self) {
+        self.top().submit()
+    }
+    /// See [`BlockQueue::wait`].
+    pub fn wait(&mut self, min: usize, out: &mut Vec<Completion>) {
+        self.top().wait(min, out)
+    }
+    /// See [`BlockQueue::wait_event`].
+    pub fn wait_event(&mut self, out: &mut Vec<Completion>, fd: Option<RawFd>, timeout: std::time::Duration) -> bool {
+        self.top().wait_event(out, fd, timeout)
+    }
+    /// See [`BlockQueue::in_flight`].
+    pub fn in_flight(&self) -> usize {
+        match self {
+            Queue::Raid(q) => q.in_flight(),
+            Queue::Cached(q) => BlockQueue::in_flight(q),
+        }
+    }
+    /// See [`BlockQueue::has_room`].
+    pub fn has_room(&self) -> bool {
+        match self {
+            Queue::Raid(q) => q.has_room(),
+            Queue::Cached(q) => BlockQueue::has_room(q),
+        }
+    }
+    /// See [`BlockQueue::run`].
+    pub fn run(&mut self, req: Request) -> Completion {
+        self.top().run(req)
+    }
+}
+
+impl BlockQueue for Queue {
+    fn push(&mut self, req: Request) -> std::result::Result<(), Rejected> {
+        Queue::push(self, req)
+    }
+    fn submit(&mut self) {
+        Queue::submit(self)
+    }
+    fn wait(&mut self, min: usize, out: &mut Vec<Completion>) {
+        Queue::wait(self, min, out)
+    }
+    fn wait_event(&mut self, out: &mut Vec<Completion>, fd: Option<RawFd>, timeout: std::time::Duration) -> bool {
+        Queue::wait_event(self, out, fd, timeout)
+    }
+    fn in_flight(&self) -> usize {
+        Queue::in_flight(self)
+    }
+    fn has_room(&self) -> bool {
+        Queue::has_room(self)
+    }
+}

@@ -1,0 +1,284 @@
+//! `uraid create`, `examine` and `assemble`: the array lifecycle commands
+//! that need no running array.
+
+
+use anyhow::{bail, Result};
+use clap::Args;
+use uraid_core::control::array::{self, CreateOptions, Examination};
+use uraid_core::control::superblock::{fmt_uuid, Superblock};
+use uraid_core::units::{fmt_size, parse_size};
+
+use crate::common::specs;
+
+#[derive(Args)]
+pub(crate) struct CreateArgs {
+    /// RAID level: 0, 1, 10, 5 or 6 (of the one volume, or of volumes that name none).
+    #[arg(long, default_value_t = 0)]
+    level: u32,
+    /// Chunk (stripe unit, "stripe size" in Windows): a power of two from 4K to 1M.
+    #[arg(long, default_value = "128K")]
+    chunk: String,
+    /// Array name (letters, digits, - _ .; up to 32).
+    #[arg(long)]
+    name: String,
+    /// Overwrite members that hold a filesystem or another array.
+    #[arg(long)]
+    force: bool,
+    /// Write-intent bitmap region size (default 64M when a volume is redundant).
+    #[arg(long, conflicts_with = "no_bitmap")]
+    bitmap_region: Option<String>,
+    /// No write-intent bitmap (a crash then resyncs whole redundant volumes).
+    #[arg(long)]
+    no_bitmap: bool,
+    /// A Matrix volume: NAME,level=L,size=SIZE[,chunk=C]; repeat for several, in order; the last may leave out size (= the rest). Default: one volume named like the array over all the space.
+    #[arg(long = "volume", value_name = "NAME,level=L,size=SIZE[,chunk=C]")]
+    volumes: Vec<String>,
+    #[command(flatten)]
+    cache: crate::manage::CacheFlags,
+    /// Members: files, block devices or mem:SIZE[,bw=B/s][,iops=N][,lat=µs].
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct ExamineArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Members to look at.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct AssembleArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Take stale members back (rebuilt in full), start a degraded RAID 5/6 volume that was not stopped cleanly,
+    /// or one whose journal on a member cannot be read (its records are lost).
+    #[arg(long)]
+    force: bool,
+    /// Start without a journal device of its own that is gone (the records it held are lost).
+    #[arg(long)]
+    without_journal: bool,
+    /// Every member of the array, in any order.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+pub(crate) fn cmd_create(a: CreateArgs) -> Result<()> {
+    let chunk = parse_size(&a.chunk, "chunk size")?;
+    let bitmap_region = match (&a.bitmap_region, a.no_bitmap) {
+        (_, true) => Some(0),
+        (Some(r), false) => Some(parse_size(r, "bitmap region size")?),
+        (None, false) => None,
+    };
+    let volumes = a.volumes.iter().map(|v| crate::manage::parse_volume(v)).collect::<Result<Vec<_>>>()?;
+    let specs = specs(&a.members)?;
+    let cache = a.cache.config()?;
+    let journal_reserve = a.cache.journal_reserve(&specs)?;
+    // Checked before anything is written.
+    if let (Some(cfg), Some(j)) = (&cache, &a.cache.journal) {
+        if cfg.mode == uraid_core::cache::CacheMode::Journal && volumes.len() > 1 {
+            bail!(
+                "a journal serves one volume and this array gets {}; create it without --cache, then give each \
+                 volume its journal with 'uraid config --volume NAME --cache journal --journal DEVICE' (a journal on \
+                 a member needs free room at the members' end: give every volume a size)",
+                volumes.len()
+            );
+        }
+        if journal_reserve == 0 {
+            if a.cache.journal_size.is_some() {
+                bail!("--journal-size is for a journal on a member; {j} is not one of the members (a device of its own is a journal whole)");
+            }
+            drop(array::open_journal_device(&j.parse()?, a.force)?);
+        }
+    }
+    let opts = CreateOptions { level: a.level, chunk, name: a.name, force: a.force, bitmap_region, volumes, journal_reserve };
+    let mut arr = array::create(&specs, &opts)?;
+    if let Some(cfg) = &cache {
+        let names = a.cache.apply(&mut arr, None, cfg, a.force)?;
+        crate::manage::print_cache(&names, cfg);
+    }
+    for w in arr.warnings() {
+        eprintln!("uraid: warning: {w}");
+    }
+    let entries = arr.volume_entries();
+    let n = arr.member_count();
+    if entries.len() == 1 {
+        let v = arr.volume().clone();
+        println!(
+            "created array '{}' ({}): RAID {} over {} members, chunk {}, capacity {} bytes ({})",
+            arr.name(),
+            arr.uuid(),
+            v.geometry().level().number(),
+            n,
+            fmt_size(v.geometry().chunk()),
+            v.capacity(),
+            fmt_size(v.capacity())
+        );
+    } else {
+        println!("created array '{}' ({}) over {} members with {} volumes:", arr.name(), arr.uuid(), n, entries.len());
+        for (e, v) in entries.iter().zip(arr.volumes()) {
+            println!(
+                "  volume '{}': RAID {}, chunk {}, capacity {} bytes ({}), member bytes {}..{}",
+                e.name,
+                e.level,
+                fmt_size(e.chunk),
+                v.capacity(),
+                fmt_size(v.capacity()),
+                e.member_start,
+                e.member_end()
+            );
+        }
+    }
+    arr.stop()?;
+    Ok(())
+}
+
+fn print_superblock(name: &str, sb: &Superblock) {
+    println!("{name}:");
+    println!("          magic : uraid superblock, version {}", uraid_core::control::superblock::VERSION);
+    println!("     array uuid : {}", fmt_uuid(&sb.array_uuid));
+    println!("           name : {}", sb.name);
+    println!("        members : {}", sb.member_count);
+    if sb.is_spare() {
+        println!("    this member : spare, slot {} ({})", sb.slot, fmt_uuid(&sb.member_uuid));
+    } else {
+        println!("    this member : role {} ({})", sb.slot, fmt_uuid(&sb.member_uuid));
+    }
+    println!("  creation time : {} (unix)", sb.ctime);
+    println!("    update time : {} (unix)", sb.utime);
+    println!("         events : {}", sb.events);
+    println!("          state : {:?}", sb.state);
+    if sb.bitmap_region == 0 {
+        println!("         bitmap : none");
+    } else {
+        println!("         bitmap : {} regions", fmt_size(sb.bitmap_region));
+    }
+    println!("      data ends : byte {} of every member", sb.data_end());
+    for (i, v) in sb.volumes.iter().enumerate() {
+        let cap = v.capacity(sb.member_count as usize);
+        println!(
+            "       volume {i} : '{}' raid{}, chunk {}, capacity {} bytes ({}), member bytes {}..{}, cache {}, uuid {}",
+            v.name,
+            v.level,
+            fmt_size(v.chunk),
+            cap,
+            fmt_size(cap),
+            v.member_start,
+            v.member_end(),
+            uraid_core::cache::CacheMode::from_u8(v.cache_mode).map(|m| m.name().to_string()).unwrap_or_else(|_| v.cache_mode.to_string()),
+            fmt_uuid(&v.uuid)
+        );
+        if let Some(r) = v.journal_region {
+            println!(
+                "                 journal on role {} at member bytes {}..{} ({}), uuid {}",
+                r.role,
+                r.start,
+                r.end(),
+                fmt_size(r.size),
+                fmt_uuid(&v.journal_uuid)
+            );
+        }
+    }
+    for (i, s) in sb.slots.iter().enumerate() {
+        let what = if i < sb.member_count as usize { format!("role {i}") } else { format!("spare {i}") };
+        let uuid = if s.is_empty() { "-".to_string() } else { fmt_uuid(&s.uuid) };
+        match s.recovery_offset {
+            Some(o) => println!("{what:>15} : {} {uuid} (rebuilt up to byte {o})", s.state.name()),
+            None => println!("{what:>15} : {} {uuid}", s.state.name()),
+        }
+    }
+}
+
+pub(crate) fn cmd_examine(a: ExamineArgs) -> Result<()> {
+    let mut json = Vec::new();
+    let mut bad = 0;
+    for (name, spec) in a.members.iter().zip(specs(&a.members)?) {
+        let ex = array::examine(&spec)?;
+        if a.json {
+            json.push(match &ex {
+                Examination::Member(sb) => serde_json::json!({"member": name, "superblock": sb}),
+                Examination::Corrupt(why) => serde_json::json!({"member": name, "error": why}),
+                Examination::Foreign(sig) => serde_json::json!({"member": name, "holds": sig}),
+                Examination::Empty => serde_json::json!({"member": name, "holds": null}),
+            });
+            if matches!(ex, Examination::Corrupt(_)) {
+                bad += 1;
+            }
+            continue;
+        }
+        match ex {
+            Examination::Member(sb) => print_superblock(name, &sb),
+            Examination::Corrupt(why) => {
+                println!("{name}: damaged uraid superblock: {why}");
+                bad += 1;
+            }
+            Examination::Foreign(sig) => println!("{name}: no uraid superblock; holds {sig}"),
+            Examination::Empty => println!("{name}: no uraid superblock, no known signature"),
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    }
+    if bad > 0 {
+        bail!("{bad} member(s) have a damaged superblock");
+    }
+    Ok(())
+}
+
+pub(crate) fn cmd_assemble(a: AssembleArgs) -> Result<()> {
+    let arr = array::assemble_with(&specs(&a.members)?, &array::AssembleOptions { force: a.force, without_journal: a.without_journal, ..Default::default() })?;
+    for w in arr.warnings() {
+        eprintln!("uraid: warning: {w}");
+    }
+    let v = arr.volume().clone();
+    let st = arr.status();
+    if a.json {
+        let members: Vec<_> = st
+            .members
+            .iter()
+            .map(|m| serde_json::json!({"role": m.role, "slot": m.slot, "member": m.device, "state": m.state}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "name": arr.name(), "uuid": arr.uuid(), "level": v.geometry().level().number(),
+                "chunk": v.geometry().chunk(), "capacity": v.capacity(), "events": arr.events(),
+                "members": members, "volumes": st.volumes,
+            }))?
+        );
+    } else {
+        println!(
+            "assembled array '{}' ({}): RAID {}, chunk {}, capacity {} bytes ({}), events {}",
+            arr.name(),
+            arr.uuid(),
+            v.geometry().level().number(),
+            fmt_size(v.geometry().chunk()),
+            v.capacity(),
+            fmt_size(v.capacity()),
+            arr.events()
+        );
+        for m in &st.members {
+            match m.role {
+                Some(r) => println!("  role {r}: {} {}", m.device.as_deref().unwrap_or("-"), m.state),
+                None => println!("  spare {}: {} {}", m.slot, m.device.as_deref().unwrap_or("-"), m.state),
+            }
+        }
+        if st.volumes.len() > 1 {
+            for vs in &st.volumes {
+                println!("  volume '{}': raid{} {} bytes, chunk {}, {}", vs.name, vs.level, vs.capacity, fmt_size(vs.chunk), vs.state);
+            }
+        }
+        let pending = arr.rebuilding();
+        if !pending.is_empty() {
+            println!("  role(s) {pending:?} need a rebuild: run 'uraid rebuild'");
+        }
+    }
+    drop(v);
+    arr.stop()?;
+    Ok(())
+}
+
