@@ -1,17 +1,20 @@
 //! uraid-core: the engine of uraid, a software RAID for NVMe drives in user
 //! space.
 //!
-//! - [`geometry`]: where each logical byte lives (pure functions).
-//! - [`member`]: the drives (files, block devices, emulated `mem:` drives).
-//! - [`superblock`]: the on-member metadata that makes arrays persistent.
-//! - [`array`]: create, examine and assemble (the control path).
-//! - [`engine`]: the data path, one io_uring per thread; RAID 0 directly,
-//!   the redundant levels as per-stripe state machines (`engine::raid`).
-//! - [`layout`]: where data, copies and parity live for RAID 1, 10, 5, 6.
-//! - [`parity`]: P and Q (RAID 5 and 6) kernels, picked at run time.
-//! - [`health`], [`locks`], [`bitmap`]: member states, per-stripe locks and
-//!   the write-intent bitmap shared by the data and control paths.
-//! - [`maint`]: rebuild, scrub (check / repair) and resync.
+//! The data path is a stack of layers that speak one request interface
+//! ([`io::request`]); the control path configures it from above. See
+//! ARCHITECTURE.md at the top of the repository.
+//!
+//! - [`io`]: members (files, block devices, `mem:` drives), their filters
+//!   (fault injection), I/O buffers, and the request interface.
+//! - [`raid`]: geometry and layouts, parity, member states, stripe locks,
+//!   the write-intent bitmap, and the engine (one io_uring per thread; RAID
+//!   0 directly, RAID 1/10/5/6 as per-stripe state machines).
+//! - [`cache`]: the volume cache (write-through, write-back, journal) and
+//!   its queue, a layer on top of the RAID layer.
+//! - [`volume`]: a volume as its users see it: the stack of the layers.
+//! - [`control`]: create, examine, assemble, membership changes, the
+//!   superblock, and maintenance (rebuild, scrub, resync).
 //!
 //! Sizes are bytes unless a name says otherwise; MB/s means 10^6 bytes/s.
 

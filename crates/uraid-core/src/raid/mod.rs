@@ -7,6 +7,7 @@
 //! degraded reads). It takes requests from the layer above (the cache, or
 //! the export when the cache is off) and never calls it.
 
+pub mod access;
 pub mod bitmap;
 pub mod chunk;
 pub mod engine;

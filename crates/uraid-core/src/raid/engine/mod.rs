@@ -793,7 +793,7 @@ impl RaidQueue {
 /// a member write of it completes (a RAID 1/10/5/6 stripe operation,
 /// its stripe lock held). Only with the `failpoints` feature.
 #[cfg(feature = "failpoints")]
-pub(super) fn queue_panic_failpoint() -> Option<u64> {
+pub(in crate::raid::engine) fn queue_panic_failpoint() -> Option<u64> {
     static AT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     *AT.get_or_init(|| std::env::var("URAID_FAILPOINT_QUEUE_PANIC").ok()?.parse().ok())
 }

@@ -82,6 +82,11 @@ use crate::io::member::{now_ns, Member};
 use crate::raid::DATA_OFFSET;
 use crate::{bail, Error, ErrorKind, IoBuf, Result};
 
+mod daemon;
+mod write;
+
+pub use daemon::BitmapDaemon;
+
 /// Absolute member offset of the bitmap area, in bytes (64 KiB); the area
 /// ends where the data area starts ([`DATA_OFFSET`], 1 MiB).
 pub const BITMAP_OFFSET: u64 = 64 << 10;
@@ -648,141 +653,6 @@ impl Bitmap {
         Ok(())
     }
 
-    /// Writes the whole bitmap (header and bits, durably) to role `member`,
-    /// e.g. a spare that joins the array. Errors: `InvalidInput` for a role
-    /// out of range; `Io` (and the member is failed) when the write fails.
-    pub fn write_to(&self, member: u32) -> Result<()> {
-        if member as usize >= self.members.len() {
-            bail!(InvalidInput, "member role {member} is out of range: the array has {} roles", self.members.len());
-        }
-        self.write_whole(Some(member))
-    }
-
-    /// Writes header and bits to `only`, or to every writable member.
-    fn write_whole(&self, only: Option<u32>) -> Result<()> {
-        let mut io = self.lock_io();
-        let blocks = bits_bytes(self.regions) / BLOCK;
-        self.fill_blocks(&mut io, 0, blocks);
-        self.write_members(&mut io, 0, HEADER_SIZE + blocks * BLOCK, only)
-    }
-
-    fn lock_io(&self) -> MutexGuard<'_, Io> {
-        self.io.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Copies bits blocks `[b0, b1)` of the image into the buffer.
-    fn fill_blocks(&self, io: &mut Io, b0: usize, b1: usize) {
-        let words_per_block = BLOCK / 8;
-        for w in b0 * words_per_block..b1 * words_per_block {
-            let v = self.image.get(w).map_or(0, |x| x.load(Ordering::SeqCst));
-            let at = HEADER_SIZE + w * 8;
-            io.buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
-        }
-    }
-
-    /// fdatasyncs every writable member; one that fails is failed. Errors:
-    /// `Io` when none succeeded.
-    fn sync_members(&self) -> Result<()> {
-        let mut ok = 0;
-        let mut last: Option<Error> = None;
-        for (m, member) in self.members.iter().enumerate() {
-            if !self.health.writable(m as u32) {
-                continue;
-            }
-            match member.file().sync_data() {
-                Ok(()) => ok += 1,
-                Err(e) => {
-                    let _ = self.health.fail(m as u32);
-                    last = Some(Error::io("cannot flush", std::path::Path::new(member.name()), e));
-                }
-            }
-        }
-        match last {
-            Some(e) if ok == 0 => Err(e),
-            _ => Ok(()),
-        }
-    }
-
-    /// Writes `io.buf[at..at+len]` to byte `BITMAP_OFFSET + at` of `only`
-    /// or of every writable member, all at once, each with `RWF_DSYNC`.
-    /// A member whose write fails is failed in [`Health`] (the hook's own
-    /// error is ignored here: the member is out either way). Errors: `Io`
-    /// when no member took it.
-    fn write_members(&self, io: &mut Io, at: usize, len: usize, only: Option<u32>) -> Result<()> {
-        let targets: Vec<u32> = match only {
-            Some(m) => vec![m],
-            None => (0..self.members.len() as u32).filter(|&m| self.health.writable(m)).collect(),
-        };
-        if targets.is_empty() {
-            bail!(Io, "no writable member is left to hold the write-intent bitmap");
-        }
-        let offset = BITMAP_OFFSET + at as u64;
-        let mut deadline = 0;
-        let ptr = io.buf[at..].as_ptr();
-        let mut results: Vec<i32> = vec![i32::MIN; self.members.len()];
-        for chunk in targets.chunks(32) {
-            {
-                let mut sq = io.ring.submission();
-                for &m in chunk {
-                    let member = &self.members[m as usize];
-                    if let Some(t) = member.throttle() {
-                        deadline = deadline.max(t.admit(len as u64, now_ns()));
-                    }
-                    let e = opcode::Write::new(types::Fd(member.file().as_raw_fd()), ptr, len as u32)
-                        .offset(offset)
-                        .rw_flags(libc::RWF_DSYNC)
-                        .build()
-                        .user_data(m as u64);
-                    // SAFETY: the buffer (io.buf, borrowed mutably through
-                    // `io` for this whole call) and the descriptors (owned
-                    // by self.members) stay valid until every completion is
-                    // reaped below; the ring has 64 entries and at most 32
-                    // are pushed between reaps.
-                    unsafe { sq.push(&e).expect("ring has room for 32 entries") };
-                }
-            }
-            let mut reaped = 0;
-            while reaped < chunk.len() {
-                if let Err(e) = io.ring.submit_and_wait(chunk.len() - reaped) {
-                    if e.raw_os_error() == Some(libc::EINTR) {
-                        continue;
-                    }
-                    // Entries may still be in flight: retire this ring (its
-                    // late completions must not be taken for the next
-                    // call's) and give up on this write.
-                    if let Ok(r) = new_ring() {
-                        io.ring = r;
-                    }
-                    return Err(Error::new(ErrorKind::Io, format!("io_uring failed for the write-intent bitmap: {e}")));
-                }
-                for cqe in io.ring.completion() {
-                    results[cqe.user_data() as usize] = cqe.result();
-                    reaped += 1;
-                }
-            }
-        }
-        sleep_until(deadline);
-        let mut ok = 0;
-        let mut last = String::new();
-        for &m in &targets {
-            let r = results[m as usize];
-            if r == len as i32 {
-                ok += 1;
-                continue;
-            }
-            last = if r < 0 {
-                format!("{}: {}", self.members[m as usize].name(), std::io::Error::from_raw_os_error(-r))
-            } else {
-                format!("{}: short write of {r} bytes out of {len}", self.members[m as usize].name())
-            };
-            let _ = self.health.fail(m);
-        }
-        if ok == 0 {
-            bail!(Io, "cannot write the write-intent bitmap at offset {offset} to any member (last: {last})");
-        }
-        Ok(())
-    }
-
     /// Counters of this bitmap.
     pub fn stats(&self) -> BitmapStats {
         let mut dirty = 0;
@@ -803,72 +673,7 @@ impl Bitmap {
         }
     }
 
-    /// Starts a thread that calls [`clear_idle`](Self::clear_idle) every
-    /// `interval` (md's `bitmap daemon_sleep`, 5 s by default there). A
-    /// failed call is counted in [`BitmapStats::clear_errors`] and the
-    /// thread goes on; a panic is counted too, said on stderr, and ends
-    /// the thread (bits then stay set: safe). The thread stops, and is joined, when the returned
-    /// handle is dropped.
-    pub fn start_daemon(self: &Arc<Self>, interval: Duration) -> BitmapDaemon {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let (b, s) = (self.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name("uraid-bitmap".into())
-            .spawn(move || {
-                let (lock, cv) = &*s;
-                let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
-                loop {
-                    let (g, _) = cv.wait_timeout(stopped, interval).unwrap_or_else(|e| e.into_inner());
-                    stopped = g;
-                    if *stopped {
-                        return;
-                    }
-                    drop(stopped);
-                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.clear_idle())) {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(_)) => {
-                            b.clear_errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(p) => {
-                            // Bits only ever stay set this way (a region
-                            // resynced for nothing at worst); writes set
-                            // their own bits on their callers' threads.
-                            b.clear_errors.fetch_add(1, Ordering::Relaxed);
-                            eprintln!(
-                                "uraid: the write-intent bitmap's daemon panicked ({}); it stops: bits are no longer \
-                                 cleared until the next assemble",
-                                crate::error::panic_message(&*p)
-                            );
-                            return;
-                        }
-                    }
-                    stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
-                }
-            })
-            .expect("cannot start the bitmap daemon thread");
-        BitmapDaemon { stop, thread: Some(thread) }
-    }
 }
-
-/// The thread started by [`Bitmap::start_daemon`]; dropping it stops and
-/// joins the thread.
-#[derive(Debug)]
-pub struct BitmapDaemon {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for BitmapDaemon {
-    fn drop(&mut self) {
-        let (lock, cv) = &*self.stop;
-        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        cv.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,228 @@
+//! Writing the journal: records (data, rows of a stripe, zeroes) put in
+//! their reserved places with RWF_DSYNC, the header rewritten at each
+//! checkpoint as records retire, and reading back what was written.
+
+use super::*;
+
+impl Journal {
+    /// Writes the record reserved as `r` (`kind`, volume byte `offset`,
+    /// `data` of whole sectors, cache write sequence number `cache_seq`:
+    /// see the format) durably, then waits until every record
+    /// before it is written too. Errors: `Io`; the reservation still ends
+    /// (later records do not wait for it forever), but its record is not
+    /// valid, so replay stops before it.
+    pub fn write(&self, r: Reservation, kind: RecordKind, offset: u64, cache_seq: u64, data: &[u8]) -> Result<()> {
+        self.write_record(r, kind, offset, (0, 0), cache_seq, data)
+    }
+
+    /// Writes the rows record reserved as `r`, as [`write`](Self::write)
+    /// does: `data` is pieces of `piece` bytes (whole sectors, `stride` a
+    /// multiple of 512 no smaller than `piece`) back to back, piece `k`
+    /// for volume byte `offset + k * stride` (see the format). Errors: as
+    /// `write`.
+    pub fn write_rows(&self, r: Reservation, offset: u64, stride: u64, piece: u64, cache_seq: u64, data: &[u8]) -> Result<()> {
+        debug_assert!(rows_shape_ok(data.len() as u64, stride, piece));
+        self.write_record(r, RecordKind::Rows, offset, (stride, piece), cache_seq, data)
+    }
+
+    /// Writes the zeroes record reserved as `r` (reserved for 0 data
+    /// bytes): `len` bytes (whole sectors) zeroed at volume byte `offset`
+    /// by cache write `cache_seq`, as [`write`](Self::write) does. Errors:
+    /// as `write`.
+    pub fn write_zeroes(&self, r: Reservation, offset: u64, len: u64, cache_seq: u64) -> Result<()> {
+        self.write_record(r, RecordKind::Zeroes, offset, (0, len), cache_seq, &[])
+    }
+
+    /// [`write`](Self::write) with the rows record's (stride, piece), the
+    /// zeroes record's (0, bytes zeroed), (0, 0) for the other kinds.
+    pub(super) fn write_record(&self, r: Reservation, kind: RecordKind, offset: u64, (stride, piece): (u64, u64), cache_seq: u64, data: &[u8]) -> Result<()> {
+        let len = data.len() as u64;
+        let unit = self.unit() as usize;
+        // Zeroed: the header's unused bytes and the data's padding.
+        let mut b = IoBuf::new(self.record_span(len) as usize);
+        b[..8].copy_from_slice(RECORD_MAGIC);
+        b[8..16].copy_from_slice(&r.seq.to_le_bytes());
+        b[16..24].copy_from_slice(&r.pos.to_le_bytes());
+        b[24..28].copy_from_slice(&(kind as u32).to_le_bytes());
+        b[32..40].copy_from_slice(&offset.to_le_bytes());
+        b[40..48].copy_from_slice(&len.to_le_bytes());
+        b[48..52].copy_from_slice(&crc32c::crc32c(data).to_le_bytes());
+        let epoch = r.epoch;
+        let moved = || {
+            Error::new(
+                crate::ErrorKind::Io,
+                format!("the journal on {} was lost and moved since this record's place was taken", self.name()),
+            )
+        };
+        let nonce = {
+            let s = self.lock();
+            if s.epoch != epoch {
+                return Err(moved());
+            }
+            s.nonce
+        };
+        b[56..64].copy_from_slice(&nonce.to_le_bytes());
+        b[64..72].copy_from_slice(&cache_seq.to_le_bytes());
+        b[72..80].copy_from_slice(&stride.to_le_bytes());
+        b[80..88].copy_from_slice(&piece.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..508]);
+        b[508..512].copy_from_slice(&crc.to_le_bytes());
+        b[unit..unit + data.len()].copy_from_slice(data);
+        let res = self.write_dsync(&b, HEADER_SIZE + r.pos % self.log_size, Some(epoch));
+        let mut s = self.lock();
+        if s.epoch != epoch {
+            // Rehomed meanwhile: the record went to the device the journal
+            // left, and the log's accounting started anew without it.
+            return Err(moved());
+        }
+        // Held records have consecutive numbers (reserved in order, retired
+        // from the front), so the record's place is its distance from the
+        // first.
+        let at = s.held.front().map(|h| r.seq.wrapping_sub(h.seq) as usize);
+        if let Some(h) = at.and_then(|i| s.held.get_mut(i)).filter(|h| h.seq == r.seq) {
+            h.written = res.is_ok();
+        }
+        s.early.insert(r.seq);
+        loop {
+            let w = s.written_below;
+            if !s.early.remove(&w) {
+                break;
+            }
+            s.written_below += 1;
+        }
+        self.cv.notify_all();
+        while s.written_below <= r.seq && res.is_ok() || s.epoch != epoch {
+            if self.lost.load(Ordering::Acquire) || s.epoch != epoch {
+                // An earlier record may never be written: this one does not
+                // count as acknowledged in order.
+                return Err(Error::new(
+                    crate::ErrorKind::Io,
+                    format!("the journal on {} was lost before an earlier record was written", self.name()),
+                ));
+            }
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        res
+    }
+
+    /// One write with `RWF_DSYNC` (durable when it returns: FUA on a drive)
+    /// at journal byte `offset`. An error loses the journal (see
+    /// [`is_lost`](Self::is_lost)); on a member, the member is failed as
+    /// for any write error on it.
+    ///
+    /// A record's write carries the `epoch` of its reservation: checked
+    /// under the device's lock, so a record never reaches the device a
+    /// rehome put in place after it was reserved.
+    pub(super) fn write_dsync(&self, buf: &[u8], offset: u64, epoch: Option<u64>) -> Result<()> {
+        let res = {
+            let g = self.member.read().unwrap_or_else(|e| e.into_inner());
+            match g.as_ref() {
+                Some(m) if epoch.is_none_or(|e| e == self.lock().epoch) => m.write_dsync_at(buf, self.base + offset),
+                _ => return Err(self.lost_error(&format!("cannot write the journal at byte {} of", self.base + offset))),
+            }
+        };
+        res.map_err(|err| {
+            if !self.lost.load(Ordering::Acquire) {
+                eprintln!("uraid: {err}: the journal is lost; the cache writes without it (each write waits for the members)");
+                self.mark_lost();
+                if let Some(h) = &self.host {
+                    // Persisted by the array's hook; an error there is the
+                    // array's to report.
+                    let _ = h.health.fail(h.role);
+                }
+            }
+            err
+        })
+    }
+
+    /// Reads `buf.len()` bytes at journal byte `offset`. Errors: `Io`, and
+    /// `Io` when the journal is lost.
+    /// Any offset and length: a read the device could not take as it is
+    /// (O_DIRECT off its logical blocks) goes through an aligned buffer.
+    pub(super) fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let g = self.member.read().unwrap_or_else(|e| e.into_inner());
+        let Some(m) = g.as_ref() else {
+            return Err(self.lost_error("cannot read the journal on"));
+        };
+        let abs = self.base + offset;
+        let blk = u64::from(m.block_size()).max(RECORD_HEADER);
+        let aligned = abs.is_multiple_of(blk) && (buf.len() as u64).is_multiple_of(blk) && (buf.as_ptr() as usize).is_multiple_of(4096);
+        if aligned || !m.direct() {
+            return m.read_exact_at(buf, abs);
+        }
+        let start = abs / blk * blk;
+        let end = (abs + buf.len() as u64).div_ceil(blk) * blk;
+        let mut b = IoBuf::try_new((end - start) as usize)?;
+        m.read_exact_at(&mut b, start)?;
+        let skip = (abs - start) as usize;
+        buf.copy_from_slice(&b[skip..skip + buf.len()]);
+        Ok(())
+    }
+
+    /// The error of an I/O `what` the journal cannot do because it is lost.
+    pub(super) fn lost_error(&self, what: &str) -> Error {
+        let why = std::io::Error::other("the journal is lost (a write to it failed, or its member failed or was replaced)");
+        Error::io(what, std::path::Path::new(&self.name()), why)
+    }
+
+    /// Blocks until every record reserved so far is written.
+    pub fn wait_written(&self) {
+        let mut s = self.lock();
+        let target = s.next_seq;
+        while s.written_below < target && !self.lost.load(Ordering::Acquire) {
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// True when the oldest record not retired carries a cache write below
+    /// `mark` and is written: a checkpoint at `mark` would retire it.
+    pub fn retirable(&self, mark: u64) -> bool {
+        if self.is_lost() {
+            return false;
+        }
+        let s = self.lock();
+        s.held.front().is_some_and(|h| h.retires_at(mark, s.written_below))
+    }
+
+    /// Retires the records, oldest first, whose data is on the members:
+    /// those carrying a cache write below `mark` (the caller flushed the
+    /// members after every such write reached them), and writes the new
+    /// tail into the header. Errors: `Io`. A lost journal retires nothing
+    /// and returns `Ok` (its records no longer matter).
+    pub fn checkpoint(&self, mark: u64) -> Result<()> {
+        if self.is_lost() {
+            return Ok(());
+        }
+        let (tail, tail_seq) = {
+            let mut s = self.lock();
+            let before = s.tail;
+            while s.held.front().is_some_and(|h| h.retires_at(mark, s.written_below)) {
+                s.held.pop_front();
+            }
+            match s.held.front().copied() {
+                Some(h) => {
+                    s.tail = h.pos;
+                    s.tail_seq = h.seq;
+                }
+                None => {
+                    s.tail = s.head;
+                    s.tail_seq = s.next_seq;
+                }
+            }
+            if s.tail == before {
+                return Ok(());
+            }
+            (s.tail, s.tail_seq)
+        };
+        match self.write_header(tail, tail_seq) {
+            Err(_) if self.is_lost() => Ok(()),
+            r => r,
+        }
+    }
+
+    pub(super) fn write_header(&self, tail: u64, tail_seq: u64) -> Result<()> {
+        let nonce = self.lock().nonce;
+        let h = Header { id: self.id, log_size: self.log_size, tail, tail_seq, nonce, unit: self.unit() };
+        self.write_dsync(&h.encode(), 0, None)
+    }
+}

@@ -1,0 +1,493 @@
+//! The request side of the cache: what a request pushed by the cache
+//! layer's queue does to the cache (a read hit or miss, a write taken into
+//! write-back or recorded in the journal, a zeroing, a flush or FUA write
+//! waiting for durability), and what the queue tells the cache back when a
+//! request it sent down completes.
+
+use super::*;
+
+impl Cache {
+    /// Offers request `req` (with its data) to the cache; see [`Taken`].
+    pub(crate) fn take(&self, req: &mut Request) -> Taken {
+        if self.dead.load(Ordering::Acquire) && req.op != Op::Read {
+            if let Some(e) = lock(&self.failed).clone() {
+                return Taken::Failed(e);
+            }
+        }
+        match (req.op, self.cfg.mode) {
+            (Op::Flush, CacheMode::WriteBack) => Taken::Durable(self.want_all()),
+            // A lost journal: what it held is only in the cache.
+            (Op::Flush, CacheMode::Journal) if self.journal_lost() => Taken::Durable(self.want_all()),
+            // Journal: every acknowledged write is durable in the journal
+            // already; the members' flush covers discards and zeroes.
+            (Op::Write, CacheMode::WriteBack | CacheMode::Journal) => self.write_back(req),
+            // (A FUA one under plain write-back waits for the write-back
+            // below: its zeroes must be durable when it completes.)
+            (Op::WriteZeroes { .. }, CacheMode::WriteBack | CacheMode::Journal)
+                if !(self.journal_lost() || req.fua && self.cfg.mode == CacheMode::WriteBack) =>
+            {
+                self.zero(req)
+            }
+            // A discard's partial RAID 5/6 stripes are written as zeroes,
+            // which a crash can tear: with the journal it goes as a zeroing
+            // (the write hole stays closed; the whole stripes are still
+            // discarded on the members).
+            (Op::Discard, CacheMode::Journal) if !self.journal_lost() => self.zero(req),
+            (Op::Discard | Op::WriteZeroes { .. }, CacheMode::WriteBack | CacheMode::Journal) => {
+                Taken::DurableThenMembers(self.want_all())
+            }
+            (Op::Write | Op::Discard | Op::WriteZeroes { .. }, _) => {
+                // Goes to the members; what the cache holds of the range
+                // is dropped (write-back: written back first).
+                self.invalidate(req.offset, req.len);
+                Taken::Members { pins: Vec::new(), epoch: 0 }
+            }
+            (Op::Read, _) => self.read(req),
+            (Op::Flush, _) => Taken::Members { pins: Vec::new(), epoch: 0 },
+        }
+    }
+
+    pub(super) fn write_back(&self, req: &mut Request) -> Taken {
+        let lines = self.spans(req.offset, req.len).count() as u64;
+        let new_lines = self.uncached_lines(req.offset, req.len);
+        let dirty = self.dirty.load(Ordering::Relaxed);
+        let journal = self.live_journal();
+        // Without its journal, journal mode still acknowledges only what
+        // survives a crash: each write waits for the members' flush.
+        let fua = req.fua || (self.journal.is_some() && journal.is_none());
+        if let Some(j) = journal {
+            if !j.can_hold(req.len as u64) {
+                return Taken::Failed(crate::Error::new(
+                    crate::ErrorKind::InvalidInput,
+                    format!("a write of {} bytes does not fit the journal's log ({} bytes); use a larger journal device", req.len, j.log_size()),
+                ));
+            }
+        }
+        if dirty + req.len as u64 > self.cfg.dirty_limit && dirty > 0
+            || self.cached.load(Ordering::Relaxed) + new_lines * self.line > self.cfg.size && !self.evict(new_lines * self.line)
+            || journal.is_some_and(|j| !j.fits(req.len as u64, self.promise_for(lines)))
+        {
+            if new_lines == lines && !fua && journal.is_none() {
+                // Full, and nothing of the range is cached (so no older
+                // dirty data can be written back over it): the write goes
+                // around the cache, straight to the members.
+                lock(&self.stats).written_around += 1;
+                self.wt_epoch.fetch_add(1, Ordering::AcqRel);
+                self.kick();
+                return Taken::Members { pins: Vec::new(), epoch: 0 };
+            }
+            return self.held_for_room();
+        }
+        let order = journal.map(|_| lock(&self.jorder));
+        let gate = self.gate.read().unwrap_or_else(|e| e.into_inner());
+        let seq = self.seq.fetch_add(1, Ordering::AcqRel);
+        let place = match journal {
+            Some(j) => match j.reserve(req.len as u64, seq, Some(self.promise_for(lines))) {
+                Some(r) => Some((j, r)),
+                None => {
+                    // The log filled since the look above (its sequence
+                    // number stays unused: a gap is harmless).
+                    drop((gate, order));
+                    return self.held_for_room();
+                }
+            },
+            None => None,
+        };
+        let data = req.buf.as_ref().expect("a write has a buffer");
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        let mut merged = 0;
+        for (idx, a, b, off) in self.spans(req.offset, req.len) {
+            let mut sh = self.shard(idx);
+            let line = sh.lines.entry(idx).or_insert_with(|| self.new_line());
+            let bytes = (b - a) * CACHE_SECTOR as usize;
+            line.data[a * CACHE_SECTOR as usize..][..bytes].copy_from_slice(&data[off..off + bytes]);
+            if self.made_dirty(line, a, b, seq, now) {
+                merged += 1;
+            }
+        }
+        drop((gate, order));
+        {
+            let mut s = lock(&self.stats);
+            s.writes += 1;
+            // One write counts once, however many dirty lines it joined.
+            s.merged += (merged > 0) as u64;
+        }
+        if self.dirty.load(Ordering::Relaxed) * 2 > self.cfg.dirty_limit {
+            self.kick();
+        }
+        if let Some((j, r)) = place {
+            // Acknowledged once the record is durable (FUA included).
+            if j.write(r, crate::cache::journal::RecordKind::Data, req.offset, seq, &data[..req.len]).is_err() {
+                // The journal is lost (it said why): the write is in the
+                // cache, and is acknowledged once it is on the members.
+                self.live_journal();
+                self.want(seq + 1);
+                return Taken::Durable(seq + 1);
+            }
+            lock(&self.stats).journal_records += 1;
+            return Taken::Done(req.len);
+        }
+        if fua {
+            self.want(seq + 1);
+            return Taken::Durable(seq + 1);
+        }
+        Taken::Done(req.len)
+    }
+
+    /// A write-zeroes under write-back (not FUA) or the journal (not
+    /// lost), or a discard under the journal (it reads back as zeroes).
+    /// Takes the next write sequence number and records the zeroing
+    /// on the journal (a zeroes record of the whole range: replay zeroes
+    /// it in its place among the writes). The lines it covers in part (at
+    /// most its first and last) get zeroes as a write of zeroes would
+    /// (dirty, in the cache: the flusher records and writes them as it does
+    /// any line, so no stripe is ever zeroed in part on the members and
+    /// replay never has to rebuild a member's chunk from parity torn by a
+    /// zeroing: the RAID 5/6 write hole stays closed). The whole lines go
+    /// to the members at once (full stripes), as a zeroing in flight until
+    /// it completes ([`sent_on_done`](Self::sent_on_done)); those the cache
+    /// holds get zeroes too (dirty, so the flusher writes them after any
+    /// older bytes of theirs it may have in flight). Lines the cache does
+    /// not hold have no write of the flusher in flight (a line is dropped
+    /// only once clean). Waits for room as a write does.
+    pub(super) fn zero(&self, req: &mut Request) -> Taken {
+        let journal = self.live_journal();
+        let end = req.offset + req.len as u64;
+        // The whole lines [mid_a, mid_b); the parts before and after.
+        let mid_a = req.offset.next_multiple_of(self.line).min(end);
+        let mid_b = (end / self.line * self.line).max(mid_a);
+        let parts: Vec<(u64, usize)> =
+            [(req.offset, mid_a), (mid_b, end)].into_iter().filter(|(a, b)| a < b).map(|(a, b)| (a, (b - a) as usize)).collect();
+        let part_bytes: u64 = parts.iter().map(|&(_, n)| n as u64).sum();
+        let part_lines: u64 = parts.iter().map(|&(a, n)| self.spans(a, n).count() as u64).sum();
+        let new_lines: u64 = parts.iter().map(|&(a, n)| self.uncached_lines(a, n)).sum();
+        // The log room the stripe records of the lines this makes dirty
+        // may take: the partial lines only (at most two; the whole lines
+        // it zeroes in the cache are dirty already, see below).
+        let ahead = self.promise_for(part_lines);
+        if new_lines * self.line > self.cfg.size {
+            // The partial lines can never fit (a cache of one line).
+            if journal.is_some() {
+                return Taken::Failed(crate::Error::new(
+                    crate::ErrorKind::InvalidInput,
+                    format!(
+                        "a zeroing or discard that covers two lines in part needs a cache of two lines ({} bytes); \
+                         this one holds {} bytes: set a larger one with 'uraid config --cache-size'",
+                        2 * self.line,
+                        self.cfg.size
+                    ),
+                ));
+            }
+            return Taken::DurableThenMembers(self.want_all());
+        }
+        let dirty = self.dirty.load(Ordering::Relaxed);
+        if dirty + part_bytes > self.cfg.dirty_limit && dirty > 0
+            || self.cached.load(Ordering::Relaxed) + new_lines * self.line > self.cfg.size && !self.evict(new_lines * self.line)
+            || journal.is_some_and(|j| !j.fits(0, ahead))
+        {
+            return self.held_for_room();
+        }
+        let order = journal.map(|_| lock(&self.jorder));
+        let gate = self.gate.read().unwrap_or_else(|e| e.into_inner());
+        let seq = self.seq.fetch_add(1, Ordering::AcqRel);
+        let place = match journal {
+            Some(j) => match j.reserve(0, seq, Some(ahead)) {
+                Some(r) => Some((j, r)),
+                None => {
+                    drop((gate, order));
+                    return self.held_for_room();
+                }
+            },
+            None => None,
+        };
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        for &(a, n) in &parts {
+            for (idx, sa, sb, _) in self.spans(a, n) {
+                let mut sh = self.shard(idx);
+                let line = sh.lines.entry(idx).or_insert_with(|| self.new_line());
+                line.data[sa * CACHE_SECTOR as usize..sb * CACHE_SECTOR as usize].fill(0);
+                self.made_dirty(line, sa, sb, seq, now);
+            }
+        }
+        // Listed with the gate held and the sequence number taken (under
+        // `jorder` in journal mode, no write is half copied in): a write
+        // before this one is in these lines, one after it is not yet.
+        let held = if mid_b > mid_a { self.held_lines(mid_a, (mid_b - mid_a) as usize) } else { Vec::new() };
+        for idx in held {
+            let base = idx * self.line;
+            let a = ((mid_a.max(base) - base) / CACHE_SECTOR) as usize;
+            let b = ((mid_b.min(base + self.line) - base) / CACHE_SECTOR) as usize;
+            let mut sh = self.shard(idx);
+            // Dropped since it was listed: nothing of it to zero.
+            let Some(line) = sh.lines.get_mut(&idx) else { continue };
+            if line.oldest == 0 {
+                // Clean: nothing of it is in flight; what it held of the
+                // range is no longer valid (reads go to the members).
+                for i in a..b {
+                    line.valid[i / 64] &= !(1 << (i % 64));
+                }
+                line.generation = self.next_generation();
+                continue;
+            }
+            // Dirty: zeroes, written by the flusher after any older bytes
+            // of the line it may have in flight.
+            line.data[a * CACHE_SECTOR as usize..b * CACHE_SECTOR as usize].fill(0);
+            self.made_dirty(line, a, b, seq, now);
+        }
+        if mid_b > mid_a {
+            lock(&self.zeroing).push((mid_a, mid_b, seq));
+            self.zero_epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        self.wt_epoch.fetch_add(1, Ordering::AcqRel);
+        drop((gate, order));
+        lock(&self.stats).writes += 1;
+        if let Some((j, r)) = place {
+            if j.write_zeroes(r, req.offset, req.len as u64, seq).is_ok() {
+                lock(&self.stats).journal_records += 1;
+            } else {
+                // The journal is lost (it said why): the zeroing is
+                // acknowledged once it is on the members and flushed, as
+                // every write is then.
+                self.live_journal();
+                if mid_b > mid_a {
+                    self.sent_on_done(req.op, mid_a, (mid_b - mid_a) as usize);
+                }
+                return Taken::DurableThenMembers(self.want_all());
+            }
+        }
+        if mid_b == mid_a {
+            return Taken::Done(req.len);
+        }
+        Taken::MembersPart { offset: mid_a, len: (mid_b - mid_a) as usize }
+    }
+
+    /// A writer waits for room: counted, and the flusher pressed to write
+    /// every dirty line at its next pass ([`Taken::Full`]).
+    pub(super) fn held_for_room(&self) -> Taken {
+        lock(&self.stats).throttled += 1;
+        self.starved.store(true, Ordering::Release);
+        self.kick();
+        Taken::Full
+    }
+
+    /// True while a zeroing this cache sent on overlaps line `idx`.
+    pub(super) fn zeroing_over(&self, idx: u64) -> bool {
+        let (a, b) = (idx * self.line, (idx + 1) * self.line);
+        lock(&self.zeroing).iter().any(|&(s, e, _)| s < b && a < e)
+    }
+
+    /// The lines of `[offset, offset + len)` the cache holds now: looked up
+    /// one by one, or, for a range of more lines than the cache holds, by
+    /// a walk over what it holds (a zeroing of a whole device costs the
+    /// cache's size, not the device's).
+    pub(super) fn held_lines(&self, offset: u64, len: usize) -> Vec<u64> {
+        if len == 0 {
+            return Vec::new();
+        }
+        let (first, last) = (offset / self.line, (offset + len as u64 - 1) / self.line);
+        if last - first < self.cached.load(Ordering::Relaxed) / self.line {
+            return (first..=last).filter(|idx| self.shard(*idx).lines.contains_key(idx)).collect();
+        }
+        let mut v: Vec<u64> = Vec::new();
+        for sh in self.shards.iter() {
+            v.extend(lock(sh).lines.keys().filter(|&&idx| (first..=last).contains(&idx)));
+        }
+        v
+    }
+
+    /// Sectors `a..b` of `line` were just written by write `seq` (at
+    /// clock `now`): marks them valid and dirty. True when the line was
+    /// dirty already (the write merged into it).
+    pub(super) fn made_dirty(&self, line: &mut Line, a: usize, b: usize, seq: u64, now: u64) -> bool {
+        let before = Line::count(&line.dirty);
+        set_bits(&mut line.valid, a, b);
+        set_bits(&mut line.dirty, a, b);
+        set_bits(&mut line.fresh, a, b);
+        self.dirty.fetch_add((Line::count(&line.dirty) - before) * CACHE_SECTOR, Ordering::Relaxed);
+        line.generation = self.next_generation();
+        line.last_seq = seq;
+        if line.oldest == 0 {
+            line.oldest = seq;
+            line.dirty_since = crate::io::member::now_ns();
+            // Promised whether or not the journal is lost now (it is
+            // released the same way when the line is clean again).
+            if let Some(j) = &self.journal {
+                j.promise(self.promise_for(1));
+            }
+        }
+        line.last_use = now;
+        before > 0
+    }
+
+    /// Drops clean lines nobody reads, least recently used first, until
+    /// `need` more bytes fit. True when they do.
+    pub(super) fn evict(&self, need: u64) -> bool {
+        let mut cands: Vec<(u64, u64)> = Vec::new();
+        for sh in self.shards.iter() {
+            let sh = lock(sh);
+            cands.extend(sh.lines.iter().filter(|(_, l)| l.oldest == 0 && l.readers == 0).map(|(&i, l)| (l.last_use, i)));
+        }
+        cands.sort_unstable();
+        for (_, idx) in cands {
+            if self.cached.load(Ordering::Relaxed) + need <= self.cfg.size {
+                break;
+            }
+            let mut sh = self.shard(idx);
+            if sh.lines.get(&idx).is_some_and(|l| l.oldest == 0 && l.readers == 0) {
+                let l = sh.lines.remove(&idx).expect("present");
+                self.cached.fetch_sub(self.line, Ordering::Relaxed);
+                lock(&self.pool).push(l.data);
+            }
+        }
+        self.cached.load(Ordering::Relaxed) + need <= self.cfg.size
+    }
+
+    /// A write or discard that bypasses the cache: write-through drops the
+    /// range's valid bits; write-back cannot have dirty data there that
+    /// would later overwrite it, so the dirty sectors of the range are
+    /// dropped too (the new data supersedes them).
+    pub(crate) fn invalidate(&self, offset: u64, len: usize) {
+        self.wt_epoch.fetch_add(1, Ordering::AcqRel);
+        if len == 0 {
+            return;
+        }
+        for (idx, a, b, _) in self.spans(offset, len) {
+            let mut sh = self.shard(idx);
+            if let Some(line) = sh.lines.get_mut(&idx) {
+                let mut dropped = 0;
+                for i in a..b {
+                    let (w, bit) = (i / 64, 1u64 << (i % 64));
+                    line.valid[w] &= !bit;
+                    if line.dirty[w] & bit != 0 {
+                        line.dirty[w] &= !bit;
+                        dropped += 1;
+                    }
+                }
+                line.generation = self.next_generation();
+                self.dirty.fetch_sub(dropped * CACHE_SECTOR, Ordering::Relaxed);
+                if Line::count(&line.dirty) == 0 && line.oldest != 0 {
+                    line.oldest = 0;
+                    self.release_promise();
+                }
+            }
+        }
+    }
+
+    pub(super) fn read(&self, req: &mut Request) -> Taken {
+        let epoch = self.wt_epoch.load(Ordering::Acquire);
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        let spans: Vec<_> = self.spans(req.offset, req.len).collect();
+        let hit = spans.iter().all(|&(idx, a, b, _)| self.shard(idx).lines.get(&idx).is_some_and(|l| all_set(&l.valid, a, b)));
+        if hit {
+            let buf = req.buf.as_mut().expect("a read has a buffer");
+            let mut complete = true;
+            for &(idx, a, b, off) in &spans {
+                let mut sh = self.shard(idx);
+                match sh.lines.get_mut(&idx) {
+                    Some(l) if all_set(&l.valid, a, b) => {
+                        let bytes = (b - a) * CACHE_SECTOR as usize;
+                        buf[off..off + bytes].copy_from_slice(&l.data[a * CACHE_SECTOR as usize..][..bytes]);
+                        l.last_use = now;
+                    }
+                    _ => complete = false, // evicted meanwhile
+                }
+            }
+            if complete {
+                lock(&self.stats).read_hits += 1;
+                return Taken::Done(req.len);
+            }
+        }
+        lock(&self.stats).read_misses += 1;
+        let mut pins = Vec::new();
+        for &(idx, ..) in &spans {
+            if let Some(l) = self.shard(idx).lines.get_mut(&idx) {
+                l.readers += 1;
+                pins.push(idx);
+            }
+        }
+        Taken::Members { pins, epoch }
+    }
+
+    /// A read that went to the members completed (`ok`) into `buf`: lays
+    /// the valid sectors of its pinned lines over it and unpins them; a
+    /// write-through cache keeps what was read when no write moved since.
+    pub(crate) fn finish_read(&self, offset: u64, buf: &mut [u8], pins: &[u64], epoch: u64, ok: bool) {
+        let len = buf.len();
+        if ok && self.cfg.mode == CacheMode::WriteThrough && self.wt_epoch.load(Ordering::Acquire) == epoch {
+            // Room for the lines this read brings in (least used go first).
+            self.evict(self.uncached_lines(offset, len) * self.line);
+        }
+        for (idx, a, b, off) in self.spans(offset, len) {
+            let pinned = pins.contains(&idx);
+            let mut sh = self.shard(idx);
+            if ok {
+                if let Some(l) = sh.lines.get_mut(&idx) {
+                    if pinned {
+                        for i in a..b {
+                            if is_set(&l.valid, i) {
+                                let (s, o) = (i * CACHE_SECTOR as usize, off + (i - a) * CACHE_SECTOR as usize);
+                                buf[o..o + CACHE_SECTOR as usize].copy_from_slice(&l.data[s..s + CACHE_SECTOR as usize]);
+                            }
+                        }
+                    }
+                }
+                let keep = self.cfg.mode == CacheMode::WriteThrough
+                    && self.wt_epoch.load(Ordering::Acquire) == epoch
+                    && (sh.lines.contains_key(&idx) || self.cached.load(Ordering::Relaxed) + self.line <= self.cfg.size);
+                if keep {
+                    let l = sh.lines.entry(idx).or_insert_with(|| self.new_line());
+                    let bytes = (b - a) * CACHE_SECTOR as usize;
+                    l.data[a * CACHE_SECTOR as usize..][..bytes].copy_from_slice(&buf[off..off + bytes]);
+                    set_bits(&mut l.valid, a, b);
+                }
+            }
+            if pinned {
+                if let Some(l) = sh.lines.get_mut(&idx) {
+                    l.readers -= 1;
+                }
+            }
+        }
+    }
+
+    /// True once every write below sequence `target` is durable; the
+    /// flusher's error, if it lost writes.
+    pub(crate) fn durable(&self, target: u64) -> Option<std::result::Result<(), crate::Error>> {
+        if let Some(e) = lock(&self.failed).clone() {
+            return Some(Err(e));
+        }
+        if lock(&self.lost_drain).is_some() {
+            // A loss of the journal is not recorded yet: nothing is
+            // acknowledged as durable until it is (a flusher pass that
+            // started before the loss was seen may have made `target`
+            // durable, but the write it covers was taken after the loss).
+            return None;
+        }
+        (*lock(&self.durable) >= target).then_some(Ok(()))
+    }
+
+    /// A write, discard or zeroing that this cache sent on to the members
+    /// (around a full cache, or after the write-back) completed: it takes a
+    /// sequence number, so that a flush from now on waits for a pass that
+    /// starts after it, and that pass flushes the members. (Without it, a
+    /// flush after writes that only went around found its target already
+    /// durable and flushed nothing: the writes stayed in the drives'
+    /// volatile caches.)
+    ///
+    /// `op`, `offset`, `len`: the request's; a zeroing in flight
+    /// ([`zero`](Self::zero)) ends here.
+    pub(crate) fn sent_on_done(&self, op: Op, offset: u64, len: usize) {
+        if matches!(op, Op::WriteZeroes { .. } | Op::Discard) {
+            let mut z = lock(&self.zeroing);
+            if let Some(i) = z.iter().position(|&(a, b, _)| (a, b) == (offset, offset + len as u64)) {
+                z.swap_remove(i);
+            }
+        }
+        self.seq.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// True when a writer held for room may try again.
+    pub(crate) fn has_room(&self) -> bool {
+        // A dead flusher makes no room: held writers go on to fail.
+        self.dead.load(Ordering::Acquire) || self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit && self.live_journal().is_none_or(|j| j.pressure() * 2 < j.log_size())
+    }
+}

@@ -1,0 +1,258 @@
+//! Scrub and resync: check (count where copies or parity disagree), repair
+//! (rewrite them), and resync after an unclean stop (repair over the
+//! regions the bitmap marks dirty).
+
+use super::*;
+
+/// What a scan does on a mismatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    Check,
+    Repair,
+}
+
+/// Checks (and with `repair`, fixes) every stripe of `vol`: RAID 1 and 10
+/// compare the copies with the first readable one, RAID 5 and 6 recompute
+/// P (and Q) from the data and compare. Repair rewrites the differing
+/// copies from the first readable copy, or P and Q from the data (as md's
+/// `repair`: parity is assumed wrong), then syncs the members it wrote.
+/// Only readable members are read or written; stripes that cannot be
+/// compared are counted as unchecked. `progress(done, total)` is in logical
+/// bytes of the volume.
+///
+/// Errors: `InvalidInput` for a RAID 0 volume (nothing to compare);
+/// `Io` from the health hook when a member that fails a read or write
+/// cannot be marked faulty durably. A member read or write error fails the
+/// member and the scan goes on without it.
+pub fn check(vol: &Arc<Volume>, repair: bool, progress: &mut dyn FnMut(u64, u64)) -> Result<CheckReport> {
+    let Some(l) = vol.geometry().layout() else {
+        bail!(InvalidInput, "a RAID 0 volume has no copies or parity to check");
+    };
+    let mut report = CheckReport::default();
+    let mut scan = Scanner::new(vol, l, if repair { Mode::Repair } else { Mode::Check });
+    let total = l.stripes() * l.stripe_data_width();
+    progress(0, total);
+    scan.run(0..l.stripes(), &mut report, &mut |s| progress(s * l.stripe_data_width(), total))?;
+    scan.finish()?;
+    progress(total, total);
+    Ok(report)
+}
+
+/// Makes the copies or parity of `vol` agree again over `ranges` (absolute
+/// member byte ranges, e.g. [`Bitmap::dirty`](crate::raid::bitmap::Bitmap::dirty)
+/// after an unclean stop; parts outside the volume are ignored): RAID 1 and
+/// 10 copy the first readable copy over the others, RAID 5 and 6 recompute
+/// P (and Q) from the data, where they differ. Stripes that cannot be
+/// resynced (degraded: see the module docs on the write hole) are left as
+/// they are. Returns the member bytes covered (rows times chunk, summed over
+/// the ranges). A RAID 0 volume has nothing to resync: 0.
+///
+/// Errors: as [`check`]; the members written are synced before returning.
+pub fn resync(vol: &Arc<Volume>, ranges: &[Range<u64>]) -> Result<u64> {
+    resync_report(vol, ranges).map(|(bytes, _)| bytes)
+}
+
+/// [`resync`], also returning what it found: the stripes compared, those
+/// rewritten (`mismatches`, `repaired`, `locations`), and those it could
+/// not resync because the volume is degraded (`stripes_unchecked`: the
+/// write hole, see the module docs).
+pub fn resync_report(vol: &Arc<Volume>, ranges: &[Range<u64>]) -> Result<(u64, CheckReport)> {
+    let mut report = CheckReport::default();
+    let Some(l) = vol.geometry().layout() else {
+        return Ok((0, report));
+    };
+    let mut scan = Scanner::new(vol, l, Mode::Repair);
+    let (base, chunk) = (vol.data_offset(), l.chunk());
+    let mut bytes = 0;
+    for r in ranges {
+        let lo = r.start.max(base);
+        let hi = r.end.min(base + l.member_size());
+        if lo >= hi {
+            continue;
+        }
+        let (ra, rb) = ((lo - base) / chunk, (hi - base).div_ceil(chunk));
+        let stripes = stripes_of_rows(l, ra, rb);
+        if stripes.is_empty() {
+            continue;
+        }
+        bytes += (rb - ra) * chunk;
+        scan.run(stripes, &mut report, &mut |_| {})?;
+    }
+    scan.finish()?;
+    Ok((bytes, report))
+}
+
+/// The state of a check, repair or resync of one volume.
+pub(super) struct Scanner<'v> {
+    vol: &'v Volume,
+    l: &'v Layout,
+    mode: Mode,
+    kernel: Kernel,
+    bufs: Vec<IoBuf>,
+    p: IoBuf,
+    q: IoBuf,
+    /// Members written (to sync at the end).
+    dirty: Vec<bool>,
+}
+
+impl<'v> Scanner<'v> {
+    fn new(vol: &'v Volume, l: &'v Layout, mode: Mode) -> Scanner<'v> {
+        let n = l.members();
+        let cap = buf_len(l);
+        Scanner {
+            vol,
+            l,
+            mode,
+            kernel: Kernel::detect(),
+            bufs: (0..n).map(|_| IoBuf::new(cap)).collect(),
+            p: IoBuf::new(l.chunk() as usize),
+            q: IoBuf::new(l.chunk() as usize),
+            dirty: vec![false; n],
+        }
+    }
+
+    /// Stripes per batch.
+    fn per_batch(&self) -> u64 {
+        let rows = batch_rows(self.l);
+        match self.l.level() {
+            RedundantLevel::Raid10 => (rows * self.l.members() as u64 / 2).clamp(1, MAX_BATCH_STRIPES),
+            _ => rows,
+        }
+    }
+
+    /// Scans stripes `stripes` in batches; `done(s)` after each batch with
+    /// the next stripe.
+    fn run(&mut self, stripes: Range<u64>, report: &mut CheckReport, done: &mut dyn FnMut(u64)) -> Result<()> {
+        let per = self.per_batch();
+        let mut s = stripes.start;
+        while s < stripes.end {
+            let e = (s + per).min(stripes.end);
+            self.batch(s, e, report)?;
+            done(e);
+            s = e;
+        }
+        Ok(())
+    }
+
+    /// One batch: stripes `[s0, s1)` under their locks.
+    fn batch(&mut self, s0: u64, s1: u64, report: &mut CheckReport) -> Result<()> {
+        let (vol, l) = (self.vol, self.l);
+        let health = vol.health();
+        let chunk = l.chunk();
+        let base = vol.data_offset();
+        let rows = rows_of_stripes(l, s0, s1);
+        let (abs, len) = (base + rows.start * chunk, (rows.end - rows.start) * chunk);
+        let _guards = lock_stripes(vol, s0..s1);
+        let readable = loop {
+            let readable: Vec<bool> = (0..l.members() as u32).map(|m| health.readable(m, abs, len)).collect();
+            let reads: Vec<Read> = (0..l.members())
+                .filter(|&m| readable[m])
+                .map(|m| Read { member: m as u32, offset: abs, len: len as usize, into: m })
+                .collect();
+            let errors = read_all(vol.members(), &reads, &mut self.bufs);
+            if errors.is_empty() {
+                break readable;
+            }
+            fail_all(health, errors)?;
+        };
+        let c = chunk as usize;
+        // Buffer offset of a data-area member offset.
+        let at = |member_offset: u64| (member_offset - rows.start * chunk) as usize;
+        for s in s0..s1 {
+            let mut places: Vec<MismatchPlace> = Vec::new();
+            // (member, buffer offset) of the reference copy (RAID 1, 10).
+            let mut reference: Option<(u32, usize)> = None;
+            let checked = match l.level() {
+                RedundantLevel::Raid1 | RedundantLevel::Raid10 => {
+                    let copies: Vec<(u32, u64)> = l
+                        .data_locations(s * chunk)
+                        .iter()
+                        .filter(|p| readable[p.member as usize])
+                        .map(|p| (p.member, p.member_offset))
+                        .collect();
+                    if copies.len() >= 2 {
+                        let (rm, ro) = (copies[0].0, at(copies[0].1));
+                        reference = Some((rm, ro));
+                        for &(m, mo) in &copies[1..] {
+                            let o = at(mo);
+                            if self.bufs[m as usize][o..o + c] != self.bufs[rm as usize][ro..ro + c] {
+                                places.push(MismatchPlace { member: m, offset: base + mo, kind: MismatchKind::Copy });
+                            }
+                        }
+                    }
+                    copies.len() >= 2
+                }
+                RedundantLevel::Raid5 | RedundantLevel::Raid6 => {
+                    let order = stripe_members(l, s);
+                    let d = l.data_chunks() as usize;
+                    let o = at(s * chunk);
+                    let p_ok = readable[order[d] as usize];
+                    let q_ok = order.get(d + 1).is_some_and(|&q| readable[q as usize]);
+                    if order[..d].iter().all(|&m| readable[m as usize]) && (p_ok || q_ok) {
+                        let data: Vec<&[u8]> = order[..d].iter().map(|&m| &self.bufs[m as usize][o..o + c]).collect();
+                        if l.level() == RedundantLevel::Raid5 {
+                            self.kernel.gen_p(&data, &mut self.p);
+                        } else {
+                            self.kernel.gen_pq(&data, &mut self.p, &mut self.q);
+                        }
+                        let off = base + s * chunk;
+                        if p_ok && self.bufs[order[d] as usize][o..o + c] != self.p[..] {
+                            places.push(MismatchPlace { member: order[d], offset: off, kind: MismatchKind::P });
+                        }
+                        if q_ok && self.bufs[order[d + 1] as usize][o..o + c] != self.q[..] {
+                            places.push(MismatchPlace { member: order[d + 1], offset: off, kind: MismatchKind::Q });
+                        }
+                        true
+                    } else {
+                        false
+                    }
+                }
+            };
+            if !checked {
+                report.stripes_unchecked += 1;
+                continue;
+            }
+            report.stripes_checked += 1;
+            report.bytes_checked += l.stripe_data_width();
+            if places.is_empty() {
+                continue;
+            }
+            report.mismatches += 1;
+            if self.mode == Mode::Repair {
+                let mut ok = true;
+                for p in &places {
+                    let src: &[u8] = match (p.kind, reference) {
+                        (MismatchKind::Copy, Some((rm, ro))) => &self.bufs[rm as usize][ro..ro + c],
+                        (MismatchKind::P, _) => &self.p,
+                        (MismatchKind::Q, _) => &self.q,
+                        (MismatchKind::Copy, None) => unreachable!("a copy mismatch has a reference copy"),
+                    };
+                    let m = &vol.members()[p.member as usize];
+                    if write_member(m, src, p.offset).is_ok() {
+                        self.dirty[p.member as usize] = true;
+                    } else {
+                        ok = false;
+                        health.fail(p.member)?;
+                    }
+                }
+                if ok {
+                    report.repaired += 1;
+                }
+            }
+            if report.locations.len() < MAX_LOCATIONS {
+                report.locations.push(Mismatch { stripe: s, logical: s * l.stripe_data_width(), places });
+            }
+        }
+        Ok(())
+    }
+
+    /// Syncs the members written by a repair.
+    fn finish(&mut self) -> Result<()> {
+        for (m, d) in self.dirty.iter_mut().enumerate() {
+            if std::mem::take(d) {
+                sync(&self.vol.members()[m], self.vol.health(), m as u32)?;
+            }
+        }
+        Ok(())
+    }
+}

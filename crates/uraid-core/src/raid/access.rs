@@ -1,0 +1,118 @@
+//! The RAID layer's interface for the control path's maintenance (rebuild,
+//! scrub, resync in [`crate::control::maint`]): lock a range of stripes
+//! against the data path, read member ranges in parallel, write or zero a
+//! member range, flush a member, and fail the members whose I/O failed.
+//! Every I/O here goes through the member's filters (fault injection) and
+//! its emulated ceilings, as the engine's own I/O does; maintenance never
+//! touches a queue.
+
+use std::ops::Range;
+
+use crate::io::buf::IoBuf;
+use crate::io::member::{now_ns, Member};
+use crate::raid::bitmap::sleep_until;
+use crate::raid::health::Health;
+use crate::raid::locks::StripeGuard;
+use crate::raid::engine::RaidVolume;
+use crate::{Error, Result};
+
+pub(crate) fn lock_stripes(vol: &RaidVolume, s: Range<u64>) -> Vec<StripeGuard<'_>> {
+    vol.locks().lock_range(s)
+}
+
+/// Runs `f` (an I/O of `bytes` on `m`) and, for an emulated drive with
+/// ceilings, waits until the modelled drive would have finished it.
+pub(crate) fn throttled<T>(m: &Member, bytes: u64, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let deadline = m.throttle().map(|t| t.admit(bytes, now_ns()));
+    let r = f();
+    if let Some(d) = deadline {
+        sleep_until(d);
+    }
+    r
+}
+
+/// Writes `buf` at absolute `offset` of `m` (not synced).
+pub(crate) fn write_member(m: &Member, buf: &[u8], offset: u64) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    throttled(m, buf.len() as u64, || {
+        m.file().write_all_at(buf, offset).map_err(|e| {
+            Error::io(&format!("cannot write {} bytes at offset {offset} of", buf.len()), std::path::Path::new(m.name()), e)
+        })
+    })
+}
+
+/// Makes absolute bytes `[offset, offset+len)` of `m` read as zeros: a
+/// zero-range (or hole punch) where the member supports it, else writes
+/// of zeros.
+pub(crate) fn zero_member(m: &Member, offset: u64, len: u64) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = m.file().as_raw_fd();
+    for mode in [libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE] {
+        // SAFETY: fallocate on a valid open descriptor with plain integers.
+        let r = unsafe { libc::fallocate(fd, mode, offset as libc::off_t, len as libc::off_t) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if !matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::ENODEV)) {
+            return Err(Error::io(&format!("cannot zero {len} bytes at offset {offset} of"), std::path::Path::new(m.name()), e));
+        }
+    }
+    let zeros = IoBuf::new((1usize << 20).min(len as usize));
+    let mut at = offset;
+    while at < offset + len {
+        let n = (offset + len - at).min(zeros.len() as u64) as usize;
+        write_member(m, &zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// One member read of a batch: `len` bytes at absolute `offset` of
+/// `member`, into the start of buffer `into`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Read {
+    pub(crate) member: u32,
+    pub(crate) offset: u64,
+    pub(crate) len: usize,
+    pub(crate) into: usize,
+}
+
+/// Runs `reads` (at most one per buffer) in parallel, one thread per read;
+/// returns the members whose read failed, with the error.
+pub(crate) fn read_all(members: &[Member], reads: &[Read], bufs: &mut [IoBuf]) -> Vec<(u32, Error)> {
+    let one = |r: &Read, buf: &mut IoBuf| {
+        let m = &members[r.member as usize];
+        throttled(m, r.len as u64, || m.read_exact_at(&mut buf[..r.len], r.offset)).err().map(|e| (r.member, e))
+    };
+    if reads.len() == 1 {
+        return one(&reads[0], &mut bufs[reads[0].into]).into_iter().collect();
+    }
+    std::thread::scope(|s| {
+        let mut handles = Vec::new();
+        for (i, buf) in bufs.iter_mut().enumerate() {
+            if let Some(r) = reads.iter().find(|r| r.into == i) {
+                handles.push(s.spawn(move || one(r, buf)));
+            }
+        }
+        handles.into_iter().filter_map(|h| h.join().expect("member read thread panicked")).collect()
+    })
+}
+
+/// Fails every member of `errors` in `health` (the data path's rule for an
+/// I/O error); the hook's own error is returned first.
+pub(crate) fn fail_all(health: &Health, errors: Vec<(u32, Error)>) -> Result<()> {
+    for (m, _) in errors {
+        health.fail(m)?;
+    }
+    Ok(())
+}
+
+/// fdatasyncs the rebuilt member; on failure fails it.
+pub(crate) fn sync(target: &Member, health: &Health, member: u32) -> Result<()> {
+    if let Err(e) = target.file().sync_data() {
+        health.fail(member)?;
+        return Err(Error::io("cannot flush", std::path::Path::new(target.name()), e));
+    }
+    Ok(())
+}

@@ -1,0 +1,387 @@
+//! The NBD server: listening, the fixed newstyle handshake and the
+//! transmission phase.
+//!
+//! One thread per connection, each with its own engine [`Queue`] (its own
+//! io_uring). The thread reads requests from the socket without blocking,
+//! hands them to the queue, and writes each reply as its I/O completes, so
+//! many requests are in flight and replies go out of order. The socket's
+//! readiness is one more event on the same ring (a poll), so one wait
+//! covers both the client and the drives.
+//!
+//! Flush semantics hold across connections (`NBD_FLAG_CAN_MULTI_CONN`): a
+//! FLUSH on any connection syncs every member, which covers every write
+//! any connection has completed.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use uraid_core::io::request::Op;
+use uraid_core::{Completion, IoBuf, Queue, Request, Volume};
+
+use crate::proto::*;
+use crate::wire::{Recv, Sock, Wire};
+
+mod handshake;
+mod transmission;
+
+pub use handshake::transmission_flags;
+use handshake::*;
+use transmission::*;
+
+/// One export: a volume under a name.
+#[derive(Debug, Clone)]
+pub struct Export {
+    /// Export name, as clients ask for it (`nbd+unix:///NAME?socket=...`).
+    pub name: String,
+    /// Human-readable description (shown by `nbdinfo --list`).
+    pub description: String,
+    /// The volume.
+    pub volume: Arc<Volume>,
+}
+
+/// An export as the server holds it: the volume behind it can be replaced
+/// while it serves (see [`Server::replace_volume`]); capacity and block
+/// size stay those of the first volume.
+#[derive(Debug)]
+struct Live {
+    name: String,
+    description: String,
+    capacity: u64,
+    block_size: u32,
+    current: std::sync::Mutex<Arc<Volume>>,
+    /// Bumped by every replacement; connections compare it with theirs.
+    generation: AtomicU64,
+}
+
+impl Live {
+    fn volume(&self) -> (Arc<Volume>, u64) {
+        let v = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        (v, self.generation.load(Ordering::Acquire))
+    }
+}
+
+/// Server settings. The limits bound what one client can cost the server
+/// (see the README's "Limits" for the whole server's memory bound).
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Refuse writes, trims and zeroing (EPERM), and say so in the flags.
+    pub read_only: bool,
+    /// Requests in flight per connection.
+    pub queue_depth: usize,
+    /// With a TLS configuration the server runs in FORCEDTLS mode (the NBD
+    /// spec's name): every option but STARTTLS and ABORT is refused with
+    /// NBD_REP_ERR_TLS_REQD until the client has upgraded.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Connections served at once; the next one is answered with
+    /// NBD_REP_ERR_POLICY ("too many connections") and closed.
+    pub max_connections: usize,
+    /// Time a client has for the whole handshake (from connecting to
+    /// NBD_OPT_GO), TLS included.
+    pub handshake_timeout: Duration,
+    /// Longest a client may leave the server unable to send (its replies
+    /// unread) before it is disconnected.
+    pub client_timeout: Duration,
+    /// Bytes of I/O buffers one connection may hold (READ data waiting to
+    /// be sent, WRITE payloads, buffers kept for reuse); requests beyond it
+    /// wait unread in the socket. At least [`MAX_PAYLOAD`] (32 MiB).
+    pub conn_buffer_bytes: usize,
+    /// Bytes of I/O buffers all connections together may hold.
+    pub buffer_bytes: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            read_only: false,
+            queue_depth: 64,
+            tls: None,
+            max_connections: 64,
+            handshake_timeout: Duration::from_secs(10),
+            client_timeout: Duration::from_secs(30),
+            conn_buffer_bytes: 64 << 20,
+            buffer_bytes: 512 << 20,
+        }
+    }
+}
+
+/// Where the server listens.
+#[derive(Debug)]
+pub enum Listener {
+    /// A unix socket (the default; its file is removed when the server stops).
+    Unix(UnixListener, PathBuf),
+    /// A TCP socket.
+    Tcp(TcpListener),
+}
+
+/// The server: exports, options and a shutdown flag that a signal handler
+/// may set.
+#[derive(Debug)]
+pub struct Server {
+    exports: Arc<Vec<Live>>,
+    opts: ServerOptions,
+    shutdown: Arc<AtomicBool>,
+    connections: Arc<AtomicUsize>,
+    /// Bytes of I/O buffers every connection holds together.
+    buffers: Arc<AtomicUsize>,
+}
+
+/// How often idle connections look at the shutdown flag.
+const TICK: Duration = Duration::from_millis(100);
+/// Options one handshake may send (nbdkit closes after 32 too).
+pub const MAX_OPTIONS: u32 = 32;
+/// Replies queued before the connection stops reading to send them.
+const MAX_QUEUED_REPLIES: usize = 256;
+/// How long a stopping server still tries to send replies already due.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+/// Connections over the limit waiting to be told so; more are closed at once.
+const REFUSALS_QUEUED: usize = 16;
+/// Time an over-the-limit client has to send its first option.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Server {
+    /// A server for `exports` (the first one is the default export, used
+    /// when a client asks for the empty name).
+    pub fn new(exports: Vec<Export>, mut opts: ServerOptions) -> Server {
+        let exports = exports
+            .into_iter()
+            .map(|e| Live {
+                capacity: e.volume.capacity(),
+                block_size: e.volume.block_size(),
+                name: e.name,
+                description: e.description,
+                current: std::sync::Mutex::new(e.volume),
+                generation: AtomicU64::new(0),
+            })
+            .collect();
+        opts.conn_buffer_bytes = opts.conn_buffer_bytes.max(MAX_PAYLOAD as usize);
+        opts.buffer_bytes = opts.buffer_bytes.max(opts.conn_buffer_bytes);
+        opts.max_connections = opts.max_connections.max(1);
+        Server {
+            exports: Arc::new(exports),
+            opts,
+            shutdown: Arc::new(AtomicBool::new(false)),
+            connections: Arc::new(AtomicUsize::new(0)),
+            buffers: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// The flag that stops the server: set it (from a signal handler or
+    /// another thread) and [`run`](Self::run) returns once every request in
+    /// flight is answered (or, for a client that does not read, after a
+    /// grace of 2 s).
+    pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
+        self.shutdown.clone()
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of I/O buffers the connections hold now.
+    pub fn buffer_bytes(&self) -> usize {
+        self.buffers.load(Ordering::Relaxed)
+    }
+
+    /// The volume export `name` serves now (`""`: the default export).
+    pub fn volume(&self, name: &str) -> Option<Arc<Volume>> {
+        find(&self.exports, name).map(|e| e.volume().0)
+    }
+
+    /// Makes export `name` serve `vol` from now on: each connection
+    /// answers the requests it has in flight on the old volume, then moves
+    /// to the new one before it reads another request (so no request runs
+    /// on the old volume once every connection has moved: the caller can
+    /// tell by the old volume's `Arc` count). Used when a spare takes over
+    /// a member's role while the array is exported.
+    ///
+    /// Errors: no such export, or `vol` has another capacity or block size
+    /// (clients were told those at the handshake).
+    pub fn replace_volume(&self, name: &str, vol: Arc<Volume>) -> Result<(), String> {
+        let e = find(&self.exports, name).ok_or_else(|| format!("no export named '{name}'"))?;
+        if vol.capacity() != e.capacity || vol.block_size() != e.block_size {
+            return Err(format!(
+                "the new volume of export '{}' has {} bytes in blocks of {}, the clients were told {} in blocks of {}",
+                e.name,
+                vol.capacity(),
+                vol.block_size(),
+                e.capacity,
+                e.block_size
+            ));
+        }
+        *e.current.lock().unwrap_or_else(|p| p.into_inner()) = vol;
+        e.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Accepts connections until the shutdown flag is set, then waits for
+    /// every connection to finish its requests in flight. A failing
+    /// accept(2) (EMFILE when descriptors run out, a connection reset
+    /// before it was taken) is transient: the server says so on stderr (at
+    /// most once a second), waits 100 ms and goes on.
+    ///
+    /// Errors: the listening socket cannot be made non-blocking.
+    pub fn run(&self, listener: &Listener) -> io::Result<()> {
+        let lfd = match listener {
+            Listener::Unix(l, _) => {
+                l.set_nonblocking(true)?;
+                l.as_raw_fd()
+            }
+            Listener::Tcp(l) => {
+                l.set_nonblocking(true)?;
+                l.as_raw_fd()
+            }
+        };
+        let (refuse_tx, refuse_rx) = std::sync::mpsc::sync_channel::<OwnedFd>(REFUSALS_QUEUED);
+        let refuser = {
+            let shutdown = self.shutdown.clone();
+            let max = self.opts.max_connections;
+            std::thread::Builder::new().name("uraid-nbd-refuse".into()).spawn(move || {
+                for fd in refuse_rx {
+                    refuse(fd, max, &shutdown);
+                }
+            })?
+        };
+        let mut threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
+        let mut last_warning: Option<std::time::Instant> = None;
+        while !self.shutdown.load(Ordering::Relaxed) {
+            let mut pfd = libc::pollfd { fd: lfd, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd, count 1.
+            unsafe { libc::poll(&mut pfd, 1, TICK.as_millis() as i32) };
+            threads.retain(|t| !t.is_finished());
+            let accepted = match listener {
+                Listener::Unix(l, _) => l.accept().map(|(s, _)| OwnedFd::from(s)),
+                Listener::Tcp(l) => l.accept().map(|(s, _)| {
+                    let _ = s.set_nodelay(true);
+                    OwnedFd::from(s)
+                }),
+            };
+            match accepted {
+                Ok(fd) if self.connections.load(Ordering::Relaxed) >= self.opts.max_connections => {
+                    // Over the limit: told so by the refusal thread, or
+                    // closed at once when it has enough to do.
+                    let _ = refuse_tx.try_send(fd);
+                }
+                Ok(fd) => threads.extend(self.spawn(fd)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                        last_warning = Some(std::time::Instant::now());
+                        eprintln!("uraid serve: cannot accept a connection ({e}); going on");
+                    }
+                    std::thread::sleep(TICK);
+                }
+            }
+        }
+        drop(refuse_tx);
+        let _ = refuser.join();
+        for t in threads {
+            let _ = t.join();
+        }
+        Ok(())
+    }
+
+    /// Serves one already-connected client on the calling thread: the
+    /// handshake, then the transmission phase, exactly as a connection
+    /// [`run`](Self::run) accepted is served (same options, limits and
+    /// timeouts, counted in [`connections`](Self::connections) meanwhile).
+    /// Returns when the connection ends: the client hangs up or aborts, a
+    /// protocol error or a timeout ends it, or the server is stopped.
+    /// Used by tests and fuzzers that feed the server a byte stream.
+    ///
+    /// Errors: `fd` cannot be made non-blocking (nothing is served).
+    pub fn serve_stream(&self, fd: OwnedFd) -> io::Result<()> {
+        let sock = Sock::new(fd, self.opts.client_timeout, self.shutdown.clone())?;
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        connection(sock, &self.exports, self.opts.clone(), &self.shutdown, &self.buffers);
+        self.connections.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn spawn(&self, fd: OwnedFd) -> Option<std::thread::JoinHandle<()>> {
+        let sock = Sock::new(fd, self.opts.client_timeout, self.shutdown.clone()).ok()?;
+        let exports = self.exports.clone();
+        let opts = self.opts.clone();
+        let shutdown = self.shutdown.clone();
+        let conns = self.connections.clone();
+        let buffers = self.buffers.clone();
+        conns.fetch_add(1, Ordering::Relaxed);
+        let spawned = std::thread::Builder::new().name("uraid-nbd-conn".into()).spawn(move || {
+            // A panic (a bug) ends this connection only: its engine queue
+            // lets its stripe locks go as it unwinds (see Queue's Drop), the
+            // client sees the connection close, and the others go on.
+            let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                connection(sock, &exports, opts, &shutdown, &buffers);
+            }));
+            if let Err(p) = served {
+                let why = uraid_core::error::panic_message(&*p);
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "uraid serve: a connection's thread panicked ({why}); that connection is closed, the others go on"
+                );
+            }
+            conns.fetch_sub(1, Ordering::Relaxed);
+        });
+        match spawned {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.connections.fetch_sub(1, Ordering::Relaxed);
+                eprintln!("uraid serve: cannot start a thread for a new connection ({e}); it is closed");
+                None
+            }
+        }
+    }
+}
+
+/// Tells a client over the connection limit so: the greeting, then
+/// NBD_REP_ERR_POLICY to its first option (a client that sends
+/// NBD_OPT_EXPORT_NAME, which cannot be refused, is just closed), then
+/// closes. Bounded by [`REFUSAL_TIMEOUT`].
+fn refuse(fd: OwnedFd, max: usize, shutdown: &Arc<AtomicBool>) {
+    let Ok(mut s) = Sock::new(fd, REFUSAL_TIMEOUT, shutdown.clone()) else { return };
+    s.set_deadline(Some(std::time::Instant::now() + REFUSAL_TIMEOUT));
+    let mut hello = Vec::with_capacity(18);
+    hello.extend_from_slice(&NBDMAGIC.to_be_bytes());
+    hello.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    hello.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    if s.write_all(&hello).is_err() || read_u32(&mut s).is_err() {
+        return;
+    }
+    let mut h = [0u8; 16];
+    if s.read_exact(&mut h).is_err() {
+        return;
+    }
+    let Some(opt) = parse_option_header(&h) else { return };
+    if opt.option == OPT_EXPORT_NAME || opt.len > MAX_OPTION_LEN {
+        return;
+    }
+    let mut data = vec![0u8; opt.len as usize];
+    if s.read_exact(&mut data).is_err() {
+        return;
+    }
+    let msg = format!("too many connections: this server serves at most {max} at once (uraid serve --max-connections); try again later");
+    let _ = s.write_all(&option_reply(opt.option, REP_ERR_POLICY, msg.as_bytes()));
+}
+
+/// One connection, from the greeting to the last reply. Every way it can
+/// end (the client leaves, a protocol error, a limit, a stop) just ends it.
+fn connection(sock: Sock, exports: &[Live], opts: ServerOptions, shutdown: &AtomicBool, buffers: &Arc<AtomicUsize>) {
+    let mut w = Wire::Plain(sock);
+    if let Some(s) = w.sock_mut() {
+        s.set_deadline(Some(std::time::Instant::now() + opts.handshake_timeout));
+    }
+    let Ok(Some(n)) = handshake(&mut w, exports, &opts, shutdown) else { return };
+    if let Some(s) = w.sock_mut() {
+        s.set_deadline(None);
+        s.set_stop_grace(STOP_GRACE);
+    }
+    if let Ok(t) = Transmission::new(&mut w, n.export, n.structured, &opts, buffers.clone()) {
+        t.run(shutdown);
+    };
+}

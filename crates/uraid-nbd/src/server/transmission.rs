@@ -1,0 +1,539 @@
+//! The transmission phase of one connection: requests read from the socket
+//! without blocking and pushed to the connection's queue of the volume
+//! stack, replies (simple or structured) written as their I/O completes,
+//! out of order, within the connection's share of the buffer budget.
+
+use super::*;
+
+/// What one request in flight is waiting for.
+#[derive(Clone, Copy)]
+pub(super) struct Pending {
+    handle: u64,
+    cmd: u16,
+    offset: u64,
+    /// Bytes of data a READ returns (its buffer may be larger).
+    len: usize,
+}
+
+/// One reply, queued until the batch is sent.
+pub(super) struct Reply {
+    /// Header (simple: 16 bytes; structured: 20, or 28 with the offset).
+    hdr: [u8; 28],
+    hlen: usize,
+    /// READ data: the buffer and how many of its bytes to send.
+    data: Option<(IoBuf, usize)>,
+    /// An error message payload (structured replies).
+    extra: Vec<u8>,
+}
+
+/// Size of the receive buffer; larger WRITE payloads are read straight
+/// into their I/O buffer.
+pub(super) const INBUF: usize = 256 << 10;
+
+/// Buffers a connection keeps for reuse, in bytes at most (the pool is
+/// also bounded by the queue depth in count).
+pub(super) const POOL_BYTES: usize = 16 << 20;
+
+pub(super) struct Transmission<'s> {
+    s: &'s mut Wire,
+    fd: RawFd,
+    live: &'s Live,
+    vol: Arc<Volume>,
+    /// The export's generation `vol` belongs to.
+    generation: u64,
+    q: Queue,
+    structured: bool,
+    read_only: bool,
+    slots: Vec<Option<Pending>>,
+    free: Vec<usize>,
+    pool: Vec<IoBuf>,
+    /// Bytes of the buffers in `pool`.
+    pool_bytes: usize,
+    /// Bytes of every buffer this connection holds (in flight, queued in
+    /// replies, being filled by a payload, pooled).
+    held: usize,
+    /// Most bytes `held` may reach.
+    budget: usize,
+    /// Bytes of buffers every connection holds, and their limit.
+    buffers: Arc<AtomicUsize>,
+    buffer_limit: usize,
+    /// A request read but not started: no buffer memory for it yet.
+    stalled: Option<RequestHeader>,
+    /// Payload bytes of a refused WRITE still to be read and dropped.
+    skip: usize,
+    /// Bytes received and not parsed yet: `inbuf[in_start..in_end]`. Many
+    /// requests arrive in one recv(2), so one system call serves a batch.
+    inbuf: Vec<u8>,
+    in_start: usize,
+    in_end: usize,
+    /// The last receive returned less than it had room for.
+    drained: bool,
+    /// Replies waiting to go out in one writev(2) per batch.
+    replies: Vec<Reply>,
+    /// A WRITE whose payload is being read: header, buffer, bytes read.
+    payload: Option<(RequestHeader, IoBuf, usize)>,
+    /// Still reading requests (false after DISC, EOF, a protocol error or
+    /// a shutdown).
+    reading: bool,
+    /// The socket failed: no more replies can be sent.
+    broken: bool,
+}
+
+impl Drop for Transmission<'_> {
+    /// Every buffer goes with the connection, also when its thread
+    /// panicked: the server-wide buffer count gets them back.
+    fn drop(&mut self) {
+        self.buffers.fetch_sub(std::mem::take(&mut self.held), Ordering::Relaxed);
+    }
+}
+
+impl<'s> Transmission<'s> {
+    pub(super) fn new(s: &'s mut Wire, live: &'s Live, structured: bool, opts: &ServerOptions, buffers: Arc<AtomicUsize>) -> io::Result<Self> {
+        let depth = opts.queue_depth.max(1);
+        let (vol, generation) = live.volume();
+        let q = vol.queue(depth).map_err(|e| io::Error::other(e.to_string()))?;
+        let fd = s.raw_fd();
+        Ok(Transmission {
+            s,
+            fd,
+            live,
+            vol,
+            generation,
+            q,
+            structured,
+            read_only: opts.read_only,
+            slots: vec![None; depth],
+            free: (0..depth).rev().collect(),
+            pool: Vec::new(),
+            pool_bytes: 0,
+            held: 0,
+            budget: opts.conn_buffer_bytes,
+            buffers,
+            buffer_limit: opts.buffer_bytes,
+            stalled: None,
+            skip: 0,
+            inbuf: vec![0u8; INBUF],
+            in_start: 0,
+            in_end: 0,
+            drained: false,
+            replies: Vec::with_capacity(depth),
+            payload: None,
+            reading: true,
+            broken: false,
+        })
+    }
+
+    pub(super) fn run(mut self, shutdown: &AtomicBool) {
+        let mut out: Vec<Completion> = Vec::with_capacity(self.slots.len());
+        loop {
+            if shutdown.load(Ordering::Relaxed) {
+                // Stop taking requests; answer those in flight, then close.
+                self.reading = false;
+            }
+            // The export moved to another volume: finish what is in flight
+            // here, then move before reading more.
+            let moving = self.live.generation.load(Ordering::Acquire) != self.generation;
+            if moving && self.q.in_flight() == 0 && !self.move_volume() {
+                self.reading = false;
+            }
+            let moving = self.live.generation.load(Ordering::Acquire) != self.generation;
+            if !moving {
+                self.read_requests();
+            }
+            self.flush_replies();
+            if !self.reading && self.q.in_flight() == 0 {
+                break;
+            }
+            let poll = (self.reading && !moving && !self.free.is_empty() && self.stalled.is_none()).then_some(self.fd);
+            self.q.wait_event(&mut out, poll, TICK);
+            for c in out.drain(..) {
+                self.complete(c);
+            }
+            self.flush_replies();
+        }
+        // Tell the client now, before the queue (whose ring may still poll
+        // the socket) is dropped: the hang-up also ends that poll at once.
+        if let Wire::Tls { tls, .. } = &mut *self.s {
+            tls.conn.send_close_notify();
+            let rustls::StreamOwned { conn, sock } = &mut **tls;
+            let _ = conn.write_tls(sock);
+        }
+        // SAFETY: shutdown(2) on the connection's own, still open socket.
+        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+        // Every buffer goes with this connection: see Drop.
+    }
+
+    /// Moves to the export's current volume (nothing in flight). False
+    /// when its queue cannot be made (the connection then ends).
+    pub(super) fn move_volume(&mut self) -> bool {
+        let (vol, generation) = self.live.volume();
+        match vol.queue(self.slots.len()) {
+            Ok(q) => {
+                self.q = q;
+                self.vol = vol;
+                self.generation = generation;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// A buffer of at least `len` bytes (a power of two, at least 4 KiB),
+    /// reused from the pool or counted against this connection's budget
+    /// and the server's; None while neither has room (the request waits).
+    pub(super) fn take_buf(&mut self, len: usize) -> Option<IoBuf> {
+        let class = len.next_power_of_two().max(4096);
+        if let Some(i) = self.pool.iter().position(|b| b.len() == class) {
+            self.pool_bytes -= class;
+            return Some(self.pool.swap_remove(i));
+        }
+        loop {
+            let limit = self.buffer_limit;
+            let fits = self.held + class <= self.budget
+                && self.buffers.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |g| (g + class <= limit).then_some(g + class)).is_ok();
+            if fits {
+                self.held += class;
+                return Some(IoBuf::new(class));
+            }
+            // Room first from the buffers kept for reuse.
+            let b = self.pool.pop()?;
+            self.pool_bytes -= b.len();
+            self.release(b);
+        }
+    }
+
+    /// Gives a buffer back: kept for reuse while the pool has room, freed
+    /// otherwise.
+    pub(super) fn give_buf(&mut self, b: IoBuf) {
+        if self.pool.len() < self.slots.len() && self.pool_bytes + b.len() <= POOL_BYTES {
+            self.pool_bytes += b.len();
+            self.pool.push(b);
+        } else {
+            self.release(b);
+        }
+    }
+
+    pub(super) fn release(&mut self, b: IoBuf) {
+        self.held -= b.len();
+        self.buffers.fetch_sub(b.len(), Ordering::Relaxed);
+    }
+
+    /// Reads and dispatches requests until the socket has no more data, the
+    /// queue is full, a request waits for buffer memory, enough replies
+    /// are queued, or reading stopped.
+    pub(super) fn read_requests(&mut self) {
+        while self.reading && !self.free.is_empty() && self.replies.len() < MAX_QUEUED_REPLIES {
+            if let Some(h) = self.stalled.take() {
+                if !self.start(h) {
+                    self.stalled = Some(h);
+                    return;
+                }
+                continue;
+            }
+            if self.skip > 0 && self.in_end > self.in_start {
+                let take = (self.in_end - self.in_start).min(self.skip);
+                self.in_start += take;
+                self.skip -= take;
+                continue;
+            }
+            if let Some((h, mut buf, mut got)) = self.payload.take() {
+                let want = h.len as usize;
+                // Payload bytes already received come from the buffer...
+                let take = (self.in_end - self.in_start).min(want - got);
+                buf[got..got + take].copy_from_slice(&self.inbuf[self.in_start..self.in_start + take]);
+                self.in_start += take;
+                got += take;
+                if got == want {
+                    self.dispatch(h, Some(buf));
+                    continue;
+                }
+                // ... the rest straight from the socket into the I/O buffer.
+                match self.s.recv_nb(&mut buf[got..want]) {
+                    Recv::Got(n) if got + n == want => self.dispatch(h, Some(buf)),
+                    Recv::Got(n) => self.payload = Some((h, buf, got + n)),
+                    Recv::Again => {
+                        self.payload = Some((h, buf, got));
+                        return;
+                    }
+                    Recv::Closed => {
+                        self.payload = Some((h, buf, got));
+                        self.reading = false;
+                    }
+                }
+                continue;
+            }
+            if self.skip == 0 && self.in_end - self.in_start >= REQUEST_LEN {
+                let mut hdr = [0u8; REQUEST_LEN];
+                hdr.copy_from_slice(&self.inbuf[self.in_start..self.in_start + REQUEST_LEN]);
+                self.in_start += REQUEST_LEN;
+                self.on_header(&hdr);
+                continue;
+            }
+            // Need more bytes: keep the partial header at the front.
+            self.inbuf.copy_within(self.in_start..self.in_end, 0);
+            self.in_end -= self.in_start;
+            self.in_start = 0;
+            if self.drained {
+                // The last receive did not fill the buffer: the socket is
+                // very likely empty, so let the poll say when it is not
+                // instead of spending a system call to hear EAGAIN.
+                self.drained = false;
+                return;
+            }
+            let end = self.in_end;
+            let room = self.inbuf.len() - end;
+            match self.s.recv_nb(&mut self.inbuf[end..]) {
+                Recv::Got(n) => {
+                    self.in_end += n;
+                    self.drained = n < room && !self.s.is_tls();
+                }
+                Recv::Again => return,
+                Recv::Closed => self.reading = false,
+            }
+        }
+    }
+
+    pub(super) fn on_header(&mut self, raw: &[u8; REQUEST_LEN]) {
+        let Some(h) = parse_request(raw) else {
+            // Out of sync with the client: a hard disconnect, as the spec allows.
+            self.reading = false;
+            return;
+        };
+        match h.cmd {
+            CMD_DISC => self.reading = false,
+            CMD_WRITE if h.len > MAX_PAYLOAD => {
+                // We cannot take (or skip safely) a payload that large.
+                self.reading = false;
+            }
+            _ if !self.start(h) => self.stalled = Some(h),
+            _ => {}
+        }
+    }
+
+    /// Starts request `h` (its header read): a WRITE's payload is read
+    /// next into a buffer of its own, a READ goes to the engine with its
+    /// buffer, the rest at once. False when the buffer memory is not
+    /// there yet (nothing was consumed: call again later). A refused WRITE
+    /// gets its error now and its payload is read and dropped.
+    pub(super) fn start(&mut self, h: RequestHeader) -> bool {
+        match h.cmd {
+            CMD_WRITE | CMD_READ if h.len > 0 => {
+                if let Err((err, msg)) = self.check(&h) {
+                    self.reply_error(h.handle, err, msg);
+                    if h.cmd == CMD_WRITE {
+                        self.skip = h.len as usize;
+                    }
+                    return true;
+                }
+                let Some(buf) = self.take_buf(h.len as usize) else { return false };
+                if h.cmd == CMD_WRITE {
+                    self.payload = Some((h, buf, 0));
+                } else {
+                    self.dispatch(h, Some(buf));
+                }
+                true
+            }
+            _ => {
+                self.dispatch(h, None);
+                true
+            }
+        }
+    }
+
+    pub(super) fn check(&self, h: &RequestHeader) -> Result<(), (u32, &'static str)> {
+        let mut allowed = CMD_FLAG_FUA;
+        if h.cmd == CMD_WRITE_ZEROES {
+            allowed |= CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO;
+        }
+        if h.flags & !allowed != 0 {
+            return Err((EINVAL, "unknown or inapplicable command flag"));
+        }
+        let writes = matches!(h.cmd, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+        if writes && self.read_only {
+            return Err((EPERM, "export is read-only"));
+        }
+        if matches!(h.cmd, CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES) {
+            let end = h.offset.checked_add(h.len as u64);
+            if end.is_none_or(|e| e > self.vol.capacity()) {
+                let err = if matches!(h.cmd, CMD_WRITE | CMD_WRITE_ZEROES) { ENOSPC } else { EINVAL };
+                return Err((err, "request goes past the end of the export"));
+            }
+            if h.len > MAX_PAYLOAD && matches!(h.cmd, CMD_READ) {
+                return Err((EINVAL, "request larger than the maximum block size"));
+            }
+            let bs = self.vol.block_size() as u64;
+            if h.cmd != CMD_TRIM && (!h.offset.is_multiple_of(bs) || !(h.len as u64).is_multiple_of(bs)) {
+                return Err((EINVAL, "request not aligned to the minimum block size"));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn dispatch(&mut self, h: RequestHeader, buf: Option<IoBuf>) {
+        if let Err((err, msg)) = self.check(&h) {
+            if let Some(b) = buf {
+                self.give_buf(b);
+            }
+            self.reply_error(h.handle, err, msg);
+            return;
+        }
+        let fua = h.flags & CMD_FLAG_FUA != 0;
+        let (op, offset, len, buf) = match h.cmd {
+            CMD_READ | CMD_WRITE if h.len == 0 => {
+                if let Some(b) = buf {
+                    self.give_buf(b);
+                }
+                self.reply_ok(h.handle, h.cmd, h.offset, None);
+                return;
+            }
+            CMD_READ => (Op::Read, h.offset, h.len as usize, buf),
+            CMD_WRITE => (Op::Write, h.offset, h.len as usize, buf),
+            CMD_FLUSH => (Op::Flush, 0, 0, None),
+            CMD_TRIM => {
+                // Round inwards to whole blocks, as the spec allows for TRIM.
+                let bs = self.vol.block_size() as u64;
+                let start = h.offset.next_multiple_of(bs);
+                let end = (h.offset + h.len as u64) / bs * bs;
+                // TRIM is a hint the server may ignore (NBD spec): once a
+                // member has refused a discard, the engine would write
+                // zeros on it, so an fstrim would write all free space;
+                // md turns discard off for such an array too.
+                if end <= start || self.vol.members().iter().any(|m| m.no_fallocate()) {
+                    self.reply_ok(h.handle, h.cmd, h.offset, None);
+                    return;
+                }
+                (Op::Discard, start, (end - start) as usize, None)
+            }
+            CMD_WRITE_ZEROES if h.len == 0 => {
+                self.reply_ok(h.handle, h.cmd, h.offset, None);
+                return;
+            }
+            CMD_WRITE_ZEROES => {
+                let op = Op::WriteZeroes { no_hole: h.flags & CMD_FLAG_NO_HOLE != 0 };
+                (op, h.offset, h.len as usize, None)
+            }
+            _ => {
+                self.reply_error(h.handle, EINVAL, "unknown command");
+                return;
+            }
+        };
+        let tag = self.free.pop().expect("room was checked before reading");
+        self.slots[tag] = Some(Pending { handle: h.handle, cmd: h.cmd, offset: h.offset, len: h.len as usize });
+        // FUA on a write, trim or zeroing: the engine completes it durable
+        // (a zeroing or trim with a datasync of its members after it).
+        let fua = fua && matches!(op, Op::Write | Op::Discard | Op::WriteZeroes { .. });
+        let req = Request { op, offset, len, buf, tag: tag as u64, fua };
+        if let Err(r) = self.q.push(req) {
+            self.slots[tag] = None;
+            self.free.push(tag);
+            if let Some(b) = r.request.buf {
+                self.give_buf(b);
+            }
+            self.reply_error(h.handle, nbd_errno(r.error.errno()), "request refused by the engine");
+        }
+    }
+
+    pub(super) fn complete(&mut self, c: Completion) {
+        let tag = c.tag as usize;
+        let Some(p) = self.slots[tag] else { return };
+        match c.result {
+            Ok(_) if p.cmd == CMD_READ && c.buf.is_some() => {
+                self.slots[tag] = None;
+                self.free.push(tag);
+                let buf = c.buf.expect("checked");
+                let len = p.len.min(buf.len());
+                self.reply_ok(p.handle, p.cmd, p.offset, Some((buf, len)));
+                return;
+            }
+            Ok(_) => self.reply_ok(p.handle, p.cmd, p.offset, None),
+            // TRIM is a hint: a member that cannot discard is not an error.
+            Err(e) if p.cmd == CMD_TRIM && e.errno() == libc::EOPNOTSUPP => self.reply_ok(p.handle, p.cmd, p.offset, None),
+            Err(e) => {
+                let msg = e.to_string();
+                self.reply_error(p.handle, nbd_errno(e.errno()), &msg);
+            }
+        }
+        self.slots[tag] = None;
+        self.free.push(tag);
+        if let Some(b) = c.buf {
+            self.give_buf(b);
+        }
+    }
+
+    /// Sends every queued reply, in as few writev(2) calls as the iovec
+    /// limit allows, then recycles the READ buffers.
+    pub(super) fn flush_replies(&mut self) {
+        if self.replies.is_empty() {
+            return;
+        }
+        if !self.broken {
+            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(self.replies.len() * 2);
+            for r in &self.replies {
+                iov.push(IoSlice::new(&r.hdr[..r.hlen]));
+                if let Some((b, n)) = &r.data {
+                    iov.push(IoSlice::new(&b[..*n]));
+                }
+                if !r.extra.is_empty() {
+                    iov.push(IoSlice::new(&r.extra));
+                }
+            }
+            let mut failed = false;
+            for chunk in iov.chunks_mut(1024) {
+                if self.s.send_all(chunk).is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            if failed {
+                // The client went away: finish what is in flight, send nothing.
+                self.broken = true;
+                self.reading = false;
+            }
+        }
+        let replies = std::mem::take(&mut self.replies);
+        for r in replies {
+            if let Some((b, _)) = r.data {
+                self.give_buf(b);
+            }
+        }
+    }
+
+    pub(super) fn reply_ok(&mut self, handle: u64, cmd: u16, offset: u64, data: Option<(IoBuf, usize)>) {
+        let data = if cmd == CMD_READ { data } else {
+            if let Some((b, _)) = data {
+                self.give_buf(b);
+            }
+            None
+        };
+        let mut hdr = [0u8; 28];
+        let hlen = if self.structured {
+            match &data {
+                Some((_, n)) => {
+                    hdr[..20].copy_from_slice(&structured_header(handle, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, 8 + *n as u32));
+                    hdr[20..28].copy_from_slice(&offset.to_be_bytes());
+                    28
+                }
+                None => {
+                    hdr[..20].copy_from_slice(&structured_header(handle, REPLY_FLAG_DONE, REPLY_TYPE_NONE, 0));
+                    20
+                }
+            }
+        } else {
+            hdr[..16].copy_from_slice(&simple_reply(handle, 0));
+            16
+        };
+        self.replies.push(Reply { hdr, hlen, data, extra: Vec::new() });
+    }
+
+    pub(super) fn reply_error(&mut self, handle: u64, err: u32, msg: &str) {
+        let mut hdr = [0u8; 28];
+        if self.structured {
+            let b = structured_error(handle, err, msg);
+            hdr[..20].copy_from_slice(&b[..20]);
+            self.replies.push(Reply { hdr, hlen: 20, data: None, extra: b[20..].to_vec() });
+        } else {
+            hdr[..16].copy_from_slice(&simple_reply(handle, err));
+            self.replies.push(Reply { hdr, hlen: 16, data: None, extra: Vec::new() });
+        }
+    }
+}
