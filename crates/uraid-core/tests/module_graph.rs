@@ -7,7 +7,8 @@
 //! - a data-path layer of uraid-core that uses a layer above it: the order
 //!   is io < raid < cache < volume < control (see ARCHITECTURE.md).
 //!
-//! Comments and `#[cfg(test)]` code are not read: tests may use anything.
+//! Comments and test modules (inline or in files of their own) are not
+//! read: tests may use anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -33,9 +34,10 @@ fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The text that counts: no comment lines, nothing from `#[cfg(test)]` on.
+/// The text that counts: no comment lines, no inline test module
+/// (`#[cfg(test)] mod tests { ... }`, at the end of a file).
 fn code(text: &str) -> String {
-    let text = text.split("#[cfg(test)]").next().unwrap();
+    let text = text.split("#[cfg(test)]\nmod tests {").next().unwrap();
     text.lines().filter(|l| !l.trim_start().starts_with("//")).map(|l| format!("{l}\n")).collect()
 }
 
@@ -44,13 +46,29 @@ fn load(dir: &Path) -> Crate {
     let mut files = Vec::new();
     rs_files(&src, &mut files);
     let mut modules = BTreeMap::new();
+    let mut raw = BTreeMap::new();
     for f in &files {
         let rel = f.strip_prefix(&src).unwrap().with_extension("");
         let mut parts: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
         if parts.last().is_some_and(|l| l == "mod" || l == "lib" || l == "main") {
             parts.pop();
         }
-        modules.insert(parts.join("::"), (code(&std::fs::read_to_string(f).unwrap()), false));
+        let text = std::fs::read_to_string(f).unwrap();
+        modules.insert(parts.join("::"), (code(&text), false));
+        raw.insert(parts.join("::"), text);
+    }
+    // Test modules in files of their own (`#[cfg(test)] mod tests;`) are
+    // tests: not read.
+    let tests: Vec<String> = raw
+        .keys()
+        .filter(|m| {
+            let Some((parent, leaf)) = m.rsplit_once("::").or(Some(("", m.as_str()))) else { return false };
+            raw.get(parent).is_some_and(|t| t.contains(&format!("#[cfg(test)]\nmod {leaf};")))
+        })
+        .cloned()
+        .collect();
+    for t in tests {
+        modules.remove(&t);
     }
     // Which modules are declared `pub mod` (the others are private parts of
     // their parent).

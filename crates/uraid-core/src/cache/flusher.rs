@@ -300,17 +300,7 @@ impl Cache {
             // A lost journal held acknowledged writes until now: they are
             // on the members, so its loss may be recorded (before anything
             // acknowledged after the loss is: see `lost_drain`).
-            let drained = {
-                let mut l = lock(&self.lost_drain);
-                let done = l.is_some_and(|t| start_seq >= t);
-                if done {
-                    *l = None;
-                }
-                done
-            };
-            if let (true, Some(j)) = (drained, &self.journal) {
-                j.drained_after_loss();
-            }
+            self.record_loss_if_drained(start_seq);
             let mut d = lock(&self.durable);
             *d = (*d).max(start_seq);
         }

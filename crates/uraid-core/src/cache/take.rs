@@ -455,14 +455,16 @@ impl Cache {
         if let Some(e) = lock(&self.failed).clone() {
             return Some(Err(e));
         }
-        if lock(&self.lost_drain).is_some() {
-            // A loss of the journal is not recorded yet: nothing is
-            // acknowledged as durable until it is (a flusher pass that
-            // started before the loss was seen may have made `target`
-            // durable, but the write it covers was taken after the loss).
+        let durable = *lock(&self.durable);
+        // A loss of the journal not recorded yet: nothing is acknowledged
+        // until it is. (A flusher pass that started before the loss was
+        // seen may have made `target` durable, but a write it covers was
+        // taken after the loss.) Once everything taken before the loss is
+        // durable on the members, it is recorded here.
+        if !self.record_loss_if_drained(durable) {
             return None;
         }
-        (*lock(&self.durable) >= target).then_some(Ok(()))
+        (durable >= target).then_some(Ok(()))
     }
 
     /// A write, discard or zeroing that this cache sent on to the members
@@ -489,5 +491,26 @@ impl Cache {
     pub(crate) fn has_room(&self) -> bool {
         // A dead flusher makes no room: held writers go on to fail.
         self.dead.load(Ordering::Acquire) || self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit && self.live_journal().is_none_or(|j| j.pressure() * 2 < j.log_size())
+    }
+
+    /// When a loss of the journal waits to be recorded and every write
+    /// taken before it is durable on the members (`durable`, a write
+    /// sequence number), records it (the journal's
+    /// [`drained_after_loss`](crate::cache::journal::Journal::drained_after_loss)
+    /// hook). The lock is held while the hook runs, so nothing is
+    /// acknowledged before it has. False while a loss still waits.
+    pub(super) fn record_loss_if_drained(&self, durable: u64) -> bool {
+        let mut l = lock(&self.lost_drain);
+        match *l {
+            None => true,
+            Some(t) if durable >= t => {
+                if let Some(j) = &self.journal {
+                    j.drained_after_loss();
+                }
+                *l = None;
+                true
+            }
+            Some(_) => false,
+        }
     }
 }
