@@ -73,6 +73,10 @@ fn members(kind: Kind, n: usize, name: &str) -> (Vec<Member>, Backing) {
                 if kind == Kind::File {
                     MemberSpec::Path(f)
                 } else {
+                    // One attach at a time: parallel `losetup -f` may pick the
+                    // same free device.
+                    static ATTACH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+                    let _one = ATTACH.lock().unwrap_or_else(|e| e.into_inner());
                     let out = Command::new("losetup").args(["-f", "--show", "--direct-io=on"]).arg(&f).output().expect("losetup (util-linux)");
                     assert!(out.status.success(), "losetup: {} (the loop-device cases need root)", String::from_utf8_lossy(&out.stderr));
                     let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
