@@ -165,7 +165,7 @@ struct Shard {
     lines: HashMap<u64, Line>,
 }
 
-/// A volume's cache. Made by [`Volume::enable_cache`]; the queues of the
+/// A volume's cache. Made by [`Volume::enable_cache`](crate::volume::Volume::enable_cache); the queues of the
 /// volume use it on their own.
 pub struct Cache {
     cfg: CacheConfig,

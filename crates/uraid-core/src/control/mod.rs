@@ -1,5 +1,5 @@
 //! The control path: creating, examining and assembling arrays and
-//! changing their membership ([`array`]), the on-member metadata
+//! changing their membership ([`array`](mod@array)), the on-member metadata
 //! ([`superblock`], [`signature`] for other formats found on a member), and
 //! maintenance (rebuild, scrub, resync: [`maint`]). It configures the data
 //! path (members -> RAID -> cache) and drives it through its public

@@ -103,7 +103,7 @@ pub struct Rejected {
 
 /// A per-thread queue of one layer of the data path: requests in, their
 /// completions out, each in its own time. Implemented by the RAID layer's
-/// queue ([`crate::raid::engine::Queue`]), the cache layer's
+/// queue ([`crate::raid::engine::RaidQueue`]), the cache layer's
 /// ([`crate::cache::queue::CacheQueue`]) and the stack of both
 /// ([`crate::volume::Queue`]); used by the NBD export, the load generator
 /// and the control path's blocking helpers.

@@ -92,7 +92,7 @@ impl Array {
     /// [`crate::cache::journal`]; give it with the members at every assemble), or,
     /// when `spec` is a member of this array, in a region of `member_size`
     /// bytes (default [`DEFAULT_MEMBER_JOURNAL`]) at the end of that
-    /// member past every volume ([`member_journal_start`](Self::member_journal_start)).
+    /// member past every volume (`member_journal_start`).
     /// Kept in the superblocks, used from the next assemble. A journal the
     /// volume had is replayed onto the members first. Returns the volume's
     /// name.

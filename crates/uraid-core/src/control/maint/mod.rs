@@ -3,13 +3,13 @@
 //!
 //! All three walk a volume stripe by stripe in batches of a few MiB of
 //! member rows, holding the stripe locks of a batch
-//! ([`Volume::locks`]) while they read and write it, so they can run
+//! ([`RaidVolume::locks`](crate::raid::engine::RaidVolume::locks)) while they read and write it, so they can run
 //! while the volume serves I/O: a write to a stripe waits for the batch
 //! that holds it, and the batch sees either none or all of a write's member
 //! pieces. Member I/O is the blocking kind (`pread`/`pwrite` on the
 //! members' descriptors), one thread per member for the reads of a batch.
 //! Offsets called *absolute* are byte offsets on the member device
-//! (a volume's data area starts at [`Volume::data_offset`]).
+//! (a volume's data area starts at [`RaidVolume::data_offset`](crate::raid::engine::RaidVolume::data_offset)).
 //!
 //! - [`rebuild`]: reconstructs one member (state
 //!   [`Rebuilding`](MemberState::Rebuilding)) from the others, as md's
@@ -46,7 +46,7 @@
 //!
 //! # Degraded arrays and the write hole
 //!
-//! Only readable members ([`Health::readable`]) are read and repaired. A
+//! Only readable members ([`Health::readable`](crate::raid::health::Health::readable)) are read and repaired. A
 //! RAID 5 stripe with a member missing, or a RAID 6 stripe with a data
 //! member missing, cannot be checked (there is nothing left to compare
 //! with) and is counted in [`CheckReport::stripes_unchecked`]; resync skips

@@ -29,7 +29,7 @@ pub(super) struct Job<'v> {
 }
 
 /// Rebuilds role `member` of the array whose volumes are `vols` (all of
-/// them, sharing one [`Health`]) from the other members.
+/// them, sharing one [`Health`](crate::raid::health::Health)) from the other members.
 ///
 /// The member must be [`Rebuilding`](MemberState::Rebuilding) in the
 /// volumes' health, with its recovery offset (absolute member bytes) where

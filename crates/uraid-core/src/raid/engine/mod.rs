@@ -1,4 +1,4 @@
-//! The data path: one io_uring per engine thread.
+//! The RAID layer's engine: one io_uring per engine thread.
 //!
 //! A [`RaidVolume`] is the shared, read-only description of an array (members,
 //! geometry, data offset). Each thread that does I/O makes its own [`RaidQueue`]
@@ -12,6 +12,13 @@
 //!
 //! Emulated ceilings (see [`crate::io::member::Throttle`]) hold a piece's
 //! completion back until the modelled drive would have finished it.
+//!
+//! The queue takes requests from the layer above (the cache layer's
+//! [`CacheQueue`](crate::cache::queue::CacheQueue), or the stack's
+//! [`Queue`](crate::volume::Queue) when there is no cache) and knows
+//! nothing of it. This file holds the queue's submit, wait and complete
+//! loop; `volume.rs` the volume, `piece.rs` one member I/O, `stripe/` the
+//! redundant levels' stripe operations.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
