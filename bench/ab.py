@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Before/after A/B of two uraid binaries, run alternately on the same drives
+so that a slower machine moves both: the figures the "no more than 3% worse
+in the same conditions" rule compares when two separate bench runs differ.
+
+  python3 bench/ab.py OLD_BINARY NEW_BINARY [--rounds N]
+
+1. No ceilings: RND4K Q32T1 read over 4 memory-speed drives (RAID 0 x4 by
+   `uraid bench`, IOPS and CPU s/GB), with fio over the raw devices between
+   rounds as the machine's own reference.
+2. Testbed ceilings: RAID 5 x4, cache off, RND4K Q1T1 write mean latency and
+   SEQ1M Q8T1 read.
+
+Each round runs OLD then NEW, the next NEW then OLD. Needs root (the
+testbed's loop devices) and fio."""
+import argparse, json, subprocess
+
+from common import DRIVES
+
+
+def sh(*a):
+    return subprocess.run(a, check=True, capture_output=True, text=True).stdout
+
+
+def bench(binary, devs, profiles, read_only):
+    out = json.loads(sh(DRIVES, "run", "--", binary, "bench", "--json", "--quiet", "--overwrite", "--profile", profiles,
+                        "--runs", "3", "--time", "5", "--warmup", "1", "--size", "1G", *(["--read-only"] if read_only else []), *devs))
+    return {(r["test"]["profile"]["name"], r["test"]["dir"].lower()): r["best"] for r in out["results"]}
+
+
+def order(rnd, bins):
+    return list(bins.items()) if rnd % 2 == 0 else list(reversed(bins.items()))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("old")
+    ap.add_argument("new")
+    ap.add_argument("--rounds", type=int, default=4)
+    a = ap.parse_args()
+    bins = {"old": a.old, "new": a.new}
+
+    devs = sh(DRIVES, "up", "4", "--bw", "0", "--iops", "0").split()
+    try:
+        for dv in devs:
+            sh("fio", "--name=fill", f"--filename={dv}", "--rw=write", "--bs=1M", "--iodepth=8", "--ioengine=io_uring", "--direct=1", "--size=300M")
+        res = {k: [] for k in bins}
+        print("no ceilings, RND4K Q32T1 read, RAID 0 x4 over memory-speed drives:")
+        for rnd in range(a.rounds):
+            for name, b in order(rnd, bins):
+                r = bench(b, devs, "RND4K-Q32T1", True)[("RND4K Q32T1", "read")]
+                res[name].append((r["iops"], r["cpu_secs_per_gb"]))
+                print(f"  round {rnd} {name}: {r['iops']:9.0f} IOPS {r['cpu_secs_per_gb']:.3f} CPU s/GB", flush=True)
+            f = json.loads(sh("fio", "--name=t", f"--filename={':'.join(devs)}", "--rw=randread", "--bs=4k", "--iodepth=32", "--size=1G",
+                              "--time_based", "--runtime=5", "--ramp_time=1", "--ioengine=io_uring", "--direct=1", "--output-format=json"))
+            print(f"  round {rnd} fio: {f['jobs'][0]['read']['iops']:9.0f} IOPS", flush=True)
+        for name in bins:
+            ios = [x[0] for x in res[name]]
+            cpu = [x[1] for x in res[name]]
+            print(f"  {name}: mean {sum(ios) / len(ios):9.0f} IOPS (min {min(ios):.0f} max {max(ios):.0f}), mean {sum(cpu) / len(cpu):.3f} CPU s/GB")
+    finally:
+        sh(DRIVES, "down")
+
+    devs = sh(DRIVES, "up", "4").split()
+    try:
+        sh(a.new, "create", "--name", "ab5", "--level", "5", "--chunk", "128K", "--force", *devs)
+        res = {k: [] for k in bins}
+        print("testbed ceilings, RAID 5 x4, cache off:")
+        for rnd in range(a.rounds):
+            for name, b in order(rnd, bins):
+                r = bench(b, devs, "RND4KQ1T1,SEQ1MQ8T1", False)
+                lat, seq = r[("RND4K Q1T1", "write")]["lat_mean_us"], r[("SEQ1M Q8T1", "read")]["mbps"]
+                res[name].append((lat, seq))
+                print(f"  round {rnd} {name}: RND4K Q1T1 write {lat:6.1f} us   SEQ1M Q8T1 read {seq:7.1f} MB/s", flush=True)
+        for name in bins:
+            lat = [x[0] for x in res[name]]
+            seq = [x[1] for x in res[name]]
+            print(f"  {name}: mean RND4K Q1T1 write latency {sum(lat) / len(lat):.1f} us; SEQ1M Q8T1 read {sum(seq) / len(seq):.1f} MB/s")
+    finally:
+        sh(DRIVES, "down")
+
+
+if __name__ == "__main__":
+    main()
