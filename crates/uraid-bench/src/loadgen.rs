@@ -31,7 +31,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use serde::Serialize;
 use uraid_core::io::member::now_ns;
-use uraid_core::{bail, Completion, Error, IoBuf, Op, Request, Result, Volume};
+use uraid_core::{bail, BlockQueue, Completion, Error, IoBuf, Op, Request, Result, Volume};
 
 use crate::profile::{Dir, Pattern, Test};
 

@@ -23,7 +23,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::Serialize;
 use uraid_core::io::member::now_ns;
-use uraid_core::{bail, IoBuf, Op, Request, Result, Volume};
+use uraid_core::{bail, BlockQueue, IoBuf, Op, Request, Result, Volume};
 
 use crate::loadgen::{cpu_time, fill_buf, new_hist, Fill, Latency};
 use crate::profile::Dir;

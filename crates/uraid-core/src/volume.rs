@@ -19,7 +19,6 @@ use crate::cache::{Cache, CacheConfig, CacheMode};
 use crate::cache::journal::Journal;
 use crate::io::member::Member;
 use crate::io::request::{BlockQueue, Completion, Rejected, Request};
-use crate::io::buf::IoBuf;
 use crate::raid::engine::{RaidQueue, RaidVolume, Shared};
 use crate::raid::geometry::Geometry;
 use crate::{bail, Result};
@@ -142,9 +141,7 @@ impl Volume {
     /// Writes `data` at `offset` through the cache (blocking; control path
     /// and tests).
     pub fn write_at(self: &Arc<Self>, offset: u64, data: &[u8]) -> Result<()> {
-        let mut buf = IoBuf::new(data.len());
-        buf.copy_from_slice(data);
-        self.queue(1)?.run(Request::write(offset, data.len(), buf, 0)).result.map(|_| ())
+        self.queue(1)?.write_at(offset, data)
     }
 
     /// Makes every completed write durable on every member (blocking;
@@ -155,7 +152,7 @@ impl Volume {
             // every write); this does, so that the log can be emptied.
             c.drain()?;
         }
-        self.queue(1)?.run(Request::flush(0)).result.map(|_| ())
+        BlockQueue::flush(&mut self.queue(1)?)
     }
 
     /// Flushes and stops the cache's flusher (the end of a clean stop).
@@ -184,64 +181,37 @@ impl Queue {
             Queue::Cached(q) => q,
         }
     }
-
-    /// Queues `req` (see [`BlockQueue::push`]).
-    #[inline]
-    pub fn push(&mut self, req: Request) -> std::result::Result<(), Rejected> {
-        match self {
-            Queue::Raid(q) => q.push(req),
-            Queue::Cached(q) => BlockQueue::push(q, req),
-        }
-    }
-    /// See [`BlockQueue::submit`].
-    pub fn submit(&mut self) {
-        self.top().submit()
-    }
-    /// See [`BlockQueue::wait`].
-    pub fn wait(&mut self, min: usize, out: &mut Vec<Completion>) {
-        self.top().wait(min, out)
-    }
-    /// See [`BlockQueue::wait_event`].
-    pub fn wait_event(&mut self, out: &mut Vec<Completion>, fd: Option<RawFd>, timeout: std::time::Duration) -> bool {
-        self.top().wait_event(out, fd, timeout)
-    }
-    /// See [`BlockQueue::in_flight`].
-    pub fn in_flight(&self) -> usize {
-        match self {
-            Queue::Raid(q) => q.in_flight(),
-            Queue::Cached(q) => BlockQueue::in_flight(q),
-        }
-    }
-    /// See [`BlockQueue::has_room`].
-    pub fn has_room(&self) -> bool {
-        match self {
-            Queue::Raid(q) => q.has_room(),
-            Queue::Cached(q) => BlockQueue::has_room(q),
-        }
-    }
-    /// See [`BlockQueue::run`].
-    pub fn run(&mut self, req: Request) -> Completion {
-        self.top().run(req)
-    }
 }
 
+/// The stack's queue is a [`BlockQueue`] (bring the trait into scope to
+/// use it: `use uraid_core::BlockQueue`).
 impl BlockQueue for Queue {
+    #[inline]
     fn push(&mut self, req: Request) -> std::result::Result<(), Rejected> {
-        Queue::push(self, req)
+        match self {
+            Queue::Raid(q) => q.push(req),
+            Queue::Cached(q) => q.push(req),
+        }
     }
     fn submit(&mut self) {
-        Queue::submit(self)
+        self.top().submit()
     }
     fn wait(&mut self, min: usize, out: &mut Vec<Completion>) {
-        Queue::wait(self, min, out)
+        self.top().wait(min, out)
     }
     fn wait_event(&mut self, out: &mut Vec<Completion>, fd: Option<RawFd>, timeout: std::time::Duration) -> bool {
-        Queue::wait_event(self, out, fd, timeout)
+        self.top().wait_event(out, fd, timeout)
     }
     fn in_flight(&self) -> usize {
-        Queue::in_flight(self)
+        match self {
+            Queue::Raid(q) => q.in_flight(),
+            Queue::Cached(q) => q.in_flight(),
+        }
     }
     fn has_room(&self) -> bool {
-        Queue::has_room(self)
+        match self {
+            Queue::Raid(q) => q.has_room(),
+            Queue::Cached(q) => q.has_room(),
+        }
     }
 }

@@ -13,7 +13,7 @@ use uraid_core::raid::geometry::Geometry;
 use uraid_core::cache::journal::{Journal, JournalId};
 use uraid_core::io::member::{Member, MemberSpec, OpenMode};
 use uraid_core::control::superblock::DATA_OFFSET;
-use uraid_core::{IoBuf, Level, Request, Volume};
+use uraid_core::{BlockQueue, IoBuf, Level, Request, Volume};
 
 fn seed() -> u64 {
     std::env::var("URAID_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random())

@@ -25,7 +25,7 @@ use uraid_core::control::superblock::DATA_OFFSET;
 use uraid_core::io::fault::Faults;
 use uraid_core::io::member::{MemberSpec, OpenMode};
 use uraid_core::raid::health::MemberState;
-use uraid_core::{Completion, ErrorKind, Geometry, IoBuf, Level, Member, Op, Request, Volume};
+use uraid_core::{BlockQueue, Completion, ErrorKind, Geometry, IoBuf, Level, Member, Op, Request, Volume};
 
 const CHUNK: u64 = 64 << 10;
 const ROWS: u64 = 48;

@@ -34,7 +34,7 @@ use uraid_core::raid::health::Health;
 use uraid_core::cache::journal::{Host, Journal, JournalId};
 use uraid_core::io::member::{Member, MemberSpec, OpenMode};
 use uraid_core::control::superblock::DATA_OFFSET;
-use uraid_core::{IoBuf, Level, Request, Volume};
+use uraid_core::{BlockQueue, IoBuf, Level, Request, Volume};
 
 const REGION: u64 = 256 << 10;
 

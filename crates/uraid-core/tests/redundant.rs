@@ -15,7 +15,7 @@ use uraid_core::raid::health::MemberState;
 use uraid_core::raid::layout::{Layout, RedundantLevel, Role};
 use uraid_core::io::member::{Member, MemberSpec, OpenMode};
 use uraid_core::control::superblock::DATA_OFFSET;
-use uraid_core::{Level, Request, Volume};
+use uraid_core::{BlockQueue, Level, Request, Volume};
 
 const LEVELS: [Level; 4] = [Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6];
 const CHUNKS: [u64; 3] = [4 << 10, 64 << 10, 1 << 20];

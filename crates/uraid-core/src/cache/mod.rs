@@ -78,7 +78,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use crate::io::request::{Op, Request};
+use crate::io::request::{BlockQueue, Op, Request};
 use crate::raid::engine::RaidVolume;
 use crate::{bail, IoBuf, Result};
 

@@ -20,9 +20,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
-
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub use crate::io::member::Verdict;
 use crate::io::member::{Filter, Member};
@@ -65,10 +63,7 @@ impl Faults {
 
     /// The fault plan stacked over `m`, if any.
     pub fn of(m: &Member) -> Option<Arc<Faults>> {
-        m.filters().iter().find(|f| f.as_any().is::<Faults>()).map(|f| {
-            let any: Arc<dyn std::any::Any + Send + Sync> = f.clone().into_any();
-            any.downcast::<Faults>().expect("checked")
-        })
+        m.filters().iter().find_map(|f| f.clone().into_any().downcast::<Faults>().ok())
     }
 
     /// Reads overlapping `range` fail with EIO.
@@ -256,10 +251,6 @@ impl Filter for Faults {
         self.intercept(op, offset, len)
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
     fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
         self
     }
@@ -311,8 +302,9 @@ pub fn failpoints(m: &mut Member) {
         if let Some(f) = fail_writes_failpoint(m.name()) {
             f.attach(m);
         }
-        if let Some(f) = no_discard_failpoint(m.name(), Faults::of(m)) {
-            if Faults::of(m).is_none() {
+        let existing = Faults::of(m);
+        if let Some(f) = no_discard_failpoint(m.name(), existing.clone()) {
+            if existing.is_none() {
                 f.attach(m);
             }
         }

@@ -177,9 +177,8 @@ pub trait Filter: Send + Sync + std::fmt::Debug {
     /// of `member`, before it is done. `durable`: a write (or zeroing)
     /// that is durable once done (FUA, or synced by its caller).
     fn before(&self, member: &Member, op: Op, offset: u64, len: u64, durable: bool) -> Verdict;
-    /// The filter as `Any`, to find a filter of a given type on a member.
-    fn as_any(&self) -> &dyn std::any::Any;
-    /// The same, shared.
+    /// The filter as `Any`, to find a filter of a given type on a member
+    /// (see [`crate::io::fault::Faults::of`]).
     fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
 }
 
@@ -447,9 +446,6 @@ impl Member {
     /// write is done in part here and then reported failed.
     fn injected(&self, op: Op, offset: u64, buf: &[u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        if self.filters.is_empty() {
-            return Ok(());
-        }
         // The blocking helpers' writes are synced (superblocks) or
         // RWF_DSYNC (the bitmap): durable.
         let errno = match self.filter_verdict(op, offset, buf.len() as u64, true) {

@@ -143,4 +143,14 @@ pub trait BlockQueue {
         c.result?;
         Ok(c.buf.map(|b| b.to_vec()).unwrap_or_default())
     }
+    /// Writes `data` at `offset` (blocking).
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        let mut buf = IoBuf::new(data.len());
+        buf.copy_from_slice(data);
+        self.run(Request::write(offset, data.len(), buf, 0)).result.map(|_| ())
+    }
+    /// Makes every completed write durable (blocking).
+    fn flush(&mut self) -> Result<()> {
+        self.run(Request::flush(0)).result.map(|_| ())
+    }
 }

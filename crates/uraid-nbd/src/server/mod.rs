@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uraid_core::io::request::Op;
-use uraid_core::{Completion, IoBuf, Queue, Request, Volume};
+use uraid_core::{BlockQueue, Completion, IoBuf, Queue, Request, Volume};
 
 use crate::proto::*;
 use crate::wire::{Recv, Sock, Wire};

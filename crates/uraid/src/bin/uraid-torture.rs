@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use uraid_core::io::member::MemberSpec;
 use uraid_core::io::request::Op;
-use uraid_core::{IoBuf, Request, Volume};
+use uraid_core::{BlockQueue, IoBuf, Request, Volume};
 
 const SECTOR: usize = 512;
 

@@ -15,7 +15,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, RngCore};
 use uraid_core::control::array::{self, CreateOptions};
 use uraid_core::io::request::MAX_REQUEST;
-use uraid_core::{Completion, ErrorKind, IoBuf, MemberSpec, Op, Request, Volume};
+use uraid_core::{BlockQueue, Completion, ErrorKind, IoBuf, MemberSpec, Op, Request, Volume};
 
 use crate::util::*;
 

@@ -82,7 +82,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
-use crate::io::request::Request;
+use crate::io::request::{BlockQueue, Request};
 use crate::raid::engine::RaidVolume;
 use crate::{bail, Error, IoBuf, Member, Result};
 

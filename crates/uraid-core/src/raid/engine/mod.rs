@@ -33,6 +33,7 @@ use crate::raid::health::Health;
 use crate::raid::locks::StripeLocks;
 use crate::io::member::{now_ns, Member, MemberKind};
 use crate::io::buf::IoBuf;
+use crate::io::request::BlockQueue;
 pub use crate::io::request::{Completion, Op, Rejected, Request, MAX_REQUEST, SECTOR};
 use crate::{bail, Error, ErrorKind, Result};
 
@@ -571,18 +572,6 @@ impl RaidQueue {
         }
     }
 
-    /// Pushes `req` and waits for it alone (blocking convenience; the queue
-    /// must be otherwise idle).
-    pub fn run(&mut self, req: Request) -> Completion {
-        let tag = req.tag;
-        if let Err(r) = self.push(req) {
-            return Completion { tag, result: Err(r.error), buf: r.request.buf };
-        }
-        let mut out = Vec::with_capacity(1);
-        self.wait(1, &mut out);
-        out.pop().expect("one request was in flight")
-    }
-
     fn reap(&mut self, out: &mut Vec<Completion>) {
         loop {
             let cqe = self.ring.completion().next().map(|c| (c.user_data(), c.result()));
@@ -840,7 +829,7 @@ impl RaidQueue {
     }
 }
 
-impl crate::io::request::BlockQueue for RaidQueue {
+impl BlockQueue for RaidQueue {
     fn push(&mut self, req: Request) -> std::result::Result<(), Rejected> {
         RaidQueue::push(self, req)
     }

@@ -3,6 +3,7 @@
 //! locks) from which each thread makes its own [`RaidQueue`](super::RaidQueue).
 
 use super::*;
+use crate::io::request::BlockQueue;
 
 /// A set of members laid out by one geometry: what the engine reads and
 /// writes. Shared (`Arc`) between all the queues that serve it.
@@ -145,23 +146,16 @@ impl RaidVolume {
 
     /// Reads `len` bytes at `offset` (blocking; control path and tests).
     pub fn read_at(self: &Arc<Self>, offset: u64, len: usize) -> Result<Vec<u8>> {
-        let mut q = self.queue(1)?;
-        let c = q.run(Request { op: Op::Read, offset, len, buf: Some(IoBuf::new(len)), tag: 0, fua: false });
-        c.result?;
-        Ok(c.buf.map(|b| b.to_vec()).unwrap_or_default())
+        self.queue(1)?.read_at(offset, len)
     }
 
     /// Writes `data` at `offset` (blocking; control path and tests).
     pub fn write_at(self: &Arc<Self>, offset: u64, data: &[u8]) -> Result<()> {
-        let mut q = self.queue(1)?;
-        let mut buf = IoBuf::new(data.len());
-        buf.copy_from_slice(data);
-        q.run(Request { op: Op::Write, offset, len: data.len(), buf: Some(buf), tag: 0, fua: false }).result.map(|_| ())
+        self.queue(1)?.write_at(offset, data)
     }
 
     /// Makes every completed write durable on every member (blocking).
     pub fn flush(self: &Arc<Self>) -> Result<()> {
-        let mut q = self.queue(1)?;
-        q.run(Request { op: Op::Flush, offset: 0, len: 0, buf: None, tag: 0, fua: false }).result.map(|_| ())
+        self.queue(1)?.flush()
     }
 }
