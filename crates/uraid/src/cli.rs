@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 use crate::array_cmds::{AssembleArgs, CreateArgs, ExamineArgs};
 use crate::bench_cmds::{BenchArgs, CompareArgs};
 use crate::demo::DemoArgs;
+use crate::live_cmds;
+use crate::service::client::Client;
 
 /// uraid: software RAID for NVMe drives in user space, with the reviewers'
 /// benchmark suite built in.
@@ -40,6 +42,10 @@ enum Cmd {
     Rebuild(crate::manage::RebuildArgs),
     /// Change a volume's cache (off, writethrough, writeback) in the superblocks; used from the next assemble.
     Config(crate::manage::ConfigArgs),
+    /// Stop a served array cleanly (as SIGTERM to its `uraid serve`).
+    Stop(crate::live_cmds::StopArgs),
+    /// Follow the events of served arrays (Fail, DegradedArray, RebuildFinished, ...), like mdadm --monitor.
+    Monitor(crate::live_cmds::MonitorArgs),
     /// Scrub: read every stripe and count where copies or parity disagree.
     Check(crate::manage::CheckArgs),
     /// Scrub and rewrite copies or parity where they disagree.
@@ -68,15 +74,45 @@ pub fn run() -> Result<()> {
         Cmd::Create(a) => crate::array_cmds::cmd_create(a),
         Cmd::Examine(a) => crate::array_cmds::cmd_examine(a),
         Cmd::Assemble(a) => crate::array_cmds::cmd_assemble(a),
-        Cmd::Status(a) => crate::manage::cmd_status(a),
-        Cmd::Fail(a) => crate::manage::cmd_fail(a),
-        Cmd::Remove(a) => crate::manage::cmd_remove(a),
-        Cmd::Add(a) => crate::manage::cmd_add(a),
-        Cmd::Replace(a) => crate::manage::cmd_replace(a),
-        Cmd::Rebuild(a) => crate::manage::cmd_rebuild(a),
-        Cmd::Config(a) => crate::manage::cmd_config(a),
-        Cmd::Check(a) => crate::manage::cmd_check(a, false),
-        Cmd::Repair(a) => crate::manage::cmd_check(a, true),
+        // On a served array the command goes to its process (crate::live_cmds).
+        Cmd::Status(a) => match live(&a.array.members) {
+            Some(c) => live_cmds::status(c, a.json),
+            None => crate::manage::cmd_status(a),
+        },
+        Cmd::Fail(a) => match live(&a.array.members) {
+            Some(c) => live_cmds::fail(c, &a.member, a.force),
+            None => crate::manage::cmd_fail(a),
+        },
+        Cmd::Remove(a) => match live(&a.array.members) {
+            Some(c) => live_cmds::remove(c, &a.member),
+            None => crate::manage::cmd_remove(a),
+        },
+        Cmd::Add(a) => match live(&a.array.members) {
+            Some(c) => live_cmds::add(c, &a.spare, a.force),
+            None => crate::manage::cmd_add(a),
+        },
+        Cmd::Replace(a) => match live(&a.array.members) {
+            Some(c) => live_cmds::replace(c, &a.old, &a.new, a.force),
+            None => crate::manage::cmd_replace(a),
+        },
+        Cmd::Rebuild(a) => match live(&a.array.members) {
+            Some(c) => live_cmds::rebuild(c, crate::manage::rate(&a.run.rate)?),
+            None => crate::manage::cmd_rebuild(a),
+        },
+        Cmd::Config(a) => match live(&a.array.members) {
+            Some(c) => live_cmds::config(c, &a),
+            None => crate::manage::cmd_config(a),
+        },
+        Cmd::Check(a) => match live(&a.array.members) {
+            Some(c) => live_cmds::check(c, &a, false),
+            None => crate::manage::cmd_check(a, false),
+        },
+        Cmd::Repair(a) => match live(&a.array.members) {
+            Some(c) => live_cmds::check(c, &a, true),
+            None => crate::manage::cmd_check(a, true),
+        },
+        Cmd::Stop(a) => live_cmds::stop(a),
+        Cmd::Monitor(a) => live_cmds::monitor(a),
         Cmd::Bench(a) => crate::bench_cmds::cmd_bench(a),
         Cmd::Compare(a) => crate::bench_cmds::cmd_compare(a),
         Cmd::Demo(a) => crate::demo::run(a),
@@ -87,3 +123,8 @@ pub fn run() -> Result<()> {
     }
 }
 
+/// The control connection of the running process that serves the array
+/// `members` names (a name, a UUID or member paths), if one does.
+fn live(members: &[String]) -> Option<Client> {
+    crate::service::client::find(members)
+}

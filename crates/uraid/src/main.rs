@@ -6,9 +6,12 @@ mod bench_cmds;
 mod cli;
 mod common;
 mod demo;
+mod live_cmds;
 mod manage;
 mod runstate;
 mod serve;
+mod service;
+mod sock;
 mod suite_cmds;
 
 use std::process::ExitCode;

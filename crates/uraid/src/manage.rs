@@ -25,92 +25,93 @@ use crate::common::specs;
 
 #[derive(Args)]
 pub(crate) struct ArrayMembers {
-    /// The members (and spares) of the array, in any order.
-    #[arg(required = true)]
-    members: Vec<String>,
+    /// The array: its NAME or UUID (served, in the config, or found by a
+    /// scan), or its members (and spares) in any order.
+    #[arg(required = true, value_name = "NAME|MEMBER")]
+    pub(crate) members: Vec<String>,
 }
 
 #[derive(Args)]
 pub(crate) struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     #[command(flatten)]
-    array: ArrayMembers,
+    pub(crate) array: ArrayMembers,
 }
 
 #[derive(Args)]
 pub(crate) struct FailArgs {
     /// The member to mark faulty: its role number or its path.
     #[arg(long)]
-    member: String,
+    pub(crate) member: String,
     /// Fail it even when a volume then loses data (it stops taking writes).
     #[arg(long)]
-    force: bool,
+    pub(crate) force: bool,
     #[command(flatten)]
-    rebuild: RebuildFlags,
+    pub(crate) rebuild: RebuildFlags,
     #[command(flatten)]
-    array: ArrayMembers,
+    pub(crate) array: ArrayMembers,
 }
 
 #[derive(Args)]
 pub(crate) struct RemoveArgs {
     /// The faulty member or spare to remove: its slot number or its path.
     #[arg(long)]
-    member: String,
+    pub(crate) member: String,
     #[command(flatten)]
-    array: ArrayMembers,
+    pub(crate) array: ArrayMembers,
 }
 
 #[derive(Args)]
 pub(crate) struct AddArgs {
     /// The new drive: it fills a missing role (and is rebuilt), or waits as a spare.
     #[arg(long, value_name = "NEWDEV")]
-    spare: String,
+    pub(crate) spare: String,
     /// Overwrite a new drive that holds a filesystem or another array.
     #[arg(long)]
-    force: bool,
+    pub(crate) force: bool,
     #[command(flatten)]
-    rebuild: RebuildFlags,
+    pub(crate) rebuild: RebuildFlags,
     #[command(flatten)]
-    array: ArrayMembers,
+    pub(crate) array: ArrayMembers,
 }
 
 #[derive(Args)]
 pub(crate) struct ReplaceArgs {
     /// The member to replace: its role number or its path.
     #[arg(long)]
-    old: String,
+    pub(crate) old: String,
     /// The drive that takes its place (it is rebuilt).
     #[arg(long, value_name = "NEWDEV")]
-    new: String,
+    pub(crate) new: String,
     /// Replace an active member even when a volume has no redundancy left
     /// while the new one rebuilds, and overwrite a new drive that holds data.
     #[arg(long)]
-    force: bool,
+    pub(crate) force: bool,
     #[command(flatten)]
-    rebuild: RebuildFlags,
+    pub(crate) rebuild: RebuildFlags,
     #[command(flatten)]
-    array: ArrayMembers,
+    pub(crate) array: ArrayMembers,
 }
 
 #[derive(Args)]
 pub(crate) struct RebuildRun {
     /// Rebuild rate limit in MB/s (10^6 bytes/s); a plain number is MB/s, or give units (250M).
     #[arg(long)]
-    rate: Option<String>,
+    pub(crate) rate: Option<String>,
     /// No progress bar.
     #[arg(long)]
-    quiet: bool,
+    pub(crate) quiet: bool,
 }
 
 #[derive(Args)]
 pub(crate) struct RebuildFlags {
     /// Do not start the rebuild now (it starts with 'uraid rebuild' or the next command that rebuilds).
     #[arg(long)]
-    no_rebuild: bool,
+    pub(crate) no_rebuild: bool,
     #[command(flatten)]
-    run: RebuildRun,
+    pub(crate) run: RebuildRun,
 }
 
 #[derive(Args)]
@@ -118,26 +119,31 @@ pub(crate) struct RebuildArgs {
     /// Print JSON: one object per rebuilt role with its report (bytes
     /// written, bytes skipped as never written, seconds), and the status.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     #[command(flatten)]
-    run: RebuildRun,
+    pub(crate) run: RebuildRun,
     #[command(flatten)]
-    array: ArrayMembers,
+    pub(crate) array: ArrayMembers,
 }
 
 #[derive(Args)]
 pub(crate) struct CheckArgs {
     /// Only this volume (default: every redundant volume).
     #[arg(long)]
-    volume: Option<String>,
+    pub(crate) volume: Option<String>,
     /// Print JSON.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// No progress bar.
     #[arg(long)]
-    quiet: bool,
+    pub(crate) quiet: bool,
+    /// On a served array: scrub rate limit in MB/s of the volume (10^6
+    /// bytes/s; a plain number is MB/s, or give units); default: the
+    /// service's --scrub-rate.
+    #[arg(long)]
+    pub(crate) rate: Option<String>,
     #[command(flatten)]
-    array: ArrayMembers,
+    pub(crate) array: ArrayMembers,
 }
 
 /// Parses `NAME,level=L[,size=SIZE][,chunk=C]` (the `create --volume`
@@ -343,7 +349,7 @@ fn served_status(names: &[String], specs: &[MemberSpec]) -> Option<(ArrayStatus,
         v.cache_stats = live.cache_of(&v.name);
         if v.cache_stats.is_some_and(|c| c.journal_lost) {
             v.journal_lost = true;
-            v.cache_warning = Some(array::JOURNAL_LOST_WARNING);
+            v.cache_warning = Some(array::JOURNAL_LOST_WARNING.to_string());
         }
     }
     Some((st, Some(live)))
@@ -404,7 +410,7 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
                 println!("      cache {}{}", cache_counters(c), source.as_deref().unwrap_or(""));
             }
         }
-        if let Some(w) = v.cache_warning {
+        if let Some(w) = &v.cache_warning {
             println!("      WARNING: {w}");
         }
     }
@@ -685,19 +691,19 @@ impl CacheFlags {
 #[derive(Args)]
 pub(crate) struct ConfigArgs {
     #[command(flatten)]
-    cache: CacheFlags,
+    pub(crate) cache: CacheFlags,
     /// Only this volume (default: every volume).
     #[arg(long)]
-    volume: Option<String>,
+    pub(crate) volume: Option<String>,
     /// Format the --journal device even when it holds something.
     #[arg(long)]
-    force: bool,
+    pub(crate) force: bool,
     /// Open the array without its journal device of its own, which is
     /// gone (the records it held are lost), to leave or move the journal.
     #[arg(long)]
-    without_journal: bool,
+    pub(crate) without_journal: bool,
     #[command(flatten)]
-    array: ArrayMembers,
+    pub(crate) array: ArrayMembers,
 }
 
 /// Prints what the cache of `names` is now, and the write-back warning.

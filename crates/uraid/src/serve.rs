@@ -11,9 +11,9 @@
 //! (see [`crate::runstate`]); a clean stop removes it.
 
 use std::net::{SocketAddr, TcpListener};
-use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -23,6 +23,7 @@ use uraid_core::units::parse_size;
 use uraid_nbd::{Export, Listener, Server, ServerOptions};
 
 use crate::common::specs;
+use crate::sock::bind_unix;
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
@@ -89,6 +90,27 @@ pub(crate) struct ServeArgs {
     /// a plain number is MB/s, or give units (250M). Default: no limit.
     #[arg(long)]
     rebuild_rate: Option<String>,
+    /// Rate limit of a scrub (`uraid check NAME`, `--scrub-every`) of the
+    /// served array, in MB/s of the volume (10^6 bytes/s); a plain number
+    /// is MB/s, or give units (200M). `uraid check --rate` overrides it.
+    #[arg(long, default_value = "100")]
+    scrub_rate: String,
+    /// Check every redundant volume this often (like the weekly mdcheck
+    /// timer), counted from the start of `serve` and from the end of the
+    /// last scrub: 12h, 7d, 1w. Mismatches are reported as MismatchesFound.
+    #[arg(long)]
+    scrub_every: Option<String>,
+    /// Run this program on every event, as `PROGRAM EVENT ARRAY [MEMBER]`
+    /// (mdadm's PROGRAM).
+    #[arg(long)]
+    program: Option<PathBuf>,
+    /// Mail these events to this address: Fail, FailSpare, DegradedArray,
+    /// TestMessage, JournalLost (mdadm's MAILADDR).
+    #[arg(long)]
+    mail: Option<String>,
+    /// The command that sends a mail given on its stdin.
+    #[arg(long, default_value = "/usr/sbin/sendmail -t")]
+    mail_command: String,
     /// Chunk of the temporary RAID 0 when every member is a `mem:` drive.
     #[arg(long, default_value = "128K")]
     chunk: String,
@@ -152,6 +174,10 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     }
     let socket_gid = a.socket_group.as_deref().map(group_id).transpose()?;
     let rebuild_rate = crate::manage::rate(&a.rebuild_rate).context("--rebuild-rate")?;
+    let scrub_rate = crate::manage::rate(&Some(a.scrub_rate.clone())).context("--scrub-rate")?;
+    let scrub_every = a.scrub_every.as_deref().map(parse_duration).transpose().context("--scrub-every")?;
+    let sinks = crate::service::events::Sinks { program: a.program.clone(), mail: a.mail.clone(), mail_command: Some(a.mail_command.clone()) };
+    let figures: crate::service::ctl::Figures = Arc::new(|| serde_json::json!({}));
     let all_mem = specs.iter().all(|s| matches!(s, uraid_core::MemberSpec::Mem(_)));
     let (name, volume, mut arr) = if all_mem {
         let members = array::open_members(&specs, true, true)?;
@@ -260,33 +286,62 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     // takes over a role the old volume's Arc count tells when every
     // connection has moved to the new one.
     drop(volume);
-    let stop_manager = AtomicBool::new(false);
+    // The service: the control socket, the events and the manager that
+    // owns the array (see crate::service).
+    let stop_service = Arc::new(AtomicBool::new(false));
+    let live = crate::service::Live::new(stop_service.clone());
+    let events = crate::service::events::Events::new(&name, sinks.clone());
+    let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let flag = server.shutdown_flag();
     let watcher = {
         let flag = flag.clone();
+        let stop = stop_service.clone();
+        let live = live.clone();
         std::thread::spawn(move || {
-            while !STOP.load(Ordering::Relaxed) && !flag.load(Ordering::Relaxed) {
+            while !STOP.load(Ordering::Relaxed) && !flag.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
+            live.interrupt.store(true, Ordering::Relaxed);
             flag.store(true, Ordering::Relaxed);
         })
     };
-    let (res, arr) = std::thread::scope(|sc| {
-        // The array's manager: rebuilds in the background and lets a spare
-        // take over a role that fails while serving.
+    let (res, arr) = std::thread::scope(|sc| -> (std::io::Result<()>, Result<Option<array::Array>>) {
         let manager = match arr.take() {
-            Some(x) if !a.read_only => Some(sc.spawn(|| manage(x, &server, &name, rebuild_rate, &stop_manager))),
+            Some(x) if !a.read_only => {
+                let ctl = match crate::service::ctl::CtlServer::start(
+                    &crate::service::client::ctl_path(&name),
+                    live.clone(),
+                    jobs_tx.clone(),
+                    events.clone(),
+                    figures.clone(),
+                ) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        flag.store(true, Ordering::Relaxed);
+                        return (Ok(()), Err(e.context("cannot open the control socket")));
+                    }
+                };
+                let opts = crate::service::ManagerOptions { rebuild_rate, scrub_rate, scrub_every };
+                let m = crate::service::Manager::new(x, &server, &name, opts, jobs_rx, live.clone(), events.clone());
+                Some((sc.spawn(move || m.run()), ctl))
+            }
             other => {
                 arr = other;
                 None
             }
         };
+        notify_ready(&name, &uri);
         let res = server.run(&listener);
         flag.store(true, Ordering::Relaxed);
-        stop_manager.store(true, Ordering::Relaxed);
-        let managed = manager.map(|m| m.join().map_err(|_| anyhow::anyhow!("the array manager thread panicked")));
+        stop_service.store(true, Ordering::Relaxed);
+        live.interrupt.store(true, Ordering::Relaxed);
+        let managed = manager.map(|(m, ctl)| {
+            drop(ctl);
+            m.join().map_err(|_| anyhow::anyhow!("the array manager thread panicked"))
+        });
         (res, managed.transpose().map(|m| m.or(arr)))
     });
+    notify_stopping();
     let _ = watcher.join();
     if let Listener::Unix(_, p) = &listener {
         let _ = std::fs::remove_file(p);
@@ -333,79 +388,6 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// The array's manager while `serve` runs, until `stop`: rebuilds the
-/// rebuilding roles in the background (interrupted at a checkpoint by the
-/// stop), and when a role is faulty or missing and a spare is there, moves
-/// the spare in: new volumes over it, every connection moved to them
-/// (requests in flight finish on the old ones), then the rebuild. Returns
-/// the array for the final stop.
-fn manage(mut arr: array::Array, server: &Server, name: &str, rate: Option<u64>, stop: &AtomicBool) -> array::Array {
-    while !stop.load(Ordering::Relaxed) {
-        let rebuilding = arr.rebuilding();
-        if !rebuilding.is_empty() {
-            log!("uraid serve: rebuilding role(s) {rebuilding:?} in the background");
-            let mut last = 0u64;
-            let r = arr.rebuild_until(rate, Some(stop), &mut |role, done, total| {
-                let pct = (done * 100).checked_div(total).unwrap_or(100);
-                if pct >= last + 10 || done == total {
-                    last = pct;
-                    log!("uraid serve: rebuild of role {role}: {pct}% ({done} of {total} member bytes)");
-                }
-            });
-            match r {
-                Ok(reports) => {
-                    for (role, rep) in rebuilding.iter().zip(&reports) {
-                        log!(
-                            "uraid serve: role {role} rebuilt: {} bytes written, {} zeroed, {} already in sync, in {:.1} s",
-                            rep.bytes_written, rep.bytes_skipped, rep.bytes_in_sync, rep.seconds
-                        );
-                    }
-                }
-                Err(e) if e.kind() == uraid_core::ErrorKind::Interrupted => log!("uraid serve: {e}"),
-                Err(e) => {
-                    log!("uraid serve: the background rebuild failed: {e}");
-                    std::thread::sleep(std::time::Duration::from_secs(1));
-                }
-            }
-            continue;
-        }
-        let down = (0..arr.member_count()).any(|r| {
-            matches!(arr.health().state(r), uraid_core::raid::health::MemberState::Faulty | uraid_core::raid::health::MemberState::Missing)
-        });
-        if down && !arr.superblock().spares().is_empty() {
-            let old = arr.volume().clone();
-            match arr.attach_spares() {
-                Ok(roles) if !roles.is_empty() => {
-                    log!("uraid serve: a spare takes over role(s) {roles:?}; moving the connections to it");
-                    if let Err(e) = server.replace_volume(name, arr.volume().clone()) {
-                        log!("uraid serve: cannot move the export to the spare: {e}");
-                        return arr;
-                    }
-                    // Connections move between requests; a stop ends them.
-                    while std::sync::Arc::strong_count(&old) > 1 {
-                        std::thread::sleep(std::time::Duration::from_millis(10));
-                    }
-                    drop(old);
-                    let started = arr.start_rebuilding(&roles);
-                    // A journal that lay on the role is in use again on the spare.
-                    for w in arr.take_warnings() {
-                        log!("uraid serve: warning: {w}");
-                    }
-                    if let Err(e) = started {
-                        log!("uraid serve: cannot start the rebuild onto the spare: {e}");
-                        return arr;
-                    }
-                    continue;
-                }
-                Ok(_) => {}
-                Err(e) => log!("uraid serve: a spare could not take over: {e}"),
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    arr
-}
-
 /// The group id of `g`, a group name or a number.
 fn group_id(g: &str) -> Result<libc::gid_t> {
     if let Ok(n) = g.parse::<libc::gid_t>() {
@@ -423,76 +405,44 @@ fn group_id(g: &str) -> Result<libc::gid_t> {
     Ok(unsafe { (*gr).gr_gid })
 }
 
-/// Listens on unix socket `path` with permissions `mode` (and group
-/// `gid`), so that only those allowed can connect:
-/// - the directory is made (0755) when missing, and refused when another
-///   user owns it, or anyone may write to it without the sticky bit (then
-///   anyone could put their own socket in our place);
-/// - a file at `path` that is not a socket is refused (never removed); a
-///   socket that answers belongs to a running server and is refused; a
-///   stale one is replaced;
-/// - the socket is bound under a temporary name with umask 0177, given its
-///   mode and group, then renamed over `path`, so that it is never
-///   reachable with wider permissions and a stale socket is replaced in one
-///   step.
-fn bind_unix(path: &std::path::Path, mode: u32, gid: Option<libc::gid_t>) -> Result<UnixListener> {
-    use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
+/// Parses a duration like `90s`, `30m`, `12h`, `7d` or `1w` (a plain
+/// number is seconds).
+pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = num.parse().map_err(|_| anyhow::anyhow!("'{s}' is not a duration like 12h, 7d or 1w"))?;
+    let mul = match unit.trim() {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        "w" => 7 * 86400,
+        u => bail!("unknown unit '{u}' in '{s}'; use s, m, h, d or w"),
     };
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+    if n == 0 {
+        bail!("'{s}' is zero; give a positive duration");
     }
-    let md = std::fs::metadata(&dir).with_context(|| format!("cannot look at {}", dir.display()))?;
-    if !md.is_dir() {
-        bail!("{} is not a directory; pick another --socket", dir.display());
+    n.checked_mul(mul).map(std::time::Duration::from_secs).ok_or_else(|| anyhow::anyhow!("'{s}' is too long"))
+}
+
+/// Tells the service manager (systemd, Type=notify) that the array is
+/// assembled and exported, and starts the watchdog pings it asks for
+/// (every half of WatchdogSec). Nothing happens outside systemd.
+fn notify_ready(name: &str, uri: &str) {
+    let status = format!("serving array '{name}' on {uri}");
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&status)]);
+    if let Some(every) = sd_notify::watchdog_enabled() {
+        std::thread::spawn(move || loop {
+            std::thread::sleep(every / 2);
+            if STOP.load(Ordering::Relaxed) {
+                break;
+            }
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+        });
     }
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    if md.uid() != me && md.uid() != 0 {
-        bail!("{} belongs to user {}, not to us: another user could replace the socket; pick another --socket", dir.display(), md.uid());
-    }
-    if md.mode() & 0o022 != 0 && md.mode() & 0o1000 == 0 {
-        bail!(
-            "{} may be written by other users and has no sticky bit: they could replace the socket; \
-             pick another --socket or chmod o-w,g-w {}",
-            dir.display(),
-            dir.display()
-        );
-    }
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if !m.file_type().is_socket() => {
-            bail!("{} exists and is not a socket; it is left alone: pick another --socket", path.display())
-        }
-        Ok(_) if std::os::unix::net::UnixStream::connect(path).is_ok() => {
-            bail!("{} is in use by another server; pick another --socket", path.display())
-        }
-        _ => {}
-    }
-    let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "uraid.sock".into());
-    let tmp = dir.join(format!(".{file}.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    // SAFETY: umask has no preconditions; it is put back right after bind.
-    let old = unsafe { libc::umask(0o177) };
-    let bound = UnixListener::bind(&tmp);
-    // SAFETY: as above.
-    unsafe { libc::umask(old) };
-    let l = bound.with_context(|| format!("cannot listen on {}", tmp.display()))?;
-    let set = || -> std::io::Result<()> {
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
-        if let Some(g) = gid {
-            std::os::unix::fs::chown(&tmp, None, Some(g))?;
-        }
-        std::fs::rename(&tmp, path)
-    };
-    if let Err(e) = set() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot put the socket in place at {} (mode {mode:o})", path.display()));
-    }
-    Ok(l)
+}
+
+/// Tells the service manager that the array is stopping.
+fn notify_stopping() {
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping, sd_notify::NotifyState::Status("stopping: flushing and marking the members clean")]);
 }

@@ -91,7 +91,7 @@ impl std::str::FromStr for CacheMode {
 }
 
 /// How a volume's cache is set up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CacheConfig {
     /// The mode.
     pub mode: CacheMode,

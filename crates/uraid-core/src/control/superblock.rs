@@ -173,7 +173,7 @@ pub struct VolumeEntry {
 }
 
 /// Where a volume's journal lies on a member (see [`crate::cache::journal`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct JournalRegion {
     /// The role whose device holds it.
     pub role: u32,

@@ -215,22 +215,42 @@ impl Array {
             self.install(role, m, spec, false)?;
             Added::Role(role)
         } else {
-            let entries = self.volume_entries();
-            let mut g = self.meta();
-            if g.sb.spares().len() >= MAX_SPARES {
-                bail!(InvalidInput, "array '{}' already has {MAX_SPARES} spares, the most it can hold", g.sb.name);
-            }
-            for v in &entries {
-                zero_range(&m, v.member_start, v.member_size)?;
-            }
-            g.sb.slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Spare, resync_from_bitmap: false, recovery_offset: None });
-            g.devices.push(Some(m));
-            g.specs.push(Some(spec.clone()));
-            Added::Spare(g.sb.slots.len() as u32 - 1)
+            Added::Spare(self.push_spare(m, spec)?)
         };
         self.promote_spares()?;
         self.persist()?;
         Ok(added)
+    }
+
+    /// Adds a device as a spare and nothing more (no spare moves into a
+    /// role): for a live array, where a spare takes over a role only once
+    /// the users of the volumes have moved to new volumes over it (see
+    /// [`attach_spares`](Self::attach_spares)). The superblocks record it
+    /// (event counter + 1). Returns its slot.
+    ///
+    /// Errors, before anything is written: as [`add`](Self::add).
+    pub fn add_spare(&mut self, spec: &MemberSpec, force: bool) -> Result<u32> {
+        let m = self.open_new(spec, force)?;
+        let slot = self.push_spare(m, spec)?;
+        self.persist()?;
+        Ok(slot)
+    }
+
+    /// Zeroes the volume areas of a checked new device and appends it as
+    /// a spare slot (not persisted). Errors: `InvalidInput` when the array
+    /// holds the most spares it can; `Io` from the zeroing.
+    fn push_spare(&mut self, m: Member, spec: &MemberSpec) -> Result<u32> {
+        if self.meta().sb.spares().len() >= MAX_SPARES {
+            bail!(InvalidInput, "array '{}' already has {MAX_SPARES} spares, the most it can hold", self.name());
+        }
+        for v in &self.volume_entries() {
+            zero_range(&m, v.member_start, v.member_size)?;
+        }
+        let mut g = self.meta();
+        g.sb.slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Spare, resync_from_bitmap: false, recovery_offset: None });
+        g.devices.push(Some(m));
+        g.specs.push(Some(spec.clone()));
+        Ok(g.sb.slots.len() as u32 - 1)
     }
 
     /// The role `m` held before it was removed, when it can be taken back

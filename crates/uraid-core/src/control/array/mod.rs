@@ -819,6 +819,22 @@ impl Array {
         repair: bool,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<crate::control::maint::CheckReport> {
+        let mut report = crate::control::maint::CheckReport::default();
+        self.check_part(index, repair, &Default::default(), &mut report, progress)?;
+        Ok(report)
+    }
+
+    /// [`check`](Self::check) that resumes, limits its rate and stops on a
+    /// flag: see [`maint::check_part`](crate::control::maint::check_part)
+    /// (returns where it stopped, `None` at the end). Same errors.
+    pub fn check_part(
+        &self,
+        index: usize,
+        repair: bool,
+        opts: &crate::control::maint::CheckOptions<'_>,
+        report: &mut crate::control::maint::CheckReport,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Option<u64>> {
         let entries = self.volume_entries();
         let Some(v) = entries.get(index) else {
             bail!(InvalidInput, "array '{}' has no volume {index}", self.name());
@@ -826,7 +842,7 @@ impl Array {
         if !is_redundant(v) {
             bail!(InvalidInput, "{} has no redundancy to check", describe_volume(v));
         }
-        crate::control::maint::check(&self.volumes[index], repair, progress)
+        crate::control::maint::check_part(&self.volumes[index], repair, opts, report, progress)
     }
 }
 

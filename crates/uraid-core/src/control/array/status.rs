@@ -5,7 +5,7 @@
 use super::*;
 
 /// A member of an array as `uraid status` shows it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct MemberStatus {
     /// Slot: the role when below the member count, else a spare slot.
     pub slot: u32,
@@ -16,13 +16,13 @@ pub struct MemberStatus {
     /// The device's UUID (zero when none).
     pub uuid: String,
     /// State name (active, faulty, rebuilding, spare, missing).
-    pub state: &'static str,
+    pub state: String,
     /// For a rebuilding member: absolute member byte offset rebuilt so far.
     pub recovery_offset: Option<u64>,
 }
 
 /// A volume as `uraid status` shows it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct VolumeStatus {
     /// Name.
     pub name: String,
@@ -41,7 +41,7 @@ pub struct VolumeStatus {
     /// clean, degraded, rebuilding, resyncing (not stopped cleanly: the
     /// dirty regions are resynced at assemble) or failed (more members lost
     /// than it tolerates).
-    pub state: &'static str,
+    pub state: String,
     /// Members that may fail without data loss.
     pub tolerance: usize,
     /// Rebuild progress in percent of the volume's member area (the least
@@ -52,7 +52,7 @@ pub struct VolumeStatus {
     pub cache: crate::cache::CacheConfig,
     /// What the mode risks, for write-back: un-flushed writes are lost on
     /// power loss or a crash; for the journal mode, a lost journal.
-    pub cache_warning: Option<&'static str>,
+    pub cache_warning: Option<String>,
     /// Journal mode with the journal on a member: where it lies.
     pub journal_region: Option<superblock::JournalRegion>,
     /// Journal mode: the journal is lost (see [`JOURNAL_LOST_WARNING`]).
@@ -77,7 +77,7 @@ pub(super) fn volume_status(
     cache_stats: Option<crate::cache::CacheStats>,
     journal_lost: bool,
 ) -> VolumeStatus {
-    let state = if !volume_survives(v, n, down) {
+    let state: &str = if !volume_survives(v, n, down) {
         "failed"
     } else if !rebuilding.is_empty() && is_redundant(v) {
         "rebuilding"
@@ -102,13 +102,13 @@ pub(super) fn volume_status(
         capacity,
         member_start: v.member_start,
         member_size: v.member_size,
-        state,
+        state: state.to_string(),
         tolerance: level_tolerance(v, n),
         rebuild_percent,
         cache,
         cache_warning: match cache.mode {
-            crate::cache::CacheMode::WriteBack => Some(WRITEBACK_WARNING),
-            crate::cache::CacheMode::Journal if journal_lost => Some(JOURNAL_LOST_WARNING),
+            crate::cache::CacheMode::WriteBack => Some(WRITEBACK_WARNING.to_string()),
+            crate::cache::CacheMode::Journal if journal_lost => Some(JOURNAL_LOST_WARNING.to_string()),
             _ => None,
         },
         journal_region: v.journal_region,
@@ -145,7 +145,7 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
             role: (s < n).then_some(s as u32),
             device: devices.iter().find(|(_, uuid)| !slot.is_empty() && *uuid == slot.uuid).map(|(name, _)| name.clone()),
             uuid: fmt_uuid(&slot.uuid),
-            state: slot.state.name(),
+            state: slot.state.name().to_string(),
             recovery_offset: if slot.state == MemberState::Rebuilding { slot.recovery_offset } else { None },
         })
         .collect();
@@ -156,7 +156,8 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
         state: match sb.state {
             State::Clean => "clean",
             State::Active => "active",
-        },
+        }
+        .to_string(),
         member_count: sb.member_count,
         bitmap_region: sb.bitmap_region,
         bitmap_dirty_bytes: 0,
@@ -166,7 +167,7 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
 }
 
 /// What `uraid status` shows of an array (like /proc/mdstat).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ArrayStatus {
     /// Array name.
     pub name: String,
@@ -175,7 +176,7 @@ pub struct ArrayStatus {
     /// Event counter.
     pub events: u64,
     /// "clean" or "active" as the superblock says.
-    pub state: &'static str,
+    pub state: String,
     /// Roles (members, not spares).
     pub member_count: u32,
     /// Bitmap region size in bytes (0: no bitmap).
@@ -227,7 +228,7 @@ impl Array {
                     role: (s < n).then_some(s as u32),
                     device: m.devices[s].as_ref().map(|d| d.name().to_string()),
                     uuid: fmt_uuid(&slot.uuid),
-                    state: state.name(),
+                    state: state.name().to_string(),
                     recovery_offset: (state == MemberState::Rebuilding).then(|| self.health.recovery(s as u32)),
                 }
             })
@@ -239,7 +240,8 @@ impl Array {
             state: match m.sb.state {
                 State::Clean => "clean",
                 State::Active => "active",
-            },
+            }
+            .to_string(),
             member_count: m.sb.member_count,
             bitmap_region: m.sb.bitmap_region,
             bitmap_dirty_bytes: dirty.iter().map(|r| r.end - r.start).sum(),

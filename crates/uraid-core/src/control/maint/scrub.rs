@@ -25,17 +25,75 @@ pub(super) enum Mode {
 /// cannot be marked faulty durably. A member read or write error fails the
 /// member and the scan goes on without it.
 pub fn check(vol: &Arc<Volume>, repair: bool, progress: &mut dyn FnMut(u64, u64)) -> Result<CheckReport> {
+    let mut report = CheckReport::default();
+    check_part(vol, repair, &CheckOptions::default(), &mut report, progress)?;
+    Ok(report)
+}
+
+/// How a [`check_part`] runs: where it starts, how fast, when it stops.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CheckOptions<'a> {
+    /// The stripe to start at (0: from the start; the value a stopped
+    /// [`check_part`] returned: resume there).
+    pub start_stripe: u64,
+    /// Most logical bytes of the volume checked per second (md's
+    /// `sync_speed_max`, here per volume); `None`: no limit.
+    pub rate: Option<u64>,
+    /// When set, the scan stops after its current batch (a few MiB).
+    pub stop: Option<&'a std::sync::atomic::AtomicBool>,
+}
+
+/// [`check`] from `opts.start_stripe`, at most `opts.rate` bytes/s, that
+/// stops after the batch during which `opts.stop` is set, adding what it
+/// finds to `report`. `progress(done, total)` is in logical bytes of the
+/// whole volume. Returns `None` when the scan reached the end, or
+/// `Some(stripe)` where it stopped: give it as `start_stripe` to resume
+/// (a scrub that a live service pauses to change the array, as md's
+/// `sync_action` = `idle` then `check` with `sync_min`).
+///
+/// Errors: as [`check`]; `InvalidInput` for a rate of 0.
+pub fn check_part(
+    vol: &Arc<Volume>,
+    repair: bool,
+    opts: &CheckOptions<'_>,
+    report: &mut CheckReport,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Option<u64>> {
     let Some(l) = vol.geometry().layout() else {
         bail!(InvalidInput, "a RAID 0 volume has no copies or parity to check");
     };
-    let mut report = CheckReport::default();
+    if opts.rate == Some(0) {
+        bail!(InvalidInput, "a scrub rate of 0 bytes/s would never finish; give a positive rate or none");
+    }
     let mut scan = Scanner::new(vol, l, if repair { Mode::Repair } else { Mode::Check });
-    let total = l.stripes() * l.stripe_data_width();
-    progress(0, total);
-    scan.run(0..l.stripes(), &mut report, &mut |s| progress(s * l.stripe_data_width(), total))?;
+    let width = l.stripe_data_width();
+    let total = l.stripes() * width;
+    let start = opts.start_stripe.min(l.stripes());
+    progress(start * width, total);
+    let t0 = std::time::Instant::now();
+    let mut stopped = None;
+    let mut s = start;
+    while s < l.stripes() {
+        if let Some(rate) = opts.rate {
+            let due = t0.elapsed().as_nanos();
+            let want = ((s - start) as u128 * width as u128) * 1_000_000_000 / rate as u128;
+            if want > due {
+                std::thread::sleep(std::time::Duration::from_nanos((want - due).min(u64::MAX as u128) as u64));
+            }
+        }
+        if opts.stop.is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed)) {
+            stopped = Some(s);
+            break;
+        }
+        let e = (s + scan.per_batch()).min(l.stripes());
+        scan.run(s..e, report, &mut |s| progress(s * width, total))?;
+        s = e;
+    }
     scan.finish()?;
-    progress(total, total);
-    Ok(report)
+    if stopped.is_none() {
+        progress(total, total);
+    }
+    Ok(stopped)
 }
 
 /// Makes the copies or parity of `vol` agree again over `ranges` (absolute

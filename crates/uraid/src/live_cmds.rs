@@ -1,0 +1,300 @@
+//! The array commands on a served array: `status`, `fail`, `remove`,
+//! `add`, `replace`, `rebuild`, `check`, `repair`, `config` and `stop`
+//! sent to the serving process's control socket ([`crate::service`]),
+//! and `uraid monitor`. They print what the stopped-array commands of
+//! [`crate::manage`] print; membership changes rebuild in the background
+//! of the serving process (md's way) instead of in the foreground.
+
+use anyhow::{bail, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use uraid_core::control::array::ArrayStatus;
+
+use crate::manage::{CheckArgs, ConfigArgs, print_status};
+use crate::service::client::{self, Client};
+use crate::service::proto::{Command, Event, IoFigures, Progress, Reply};
+
+/// `uraid status` of a served array: the status, the background
+/// operation with its rate and ETA, and the live I/O figures.
+pub(crate) fn status(c: Client, json: bool) -> Result<()> {
+    let v = c.call(Command::Status, &mut |_| {})?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let st: ArrayStatus = serde_json::from_value(v["array"].clone())?;
+    println!("served by uraid serve (pid {}): live state", v["pid"]);
+    print_status(&st);
+    if let Ok(Some(p)) = serde_json::from_value::<Option<Progress>>(v["progress"].clone()) {
+        println!("  {}", progress_line(&p));
+    }
+    if let Some(io) = v["io"].as_object() {
+        for (vol, f) in io {
+            if let Ok(f) = serde_json::from_value::<IoFigures>(f.clone()) {
+                println!("  volume '{vol}' I/O over the last {:.0} s:", f.seconds);
+                println!(
+                    "      read  {:>9.0} IOPS {:>9.1} MB/s, latency mean {:>8.1} us, p99 {:>8.1} us",
+                    f.read_iops, f.read_mb_s, f.read_mean_us, f.read_p99_us
+                );
+                println!(
+                    "      write {:>9.0} IOPS {:>9.1} MB/s, latency mean {:>8.1} us, p99 {:>8.1} us",
+                    f.write_iops, f.write_mb_s, f.write_mean_us, f.write_p99_us
+                );
+                println!("      {} request(s) in flight, {} connection(s)", f.in_flight, f.connections);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `rebuild of role 1: 45.2% (1.2 GiB of 2.5 GiB) at 120.3 MB/s, ETA 11 s`.
+fn progress_line(p: &Progress) -> String {
+    let eta = p.eta_seconds.map(|s| format!(", ETA {s:.0} s")).unwrap_or_default();
+    let limit = p.rate_limit.map(|r| format!(" (limit {:.0} MB/s)", r as f64 / 1e6)).unwrap_or_default();
+    format!(
+        "{} of {}: {:.1}% ({} of {}) at {:.1} MB/s{limit}{eta}",
+        p.action,
+        p.target,
+        p.percent(),
+        uraid_core::units::fmt_size(p.done),
+        uraid_core::units::fmt_size(p.total),
+        p.mb_per_s
+    )
+}
+
+/// Prints where the array stands after a change.
+fn after(name: &str) -> Result<()> {
+    match Client::connect(name) {
+        Some(c) => status(c, false),
+        None => Ok(()),
+    }
+}
+
+/// `uraid fail` on a served array.
+pub(crate) fn fail(c: Client, member: &str, force: bool) -> Result<()> {
+    let name = c.name.clone();
+    let v = c.call(Command::Fail { member: member.to_string(), force }, &mut |_| {})?;
+    println!("role {} of array '{name}' marked faulty (events {})", v["role"], v["events"]);
+    after(&name)
+}
+
+/// `uraid remove` on a served array.
+pub(crate) fn remove(c: Client, member: &str) -> Result<()> {
+    let name = c.name.clone();
+    let v = c.call(Command::Remove { member: member.to_string() }, &mut |_| {})?;
+    println!("slot {} removed from array '{name}' (events {})", v["slot"], v["events"]);
+    after(&name)
+}
+
+/// `uraid add` on a served array: the drive becomes a spare, which takes
+/// over a failed or missing role at once and is rebuilt in the background.
+pub(crate) fn add(c: Client, device: &str, force: bool) -> Result<()> {
+    let name = c.name.clone();
+    let v = c.call(Command::Add { device: device.to_string(), force }, &mut |_| {})?;
+    match v["takes_over"].as_u64() {
+        Some(r) => println!(
+            "{device} added to array '{name}'; it takes over role {r} and is rebuilt in the background \
+             ('uraid status {name}' shows the progress)"
+        ),
+        None => println!("{device} added to array '{name}' as a spare (slot {})", v["slot"]),
+    }
+    after(&name)
+}
+
+/// `uraid replace` on a served array.
+pub(crate) fn replace(c: Client, old: &str, new: &str, force: bool) -> Result<()> {
+    let name = c.name.clone();
+    let v = c.call(Command::Replace { old: old.to_string(), new: new.to_string(), force }, &mut |_| {})?;
+    println!(
+        "{new} replaces role {} of array '{name}' and is rebuilt in the background ('uraid status {name}' shows the progress)",
+        v["role"]
+    );
+    after(&name)
+}
+
+/// `uraid rebuild` on a served array: sets the background rebuild's rate.
+pub(crate) fn rebuild(c: Client, rate: Option<u64>) -> Result<()> {
+    let name = c.name.clone();
+    let v = c.call(Command::Rebuild { rate }, &mut |_| {})?;
+    match rate {
+        Some(r) => println!("array '{name}': background rebuild limited to {:.1} MB/s", r as f64 / 1e6),
+        None => println!("array '{name}': background rebuild without a rate limit"),
+    }
+    if v["rebuilding"].as_array().is_some_and(|a| a.is_empty()) {
+        println!("array '{name}': nothing is being rebuilt");
+    }
+    after(&name)
+}
+
+/// `uraid check` / `repair` on a served array: runs in the serving
+/// process alongside the clients' I/O; progress until it ends.
+pub(crate) fn check(c: Client, a: &CheckArgs, repair: bool) -> Result<()> {
+    let rate = crate::manage::rate(&a.rate)?;
+    let bar = if a.quiet || a.json { ProgressBar::hidden() } else { ProgressBar::new(0) };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {percent:>3}% {bytes}/{total_bytes} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    let v = c.call(Command::Check { volume: a.volume.clone(), repair, rate }, &mut |r: &Reply| {
+        if let Some(p) = &r.progress {
+            bar.set_length(p.total);
+            bar.set_position(p.done);
+            bar.set_message(format!("{} '{}' {:.1} MB/s", p.action, p.target, p.mb_per_s));
+        }
+    })?;
+    bar.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    for r in v.as_array().into_iter().flatten() {
+        let report = r["report"].as_object().map(|o| o.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "));
+        println!("volume {} (raid{}): {}", r["volume"], r["level"], report.unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// `uraid config` on a served array.
+pub(crate) fn config(c: Client, a: &ConfigArgs) -> Result<()> {
+    let Some(mode) = a.cache.cache.clone() else { bail!("nothing to change: give --cache MODE (off, writethrough, writeback, journal)") };
+    c.call(Command::Config { volume: a.volume.clone(), mode }, &mut |_| {})?;
+    Ok(())
+}
+
+#[derive(Args)]
+pub(crate) struct StopArgs {
+    /// The served array: its name or UUID, or its members.
+    #[arg(required = true, value_name = "NAME|MEMBER")]
+    pub(crate) array: Vec<String>,
+}
+
+/// `uraid stop`: stops the process serving the array, cleanly (requests in
+/// flight finish, members flushed and marked clean), and waits for it.
+pub(crate) fn stop(a: StopArgs) -> Result<()> {
+    let Some(c) = client::find(&a.array) else {
+        bail!("no running uraid serves '{}' (no control socket answers in {})", a.array.join(" "), crate::runstate::run_dir().display());
+    };
+    let name = c.name.clone();
+    let v = c.call(Command::Stop, &mut |_| {})?;
+    let pid = v["pid"].as_i64().unwrap_or(0) as libc::pid_t;
+    let t0 = std::time::Instant::now();
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    while pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+        if t0.elapsed() > std::time::Duration::from_secs(300) {
+            bail!("array '{name}' (pid {pid}) is still stopping after 300 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    println!("array '{name}' stopped (pid {pid})");
+    Ok(())
+}
+
+#[derive(Args)]
+pub(crate) struct MonitorArgs {
+    /// The served arrays to follow (default: every one running).
+    #[arg(value_name = "NAME")]
+    pub(crate) arrays: Vec<String>,
+    /// Report the degraded arrays (DegradedArray) and exit, for cron.
+    #[arg(long)]
+    pub(crate) oneshot: bool,
+    /// Send a TestMessage through every channel of each array (log,
+    /// program, mail and monitors), then go on (or exit with --oneshot).
+    #[arg(long)]
+    pub(crate) test: bool,
+    /// Also run this program on each event, as `PROGRAM EVENT ARRAY [MEMBER]`.
+    #[arg(long)]
+    pub(crate) program: Option<std::path::PathBuf>,
+    /// Print only the events from now on, not those kept from before.
+    #[arg(long)]
+    pub(crate) new_only: bool,
+}
+
+/// One event as a line: `2026-11-25 16:40:01 Fail data /dev/loop3: ...`.
+fn event_line(e: &Event) -> String {
+    let secs = (e.unix_ms / 1000) as libc::time_t;
+    // SAFETY: a zeroed tm is valid; localtime_r writes into it.
+    let when = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&secs, &mut tm);
+        format!("{:04}-{:02}-{:02} {:02}:{:02}:{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
+    };
+    format!("{when} {} {}{}: {}", e.event, e.array, e.member.as_deref().map(|m| format!(" {m}")).unwrap_or_default(), e.detail)
+}
+
+/// `uraid monitor`: follows the events of served arrays (mdadm --monitor).
+pub(crate) fn monitor(a: MonitorArgs) -> Result<()> {
+    let names = if a.arrays.is_empty() { client::served_names() } else { a.arrays.clone() };
+    if names.is_empty() {
+        bail!("no array is served here (no control socket in {}); start one with 'uraid serve NAME'", crate::runstate::run_dir().display());
+    }
+    let mut clients = Vec::new();
+    for n in &names {
+        match Client::connect(n) {
+            Some(c) => clients.push(c),
+            None => bail!("array '{n}' is not served (no control socket answers at {})", client::ctl_path(n).display()),
+        }
+    }
+    if a.test {
+        for n in &names {
+            if let Some(c) = Client::connect(n) {
+                c.call(Command::TestMessage, &mut |_| {})?;
+            }
+        }
+    }
+    if a.oneshot {
+        for n in &names {
+            let Some(c) = Client::connect(n) else { continue };
+            let v = c.call(Command::Status, &mut |_| {})?;
+            let st: ArrayStatus = serde_json::from_value(v["array"].clone())?;
+            for vol in st.volumes.iter().filter(|v| matches!(v.state.as_str(), "degraded" | "rebuilding" | "failed")) {
+                println!("DegradedArray event on {n}: volume '{}' is {}", vol.name, vol.state);
+            }
+        }
+        return Ok(());
+    }
+    let (tx, rx) = std::sync::mpsc::channel::<Option<Event>>();
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    for c in clients {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let _ = c.call(Command::Monitor, &mut |r: &Reply| {
+                if let Some(e) = &r.event {
+                    let _ = tx.send(Some(e.clone()));
+                }
+            });
+            let _ = tx.send(None);
+        });
+    }
+    drop(tx);
+    let mut open = names.len();
+    while open > 0 {
+        match rx.recv() {
+            Ok(Some(e)) => {
+                if a.new_only && e.unix_ms < started {
+                    continue;
+                }
+                {
+                    use std::io::Write as _;
+                    let mut out = std::io::stdout().lock();
+                    writeln!(out, "{}", event_line(&e))?;
+                    out.flush()?;
+                }
+                if let Some(p) = &a.program {
+                    let mut cmd = std::process::Command::new(p);
+                    cmd.arg(&e.event).arg(&e.array);
+                    if let Some(m) = &e.member {
+                        cmd.arg(m);
+                    }
+                    if let Err(err) = cmd.status() {
+                        eprintln!("uraid monitor: cannot run {}: {err}", p.display());
+                    }
+                }
+            }
+            Ok(None) => open -= 1,
+            Err(_) => break,
+        }
+    }
+    println!("uraid monitor: every array followed has stopped");
+    Ok(())
+}

@@ -1,0 +1,612 @@
+//! The array service inside `uraid serve`: what makes a served array
+//! manageable while it runs, as md arrays are.
+//!
+//! - [`Manager`]: the one thread that owns the [`Array`] while it is
+//!   served. It carries out the commands of the control socket (fail,
+//!   remove, add, replace, rebuild rate, check / repair), moves spares into
+//!   failed roles (new volumes over them, every connection moved), runs the
+//!   background rebuild and scrubs (a command pauses them at their next
+//!   checkpoint; they resume after it), and turns what it sees into events.
+//! - [`ctl`]: the control socket (`/run/uraid/NAME.ctl`) and [`proto`], its
+//!   versioned JSON protocol; [`client`]: the CLI's side of it.
+//! - [`events`]: mdadm's events to the system log, a program, mail and
+//!   the monitors.
+//!
+//! The manager reaches the array only through `uraid_core::control`'s
+//! `Array` and the export only through `Server::replace_volume`.
+
+pub(crate) mod client;
+pub(crate) mod ctl;
+pub(crate) mod events;
+pub(crate) mod proto;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use uraid_core::control::array::{Array, ArrayStatus};
+use uraid_core::control::maint::{CheckOptions, CheckReport};
+use uraid_core::raid::health::MemberState;
+use uraid_core::MemberSpec;
+use uraid_nbd::Server;
+
+use self::events::Events;
+use self::proto::{Command, ErrorBody, Progress, Reply};
+
+/// A command for the manager, with where its final reply goes.
+pub(crate) struct Job {
+    /// The command.
+    pub cmd: Command,
+    /// The final reply.
+    pub reply: Sender<Reply>,
+}
+
+/// What the manager shares with the control socket's threads.
+pub(crate) struct Live {
+    /// The array's status as of the manager's last look (every 200 ms when
+    /// idle, after each checkpoint of a rebuild or scrub).
+    status: Mutex<Option<ArrayStatus>>,
+    /// The background operation running, if any.
+    progress: Mutex<Option<Progress>>,
+    /// Set to pause a running rebuild or scrub at its next checkpoint
+    /// (a command waits, or the service stops).
+    pub interrupt: AtomicBool,
+    /// Set when the service is to stop (a `stop` command).
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Live {
+    /// Shared state of a service that stops when `stop` is set.
+    pub(crate) fn new(stop: Arc<AtomicBool>) -> Arc<Live> {
+        Arc::new(Live { status: Mutex::new(None), progress: Mutex::new(None), interrupt: AtomicBool::new(false), stop })
+    }
+    /// The last status the manager took.
+    pub(crate) fn status(&self) -> Option<ArrayStatus> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    /// The background operation running, if any.
+    pub(crate) fn progress(&self) -> Option<Progress> {
+        self.progress.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    fn set_progress(&self, p: Option<Progress>) {
+        *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = p;
+    }
+}
+
+/// How the manager runs (from `serve`'s flags and the config).
+pub(crate) struct ManagerOptions {
+    /// Background rebuild rate limit, bytes/s.
+    pub rebuild_rate: Option<u64>,
+    /// Default scrub rate limit, bytes of a volume per second.
+    pub scrub_rate: Option<u64>,
+    /// Scheduled check of every redundant volume this often.
+    pub scrub_every: Option<Duration>,
+}
+
+/// A scrub under way.
+struct Scrub {
+    /// Indexes of the volumes to scrub, in order.
+    volumes: Vec<usize>,
+    /// The volume being scrubbed (index into `volumes`).
+    at: usize,
+    /// Where to resume in it.
+    start_stripe: u64,
+    repair: bool,
+    rate: Option<u64>,
+    report: CheckReport,
+    /// Reports of the volumes done, as `uraid check --json` prints them.
+    done: Vec<serde_json::Value>,
+    /// Who waits for the reports.
+    waiters: Vec<Sender<Reply>>,
+    /// Bytes done and time when this volume's scrub (re)started, for its rate.
+    since: (u64, Instant),
+}
+
+/// The thread that owns the array while it is served (see the module docs).
+pub(crate) struct Manager<'a> {
+    arr: Array,
+    server: &'a Server,
+    export: String,
+    opts: ManagerOptions,
+    jobs: Receiver<Job>,
+    live: Arc<Live>,
+    events: Events,
+    scrub: Option<Scrub>,
+    last_scrub: Instant,
+    /// Member states as last seen, to tell what changed.
+    seen: Vec<MemberState>,
+    degraded: bool,
+    /// Per rebuilding role, the last RebuildNN step announced (0: Started).
+    announced: Vec<(u32, u64)>,
+    journal_lost: Vec<bool>,
+}
+
+impl<'a> Manager<'a> {
+    /// A manager of `arr`, whose first volume `server` exports as `export`.
+    pub(crate) fn new(
+        arr: Array,
+        server: &'a Server,
+        export: &str,
+        opts: ManagerOptions,
+        jobs: Receiver<Job>,
+        live: Arc<Live>,
+        events: Events,
+    ) -> Manager<'a> {
+        let st = arr.status();
+        let degraded = is_degraded(&st);
+        let journal_lost = st.volumes.iter().map(|v| v.journal_lost).collect();
+        Manager {
+            seen: arr.health().states(),
+            arr,
+            server,
+            export: export.to_string(),
+            opts,
+            jobs,
+            live,
+            events,
+            scrub: None,
+            last_scrub: Instant::now(),
+            degraded,
+            announced: Vec::new(),
+            journal_lost,
+        }
+    }
+
+    /// Runs until the service stops; returns the array for the final stop.
+    pub(crate) fn run(mut self) -> Array {
+        let st = self.arr.status();
+        self.events.emit("NewArray", None, format!("array '{}' ({}) is served, {}", st.name, st.uuid, summary(&st)));
+        if self.degraded {
+            self.events.emit("DegradedArray", None, summary(&st));
+        }
+        self.refresh();
+        while !self.stopping() {
+            self.live.interrupt.store(false, Ordering::Relaxed);
+            while let Ok(job) = self.jobs.try_recv() {
+                self.handle(job);
+            }
+            self.take_over();
+            self.notice();
+            if !self.arr.rebuilding().is_empty() {
+                self.rebuild();
+                continue;
+            }
+            if self.scrub.is_none() {
+                if let Some(every) = self.opts.scrub_every {
+                    if self.last_scrub.elapsed() >= every {
+                        let vols = self.redundant();
+                        if !vols.is_empty() {
+                            self.events.emit("CheckStarted", None, format!("scheduled check (every {} s)", every.as_secs()));
+                            self.scrub = Some(new_scrub(vols, false, self.opts.scrub_rate));
+                        }
+                        self.last_scrub = Instant::now();
+                    }
+                }
+            }
+            if self.scrub.is_some() {
+                self.scrub_step();
+                continue;
+            }
+            self.refresh();
+            match self.jobs.recv_timeout(Duration::from_millis(200)) {
+                Ok(job) => self.handle(job),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+        if let Some(s) = self.scrub.take() {
+            for w in s.waiters {
+                let _ = w.send(Reply::failed(ErrorBody::new(
+                    "Interrupted",
+                    "the array is stopping; the scrub was not finished (run it again after the next start)",
+                )));
+            }
+        }
+        self.live.set_progress(None);
+        self.arr
+    }
+
+    fn stopping(&self) -> bool {
+        self.live.stop.load(Ordering::Relaxed)
+    }
+
+    /// Takes the status for the control socket.
+    fn refresh(&self) {
+        *self.live.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.arr.status());
+    }
+
+    /// The redundant volumes' indexes.
+    fn redundant(&self) -> Vec<usize> {
+        let e = self.arr.volume_entries();
+        (0..e.len()).filter(|&i| e[i].level != 0).collect()
+    }
+
+    /// The device path of slot `slot`, or "role N".
+    fn device(&self, slot: u32) -> String {
+        self.arr.status().members.get(slot as usize).and_then(|m| m.device.clone()).unwrap_or_else(|| format!("role {slot}"))
+    }
+
+    /// Events for what changed since the last look: a member that became
+    /// faulty (Fail; FailSpare when it was being rebuilt), the array
+    /// becoming degraded (DegradedArray), a journal lost (JournalLost).
+    fn notice(&mut self) {
+        let now = self.arr.health().states();
+        let st = self.arr.status();
+        for (r, (&was, &is)) in self.seen.iter().zip(&now).enumerate() {
+            if is == MemberState::Faulty && was != MemberState::Faulty {
+                let dev = st.members.get(r).and_then(|m| m.device.clone());
+                let ev = if was == MemberState::Rebuilding { "FailSpare" } else { "Fail" };
+                self.events.emit(ev, dev.as_deref(), format!("role {r} is faulty: no longer read or written"));
+            }
+        }
+        self.seen = now;
+        let degraded = is_degraded(&st);
+        if degraded && !self.degraded {
+            self.events.emit("DegradedArray", None, summary(&st));
+        }
+        self.degraded = degraded;
+        for (i, v) in st.volumes.iter().enumerate() {
+            if v.journal_lost && !self.journal_lost.get(i).copied().unwrap_or(false) {
+                self.events.emit("JournalLost", None, format!("volume '{}': the write journal is lost", v.name));
+            }
+        }
+        self.journal_lost = st.volumes.iter().map(|v| v.journal_lost).collect();
+    }
+
+    /// Moves spares into faulty or missing roles: new volumes over them,
+    /// the export moved to them (requests in flight finish on the old
+    /// ones), then the roles start rebuilding.
+    fn take_over(&mut self) {
+        let down = (0..self.arr.member_count())
+            .any(|r| matches!(self.arr.health().state(r), MemberState::Faulty | MemberState::Missing));
+        if !down || self.arr.superblock().spares().is_empty() {
+            return;
+        }
+        let old = self.arr.volume().clone();
+        match self.arr.attach_spares() {
+            Ok(roles) if !roles.is_empty() => {
+                self.log(format!("a spare takes over role(s) {roles:?}; moving the connections to it"));
+                if !self.move_export(old) {
+                    return;
+                }
+                let started = self.arr.start_rebuilding(&roles);
+                for w in self.arr.take_warnings() {
+                    self.log(format!("warning: {w}"));
+                }
+                if let Err(e) = started {
+                    self.log(format!("cannot start the rebuild onto the spare: {e}"));
+                }
+                self.seen = self.arr.health().states();
+            }
+            Ok(_) => {}
+            Err(e) => self.log(format!("a spare could not take over: {e}")),
+        }
+    }
+
+    /// Moves the export from volume `old` to the array's current first
+    /// volume and waits until no connection uses `old`. False when the
+    /// export refused it.
+    fn move_export(&mut self, old: Arc<uraid_core::Volume>) -> bool {
+        if Arc::ptr_eq(&old, self.arr.volume()) {
+            return true;
+        }
+        if let Err(e) = self.server.replace_volume(&self.export, self.arr.volume().clone()) {
+            self.log(format!("cannot move the export to the new volume: {e}"));
+            return false;
+        }
+        // Connections move between requests; a stop ends them.
+        while Arc::strong_count(&old) > 1 && !self.server.shutdown_flag().load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+
+    fn log(&self, msg: String) {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "uraid serve: {msg}");
+    }
+
+    /// Runs the rebuild of the rebuilding roles until it ends or is
+    /// paused, with progress and the Rebuild events.
+    fn rebuild(&mut self) {
+        let roles = self.arr.rebuilding();
+        for &r in &roles {
+            if !self.announced.iter().any(|&(a, _)| a == r) {
+                let dev = self.device(r);
+                self.events.emit("RebuildStarted", Some(&dev), format!("role {r} is being rebuilt"));
+                self.announced.push((r, 0));
+            }
+        }
+        let rate = self.opts.rebuild_rate;
+        let live = self.live.clone();
+        let events = self.events.clone();
+        let devices: Vec<String> = (0..self.arr.member_count()).map(|r| self.device(r)).collect();
+        let mut announced = std::mem::take(&mut self.announced);
+        let mut since: Option<(u32, u64, Instant)> = None;
+        let r = self.arr.rebuild_until(rate, Some(&self.live.interrupt), &mut |role, done, total| {
+            let (_, d0, t0) = *since.get_or_insert((role, done, Instant::now()));
+            if since.is_some_and(|(r, _, _)| r != role) {
+                since = Some((role, done, Instant::now()));
+            }
+            live.set_progress(Some(progress("rebuild", format!("role {role}"), done, total, d0, t0, rate)));
+            let step = (done * 100).checked_div(total).unwrap_or(100) / 20 * 20;
+            if let Some(a) = announced.iter_mut().find(|(r, _)| *r == role) {
+                if step > a.1 && step < 100 {
+                    a.1 = step;
+                    events.emit(&format!("Rebuild{step}"), devices.get(role as usize).map(String::as_str), format!("role {role}: {step}% rebuilt"));
+                }
+            }
+        });
+        self.announced = announced;
+        self.live.set_progress(None);
+        match r {
+            Ok(reports) => {
+                for (role, rep) in roles.iter().zip(&reports) {
+                    let dev = self.device(*role);
+                    self.events.emit(
+                        "RebuildFinished",
+                        Some(&dev),
+                        format!(
+                            "role {role} rebuilt: {} bytes written, {} zeroed, {} already in sync, in {:.1} s",
+                            rep.bytes_written, rep.bytes_skipped, rep.bytes_in_sync, rep.seconds
+                        ),
+                    );
+                    self.events.emit("SpareActive", Some(&dev), format!("role {role} is active"));
+                    self.announced.retain(|&(a, _)| a != *role);
+                }
+            }
+            Err(e) if e.kind() == uraid_core::ErrorKind::Interrupted => {}
+            Err(e) => {
+                self.log(format!("the background rebuild failed: {e}"));
+                self.notice();
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        self.seen = self.arr.health().states();
+        self.refresh();
+    }
+
+    /// Scrubs until the scrub ends or is paused; at its end, replies to
+    /// those waiting and reports mismatches (MismatchesFound).
+    fn scrub_step(&mut self) {
+        let Some(mut s) = self.scrub.take() else { return };
+        let entries = self.arr.volume_entries();
+        let Some(&index) = s.volumes.get(s.at) else {
+            self.finish_scrub(s);
+            return;
+        };
+        let name = entries[index].name.clone();
+        let action = if s.repair { "repair" } else { "check" };
+        let opts = CheckOptions { start_stripe: s.start_stripe, rate: s.rate, stop: Some(&self.live.interrupt) };
+        let live = self.live.clone();
+        let (rate, since) = (s.rate, s.since);
+        let r = self.arr.check_part(index, s.repair, &opts, &mut s.report, &mut |done, total| {
+            live.set_progress(Some(progress(action, name.clone(), done, total, since.0, since.1, rate)));
+        });
+        match r {
+            Ok(Some(stripe)) => {
+                // Paused for a command: resume there.
+                s.start_stripe = stripe;
+                s.since = (self.live.progress().map(|p| p.done).unwrap_or(0), Instant::now());
+                self.scrub = Some(s);
+            }
+            Ok(None) => {
+                let report = std::mem::take(&mut s.report);
+                if report.mismatches > 0 {
+                    self.events.emit(
+                        "MismatchesFound",
+                        None,
+                        format!(
+                            "volume '{name}': {} stripe(s) whose copies or parity disagree{}",
+                            report.mismatches,
+                            if s.repair { format!(", {} repaired", report.repaired) } else { String::new() }
+                        ),
+                    );
+                }
+                s.done.push(serde_json::json!({
+                    "volume": name, "level": entries[index].level, "repair": s.repair,
+                    "report": serde_json::to_value(&report).unwrap_or_default(),
+                }));
+                s.at += 1;
+                s.start_stripe = 0;
+                s.since = (0, Instant::now());
+                if s.at < s.volumes.len() {
+                    self.scrub = Some(s);
+                } else {
+                    self.finish_scrub(s);
+                }
+            }
+            Err(e) => {
+                for w in s.waiters {
+                    let _ = w.send(Reply::failed(e.clone().into()));
+                }
+                self.live.set_progress(None);
+            }
+        }
+        self.notice();
+        self.refresh();
+    }
+
+    fn finish_scrub(&mut self, s: Scrub) {
+        self.live.set_progress(None);
+        self.last_scrub = Instant::now();
+        let result = serde_json::Value::Array(s.done);
+        for w in s.waiters {
+            let _ = w.send(Reply::done(result.clone()));
+        }
+    }
+
+    /// The role or slot `m` names: a number, or one of the array's devices.
+    fn resolve(&self, m: &str) -> Result<u32, ErrorBody> {
+        if let Ok(n) = m.trim().parse::<u32>() {
+            return Ok(n);
+        }
+        let spec: MemberSpec = m.parse().map_err(|e: uraid_core::Error| ErrorBody::from(e))?;
+        self.arr.slot_of(&spec).ok_or_else(|| {
+            ErrorBody::new(
+                "InvalidInput",
+                format!("{m} is not a member of array '{}'; give a role number (see 'uraid status') or a member's path", self.arr.name()),
+            )
+        })
+    }
+
+    /// Carries out one command and replies (a scrub replies when it ends).
+    fn handle(&mut self, job: Job) {
+        let r = self.execute(&job);
+        if let Some(r) = r {
+            let _ = job.reply.send(match r {
+                Ok(v) => Reply::done(v),
+                Err(e) => Reply::failed(e),
+            });
+        }
+        self.notice();
+        self.refresh();
+    }
+
+    /// `None` when the reply comes later (a scrub).
+    fn execute(&mut self, job: &Job) -> Option<Result<serde_json::Value, ErrorBody>> {
+        Some(match &job.cmd {
+            Command::Fail { member, force } => (|| {
+                let role = self.resolve(member)?;
+                self.arr.fail(role, *force)?;
+                Ok(serde_json::json!({"role": role, "events": self.arr.events()}))
+            })(),
+            Command::Remove { member } => (|| {
+                let slot = self.resolve(member)?;
+                let old = self.arr.volume().clone();
+                self.arr.remove(slot)?;
+                self.move_export(old);
+                Ok(serde_json::json!({"slot": slot, "events": self.arr.events()}))
+            })(),
+            Command::Add { device, force } => (|| {
+                let spec: MemberSpec = device.parse().map_err(|e: uraid_core::Error| ErrorBody::from(e))?;
+                let slot = self.arr.add_spare(&spec, *force)?;
+                let down = (0..self.arr.member_count())
+                    .find(|&r| matches!(self.arr.health().state(r), MemberState::Faulty | MemberState::Missing));
+                Ok(serde_json::json!({"slot": slot, "takes_over": down, "events": self.arr.events()}))
+            })(),
+            Command::Replace { old, new, force } => (|| {
+                let role = self.resolve(old)?;
+                if role >= self.arr.member_count() {
+                    return Err(ErrorBody::new("InvalidInput", format!("slot {role} is a spare, not a role: nothing to replace")));
+                }
+                let spec: MemberSpec = new.parse().map_err(|e: uraid_core::Error| ErrorBody::from(e))?;
+                let slot = self.arr.add_spare(&spec, *force)?;
+                if matches!(self.arr.health().state(role), MemberState::Active | MemberState::Rebuilding) {
+                    if let Err(e) = self.arr.fail(role, *force) {
+                        // Nothing else changes: the new drive goes again.
+                        let _ = self.arr.remove(slot);
+                        return Err(e.into());
+                    }
+                }
+                Ok(serde_json::json!({"role": role, "events": self.arr.events()}))
+            })(),
+            Command::Rebuild { rate } => {
+                if *rate == Some(0) {
+                    Err(ErrorBody::new("InvalidInput", "a rebuild rate of 0 would never finish; give a positive rate or none"))
+                } else {
+                    self.opts.rebuild_rate = *rate;
+                    Ok(serde_json::json!({"rate": rate, "rebuilding": self.arr.rebuilding()}))
+                }
+            }
+            Command::Check { volume, repair, rate } => {
+                let vols = match volume {
+                    Some(name) => match self.arr.volume_index(name) {
+                        Ok(i) if self.arr.volume_entries()[i].level != 0 => vec![i],
+                        Ok(_) => return Some(Err(ErrorBody::new("InvalidInput", format!("volume '{name}' is RAID 0: it keeps no copies or parity to check")))),
+                        Err(e) => return Some(Err(e.into())),
+                    },
+                    None => self.redundant(),
+                };
+                if vols.is_empty() {
+                    return Some(Err(ErrorBody::new(
+                        "InvalidInput",
+                        format!("array '{}' has no redundant volume to check (RAID 0 keeps no copies or parity)", self.arr.name()),
+                    )));
+                }
+                if *rate == Some(0) {
+                    return Some(Err(ErrorBody::new("InvalidInput", "a scrub rate of 0 would never finish; give a positive rate or none")));
+                }
+                match &mut self.scrub {
+                    Some(s) if s.volumes == vols && s.repair == *repair => s.waiters.push(job.reply.clone()),
+                    Some(s) => {
+                        return Some(Err(ErrorBody::new(
+                            "Busy",
+                            format!(
+                                "a {} of volume(s) {:?} is running; wait for it ('uraid status {}' shows its progress)",
+                                if s.repair { "repair" } else { "check" },
+                                s.volumes,
+                                self.arr.name()
+                            ),
+                        )))
+                    }
+                    None => {
+                        let mut s = new_scrub(vols, *repair, rate.or(self.opts.scrub_rate));
+                        s.waiters.push(job.reply.clone());
+                        self.scrub = Some(s);
+                    }
+                }
+                return None;
+            }
+            Command::Config { .. } => Err(ErrorBody::new(
+                "NotLive",
+                format!(
+                    "the cache mode of a served array cannot be changed yet: stop it ('uraid stop {0}'), run 'uraid config \
+                     {0} --cache MODE', then serve it again. Nothing was changed",
+                    self.arr.name()
+                ),
+            )),
+            Command::Status | Command::Stop | Command::Monitor | Command::TestMessage => {
+                Err(ErrorBody::new("Protocol", format!("'{}' is answered by the control socket, not the manager", job.cmd.name())))
+            }
+        })
+    }
+}
+
+fn new_scrub(volumes: Vec<usize>, repair: bool, rate: Option<u64>) -> Scrub {
+    Scrub {
+        volumes,
+        at: 0,
+        start_stripe: 0,
+        repair,
+        rate,
+        report: CheckReport::default(),
+        done: Vec::new(),
+        waiters: Vec::new(),
+        since: (0, Instant::now()),
+    }
+}
+
+/// Progress of `action` on `target`: `done` of `total` bytes, at the rate
+/// since `d0` bytes were done at `t0`.
+fn progress(action: &str, target: String, done: u64, total: u64, d0: u64, t0: Instant, limit: Option<u64>) -> Progress {
+    let secs = t0.elapsed().as_secs_f64();
+    let rate = if secs > 0.5 { done.saturating_sub(d0) as f64 / secs } else { 0.0 };
+    Progress {
+        action: action.to_string(),
+        target,
+        done,
+        total,
+        mb_per_s: rate / 1e6,
+        eta_seconds: (rate > 0.0).then(|| total.saturating_sub(done) as f64 / rate),
+        rate_limit: limit,
+    }
+}
+
+/// Whether a volume of `st` runs without full redundancy.
+fn is_degraded(st: &ArrayStatus) -> bool {
+    st.volumes.iter().any(|v| matches!(v.state.as_str(), "degraded" | "rebuilding" | "failed"))
+}
+
+/// `raid5 [4/3] [UU_U] degraded` for each volume.
+fn summary(st: &ArrayStatus) -> String {
+    let n = st.member_count as usize;
+    let up = st.members.iter().take(n).filter(|m| m.state == "active").count();
+    let map: String = st.members.iter().take(n).map(|m| if m.state == "active" { 'U' } else { '_' }).collect();
+    st.volumes
+        .iter()
+        .map(|v| format!("volume '{}' raid{} [{n}/{up}] [{map}] {}", v.name, v.level, v.state))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
