@@ -24,6 +24,8 @@ enum Cmd {
     Create(CreateArgs),
     /// Show the superblock (or other signature) on each member.
     Examine(ExamineArgs),
+    /// List the arrays on the machine's block devices and in DIRs (like mdadm --examine --scan); --config records them by name.
+    Scan(crate::scan::ScanArgs),
     /// Check that the members form an array, bring it up to date (resync after a crash), stop it cleanly.
     Assemble(AssembleArgs),
     /// Each volume's level, size, chunk and state, each member's role and state (like /proc/mdstat).
@@ -68,6 +70,7 @@ pub fn run() -> Result<()> {
         Cmd::Create(a) => crate::array_cmds::cmd_create(a),
         Cmd::Examine(a) => crate::array_cmds::cmd_examine(a),
         Cmd::Assemble(a) => crate::array_cmds::cmd_assemble(a),
+        Cmd::Scan(a) => crate::scan::cmd_scan(a),
         Cmd::Status(a) => crate::manage::cmd_status(a),
         Cmd::Fail(a) => crate::manage::cmd_fail(a),
         Cmd::Remove(a) => crate::manage::cmd_remove(a),

@@ -5,9 +5,11 @@ mod array_cmds;
 mod bench_cmds;
 mod cli;
 mod common;
+mod conf;
 mod demo;
 mod manage;
 mod runstate;
+mod scan;
 mod serve;
 mod suite_cmds;
 
