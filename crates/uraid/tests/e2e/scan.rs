@@ -213,3 +213,36 @@ fn a_malformed_config_is_refused_naming_the_file_and_the_key() {
     assert_eq!(o.status.code(), Some(1));
     assert_contains(&o.stderr, &["no array named 'no-such-array-anywhere'", "uraid scan"], &o.cmdline);
 }
+
+#[test]
+fn scan_shows_an_array_a_running_uraid_holds_as_in_use() {
+    let _g = shared();
+    let dir = tmpdir();
+    let cfg = dir.path().join("uraid.conf");
+    let files = sparse_files(dir.path(), "m", 2, 64 * MIB);
+    let name = unique("scanbusy");
+    create(&cfg, &name, "1", &strs(&files));
+    let sock = dir.path().join("s.sock");
+    let mut serve = ChildGuard(
+        std::process::Command::new(URAID)
+            .args(["serve", "--socket", s(&sock), s(&files[0]), s(&files[1])])
+            .env("URAID_CONFIG", &cfg)
+            .env("URAID_RUN_DIR", dir.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("cannot start uraid serve"),
+    );
+    let t0 = std::time::Instant::now();
+    while !sock.exists() {
+        assert!(t0.elapsed().as_secs() < 30, "uraid serve made no socket in 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = run_ok(&cfg, &["scan", s(dir.path())]);
+    let l = array_line(&o.stdout, &name).unwrap_or_else(|| panic!("{name} not listed:\n{}", o.stdout));
+    assert_eq!((l["members"].as_str(), l["state"].as_str()), ("2/2", "in-use"), "{}", o.stdout);
+    serve.kill_and_release(&files);
+    // Killed, it was not stopped cleanly.
+    let o = run_ok(&cfg, &["scan", s(dir.path())]);
+    assert_eq!(array_line(&o.stdout, &name).unwrap()["state"], "active", "{}", o.stdout);
+}
