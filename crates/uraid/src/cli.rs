@@ -26,6 +26,8 @@ enum Cmd {
     Create(CreateArgs),
     /// Show the superblock (or other signature) on each member.
     Examine(ExamineArgs),
+    /// List the arrays on the machine's block devices and in DIRs (like mdadm --examine --scan); --config records them by name.
+    Scan(crate::scan::ScanArgs),
     /// Check that the members form an array, bring it up to date (resync after a crash), stop it cleanly.
     Assemble(AssembleArgs),
     /// Each volume's level, size, chunk and state, each member's role and state (like /proc/mdstat).
@@ -74,6 +76,7 @@ pub fn run() -> Result<()> {
         Cmd::Create(a) => crate::array_cmds::cmd_create(a),
         Cmd::Examine(a) => crate::array_cmds::cmd_examine(a),
         Cmd::Assemble(a) => crate::array_cmds::cmd_assemble(a),
+        Cmd::Scan(a) => crate::scan::cmd_scan(a),
         // On a served array the command goes to its process (crate::live_cmds).
         Cmd::Status(a) => match live(&a.array.members) {
             Some(c) => live_cmds::status(c, a.json),

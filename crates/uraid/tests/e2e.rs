@@ -37,5 +37,9 @@ mod crash;
 #[path = "e2e/manage.rs"]
 mod manage;
 
+// uraid scan, the configuration file, arrays named in place of members.
+#[path = "e2e/scan.rs"]
+mod scan;
+
 #[path = "e2e/hostile.rs"]
 mod hostile;

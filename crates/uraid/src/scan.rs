@@ -1,0 +1,443 @@
+//! `uraid scan`: finds the arrays on the machine, like mdadm's
+//! `--examine --scan`, and optionally writes them to the configuration
+//! file ([`crate::conf`]); and [`member_args`], which lets every command
+//! that takes members take an array's NAME or UUID instead.
+//!
+//! What is examined: every block device of the machine (from
+//! /sys/class/block; those of size 0, such as unbound loop devices, are
+//! skipped), or instead the config's `devices` globs when it has them;
+//! plus the regular files of the directories given. The superblocks are
+//! grouped by array UUID; the one with the highest event counter speaks
+//! for its array.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use uraid_core::control::array::{self, Examination};
+use uraid_core::control::superblock::{fmt_uuid, State, Superblock};
+use uraid_core::raid::health::MemberState;
+use uraid_core::MemberSpec;
+
+use crate::conf::{self, Config};
+
+#[derive(Args)]
+pub(crate) struct ScanArgs {
+    /// Print JSON: an array of objects with the fields of the text lines.
+    #[arg(long)]
+    json: bool,
+    /// Write the arrays found to the configuration file (updating the
+    /// [[array]] of each, keeping everything else): FILE, or without a
+    /// value $URAID_CONFIG, else /etc/uraid/uraid.conf. Put directories
+    /// before it, or write --config=FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    config: Option<Option<PathBuf>>,
+    /// Directories whose regular files are examined too (arrays on files).
+    dirs: Vec<PathBuf>,
+}
+
+/// One array found by a scan.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct ScannedArray {
+    /// The array's name.
+    pub name: String,
+    /// The array's UUID, as `uraid examine` prints it.
+    pub uuid: String,
+    /// The RAID level of each volume, comma separated (`5`, or `5,0` for
+    /// Matrix volumes).
+    pub level: String,
+    /// Roles whose recorded device was found.
+    pub members_found: u32,
+    /// Roles of the array (spares not counted).
+    pub members_expected: u32,
+    /// Spares found.
+    pub spares: u32,
+    /// `clean`, `active` (not stopped cleanly), `degraded` (a role not
+    /// found, or faulty, missing or rebuilding in the superblock) or
+    /// `in use` (a uraid process holds a member).
+    pub state: &'static str,
+    /// A member is locked by a running uraid process.
+    pub in_use: bool,
+    /// The event counter of the authoritative superblock.
+    pub events: u64,
+    /// The devices found (roles in order, then spares): what to give a
+    /// command for this array.
+    pub devices: Vec<String>,
+}
+
+impl ScannedArray {
+    /// The mdadm-style line: `ARRAY name=.. uuid=.. level=.. members=F/E
+    /// state=.. devices=A,B`.
+    pub(crate) fn line(&self) -> String {
+        let spares = if self.spares > 0 { format!(" spares={}", self.spares) } else { String::new() };
+        format!(
+            "ARRAY name={} uuid={} level={} members={}/{}{spares} state={} devices={}",
+            self.name,
+            self.uuid,
+            self.level,
+            self.members_found,
+            self.members_expected,
+            self.state.replace(' ', "-"),
+            self.devices.join(",")
+        )
+    }
+}
+
+/// `uraid scan`.
+pub(crate) fn cmd_scan(a: ScanArgs) -> Result<()> {
+    let target = a.config.as_ref().map(|f| f.clone().unwrap_or_else(conf::path));
+    // The configuration to update is the one whose `devices` are scanned.
+    let cfg = match &target {
+        Some(p) => conf::load_from(p)?,
+        None => conf::load()?,
+    };
+    let found = scan(&a.dirs, &cfg)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&found)?);
+    } else {
+        for f in &found {
+            println!("{}", f.line());
+        }
+    }
+    if let Some(p) = target {
+        write_config(&p, &found)?;
+        eprintln!("uraid: {} array(s) written to {}", found.len(), p.display());
+    }
+    Ok(())
+}
+
+/// Examines the machine's block devices (or the config's `devices` globs)
+/// and the regular files of `dirs`, and returns the arrays found, by name
+/// then UUID. A device that cannot be examined is noted on stderr.
+/// Errors: a directory that cannot be listed.
+pub(crate) fn scan(dirs: &[PathBuf], cfg: &Config) -> Result<Vec<ScannedArray>> {
+    let mut groups: HashMap<[u8; 16], Vec<(String, Superblock)>> = HashMap::new();
+    for path in candidates(dirs, cfg)? {
+        let name = path.display().to_string();
+        match array::examine(&MemberSpec::Path(path)) {
+            Ok(Examination::Member(sb)) => groups.entry(sb.array_uuid).or_default().push((name, *sb)),
+            Ok(Examination::Corrupt(why)) => eprintln!("uraid: scan: {name}: damaged uraid superblock ({why}); left out"),
+            Ok(Examination::Foreign(_) | Examination::Empty) => {}
+            Err(e) => eprintln!("uraid: scan: {name}: cannot examine it ({e}); left out"),
+        }
+    }
+    let locked = locked_files();
+    let mut out: Vec<ScannedArray> = groups.into_values().map(|g| summarize(g, &locked)).collect();
+    out.sort_by(|a, b| (&a.name, &a.uuid).cmp(&(&b.name, &b.uuid)));
+    Ok(out)
+}
+
+/// The array that the superblocks of one group describe.
+fn summarize(group: Vec<(String, Superblock)>, locked: &HashSet<(u64, u64)>) -> ScannedArray {
+    let auth = group.iter().map(|(_, sb)| sb).max_by_key(|sb| sb.events).expect("a group has a member").clone();
+    let n = auth.member_count as usize;
+    // Each device in the slot of the authoritative table that names it.
+    let mut by_slot: Vec<Option<&str>> = vec![None; auth.slots.len()];
+    for (name, sb) in &group {
+        match auth.slots.iter().position(|s| !s.is_empty() && s.uuid == sb.member_uuid) {
+            Some(i) if by_slot[i].is_none() => by_slot[i] = Some(name),
+            Some(i) => eprintln!(
+                "uraid: scan: {name} and {} carry the same member uuid of array '{}' (a copy?); {name} left out",
+                by_slot[i].unwrap_or_default(),
+                auth.name
+            ),
+            None => eprintln!(
+                "uraid: scan: {name}: a former member of array '{}' ({}), not in its slot table; left out",
+                auth.name,
+                fmt_uuid(&auth.array_uuid)
+            ),
+        }
+    }
+    let found = by_slot.iter().take(n).filter(|d| d.is_some()).count() as u32;
+    let spares = by_slot.iter().skip(n).filter(|d| d.is_some()).count() as u32;
+    let devices: Vec<String> = by_slot.iter().flatten().map(|d| d.to_string()).collect();
+    let in_use = devices.iter().any(|d| std::fs::metadata(d).is_ok_and(|m| locked.contains(&(m.dev(), m.ino()))));
+    let role_down = auth.slots.iter().take(n).any(|s| matches!(s.state, MemberState::Faulty | MemberState::Missing | MemberState::Rebuilding));
+    let state = if (found as usize) < n || role_down {
+        "degraded"
+    } else if in_use {
+        "in use"
+    } else if auth.state == State::Active {
+        "active"
+    } else {
+        "clean"
+    };
+    ScannedArray {
+        name: auth.name.clone(),
+        uuid: fmt_uuid(&auth.array_uuid),
+        level: auth.volumes.iter().map(|v| v.level.to_string()).collect::<Vec<_>>().join(","),
+        members_found: found,
+        members_expected: auth.member_count,
+        spares,
+        state,
+        in_use,
+        events: auth.events,
+        devices,
+    }
+}
+
+/// The files (device and inode) that some process holds an `flock` on, as
+/// /proc/locks lists them: how a member held by a running uraid process is
+/// told (`examine` reads it without taking its lock).
+fn locked_files() -> HashSet<(u64, u64)> {
+    let Ok(text) = std::fs::read_to_string("/proc/locks") else { return HashSet::new() };
+    text.lines()
+        .filter_map(|line| {
+            // "1: FLOCK  ADVISORY  WRITE 1234 00:2d:5678 0 EOF"; blocked
+            // waiters have a "->" field and are skipped.
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 6 || f[1] != "FLOCK" {
+                return None;
+            }
+            let mut it = f[5].split(':');
+            let major = u32::from_str_radix(it.next()?, 16).ok()?;
+            let minor = u32::from_str_radix(it.next()?, 16).ok()?;
+            let ino = it.next()?.parse::<u64>().ok()?;
+            Some((libc::makedev(major, minor), ino))
+        })
+        .collect()
+}
+
+/// The paths to examine, each file or device once.
+fn candidates(dirs: &[PathBuf], cfg: &Config) -> Result<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    match &cfg.devices {
+        None => paths.extend(block_devices()),
+        Some(globs) => {
+            for g in globs {
+                for entry in glob::glob(g).with_context(|| format!("devices pattern '{g}' in {}", conf::path().display()))? {
+                    match entry {
+                        Ok(p) => paths.push(p),
+                        Err(e) => eprintln!("uraid: scan: {e}; left out"),
+                    }
+                }
+            }
+        }
+    }
+    for d in dirs {
+        let dir = std::fs::canonicalize(d).with_context(|| format!("cannot open directory {}", d.display()))?;
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .with_context(|| format!("cannot list directory {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        files.sort();
+        paths.extend(files);
+    }
+    let mut seen = HashSet::new();
+    Ok(paths.into_iter().filter(|p| worth_examining(p).is_some_and(|id| seen.insert(id))).collect())
+}
+
+/// An identity for `p` (the device number of a block device, device and
+/// inode of a file) when it is a block device with a size or a regular
+/// file that can hold a superblock; `None` for anything else.
+fn worth_examining(p: &Path) -> Option<(bool, u64, u64)> {
+    let md = std::fs::metadata(p).ok()?;
+    if md.file_type().is_block_device() {
+        let rdev = md.rdev();
+        let size = std::fs::read_to_string(format!("/sys/dev/block/{}:{}/size", libc::major(rdev), libc::minor(rdev))).ok()?;
+        let sectors: u64 = size.trim().parse().ok()?;
+        // An unbound loop or nbd device has size 0: nothing to read, and
+        // reading it may wait.
+        (sectors > 0 && std::fs::File::open(p).is_ok()).then_some((true, rdev, 0))
+    } else if md.is_file() {
+        (md.len() >= uraid_core::control::superblock::SB_SIZE as u64).then_some((false, md.dev(), md.ino()))
+    } else {
+        None
+    }
+}
+
+/// Every block device of the machine, as /dev/NAME, from /sys/class/block.
+fn block_devices() -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir("/sys/class/block") else { return Vec::new() };
+    let mut names: Vec<String> = rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+    names.sort();
+    names.into_iter().map(|n| Path::new("/dev").join(n)).filter(|p| p.exists()).collect()
+}
+
+/// The arguments of a command that takes members, with an array's NAME or
+/// UUID in place of them: when `args` is one word that is not an existing
+/// path, not `mem:...` and has no '/', it names an array, looked up in the
+/// configuration file (its `members` and `journal`; without `members`, its
+/// devices are found by UUID), else on the machine's devices (and the
+/// config's `devices` globs). Anything else is returned unchanged.
+///
+/// Errors: the configuration does not parse; no array of that name or
+/// UUID (the message suggests `uraid scan`); several arrays of that name
+/// (their UUIDs are listed: give one).
+pub(crate) fn member_args(args: &[String]) -> Result<Vec<String>> {
+    let [word] = args else { return Ok(args.to_vec()) };
+    if word.is_empty() || word.contains('/') || word.starts_with("mem:") || Path::new(word).exists() {
+        return Ok(args.to_vec());
+    }
+    let cfg = conf::load()?;
+    let entry = cfg.array(word);
+    if let Some(e) = entry.filter(|e| e.members.is_some()) {
+        // A member that is gone (a dead drive) is left out: the array is
+        // then opened degraded, as when a scan does not find it.
+        let (there, gone): (Vec<String>, Vec<String>) = e.devices().into_iter().partition(|d| Path::new(d).exists());
+        for d in &gone {
+            eprintln!("uraid: warning: {d}, a device of array '{}' in {}, does not exist; left out", e.name, conf::path().display());
+        }
+        if there.is_empty() {
+            bail!("none of the devices {} lists for array '{}' exists; 'uraid scan' finds where they are now", conf::path().display(), e.name);
+        }
+        return Ok(there);
+    }
+    let found = scan(&[], &cfg)?;
+    let wanted = |a: &&ScannedArray| match entry {
+        Some(e) => a.uuid == e.uuid,
+        None => a.uuid.eq_ignore_ascii_case(word) || a.name == *word,
+    };
+    let hits: Vec<&ScannedArray> = found.iter().filter(wanted).collect();
+    match hits.as_slice() {
+        [] => {
+            let where_ = match (&cfg.devices, entry) {
+                (_, Some(e)) => format!("its uuid {} is on none of the devices scanned", e.uuid),
+                (Some(globs), None) => format!("not in {} nor on the devices {}", conf::path().display(), globs.join(" ")),
+                (None, None) => format!("not in {} nor on this machine's block devices", conf::path().display()),
+            };
+            bail!(
+                "no array named '{word}' ({where_}); 'uraid scan DIR...' lists the arrays found (with their files' \
+                 directories), 'uraid scan --config' records them (a member file in the current directory: give it as ./{word})"
+            )
+        }
+        [one] => {
+            let mut devices = one.devices.clone();
+            devices.extend(entry.and_then(|e| e.journal.clone()));
+            Ok(devices)
+        }
+        many => Err(anyhow!(
+            "{} arrays are named '{word}': {}; give the UUID instead of the name",
+            many.len(),
+            many.iter().map(|a| format!("uuid {} (devices {})", a.uuid, a.devices.join(","))).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+/// Writes `found` into the configuration file `path`: the `[[array]]` of
+/// each (the one with its UUID, else its name) gets its name, uuid and
+/// members; other arrays, keys and comments stay. The file is replaced
+/// atomically (a temporary file renamed over it); its directory is made
+/// (0755) when missing. Errors: the file does not parse as a uraid
+/// configuration, or cannot be written.
+fn write_config(path: &Path, found: &[ScannedArray]) -> Result<()> {
+    if path.is_dir() {
+        bail!("--config {} is a directory; give the configuration file (put directories to scan before --config)", path.display());
+    }
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    conf::parse(&text, path)?;
+    let mut doc: toml_edit::DocumentMut = text.parse().with_context(|| format!("{} does not parse", path.display()))?;
+    let tables = doc
+        .entry("array")
+        .or_insert(toml_edit::Item::ArrayOfTables(toml_edit::ArrayOfTables::new()))
+        .as_array_of_tables_mut()
+        .ok_or_else(|| anyhow!("{}: 'array' is not written as [[array]] tables; write each array as an [[array]] table", path.display()))?;
+    for a in found {
+        let same_uuid = |t: &toml_edit::Table| t.get("uuid").and_then(|v| v.as_str()).is_some_and(|u| u.eq_ignore_ascii_case(&a.uuid));
+        let same_name = |t: &toml_edit::Table| t.get("name").and_then(|v| v.as_str()) == Some(a.name.as_str());
+        let at = tables.iter().position(same_uuid).or_else(|| {
+            let i = tables.iter().position(same_name)?;
+            eprintln!(
+                "uraid: the [[array]] named '{}' in {} had another uuid ({}); it now describes the array found, {}",
+                a.name,
+                path.display(),
+                tables.get(i).and_then(|t| t.get("uuid")).and_then(|v| v.as_str()).unwrap_or("none"),
+                a.uuid
+            );
+            Some(i)
+        });
+        let table = match at {
+            Some(i) => tables.get_mut(i).expect("index found above"),
+            None => {
+                tables.push(toml_edit::Table::new());
+                tables.get_mut(tables.len() - 1).expect("just pushed")
+            }
+        };
+        table["name"] = toml_edit::value(a.name.as_str());
+        table["uuid"] = toml_edit::value(a.uuid.as_str());
+        table["members"] = toml_edit::value(a.devices.iter().map(String::as_str).collect::<toml_edit::Array>());
+    }
+    write_atomically(path, doc.to_string().as_bytes())
+}
+
+/// Replaces `path` with `bytes`: a temporary file beside it, synced, then
+/// renamed over it (the directory is made, 0755, when missing). A new
+/// file is 0644; an existing one keeps its mode.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(&dir).with_context(|| format!("cannot make directory {}", dir.display()))?;
+    let name = path.file_name().ok_or_else(|| anyhow!("{} names no file", path.display()))?.to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let mode = std::fs::metadata(path).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o644);
+    let written = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(&dir)?.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", path.display()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_specs_pass_through() {
+        for args in [vec![], vec!["/dev/loop3".to_string()], vec!["mem:1G".to_string()], vec!["a".to_string(), "b".to_string()]] {
+            assert_eq!(member_args(&args).unwrap(), args);
+        }
+    }
+
+    #[test]
+    fn the_config_is_updated_keeping_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sub/uraid.conf");
+        let a = |name: &str, uuid: &str, devs: &[&str]| ScannedArray {
+            name: name.into(),
+            uuid: uuid.into(),
+            level: "5".into(),
+            members_found: 2,
+            members_expected: 2,
+            spares: 0,
+            state: "clean",
+            in_use: false,
+            events: 1,
+            devices: devs.iter().map(|d| d.to_string()).collect(),
+        };
+        let u1 = "11111111-2222-3333-4444-555555555555";
+        let u2 = "66666666-2222-3333-4444-555555555555";
+        write_config(&p, &[a("one", u1, &["/a", "/b"])]).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.path().join("sub")).unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o755);
+        let text = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(&p, format!("# mine\ndevices = [\"/x/*\"]\n{text}socket = \"/s\"\n")).unwrap();
+        write_config(&p, &[a("one", u1, &["/c", "/d"]), a("two", u2, &["/e"])]).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.starts_with("# mine\n"), "{text}");
+        let c = conf::parse(&text, &p).unwrap();
+        assert_eq!(c.devices.as_deref(), Some(&["/x/*".to_string()][..]));
+        let one = c.array("one").unwrap();
+        assert_eq!(one.devices(), ["/c", "/d"]);
+        assert_eq!(one.socket.as_deref(), Some(Path::new("/s")));
+        assert_eq!(c.array(u2).unwrap().devices(), ["/e"]);
+        assert_eq!(c.arrays.len(), 2);
+    }
+}
