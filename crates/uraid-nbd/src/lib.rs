@@ -5,12 +5,15 @@
 //! - [`proto`]: the wire format, as pure parsers and encoders.
 //! - [`server`]: listening, the fixed newstyle handshake, and the
 //!   transmission phase, one thread and one engine queue per connection.
+//! - [`stats`]: live I/O statistics of each export ([`Server::stats`]).
 //!
 //! Source: NetworkBlockDevice/nbd, doc/proto.md.
 
 pub mod proto;
 pub mod server;
+pub mod stats;
 pub mod wire;
 
 pub use server::{Export, Listener, Server, ServerOptions};
+pub use stats::{LatencyHistogram, StatsSnapshot, LATENCY_BOUNDS_US};
 pub use wire::tls_config;

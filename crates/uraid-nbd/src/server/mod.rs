@@ -19,12 +19,13 @@ use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use uraid_core::io::request::Op;
 use uraid_core::{BlockQueue, Completion, IoBuf, Queue, Request, Volume};
 
 use crate::proto::*;
+use crate::stats::{ConnStats, ExportStats, Kind, StatsSnapshot};
 use crate::wire::{Recv, Sock, Wire};
 
 mod handshake;
@@ -57,6 +58,8 @@ struct Live {
     current: std::sync::Mutex<Arc<Volume>>,
     /// Bumped by every replacement; connections compare it with theirs.
     generation: AtomicU64,
+    /// I/O statistics, of the export's name (they outlive replacements).
+    stats: ExportStats,
 }
 
 impl Live {
@@ -157,6 +160,7 @@ impl Server {
                 description: e.description,
                 current: std::sync::Mutex::new(e.volume),
                 generation: AtomicU64::new(0),
+                stats: ExportStats::default(),
             })
             .collect();
         opts.conn_buffer_bytes = opts.conn_buffer_bytes.max(MAX_PAYLOAD as usize);
@@ -192,6 +196,14 @@ impl Server {
     /// The volume export `name` serves now (`""`: the default export).
     pub fn volume(&self, name: &str) -> Option<Arc<Volume>> {
         find(&self.exports, name).map(|e| e.volume().0)
+    }
+
+    /// I/O statistics of export `name` (`""`: the default export) since
+    /// the server started, over every connection and every volume it has
+    /// served; None when there is no such export. Take two and
+    /// [`delta`](StatsSnapshot::delta) them for rates.
+    pub fn stats(&self, name: &str) -> Option<StatsSnapshot> {
+        find(&self.exports, name).map(|e| e.stats.snapshot())
     }
 
     /// Makes export `name` serve `vol` from now on: each connection

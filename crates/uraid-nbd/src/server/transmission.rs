@@ -13,6 +13,14 @@ pub(super) struct Pending {
     offset: u64,
     /// Bytes of data a READ returns (its buffer may be larger).
     len: usize,
+    /// When its header was read.
+    at: Instant,
+}
+
+impl Pending {
+    fn of(h: &RequestHeader, at: Instant) -> Pending {
+        Pending { handle: h.handle, cmd: h.cmd, offset: h.offset, len: h.len as usize, at }
+    }
 }
 
 /// One reply, queued until the batch is sent.
@@ -24,6 +32,12 @@ pub(super) struct Reply {
     data: Option<(IoBuf, usize)>,
     /// An error message payload (structured replies).
     extra: Vec<u8>,
+    /// For the statistics: the request's command, whether the reply is a
+    /// success, bytes read or written, when the header was read.
+    kind: Kind,
+    ok: bool,
+    bytes: u32,
+    at: Instant,
 }
 
 /// Size of the receive buffer; larger WRITE payloads are read straight
@@ -57,8 +71,9 @@ pub(super) struct Transmission<'s> {
     /// Bytes of buffers every connection holds, and their limit.
     buffers: Arc<AtomicUsize>,
     buffer_limit: usize,
-    /// A request read but not started: no buffer memory for it yet.
-    stalled: Option<RequestHeader>,
+    /// A request read (at that instant) but not started: no buffer memory
+    /// for it yet.
+    stalled: Option<(RequestHeader, Instant)>,
     /// Payload bytes of a refused WRITE still to be read and dropped.
     skip: usize,
     /// Bytes received and not parsed yet: `inbuf[in_start..in_end]`. Many
@@ -68,15 +83,21 @@ pub(super) struct Transmission<'s> {
     in_end: usize,
     /// The last receive returned less than it had room for.
     drained: bool,
+    /// When the last receive into `inbuf` returned: the instant every
+    /// header in it was read (one clock read per receive, not per request).
+    recv_at: Instant,
     /// Replies waiting to go out in one writev(2) per batch.
     replies: Vec<Reply>,
-    /// A WRITE whose payload is being read: header, buffer, bytes read.
-    payload: Option<(RequestHeader, IoBuf, usize)>,
+    /// A WRITE whose payload is being read: header, when it was read,
+    /// buffer, bytes read.
+    payload: Option<(RequestHeader, Instant, IoBuf, usize)>,
     /// Still reading requests (false after DISC, EOF, a protocol error or
     /// a shutdown).
     reading: bool,
     /// The socket failed: no more replies can be sent.
     broken: bool,
+    /// This connection's I/O counters.
+    stats: ConnStats<'s>,
 }
 
 impl Drop for Transmission<'_> {
@@ -120,6 +141,8 @@ impl<'s> Transmission<'s> {
             payload: None,
             reading: true,
             broken: false,
+            recv_at: Instant::now(),
+            stats: live.stats.open(),
         })
     }
 
@@ -223,9 +246,9 @@ impl<'s> Transmission<'s> {
     /// are queued, or reading stopped.
     pub(super) fn read_requests(&mut self) {
         while self.reading && !self.free.is_empty() && self.replies.len() < MAX_QUEUED_REPLIES {
-            if let Some(h) = self.stalled.take() {
-                if !self.start(h) {
-                    self.stalled = Some(h);
+            if let Some((h, at)) = self.stalled.take() {
+                if !self.start(h, at) {
+                    self.stalled = Some((h, at));
                     return;
                 }
                 continue;
@@ -236,7 +259,7 @@ impl<'s> Transmission<'s> {
                 self.skip -= take;
                 continue;
             }
-            if let Some((h, mut buf, mut got)) = self.payload.take() {
+            if let Some((h, at, mut buf, mut got)) = self.payload.take() {
                 let want = h.len as usize;
                 // Payload bytes already received come from the buffer...
                 let take = (self.in_end - self.in_start).min(want - got);
@@ -244,19 +267,19 @@ impl<'s> Transmission<'s> {
                 self.in_start += take;
                 got += take;
                 if got == want {
-                    self.dispatch(h, Some(buf));
+                    self.dispatch(h, at, Some(buf));
                     continue;
                 }
                 // ... the rest straight from the socket into the I/O buffer.
                 match self.s.recv_nb(&mut buf[got..want]) {
-                    Recv::Got(n) if got + n == want => self.dispatch(h, Some(buf)),
-                    Recv::Got(n) => self.payload = Some((h, buf, got + n)),
+                    Recv::Got(n) if got + n == want => self.dispatch(h, at, Some(buf)),
+                    Recv::Got(n) => self.payload = Some((h, at, buf, got + n)),
                     Recv::Again => {
-                        self.payload = Some((h, buf, got));
+                        self.payload = Some((h, at, buf, got));
                         return;
                     }
                     Recv::Closed => {
-                        self.payload = Some((h, buf, got));
+                        self.payload = Some((h, at, buf, got));
                         self.reading = false;
                     }
                 }
@@ -284,6 +307,7 @@ impl<'s> Transmission<'s> {
             let room = self.inbuf.len() - end;
             match self.s.recv_nb(&mut self.inbuf[end..]) {
                 Recv::Got(n) => {
+                    self.recv_at = Instant::now();
                     self.in_end += n;
                     self.drained = n < room && !self.s.is_tls();
                 }
@@ -305,8 +329,12 @@ impl<'s> Transmission<'s> {
                 // We cannot take (or skip safely) a payload that large.
                 self.reading = false;
             }
-            _ if !self.start(h) => self.stalled = Some(h),
-            _ => {}
+            _ => {
+                self.stats.received();
+                if !self.start(h, self.recv_at) {
+                    self.stalled = Some((h, self.recv_at));
+                }
+            }
         }
     }
 
@@ -315,11 +343,11 @@ impl<'s> Transmission<'s> {
     /// buffer, the rest at once. False when the buffer memory is not
     /// there yet (nothing was consumed: call again later). A refused WRITE
     /// gets its error now and its payload is read and dropped.
-    pub(super) fn start(&mut self, h: RequestHeader) -> bool {
+    pub(super) fn start(&mut self, h: RequestHeader, at: Instant) -> bool {
         match h.cmd {
             CMD_WRITE | CMD_READ if h.len > 0 => {
                 if let Err((err, msg)) = self.check(&h) {
-                    self.reply_error(h.handle, err, msg);
+                    self.reply_error(&Pending::of(&h, at), err, msg);
                     if h.cmd == CMD_WRITE {
                         self.skip = h.len as usize;
                     }
@@ -327,14 +355,14 @@ impl<'s> Transmission<'s> {
                 }
                 let Some(buf) = self.take_buf(h.len as usize) else { return false };
                 if h.cmd == CMD_WRITE {
-                    self.payload = Some((h, buf, 0));
+                    self.payload = Some((h, at, buf, 0));
                 } else {
-                    self.dispatch(h, Some(buf));
+                    self.dispatch(h, at, Some(buf));
                 }
                 true
             }
             _ => {
-                self.dispatch(h, None);
+                self.dispatch(h, at, None);
                 true
             }
         }
@@ -369,12 +397,13 @@ impl<'s> Transmission<'s> {
         Ok(())
     }
 
-    pub(super) fn dispatch(&mut self, h: RequestHeader, buf: Option<IoBuf>) {
+    pub(super) fn dispatch(&mut self, h: RequestHeader, at: Instant, buf: Option<IoBuf>) {
+        let p = Pending::of(&h, at);
         if let Err((err, msg)) = self.check(&h) {
             if let Some(b) = buf {
                 self.give_buf(b);
             }
-            self.reply_error(h.handle, err, msg);
+            self.reply_error(&p, err, msg);
             return;
         }
         let fua = h.flags & CMD_FLAG_FUA != 0;
@@ -383,7 +412,7 @@ impl<'s> Transmission<'s> {
                 if let Some(b) = buf {
                     self.give_buf(b);
                 }
-                self.reply_ok(h.handle, h.cmd, h.offset, None);
+                self.reply_ok(&p, None);
                 return;
             }
             CMD_READ => (Op::Read, h.offset, h.len as usize, buf),
@@ -399,13 +428,13 @@ impl<'s> Transmission<'s> {
                 // zeros on it, so an fstrim would write all free space;
                 // md turns discard off for such an array too.
                 if end <= start || self.vol.members().iter().any(|m| m.no_fallocate()) {
-                    self.reply_ok(h.handle, h.cmd, h.offset, None);
+                    self.reply_ok(&p, None);
                     return;
                 }
                 (Op::Discard, start, (end - start) as usize, None)
             }
             CMD_WRITE_ZEROES if h.len == 0 => {
-                self.reply_ok(h.handle, h.cmd, h.offset, None);
+                self.reply_ok(&p, None);
                 return;
             }
             CMD_WRITE_ZEROES => {
@@ -413,12 +442,12 @@ impl<'s> Transmission<'s> {
                 (op, h.offset, h.len as usize, None)
             }
             _ => {
-                self.reply_error(h.handle, EINVAL, "unknown command");
+                self.reply_error(&p, EINVAL, "unknown command");
                 return;
             }
         };
         let tag = self.free.pop().expect("room was checked before reading");
-        self.slots[tag] = Some(Pending { handle: h.handle, cmd: h.cmd, offset: h.offset, len: h.len as usize });
+        self.slots[tag] = Some(p);
         // FUA on a write, trim or zeroing: the engine completes it durable
         // (a zeroing or trim with a datasync of its members after it).
         let fua = fua && matches!(op, Op::Write | Op::Discard | Op::WriteZeroes { .. });
@@ -429,7 +458,7 @@ impl<'s> Transmission<'s> {
             if let Some(b) = r.request.buf {
                 self.give_buf(b);
             }
-            self.reply_error(h.handle, nbd_errno(r.error.errno()), "request refused by the engine");
+            self.reply_error(&p, nbd_errno(r.error.errno()), "request refused by the engine");
         }
     }
 
@@ -442,15 +471,15 @@ impl<'s> Transmission<'s> {
                 self.free.push(tag);
                 let buf = c.buf.expect("checked");
                 let len = p.len.min(buf.len());
-                self.reply_ok(p.handle, p.cmd, p.offset, Some((buf, len)));
+                self.reply_ok(&p, Some((buf, len)));
                 return;
             }
-            Ok(_) => self.reply_ok(p.handle, p.cmd, p.offset, None),
+            Ok(_) => self.reply_ok(&p, None),
             // TRIM is a hint: a member that cannot discard is not an error.
-            Err(e) if p.cmd == CMD_TRIM && e.errno() == libc::EOPNOTSUPP => self.reply_ok(p.handle, p.cmd, p.offset, None),
+            Err(e) if p.cmd == CMD_TRIM && e.errno() == libc::EOPNOTSUPP => self.reply_ok(&p, None),
             Err(e) => {
                 let msg = e.to_string();
-                self.reply_error(p.handle, nbd_errno(e.errno()), &msg);
+                self.reply_error(&p, nbd_errno(e.errno()), &msg);
             }
         }
         self.slots[tag] = None;
@@ -490,16 +519,21 @@ impl<'s> Transmission<'s> {
                 self.reading = false;
             }
         }
+        // Handed to the socket (or dropped with it): completed.
+        let now = Instant::now();
         let replies = std::mem::take(&mut self.replies);
         for r in replies {
+            let us = now.saturating_duration_since(r.at).as_micros() as u64;
+            self.stats.replied(r.kind, r.ok, r.bytes as u64, us);
             if let Some((b, _)) = r.data {
                 self.give_buf(b);
             }
         }
     }
 
-    pub(super) fn reply_ok(&mut self, handle: u64, cmd: u16, offset: u64, data: Option<(IoBuf, usize)>) {
-        let data = if cmd == CMD_READ { data } else {
+    pub(super) fn reply_ok(&mut self, p: &Pending, data: Option<(IoBuf, usize)>) {
+        let (handle, offset) = (p.handle, p.offset);
+        let data = if p.cmd == CMD_READ { data } else {
             if let Some((b, _)) = data {
                 self.give_buf(b);
             }
@@ -522,18 +556,24 @@ impl<'s> Transmission<'s> {
             hdr[..16].copy_from_slice(&simple_reply(handle, 0));
             16
         };
-        self.replies.push(Reply { hdr, hlen, data, extra: Vec::new() });
+        let bytes = match (&data, p.cmd) {
+            (Some((_, n)), _) => *n as u32,
+            (None, CMD_WRITE) => p.len as u32,
+            _ => 0,
+        };
+        self.replies.push(Reply { hdr, hlen, data, extra: Vec::new(), kind: Kind::of(p.cmd), ok: true, bytes, at: p.at });
     }
 
-    pub(super) fn reply_error(&mut self, handle: u64, err: u32, msg: &str) {
+    pub(super) fn reply_error(&mut self, p: &Pending, err: u32, msg: &str) {
         let mut hdr = [0u8; 28];
-        if self.structured {
-            let b = structured_error(handle, err, msg);
+        let (hlen, extra) = if self.structured {
+            let b = structured_error(p.handle, err, msg);
             hdr[..20].copy_from_slice(&b[..20]);
-            self.replies.push(Reply { hdr, hlen: 20, data: None, extra: b[20..].to_vec() });
+            (20, b[20..].to_vec())
         } else {
-            hdr[..16].copy_from_slice(&simple_reply(handle, err));
-            self.replies.push(Reply { hdr, hlen: 16, data: None, extra: Vec::new() });
-        }
+            hdr[..16].copy_from_slice(&simple_reply(p.handle, err));
+            (16, Vec::new())
+        };
+        self.replies.push(Reply { hdr, hlen, data: None, extra, kind: Kind::of(p.cmd), ok: false, bytes: 0, at: p.at });
     }
 }
