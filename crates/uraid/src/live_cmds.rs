@@ -150,7 +150,7 @@ pub(crate) fn check(c: Client, a: &CheckArgs, repair: bool) -> Result<()> {
     }
     for r in v.as_array().into_iter().flatten() {
         let report = r["report"].as_object().map(|o| o.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "));
-        println!("volume {} (raid{}): {}", r["volume"], r["level"], report.unwrap_or_default());
+        println!("volume '{}' (raid{}): {}", r["volume"].as_str().unwrap_or(""), r["level"], report.unwrap_or_default());
     }
     Ok(())
 }

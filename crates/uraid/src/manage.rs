@@ -414,6 +414,9 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
             println!("      WARNING: {w}");
         }
     }
+    for d in &st.stale_members {
+        println!("  stale: {d} (no longer a member: removed or replaced; left out)");
+    }
     for m in &st.members {
         let what = match m.role {
             Some(r) => format!("role {r}"),

@@ -274,6 +274,28 @@ pub(crate) fn member_args(args: &[String]) -> Result<Vec<String>> {
     let cfg = conf::load()?;
     let entry = cfg.array(word);
     if let Some(e) = entry.filter(|e| e.members.is_some()) {
+        // The array as it is now: its members found by UUID among the
+        // devices listed, the directories of the listed files and the
+        // machine's devices, so that a member replaced since the config
+        // was written is found and a stale one (removed or replaced) is
+        // left out.
+        let listed = e.members.clone().unwrap_or_default();
+        let mut dirs: Vec<std::path::PathBuf> =
+            listed.iter().filter(|m| Path::new(m).is_file()).filter_map(|m| Path::new(m).parent().map(Path::to_path_buf)).collect();
+        dirs.sort();
+        dirs.dedup();
+        if let Some(now) = scan(&dirs, &cfg)?.into_iter().find(|a| a.uuid == e.uuid) {
+            for d in listed.iter().filter(|d| !now.devices.iter().any(|n| same_file(n, d))) {
+                eprintln!(
+                    "uraid: warning: {d}, listed for array '{}' in {}, is no longer one of its members (gone, removed or replaced); left out ('uraid scan --config' brings the file up to date)",
+                    e.name,
+                    conf::path().display()
+                );
+            }
+            let mut devices = now.devices;
+            devices.extend(e.journal.clone());
+            return Ok(devices);
+        }
         // A member that is gone (a dead drive) is left out: the array is
         // then opened degraded, as when a scan does not find it.
         let (there, gone): (Vec<String>, Vec<String>) = e.devices().into_iter().partition(|d| Path::new(d).exists());
@@ -439,5 +461,14 @@ mod tests {
         assert_eq!(one.socket.as_deref(), Some(Path::new("/s")));
         assert_eq!(c.array(u2).unwrap().devices(), ["/e"]);
         assert_eq!(c.arrays.len(), 2);
+    }
+}
+
+/// Whether paths `a` and `b` name the same file or device.
+fn same_file(a: &str, b: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => a == b,
     }
 }

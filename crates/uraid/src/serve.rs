@@ -93,8 +93,16 @@ pub(crate) struct ServeArgs {
     /// Rate limit of a scrub (`uraid check NAME`, `--scrub-every`) of the
     /// served array, in MB/s of the volume (10^6 bytes/s); a plain number
     /// is MB/s, or give units (200M). `uraid check --rate` overrides it.
-    #[arg(long, default_value = "100")]
-    scrub_rate: String,
+    /// Default: the config's `scrub-rate`, else 100 MB/s.
+    #[arg(long)]
+    scrub_rate: Option<String>,
+    /// Serve Prometheus metrics over HTTP at ADDR:PORT (GET /metrics), e.g.
+    /// 127.0.0.1:9109.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    /// Allow a --metrics address that is not loopback.
+    #[arg(long)]
+    metrics_insecure: bool,
     /// Check every redundant volume this often (like the weekly mdcheck
     /// timer), counted from the start of `serve` and from the end of the
     /// last scrub: 12h, 7d, 1w. Mismatches are reported as MismatchesFound.
@@ -108,9 +116,10 @@ pub(crate) struct ServeArgs {
     /// TestMessage, JournalLost (mdadm's MAILADDR).
     #[arg(long)]
     mail: Option<String>,
-    /// The command that sends a mail given on its stdin.
-    #[arg(long, default_value = "/usr/sbin/sendmail -t")]
-    mail_command: String,
+    /// The command that sends a mail given on its stdin (default: the
+    /// config's, else /usr/sbin/sendmail -t).
+    #[arg(long)]
+    mail_command: Option<String>,
     /// Chunk of the temporary RAID 0 when every member is a `mem:` drive.
     #[arg(long, default_value = "128K")]
     chunk: String,
@@ -158,7 +167,10 @@ fn install_signal_handlers() {
     }
 }
 
-pub(crate) fn run(a: ServeArgs) -> Result<()> {
+/// Default scrub rate of a served array, bytes/s (100 MB/s).
+const DEFAULT_SCRUB_RATE: u64 = 100_000_000;
+
+pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     // A client that hangs up must never end the server (its replies go
     // with MSG_NOSIGNAL too; this also covers stdout and stderr).
     // SAFETY: setting a signal disposition; no handler runs.
@@ -173,11 +185,39 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         bail!("--buffer-memory {} is below --conn-buffer {}: one connection could not hold its budget", a.buffer_memory, a.conn_buffer);
     }
     let socket_gid = a.socket_group.as_deref().map(group_id).transpose()?;
-    let rebuild_rate = crate::manage::rate(&a.rebuild_rate).context("--rebuild-rate")?;
-    let scrub_rate = crate::manage::rate(&Some(a.scrub_rate.clone())).context("--scrub-rate")?;
-    let scrub_every = a.scrub_every.as_deref().map(parse_duration).transpose().context("--scrub-every")?;
-    let sinks = crate::service::events::Sinks { program: a.program.clone(), mail: a.mail.clone(), mail_command: Some(a.mail_command.clone()) };
-    let figures: crate::service::ctl::Figures = Arc::new(|| serde_json::json!({}));
+    // An array named in the config: its settings where no flag is given.
+    let conf = crate::conf::load()?;
+    let mine = match &a.members[..] {
+        [one] => conf.array(one).cloned(),
+        _ => None,
+    };
+    let mon = conf.monitor.clone();
+    if let Some(c) = &mine {
+        a.socket = a.socket.take().or(c.socket.clone());
+        a.tcp = a.tcp.take().or(c.tcp.clone());
+        a.tls_cert = a.tls_cert.take().or(c.tls_cert.clone());
+        a.tls_key = a.tls_key.take().or(c.tls_key.clone());
+        a.metrics = a.metrics.take().or(c.metrics.clone());
+    }
+    let rebuild_rate = match crate::manage::rate(&a.rebuild_rate).context("--rebuild-rate")? {
+        Some(r) => Some(r),
+        None => mine.as_ref().and_then(|c| c.rebuild_rate),
+    };
+    let scrub_rate = match crate::manage::rate(&a.scrub_rate).context("--scrub-rate")? {
+        Some(r) => Some(r),
+        None => Some(mine.as_ref().and_then(|c| c.scrub_rate).unwrap_or(DEFAULT_SCRUB_RATE)),
+    };
+    let scrub_every = match a.scrub_every.as_deref() {
+        Some(s) => Some(std::time::Duration::from_secs(crate::conf::parse_duration(s).context("--scrub-every")?)),
+        None => mine.as_ref().and_then(|c| c.scrub_every).map(std::time::Duration::from_secs),
+    };
+    let sinks = crate::service::events::Sinks {
+        program: a.program.clone().or_else(|| mon.as_ref().and_then(|m| m.program.clone()).map(PathBuf::from)),
+        mail: a.mail.clone().or_else(|| mon.as_ref().and_then(|m| m.mail.clone())),
+        mail_command: a.mail_command.clone().or_else(|| mon.as_ref().map(|m| m.mail_command.clone())),
+    };
+    let window = Arc::new(crate::service::figures::Window::default());
+
     let all_mem = specs.iter().all(|s| matches!(s, uraid_core::MemberSpec::Mem(_)));
     let (name, volume, mut arr) = if all_mem {
         let members = array::open_members(&specs, true, true)?;
@@ -191,6 +231,12 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
         }
         let arr = array::assemble(&specs)?;
         (arr.name().to_string(), arr.volume().clone(), Some(arr))
+    };
+    // The exported volume's live I/O figures, for `uraid status`.
+    let exported = arr.as_ref().and_then(|x| x.volume_entries().first().map(|e| e.name.clone())).unwrap_or_else(|| name.clone());
+    let figures: crate::service::ctl::Figures = {
+        let (window, exported) = (window.clone(), exported.clone());
+        Arc::new(move || serde_json::json!({ exported.as_str(): window.figures(crate::service::figures::STATUS_SECONDS) }))
     };
     let tls = match (&a.tls_cert, &a.tls_key) {
         (Some(c), Some(k)) => Some(uraid_nbd::tls_config(c, k, a.tls_ca.as_deref()).map_err(anyhow::Error::msg)?),
@@ -330,8 +376,53 @@ pub(crate) fn run(a: ServeArgs) -> Result<()> {
                 None
             }
         };
+        // The export's counters, once a second, for status and metrics.
+        let sampler = {
+            let (server, window, flag, name) = (&server, window.clone(), flag.clone(), name.clone());
+            sc.spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    if let Some(s) = server.stats(&name) {
+                        window.push(s);
+                    }
+                    for _ in 0..10 {
+                        if flag.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                }
+            })
+        };
+        let metrics = match &a.metrics {
+            Some(addr) => {
+                let source = crate::service::metrics::Source {
+                    array: name.clone(),
+                    exported: Some((exported.clone(), window.clone())),
+                    live: live.clone(),
+                };
+                match crate::service::metrics::start(addr, a.metrics_insecure, source) {
+                    Ok(m) => {
+                        println!("metrics: http://{}/metrics", m.addr);
+                        Some(m)
+                    }
+                    Err(e) => {
+                        flag.store(true, Ordering::Relaxed);
+                        stop_service.store(true, Ordering::Relaxed);
+                        let _ = sampler.join();
+                        if let Some((m, ctl)) = manager {
+                            drop(ctl);
+                            let _ = m.join();
+                        }
+                        return (Ok(()), Err(e));
+                    }
+                }
+            }
+            None => None,
+        };
         notify_ready(&name, &uri);
         let res = server.run(&listener);
+        drop(metrics);
+        let _ = sampler.join();
         flag.store(true, Ordering::Relaxed);
         stop_service.store(true, Ordering::Relaxed);
         live.interrupt.store(true, Ordering::Relaxed);
@@ -403,26 +494,6 @@ fn group_id(g: &str) -> Result<libc::gid_t> {
     }
     // SAFETY: non-null result of getgrnam points at a valid struct group.
     Ok(unsafe { (*gr).gr_gid })
-}
-
-/// Parses a duration like `90s`, `30m`, `12h`, `7d` or `1w` (a plain
-/// number is seconds).
-pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration> {
-    let t = s.trim();
-    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = num.parse().map_err(|_| anyhow::anyhow!("'{s}' is not a duration like 12h, 7d or 1w"))?;
-    let mul = match unit.trim() {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86400,
-        "w" => 7 * 86400,
-        u => bail!("unknown unit '{u}' in '{s}'; use s, m, h, d or w"),
-    };
-    if n == 0 {
-        bail!("'{s}' is zero; give a positive duration");
-    }
-    n.checked_mul(mul).map(std::time::Duration::from_secs).ok_or_else(|| anyhow::anyhow!("'{s}' is too long"))
 }
 
 /// Tells the service manager (systemd, Type=notify) that the array is

@@ -18,6 +18,8 @@
 pub(crate) mod client;
 pub(crate) mod ctl;
 pub(crate) mod events;
+pub(crate) mod figures;
+pub(crate) mod metrics;
 pub(crate) mod proto;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,12 +56,20 @@ pub(crate) struct Live {
     pub interrupt: AtomicBool,
     /// Set when the service is to stop (a `stop` command).
     pub stop: Arc<AtomicBool>,
+    /// Per volume, the mismatches its last finished check found.
+    mismatches: Mutex<Vec<(String, u64)>>,
 }
 
 impl Live {
     /// Shared state of a service that stops when `stop` is set.
     pub(crate) fn new(stop: Arc<AtomicBool>) -> Arc<Live> {
-        Arc::new(Live { status: Mutex::new(None), progress: Mutex::new(None), interrupt: AtomicBool::new(false), stop })
+        Arc::new(Live {
+            status: Mutex::new(None),
+            progress: Mutex::new(None),
+            interrupt: AtomicBool::new(false),
+            stop,
+            mismatches: Mutex::new(Vec::new()),
+        })
     }
     /// The last status the manager took.
     pub(crate) fn status(&self) -> Option<ArrayStatus> {
@@ -68,6 +78,18 @@ impl Live {
     /// The background operation running, if any.
     pub(crate) fn progress(&self) -> Option<Progress> {
         self.progress.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    /// Per volume, the mismatches its last finished check found (md's
+    /// `mismatch_cnt`).
+    pub(crate) fn mismatches(&self) -> Vec<(String, u64)> {
+        self.mismatches.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    fn set_mismatches(&self, volume: &str, n: u64) {
+        let mut m = self.mismatches.lock().unwrap_or_else(|p| p.into_inner());
+        match m.iter_mut().find(|(v, _)| v == volume) {
+            Some(e) => e.1 = n,
+            None => m.push((volume.to_string(), n)),
+        }
     }
     fn set_progress(&self, p: Option<Progress>) {
         *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = p;
@@ -393,6 +415,7 @@ impl<'a> Manager<'a> {
             }
             Ok(None) => {
                 let report = std::mem::take(&mut s.report);
+                self.live.set_mismatches(&name, report.mismatches);
                 if report.mismatches > 0 {
                     self.events.emit(
                         "MismatchesFound",

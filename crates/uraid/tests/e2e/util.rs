@@ -203,6 +203,13 @@ pub fn uraid_fails<S: AsRef<OsStr>>(args: &[S], needles: &[&str]) -> Out {
 }
 
 /// Panics unless `text` contains every needle (case-insensitive).
+/// Checks that `uraid status` shows the array and names `dev` as stale
+/// (removed or replaced: no longer a member) instead of refusing.
+pub fn assert_stale(o: &Out, dev: &str) {
+    assert_contains(&o.stdout, &[&format!("stale: {dev}"), "no longer a member"], &o.cmdline);
+    assert_contains(&o.stderr, &[&format!("{dev} is stale")], &o.cmdline);
+}
+
 pub fn assert_contains(text: &str, needles: &[&str], what: &str) {
     let lower = text.to_lowercase();
     for n in needles {

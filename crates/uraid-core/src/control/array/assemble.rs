@@ -159,9 +159,21 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     let mut dev_specs: Vec<Option<MemberSpec>> = vec![None; slots.len()];
     let redundant = auth.volumes.iter().any(is_redundant);
     let end = auth.data_end();
+    let mut stale = Vec::new();
     for ((m, sb), spec) in members.into_iter().zip(&sbs).zip(specs) {
         let slot = slots.iter().position(|s| s.uuid == sb.member_uuid && s.state != MemberState::Missing);
         let Some(slot) = slot else {
+            if opts.inspect {
+                // Looking only: show the array, and name the stale device.
+                warnings.push(format!(
+                    "{} is stale: no longer part of array '{}' (removed or replaced; its event counter is {}, the array's is {max_events}); it is left out",
+                    m.name(),
+                    auth.name,
+                    sb.events
+                ));
+                stale.push(m.name().to_string());
+                continue;
+            }
             bail!(
                 Superblock,
                 "{} is no longer part of array '{}': it was removed or replaced (its event counter is {}, the \
@@ -343,7 +355,9 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     if !lost.is_empty() {
         health.stop_writes();
     }
-    Array::new(meta, health, bitmap, warnings, journals, opts.inspect)
+    let mut arr = Array::new(meta, health, bitmap, warnings, journals, opts.inspect)?;
+    arr.stale = stale;
+    Ok(arr)
 }
 
 /// The identity the journal of volume entry `v` of array `array` carries

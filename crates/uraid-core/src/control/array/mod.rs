@@ -283,6 +283,9 @@ pub struct Array {
     warnings: Vec<String>,
     /// Opened with `inspect`: never activated.
     inspect: bool,
+    /// Devices given that are no longer members (removed or replaced),
+    /// left out of an array opened with `inspect`.
+    pub(super) stale: Vec<String>,
     /// The journal devices given (journal cache mode), each named by a
     /// volume entry's journal UUID.
     journals: Vec<Arc<crate::cache::journal::Journal>>,
@@ -439,7 +442,7 @@ impl Array {
             Some(m) => m.lock().unwrap_or_else(|e| e.into_inner()).persist(h),
             None => Ok(()),
         });
-        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect, journals, replayed: false };
+        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect, journals, replayed: false, stale: Vec::new() };
         for j in &a.journals {
             a.watch_journal(j);
         }

@@ -163,6 +163,7 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
         bitmap_dirty_bytes: 0,
         volumes,
         members,
+        stale_members: Vec::new(),
     }
 }
 
@@ -187,6 +188,10 @@ pub struct ArrayStatus {
     pub volumes: Vec<VolumeStatus>,
     /// Every slot: roles, then spares.
     pub members: Vec<MemberStatus>,
+    /// Devices given that are no longer members of the array (removed or
+    /// replaced: their superblock is older than the array's), left out.
+    #[serde(default)]
+    pub stale_members: Vec<String>,
 }
 
 impl Array {
@@ -208,7 +213,9 @@ impl Array {
             .iter()
             .zip(&self.volumes)
             .map(|(v, vol)| {
-                let unclean = m.sb.state == State::Active && is_redundant(v);
+                // Active in the superblock and not brought up by this
+                // process (which resyncs at activation): stopped uncleanly.
+                let unclean = m.sb.state == State::Active && !self.replayed && is_redundant(v);
                 let resyncing =
                     unclean && (self.bitmap.is_none() || dirty.iter().any(|r| r.start < v.member_end() && r.end > v.member_start));
                 let stats = vol.cache().map(|c| c.stats()).filter(|c| c.writes + c.read_hits + c.read_misses > 0);
@@ -247,6 +254,7 @@ impl Array {
             bitmap_dirty_bytes: dirty.iter().map(|r| r.end - r.start).sum(),
             volumes,
             members,
+            stale_members: self.stale.clone(),
         }
     }
 }

@@ -1,0 +1,297 @@
+//! The Prometheus endpoint of a served array (`uraid serve --metrics
+//! ADDR`, loopback by default): `GET /metrics` in the Prometheus text
+//! format, written with the prometheus-client crate (the Prometheus
+//! project's Rust client) and served by axum (tokio's HTTP framework) on a
+//! thread of its own, so that a scrape never runs on the data path.
+//!
+//! Every figure is read at scrape time from what the service already keeps
+//! (the manager's status, the export's counters): nothing is counted for
+//! the metrics alone. Names follow node_exporter's md collector where it
+//! has one (`uraid_md_disks{state}`, `uraid_md_disks_required`,
+//! `uraid_md_state{state}`), with an `array` label instead of `device`:
+//!
+//! - array and members: `uraid_md_disks`, `uraid_md_disks_required`,
+//!   `uraid_md_state`, `uraid_member_state` (1 per member, its state as a
+//!   label), `uraid_events` (the superblock event counter);
+//! - per volume: `uraid_volume_state`, `uraid_volume_size_bytes`,
+//!   `uraid_volume_{reads,writes,flushes,trims,write_zeroes}_completed_total`,
+//!   `uraid_volume_{read,written}_bytes_total`, `uraid_volume_errors_total`,
+//!   `uraid_volume_requests_in_flight`,
+//!   `uraid_volume_{read,write}_latency_seconds` (histograms);
+//! - background work: `uraid_sync_progress_ratio{action}` (rebuild, check,
+//!   repair), `uraid_sync_completed_bytes`, `uraid_sync_total_bytes`,
+//!   `uraid_sync_speed_bytes_per_second`, `uraid_mismatches` (md's
+//!   `mismatch_cnt`: stripes that disagreed in the last check);
+//! - cache: `uraid_cache_dirty_bytes`, `uraid_cache_hit_ratio`;
+//! - export: `uraid_nbd_connections`, `uraid_nbd_connections_total`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::figures::Window;
+use super::Live;
+
+/// What the endpoint reads from.
+pub(crate) struct Source {
+    /// The array's name.
+    pub array: String,
+    /// The exported volume's name and its export's counters.
+    pub exported: Option<(String, Arc<Window>)>,
+    /// The service's shared state.
+    pub live: Arc<Live>,
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "metrics of array {}", self.array)
+    }
+}
+
+/// The endpoint; it stops when the service does.
+pub(crate) struct MetricsServer {
+    /// The address it listens on (the port the kernel chose for port 0).
+    pub addr: SocketAddr,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Listens on `addr` (`HOST:PORT`; a non-loopback address needs
+/// `insecure`) and serves `/metrics` from `source` until `source.live`
+/// says stop.
+///
+/// Errors: a bad or refused address, or one that cannot be bound.
+pub(crate) fn start(addr: &str, insecure: bool, source: Source) -> Result<MetricsServer> {
+    let sa: SocketAddr = addr.parse().with_context(|| format!("--metrics '{addr}' is not an address like 127.0.0.1:9109"))?;
+    if !sa.ip().is_loopback() && !insecure {
+        bail!(
+            "--metrics {sa} is not a loopback address: anyone who can reach it would read the array's state. Use \
+             127.0.0.1 (and a reverse proxy with TLS), or add --metrics-insecure if the network is trusted"
+        );
+    }
+    let l = std::net::TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa} for metrics"))?;
+    l.set_nonblocking(true)?;
+    let addr = l.local_addr()?;
+    let source = Arc::new(source);
+    let thread = std::thread::Builder::new().name("uraid-metrics".into()).spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("uraid serve: the metrics endpoint cannot start: {e}");
+                return;
+            }
+        };
+        rt.block_on(async move {
+            let Ok(l) = tokio::net::TcpListener::from_std(l) else { return };
+            let live = source.live.clone();
+            let app = axum::Router::new()
+                .route(
+                    "/metrics",
+                    axum::routing::get(move || {
+                        let source = source.clone();
+                        async move {
+                            match render(source) {
+                                Ok(body) => (
+                                    [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+                                    body,
+                                )
+                                    .into_response(),
+                                Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                            }
+                        }
+                    }),
+                )
+                .route("/", axum::routing::get(|| async { "uraid metrics: GET /metrics\n" }));
+            let stop = async move {
+                while !live.stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+            };
+            let _ = axum::serve(l, app).with_graceful_shutdown(stop).await;
+        });
+    })?;
+    Ok(MetricsServer { addr, thread: Some(thread) })
+}
+
+use axum::response::IntoResponse as _;
+
+/// The text of one scrape.
+pub(crate) fn render(source: Arc<Source>) -> std::result::Result<String, std::fmt::Error> {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(source));
+    let mut out = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut out, &reg)?;
+    Ok(out)
+}
+
+/// A histogram given by its buckets (upper bound, count in that bucket
+/// alone), sum and count.
+struct ConstHistogram {
+    sum: f64,
+    count: u64,
+    buckets: Vec<(f64, u64)>,
+}
+
+impl EncodeMetric for ConstHistogram {
+    fn encode(&self, mut e: MetricEncoder) -> std::result::Result<(), std::fmt::Error> {
+        e.encode_histogram::<Vec<(String, String)>>(self.sum, self.count, &self.buckets, None)
+    }
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// A latency histogram of the export (µs buckets) in seconds.
+fn histogram(h: &uraid_nbd::LatencyHistogram) -> ConstHistogram {
+    let mut buckets: Vec<(f64, u64)> =
+        uraid_nbd::LATENCY_BOUNDS_US.iter().zip(&h.counts).map(|(&b, &n)| (b as f64 / 1e6, n)).collect();
+    buckets.push((f64::MAX, h.counts.get(uraid_nbd::LATENCY_BOUNDS_US.len()).copied().unwrap_or(0)));
+    ConstHistogram { sum: h.sum_us as f64 / 1e6, count: h.count, buckets }
+}
+
+/// Writes family `name` with one sample per (labels, metric).
+fn family<M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: &[(Vec<(&str, String)>, M)],
+) -> std::result::Result<(), std::fmt::Error> {
+    let Some((_, first)) = samples.first() else { return Ok(()) };
+    let mut fe = enc.encode_descriptor(name, help, None, first.metric_type())?;
+    for (labels, m) in samples {
+        let labels: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        m.encode(fe.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for Source {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::result::Result<(), std::fmt::Error> {
+        let a = || ("array", self.array.clone());
+        let Some(st) = self.live.status() else { return Ok(()) };
+        let n = st.member_count as usize;
+        let count = |f: &dyn Fn(&str, Option<u32>) -> bool| st.members.iter().filter(|m| f(&m.state, m.role)).count() as i64;
+        let disks = [
+            ("active", count(&|s, r| s == "active" && r.is_some())),
+            ("failed", count(&|s, _| s == "faulty")),
+            ("spare", count(&|s, _| s == "spare")),
+            ("rebuilding", count(&|s, _| s == "rebuilding")),
+            ("missing", count(&|s, _| s == "missing")),
+        ];
+        family(
+            &mut enc,
+            "uraid_md_disks",
+            "Members of the array by state (node_exporter's node_md_disks).",
+            &disks.iter().map(|(s, c)| (vec![a(), ("state", s.to_string())], ConstGauge::new(*c))).collect::<Vec<_>>(),
+        )?;
+        family(&mut enc, "uraid_md_disks_required", "Members the array is made of (roles).", &[(vec![a()], ConstGauge::new(n as i64))])?;
+        let progress = self.live.progress();
+        let worst = if st.volumes.iter().any(|v| v.state == "failed") {
+            "failed"
+        } else if st.volumes.iter().any(|v| v.state != "clean") {
+            "degraded"
+        } else {
+            "active"
+        };
+        let action = progress.as_ref().map(|p| p.action.as_str());
+        let states = [
+            ("active", worst == "active"),
+            ("degraded", worst == "degraded"),
+            ("failed", worst == "failed"),
+            ("recovering", action == Some("rebuild")),
+            ("check", matches!(action, Some("check") | Some("repair"))),
+        ];
+        family(
+            &mut enc,
+            "uraid_md_state",
+            "The array's state: 1 for the states it is in (node_exporter's node_md_state).",
+            &states.iter().map(|(s, on)| (vec![a(), ("state", s.to_string())], ConstGauge::new(*on as i64))).collect::<Vec<_>>(),
+        )?;
+        family(
+            &mut enc,
+            "uraid_member_state",
+            "1 for each member, with its role or spare slot, device and state as labels.",
+            &st.members
+                .iter()
+                .map(|m| {
+                    let slot = m.role.map(|r| format!("role {r}")).unwrap_or_else(|| format!("spare {}", m.slot));
+                    (vec![a(), ("slot", slot), ("device", m.device.clone().unwrap_or_default()), ("state", m.state.clone())], ConstGauge::new(1))
+                })
+                .collect::<Vec<_>>(),
+        )?;
+        family(&mut enc, "uraid_events", "The superblocks' event counter.", &[(vec![a()], ConstGauge::new(st.events as i64))])?;
+        let vol = |v: &str| vec![a(), ("volume", v.to_string())];
+        family(
+            &mut enc,
+            "uraid_volume_state",
+            "1 for each volume, its state (clean, degraded, rebuilding, failed) as a label.",
+            &st.volumes.iter().map(|v| ({ let mut l = vol(&v.name); l.push(("state", v.state.clone())); l }, ConstGauge::new(1))).collect::<Vec<_>>(),
+        )?;
+        family(
+            &mut enc,
+            "uraid_volume_size_bytes",
+            "Usable bytes of each volume.",
+            &st.volumes.iter().map(|v| (vol(&v.name), ConstGauge::new(v.capacity as i64))).collect::<Vec<_>>(),
+        )?;
+        if let Some((name, w)) = &self.exported {
+            let s = w.latest();
+            let c = |x: u64| vec![(vol(name), ConstCounter::new(x))];
+            family(&mut enc, "uraid_volume_reads_completed", "Reads completed through the export.", &c(s.reads))?;
+            family(&mut enc, "uraid_volume_writes_completed", "Writes completed through the export.", &c(s.writes))?;
+            family(&mut enc, "uraid_volume_flushes_completed", "Flushes completed through the export.", &c(s.flushes))?;
+            family(&mut enc, "uraid_volume_trims_completed", "Trims completed through the export.", &c(s.trims))?;
+            family(&mut enc, "uraid_volume_write_zeroes_completed", "Write-zeroes completed through the export.", &c(s.write_zeroes))?;
+            family(&mut enc, "uraid_volume_read_bytes", "Bytes read through the export.", &c(s.read_bytes))?;
+            family(&mut enc, "uraid_volume_written_bytes", "Bytes written through the export.", &c(s.write_bytes))?;
+            family(&mut enc, "uraid_volume_errors", "Requests completed with an error.", &c(s.errors))?;
+            family(&mut enc, "uraid_volume_requests_in_flight", "Requests received and not yet answered.", &[(vol(name), ConstGauge::new(s.in_flight as i64))])?;
+            family(&mut enc, "uraid_volume_read_latency_seconds", "Read latency, from request to reply.", &[(vol(name), histogram(&s.read_latency))])?;
+            family(&mut enc, "uraid_volume_write_latency_seconds", "Write latency, from request to reply.", &[(vol(name), histogram(&s.write_latency))])?;
+            family(&mut enc, "uraid_nbd_connections", "NBD connections open.", &[(vol(name), ConstGauge::new(s.connections as i64))])?;
+            family(&mut enc, "uraid_nbd_connections_accepted", "NBD connections accepted since the start.", &c(s.connections_total))?;
+        }
+        if let Some(p) = &progress {
+            let l = vec![a(), ("action", p.action.clone()), ("target", p.target.clone())];
+            family(&mut enc, "uraid_sync_progress_ratio", "Progress of the rebuild, check or repair running (0 to 1).", &[(l.clone(), ConstGauge::new(p.percent() / 100.0))])?;
+            family(&mut enc, "uraid_sync_completed_bytes", "Bytes done by the rebuild, check or repair running.", &[(l.clone(), ConstGauge::new(p.done as i64))])?;
+            family(&mut enc, "uraid_sync_total_bytes", "Bytes the running rebuild, check or repair covers.", &[(l.clone(), ConstGauge::new(p.total as i64))])?;
+            family(&mut enc, "uraid_sync_speed_bytes_per_second", "Rate of the running rebuild, check or repair.", &[(l, ConstGauge::new(p.mb_per_s * 1e6))])?;
+        }
+        let checked = self.live.mismatches();
+        family(
+            &mut enc,
+            "uraid_mismatches",
+            "Stripes whose copies or parity disagreed in the last check of each volume (md's mismatch_cnt).",
+            &checked.iter().map(|(v, m)| (vol(v), ConstGauge::new(*m as i64))).collect::<Vec<_>>(),
+        )?;
+        let cached: Vec<_> = st.volumes.iter().filter_map(|v| v.cache_stats.map(|c| (v.name.clone(), c))).collect();
+        family(
+            &mut enc,
+            "uraid_cache_dirty_bytes",
+            "Bytes in the volume cache not yet written to the members.",
+            &cached.iter().map(|(v, c)| (vol(v), ConstGauge::new(c.dirty_bytes as i64))).collect::<Vec<_>>(),
+        )?;
+        family(
+            &mut enc,
+            "uraid_cache_hit_ratio",
+            "Reads the volume cache answered, as a ratio of all reads.",
+            &cached.iter().map(|(v, c)| (vol(v), ConstGauge::new(c.hit_ratio))).collect::<Vec<_>>(),
+        )?;
+        Ok(())
+    }
+}
