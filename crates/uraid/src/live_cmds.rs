@@ -179,8 +179,7 @@ pub(crate) fn stop(a: StopArgs) -> Result<()> {
     let v = c.call(Command::Stop, &mut |_| {})?;
     let pid = v["pid"].as_i64().unwrap_or(0) as libc::pid_t;
     let t0 = std::time::Instant::now();
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    while pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+    while pid > 0 && running(pid) {
         if t0.elapsed() > std::time::Duration::from_secs(300) {
             bail!("array '{name}' (pid {pid}) is still stopping after 300 s");
         }
@@ -188,6 +187,16 @@ pub(crate) fn stop(a: StopArgs) -> Result<()> {
     }
     println!("array '{name}' stopped (pid {pid})");
     Ok(())
+}
+
+/// Whether process `pid` still runs: it exists and is not a zombie (a
+/// stopped `serve` whose parent has not reaped it yet has finished).
+fn running(pid: libc::pid_t) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(s) => !matches!(s.rsplit(')').next().and_then(|r| r.split_whitespace().next()), Some("Z") | Some("X")),
+        Err(_) => false,
+    }
 }
 
 #[derive(Args)]

@@ -41,5 +41,9 @@ mod manage;
 #[path = "e2e/scan.rs"]
 mod scan;
 
+// The always-on service: control socket, events, metrics, systemd.
+#[path = "e2e/service.rs"]
+mod service;
+
 #[path = "e2e/hostile.rs"]
 mod hostile;

@@ -23,7 +23,7 @@
 //!   `uraid_sync_speed_bytes_per_second`, `uraid_mismatches` (md's
 //!   `mismatch_cnt`: stripes that disagreed in the last check);
 //! - cache: `uraid_cache_dirty_bytes`, `uraid_cache_hit_ratio`;
-//! - export: `uraid_nbd_connections`, `uraid_nbd_connections_total`.
+//! - export: `uraid_nbd_connections`, `uraid_nbd_connections_accepted_total`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -183,6 +183,25 @@ fn family<M: EncodeMetric>(
 impl Collector for Source {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::result::Result<(), std::fmt::Error> {
         let a = || ("array", self.array.clone());
+        let vol = |v: &str| vec![a(), ("volume", v.to_string())];
+        if let Some((name, w)) = &self.exported {
+            let s = w.latest();
+            let c = |x: u64| vec![(vol(name), ConstCounter::new(x))];
+            family(&mut enc, "uraid_volume_reads_completed", "Reads completed through the export.", &c(s.reads))?;
+            family(&mut enc, "uraid_volume_writes_completed", "Writes completed through the export.", &c(s.writes))?;
+            family(&mut enc, "uraid_volume_flushes_completed", "Flushes completed through the export.", &c(s.flushes))?;
+            family(&mut enc, "uraid_volume_trims_completed", "Trims completed through the export.", &c(s.trims))?;
+            family(&mut enc, "uraid_volume_write_zeroes_completed", "Write-zeroes completed through the export.", &c(s.write_zeroes))?;
+            family(&mut enc, "uraid_volume_read_bytes", "Bytes read through the export.", &c(s.read_bytes))?;
+            family(&mut enc, "uraid_volume_written_bytes", "Bytes written through the export.", &c(s.write_bytes))?;
+            family(&mut enc, "uraid_volume_errors", "Requests completed with an error.", &c(s.errors))?;
+            family(&mut enc, "uraid_volume_requests_in_flight", "Requests received and not yet answered.", &[(vol(name), ConstGauge::new(s.in_flight as i64))])?;
+            family(&mut enc, "uraid_volume_read_latency_seconds", "Read latency, from request to reply.", &[(vol(name), histogram(&s.read_latency))])?;
+            family(&mut enc, "uraid_volume_write_latency_seconds", "Write latency, from request to reply.", &[(vol(name), histogram(&s.write_latency))])?;
+            family(&mut enc, "uraid_nbd_connections", "NBD connections open.", &[(vol(name), ConstGauge::new(s.connections as i64))])?;
+            family(&mut enc, "uraid_nbd_connections_accepted", "NBD connections accepted since the start.", &c(s.connections_total))?;
+        }
+        // A temporary array of `mem:` drives has no manager: I/O figures only.
         let Some(st) = self.live.status() else { return Ok(()) };
         let n = st.member_count as usize;
         let count = |f: &dyn Fn(&str, Option<u32>) -> bool| st.members.iter().filter(|m| f(&m.state, m.role)).count() as i64;
@@ -235,7 +254,6 @@ impl Collector for Source {
                 .collect::<Vec<_>>(),
         )?;
         family(&mut enc, "uraid_events", "The superblocks' event counter.", &[(vec![a()], ConstGauge::new(st.events as i64))])?;
-        let vol = |v: &str| vec![a(), ("volume", v.to_string())];
         family(
             &mut enc,
             "uraid_volume_state",
@@ -248,23 +266,6 @@ impl Collector for Source {
             "Usable bytes of each volume.",
             &st.volumes.iter().map(|v| (vol(&v.name), ConstGauge::new(v.capacity as i64))).collect::<Vec<_>>(),
         )?;
-        if let Some((name, w)) = &self.exported {
-            let s = w.latest();
-            let c = |x: u64| vec![(vol(name), ConstCounter::new(x))];
-            family(&mut enc, "uraid_volume_reads_completed", "Reads completed through the export.", &c(s.reads))?;
-            family(&mut enc, "uraid_volume_writes_completed", "Writes completed through the export.", &c(s.writes))?;
-            family(&mut enc, "uraid_volume_flushes_completed", "Flushes completed through the export.", &c(s.flushes))?;
-            family(&mut enc, "uraid_volume_trims_completed", "Trims completed through the export.", &c(s.trims))?;
-            family(&mut enc, "uraid_volume_write_zeroes_completed", "Write-zeroes completed through the export.", &c(s.write_zeroes))?;
-            family(&mut enc, "uraid_volume_read_bytes", "Bytes read through the export.", &c(s.read_bytes))?;
-            family(&mut enc, "uraid_volume_written_bytes", "Bytes written through the export.", &c(s.write_bytes))?;
-            family(&mut enc, "uraid_volume_errors", "Requests completed with an error.", &c(s.errors))?;
-            family(&mut enc, "uraid_volume_requests_in_flight", "Requests received and not yet answered.", &[(vol(name), ConstGauge::new(s.in_flight as i64))])?;
-            family(&mut enc, "uraid_volume_read_latency_seconds", "Read latency, from request to reply.", &[(vol(name), histogram(&s.read_latency))])?;
-            family(&mut enc, "uraid_volume_write_latency_seconds", "Write latency, from request to reply.", &[(vol(name), histogram(&s.write_latency))])?;
-            family(&mut enc, "uraid_nbd_connections", "NBD connections open.", &[(vol(name), ConstGauge::new(s.connections as i64))])?;
-            family(&mut enc, "uraid_nbd_connections_accepted", "NBD connections accepted since the start.", &c(s.connections_total))?;
-        }
         if let Some(p) = &progress {
             let l = vec![a(), ("action", p.action.clone()), ("target", p.target.clone())];
             family(&mut enc, "uraid_sync_progress_ratio", "Progress of the rebuild, check or repair running (0 to 1).", &[(l.clone(), ConstGauge::new(p.percent() / 100.0))])?;

@@ -32,9 +32,6 @@ fn create_args<'a>(chunk: &'a str, name: &'a str, files: &'a [&'a str]) -> Vec<&
     a
 }
 
-fn strs(paths: &[PathBuf]) -> Vec<&str> {
-    paths.iter().map(|p| s(p)).collect()
-}
 
 #[test]
 fn create_rejects_bad_chunk_level_name_and_members() {

@@ -26,15 +26,7 @@ const FAULTY: u8 = 1;
 const REBUILDING: u8 = 2;
 const MISSING: u8 = 4;
 
-fn strs(paths: &[PathBuf]) -> Vec<&str> {
-    paths.iter().map(|p| s(p)).collect()
-}
 
-fn with<'a>(head: &[&'a str], files: &[&'a str]) -> Vec<&'a str> {
-    let mut v = head.to_vec();
-    v.extend_from_slice(files);
-    v
-}
 
 fn status_json(files: &[&str]) -> Value {
     let o = uraid_ok(&with(&["status", "--json"], files));

@@ -194,66 +194,6 @@ fn fio_nbd_engine_verifies_crc32c_with_jobs_and_qd32() {
     assert!(!out.contains("verify: bad") && !out.contains("crc32c mismatch"), "fio verify errors: {out}");
 }
 
-fn mounted(mnt: &Path) -> bool {
-    std::fs::read_to_string("/proc/mounts").unwrap_or_default().lines().any(|l| l.split(' ').nth(1) == mnt.to_str())
-}
-
-/// nbdfuse + a loop device + a mount point, torn down in reverse on drop.
-struct FsOnNbd {
-    fuse: Option<ChildGuard>,
-    fuse_dir: PathBuf,
-    loopdev: Option<LoopDev>,
-    mnt: PathBuf,
-}
-
-impl FsOnNbd {
-    fn attach(uri: &str, dir: &Path, mkfs: bool) -> FsOnNbd {
-        require_tool("nbdfuse", "libnbd-bin");
-        let fuse_dir = dir.join("fuse");
-        let mnt = dir.join("mnt");
-        std::fs::create_dir_all(&fuse_dir).unwrap();
-        std::fs::create_dir_all(&mnt).unwrap();
-        let child = Command::new("nbdfuse").arg(&fuse_dir).arg(uri).stdin(Stdio::null()).spawn().expect("nbdfuse");
-        let mut me = FsOnNbd { fuse: Some(ChildGuard(child)), fuse_dir: fuse_dir.clone(), loopdev: None, mnt };
-        let t0 = Instant::now();
-        while !fuse_dir.join("nbd").exists() {
-            assert!(t0.elapsed() < Duration::from_secs(20), "nbdfuse did not come up");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let lo = LoopDev::attach(&fuse_dir.join("nbd"));
-        if mkfs {
-            require_tool("mkfs.ext4", "e2fsprogs");
-            run_tool(Command::new("mkfs.ext4").args(["-F", "-q", "-E", "nodiscard"]).arg(&lo.dev));
-        }
-        run_tool(Command::new("mount").arg(&lo.dev).arg(&me.mnt));
-        me.loopdev = Some(lo);
-        me
-    }
-
-    fn detach(&mut self) {
-        if mounted(&self.mnt) {
-            run_tool(Command::new("umount").arg(&self.mnt));
-        }
-        self.loopdev.take();
-        if self.fuse.is_some() {
-            let _ = Command::new("fusermount3").arg("-u").arg(&self.fuse_dir).status();
-            let _ = Command::new("umount").arg(&self.fuse_dir).stderr(Stdio::null()).status();
-            self.fuse.take();
-        }
-    }
-}
-
-impl Drop for FsOnNbd {
-    fn drop(&mut self) {
-        if mounted(&self.mnt) {
-            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-        }
-        self.loopdev.take();
-        let _ = Command::new("umount").arg("-l").arg(&self.fuse_dir).stderr(Stdio::null()).status();
-        self.fuse.take();
-    }
-}
-
 fn allocated(paths: &[PathBuf]) -> u64 {
     paths.iter().map(|p| std::fs::metadata(p).unwrap().blocks() * 512).sum()
 }

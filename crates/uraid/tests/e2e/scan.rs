@@ -10,7 +10,7 @@
 //! checkouts' tests) may have arrays on loop devices of the same machine.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::Value;
 
@@ -46,9 +46,6 @@ fn set<S: AsRef<str>>(items: &[S]) -> BTreeSet<String> {
     items.iter().map(|s| s.as_ref().to_string()).collect()
 }
 
-fn strs(paths: &[PathBuf]) -> Vec<&str> {
-    paths.iter().map(|p| s(p)).collect()
-}
 
 fn create(cfg: &Path, name: &str, level: &str, members: &[&str]) -> String {
     let mut args = vec!["create", "--level", level, "--name", name];

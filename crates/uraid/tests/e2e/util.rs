@@ -8,6 +8,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
@@ -71,6 +72,16 @@ pub fn sparse_files(dir: &Path, prefix: &str, n: usize, size: u64) -> Vec<PathBu
 }
 
 /// Path as &str (the tests only make UTF-8 paths).
+/// The paths as strings.
+pub fn strs(paths: &[PathBuf]) -> Vec<&str> {
+    paths.iter().map(|p| s(p)).collect()
+}
+
+/// `head` followed by `tail`: a command's arguments, then members.
+pub fn with<'a>(head: &[&'a str], tail: &[&'a str]) -> Vec<&'a str> {
+    [head, tail].concat()
+}
+
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("UTF-8 path")
 }
@@ -588,4 +599,64 @@ pub fn serve_tcp(members: &[PathBuf], extra: &[&str]) -> (ChildGuard, String) {
     assert!(uri.starts_with("nbd://127.0.0.1:") || uri.starts_with("nbds://127.0.0.1:"), "URI {uri}");
     let port = uri.split("127.0.0.1:").nth(1).and_then(|r| r.split('/').next()).expect("a port").to_string();
     (child, port)
+}
+
+pub fn mounted(mnt: &Path) -> bool {
+    std::fs::read_to_string("/proc/mounts").unwrap_or_default().lines().any(|l| l.split(' ').nth(1) == mnt.to_str())
+}
+
+/// nbdfuse + a loop device + a mount point, torn down in reverse on drop.
+pub struct FsOnNbd {
+    fuse: Option<ChildGuard>,
+    fuse_dir: PathBuf,
+    loopdev: Option<LoopDev>,
+    pub mnt: PathBuf,
+}
+
+impl FsOnNbd {
+    pub fn attach(uri: &str, dir: &Path, mkfs: bool) -> FsOnNbd {
+        require_tool("nbdfuse", "libnbd-bin");
+        let fuse_dir = dir.join("fuse");
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&fuse_dir).unwrap();
+        std::fs::create_dir_all(&mnt).unwrap();
+        let child = Command::new("nbdfuse").arg(&fuse_dir).arg(uri).stdin(Stdio::null()).spawn().expect("nbdfuse");
+        let mut me = FsOnNbd { fuse: Some(ChildGuard(child)), fuse_dir: fuse_dir.clone(), loopdev: None, mnt };
+        let t0 = Instant::now();
+        while !fuse_dir.join("nbd").exists() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "nbdfuse did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let lo = LoopDev::attach(&fuse_dir.join("nbd"));
+        if mkfs {
+            require_tool("mkfs.ext4", "e2fsprogs");
+            run_tool(Command::new("mkfs.ext4").args(["-F", "-q", "-E", "nodiscard"]).arg(&lo.dev));
+        }
+        run_tool(Command::new("mount").arg(&lo.dev).arg(&me.mnt));
+        me.loopdev = Some(lo);
+        me
+    }
+
+    pub fn detach(&mut self) {
+        if mounted(&self.mnt) {
+            run_tool(Command::new("umount").arg(&self.mnt));
+        }
+        self.loopdev.take();
+        if self.fuse.is_some() {
+            let _ = Command::new("fusermount3").arg("-u").arg(&self.fuse_dir).status();
+            let _ = Command::new("umount").arg(&self.fuse_dir).stderr(Stdio::null()).status();
+            self.fuse.take();
+        }
+    }
+}
+
+impl Drop for FsOnNbd {
+    fn drop(&mut self) {
+        if mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+        self.loopdev.take();
+        let _ = Command::new("umount").arg("-l").arg(&self.fuse_dir).stderr(Stdio::null()).status();
+        self.fuse.take();
+    }
 }

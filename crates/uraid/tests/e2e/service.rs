@@ -1,0 +1,490 @@
+//! The always-on service: a served array managed through its control
+//! socket (fail, add, check, stop), its events (monitor program, system
+//! log), its metrics (scraped over HTTP, checked with promtool), the
+//! systemd notifications, and hostile control clients. Real clients: an
+//! ext4 on the export through nbdfuse + losetup, fio with verify=crc32c.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixDatagram, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// A `uraid serve` started with `URAID_RUN_DIR=run` and
+/// `URAID_CONFIG=conf`; killed on drop unless stopped.
+struct Service {
+    child: Option<ChildGuard>,
+    stdout: Option<std::thread::JoinHandle<String>>,
+    first_lines: std::sync::mpsc::Receiver<String>,
+}
+
+/// The environment of the tests' uraid commands.
+struct Env {
+    run: PathBuf,
+    conf: PathBuf,
+    extra: Vec<(String, String)>,
+}
+
+impl Env {
+    fn new(dir: &Path) -> Env {
+        let run = dir.join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        Env { run, conf: dir.join("uraid.conf"), extra: Vec::new() }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(URAID);
+        c.args(args).env("URAID_RUN_DIR", &self.run).env("URAID_CONFIG", &self.conf);
+        c.envs(self.extra.iter().map(|(k, v)| (k, v)));
+        c.stdin(Stdio::null());
+        c
+    }
+
+    /// Runs uraid; panics unless it succeeds; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.cmd(args).output().unwrap();
+        let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
+        assert!(o.status.success(), "uraid {} failed: {out}{err}", args.join(" "));
+        out
+    }
+
+    /// Runs uraid; panics unless it fails naming every needle; returns stderr.
+    fn fails(&self, args: &[&str], needles: &[&str]) -> String {
+        let o = self.cmd(args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success(), "uraid {} succeeded", args.join(" "));
+        assert_contains(&err, needles, &format!("uraid {}", args.join(" ")));
+        err
+    }
+
+    fn status(&self, name: &str) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&["status", "--json", name])).unwrap()
+    }
+
+    /// Starts `uraid serve ARGS`; returns when the control socket of
+    /// `name` answers.
+    fn serve(&self, name: &str, args: &[&str]) -> Service {
+        let mut c = self.cmd(&[&["serve"], args].concat());
+        c.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut child = ChildGuard(c.spawn().unwrap());
+        let out = child.0.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut all = String::new();
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l.clone());
+                all += &l;
+                all.push('\n');
+            }
+            all
+        });
+        let ctl = self.run.join(format!("{name}.ctl"));
+        let t0 = Instant::now();
+        while UnixStream::connect(&ctl).is_err() {
+            if let Ok(Some(st)) = child.0.try_wait() {
+                panic!("uraid serve {args:?} exited ({st}) before its control socket answered");
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "no control socket at {}", ctl.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Service { child: Some(child), stdout: Some(reader), first_lines: rx }
+    }
+}
+
+impl Service {
+    /// The first stdout line that starts with `prefix`.
+    fn line(&self, prefix: &str) -> String {
+        loop {
+            let l = self.first_lines.recv_timeout(Duration::from_secs(20)).expect("uraid serve printed no such line");
+            if l.starts_with(prefix) {
+                return l;
+            }
+        }
+    }
+
+    /// Waits for the process to exit (after `uraid stop`); its status and stdout.
+    fn wait(mut self) -> (std::process::ExitStatus, String) {
+        let mut g = self.child.take().unwrap();
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = g.0.try_wait().unwrap() {
+                std::mem::forget(g);
+                return (st, self.stdout.take().unwrap().join().unwrap());
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "uraid serve did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Waits until `f` holds (polling every 100 ms), at most `secs`.
+fn wait_until(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(secs), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// GET `path` from 127.0.0.1:`port` (HTTP/1.0, body only).
+fn http_get(port: u16, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    let (head, body) = r.split_once("\r\n\r\n").expect("an HTTP reply");
+    assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+/// The value of the sample `name{labels...}` in a scrape (labels given
+/// as `key="value"` strings it must contain).
+fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.split(['{', ' ']).next() == Some(name) && labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Checks a scrape with promtool.
+fn promtool_ok(text: &str) {
+    require_tool("promtool", "prometheus");
+    let mut c = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// fio in `dir` on file `file`: writes `size` with crc32c checksums and
+/// verifies them (`verify_only`: only reads back and verifies what an
+/// earlier run of the same job wrote).
+fn fio(dir: &Path, file: &str, size: &str, verify_only: bool) -> Command {
+    require_tool("fio", "fio");
+    let mut c = Command::new("fio");
+    c.args(["--name=svc", "--rw=randwrite", "--bs=4k", "--iodepth=8", "--ioengine=psync", "--verify=crc32c", "--randseed=7"])
+        .arg(format!("--filename={}", dir.join(file).display()))
+        .arg(format!("--size={size}"));
+    if verify_only {
+        c.arg("--verify_only");
+    }
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+fn fio_ok(c: &mut Command) {
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "fio failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("verify:") || !out.contains("bad"), "fio verify failed: {out}");
+}
+
+/// The monitor program: appends its arguments as one line to `log`.
+fn event_program(dir: &Path) -> (PathBuf, PathBuf) {
+    let log = dir.join("events.log");
+    let prog = dir.join("on-event");
+    std::fs::write(&prog, format!("#!/bin/sh\necho \"$@\" >> {}\n", log.display())).unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut std::fs::metadata(&prog).unwrap().permissions(), 0o755);
+    std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    (prog, log)
+}
+
+fn events_seen(log: &Path) -> String {
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
+/// The user story of the issue, end to end: ext4 on a served RAID 5 of
+/// loop devices, found by name from the config that `scan --config` wrote;
+/// fio writes with checksums; a member is failed through the control
+/// socket; the monitor program, the system log and `uraid monitor` get
+/// Fail and DegradedArray; a spare is hot-added and rebuilt in the
+/// background (status and metrics show it) while fio writes; the data
+/// verifies; a live check finds no mismatch; `uraid stop` stops cleanly;
+/// `uraid serve NAME` brings the array back with the filesystem intact.
+#[test]
+fn a_served_array_is_failed_rebuilt_checked_stopped_and_served_again_by_name() {
+    let _g = shared();
+    require_tool("nbdfuse", "libnbd-bin");
+    let d = tmpdir();
+    let env = Env::new(d.path());
+    let files = sparse_files(d.path(), "m", 5, 96 << 20);
+    let loops: Vec<LoopDev> = files.iter().map(|f| LoopDev::attach(f)).collect();
+    let devs: Vec<String> = loops.iter().map(|l| l.dev.display().to_string()).collect();
+    let name = format!("svc{}", std::process::id());
+    env.ok(&[&["create", "--level", "5", "--chunk", "64K", "--name", &name], &devs[..4].iter().map(String::as_str).collect::<Vec<_>>()[..]].concat());
+    // The config: the array as scan finds it, a monitor program.
+    let (prog, log) = event_program(d.path());
+    std::fs::write(&env.conf, format!("[monitor]\nprogram = \"{}\"\n", prog.display())).unwrap();
+    let out = env.ok(&["scan", "--config"]);
+    assert_contains(&out, &[&format!("name={name}"), "level=5", "members=4/4"], "scan");
+    let conf = std::fs::read_to_string(&env.conf).unwrap();
+    assert_contains(&conf, &[&format!("name = \"{name}\""), &devs[0], "[monitor]"], "the config");
+    // The system log: a datagram socket standing in for /dev/log.
+    let syslog_path = d.path().join("log.sock");
+    let syslog = UnixDatagram::bind(&syslog_path).unwrap();
+    syslog.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let mut env = env;
+    env.extra.push(("URAID_SYSLOG_SOCKET".into(), syslog_path.display().to_string()));
+
+    let srv = env.serve(&name, &["--rebuild-rate", "12", "--metrics", "127.0.0.1:0", &name]);
+    let port: u16 = srv.line("metrics: ").trim_end_matches("/metrics").rsplit(':').next().unwrap().parse().unwrap();
+    let sock = env.run.join(format!("{name}.sock"));
+    let uri = format!("nbd+unix:///{name}?socket={}", sock.display());
+    let mut fs = FsOnNbd::attach(&uri, d.path(), true);
+    let mut monitor = env.cmd(&["monitor", &name]).stdout(Stdio::piped()).spawn().map(ChildGuard).unwrap();
+
+    // Data with checksums before the failure.
+    fio_ok(&mut fio(&fs.mnt, "before", "24M", false));
+    let st = env.status(&name);
+    assert_eq!(st["array"]["volumes"][0]["state"].as_str(), Some("clean"), "{st}");
+
+    // Fail role 1 through the control socket.
+    let out = env.ok(&["fail", &name, "--member", "1"]);
+    assert_contains(&out, &[&format!("role 1 of array '{name}' marked faulty"), "degraded"], "fail");
+    wait_until(10, "Fail and DegradedArray at the program", || {
+        let e = events_seen(&log);
+        e.contains(&format!("Fail {name} {}", devs[1])) && e.contains(&format!("DegradedArray {name}"))
+    });
+    let st = env.status(&name);
+    assert_eq!((st["array"]["members"][1]["state"].as_str(), st["array"]["volumes"][0]["state"].as_str()), (Some("faulty"), Some("degraded")), "{st}");
+
+    // Hot-add a spare: it takes over role 1, rebuilt in the background
+    // (12 MB/s: about 8 s) while fio writes more.
+    let out = env.ok(&["add", &name, "--spare", &devs[4]]);
+    assert_contains(&out, &["takes over role 1", "rebuilt in the background"], "add");
+    let during = fio(&fs.mnt, "during", "16M", false).spawn().unwrap();
+    let mut saw_status = false;
+    let mut saw_metrics = false;
+    wait_until(120, "the rebuild's progress in status and metrics", || {
+        let st = env.status(&name);
+        if st["progress"]["action"].as_str() == Some("rebuild") && st["progress"]["done"].as_u64() > Some(0) {
+            saw_status = true;
+        }
+        let m = http_get(port, "/metrics");
+        if sample(&m, "uraid_sync_progress_ratio", &["action=\"rebuild\""]).is_some_and(|r| r > 0.0 && r < 1.0) {
+            assert_eq!(sample(&m, "uraid_md_state", &["state=\"recovering\""]), Some(1.0), "{m}");
+            promtool_ok(&m);
+            saw_metrics = true;
+        }
+        saw_status && saw_metrics
+    });
+    let text = env.ok(&["status", &name]);
+    assert_contains(&text, &["rebuild of role 1", "MB/s", "I/O over the last"], "status while rebuilding");
+    wait_until(180, "RebuildFinished", || events_seen(&log).contains(&format!("RebuildFinished {name} {}", devs[4])));
+    let o = during.wait_with_output().unwrap();
+    assert!(o.status.success(), "fio during the rebuild: {}", String::from_utf8_lossy(&o.stderr));
+    let e = events_seen(&log);
+    assert_contains(&e, &[&format!("RebuildStarted {name}"), &format!("SpareActive {name} {}", devs[4])], "events");
+    // Everything written before and during the failure reads back.
+    fio_ok(&mut fio(&fs.mnt, "before", "24M", true));
+    fio_ok(&mut fio(&fs.mnt, "during", "16M", true));
+    // A live scrub while the filesystem is mounted.
+    let out = env.ok(&["check", "--json", &name]);
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((r[0]["report"]["mismatches"].as_u64(), r[0]["report"]["stripes_unchecked"].as_u64()), (Some(0), Some(0)), "{out}");
+    assert!(r[0]["report"]["stripes_checked"].as_u64() > Some(0), "{out}");
+    let m = http_get(port, "/metrics");
+    assert_eq!(sample(&m, "uraid_mismatches", &[&format!("volume=\"{name}\"")]), Some(0.0), "{m}");
+    assert_eq!(sample(&m, "uraid_md_disks", &["state=\"active\""]), Some(4.0), "{m}");
+    assert!(sample(&m, "uraid_volume_writes_completed_total", &[]).unwrap() > 0.0, "{m}");
+    promtool_ok(&m);
+    // The system log got the events too.
+    let mut logged = String::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = syslog.recv(&mut buf) {
+        logged += &String::from_utf8_lossy(&buf[..n]);
+        logged.push('\n');
+    }
+    assert_contains(&logged, &[&format!("Fail event on array {name}"), "RebuildFinished event", "uraid["], "system log");
+
+    // Stop: unmount first (the filesystem's writes must reach the array).
+    fs.detach();
+    let out = env.ok(&["stop", &name]);
+    assert_contains(&out, &[&format!("array '{name}' stopped")], "stop");
+    let (st, _) = srv.wait();
+    assert!(st.success(), "uraid serve exited with {st}");
+    let mon = monitor.0.wait_with_output_guarded();
+    assert_contains(&mon, &["NewArray", "Fail", "DegradedArray", "RebuildStarted", "Rebuild20", "RebuildFinished", "SpareActive"], "uraid monitor");
+    let st: serde_json::Value = serde_json::from_str(&env.ok(&["status", "--json", &name])).unwrap();
+    assert_eq!(st["state"].as_str(), Some("clean"), "stopped cleanly: {st}");
+
+    // Back from the config: the replaced member is found by UUID, the
+    // failed one left out as stale.
+    let srv = env.serve(&name, &[&name]);
+    let mut fs = FsOnNbd::attach(&uri, d.path(), false);
+    fio_ok(&mut fio(&fs.mnt, "before", "24M", true));
+    fio_ok(&mut fio(&fs.mnt, "during", "16M", true));
+    let st = env.status(&name);
+    let members: Vec<&str> = st["array"]["members"].as_array().unwrap().iter().map(|m| m["device"].as_str().unwrap_or("")).collect();
+    assert_eq!(members, vec![&devs[0][..], &devs[4], &devs[2], &devs[3]], "{st}");
+    fs.detach();
+    env.ok(&["stop", &name]);
+    assert!(srv.wait().0.success());
+    drop(loops);
+}
+
+trait WaitGuarded {
+    fn wait_with_output_guarded(&mut self) -> String;
+}
+
+impl WaitGuarded for std::process::Child {
+    /// The stdout of a child that is about to exit by itself.
+    fn wait_with_output_guarded(&mut self) -> String {
+        let t0 = Instant::now();
+        while self.try_wait().unwrap().is_none() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "the child did not exit");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut s = String::new();
+        self.stdout.take().unwrap().read_to_string(&mut s).unwrap();
+        s
+    }
+}
+
+/// Metrics of a known workload, exactly: fio's nbd engine writes 128 x
+/// 64 KiB and reads them back; the counters say so; promtool accepts the
+/// scrape.
+#[test]
+fn metrics_count_a_known_workload() {
+    let _g = shared();
+    require_tool("fio", "fio");
+    let d = tmpdir();
+    let env = Env::new(d.path());
+    let files = sparse_files(d.path(), "k", 3, 40 << 20);
+    let f = strs(&files);
+    env.ok(&with(&["create", "--level", "5", "--chunk", "64K", "--name", "known"], &f));
+    let srv = env.serve("known", &with(&["--metrics", "127.0.0.1:0"], &f));
+    let port: u16 = srv.line("metrics: ").trim_end_matches("/metrics").rsplit(':').next().unwrap().parse().unwrap();
+    let uri = format!("nbd+unix:///known?socket={}", env.run.join("known.sock").display());
+    for rw in ["write", "read"] {
+        let o = Command::new("fio")
+            .args(["--name=k", "--ioengine=nbd", "--bs=64k", "--size=8M", "--iodepth=4"])
+            .arg(format!("--rw={rw}"))
+            .arg(format!("--uri={uri}"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "fio: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    // The counters are sampled once a second.
+    let mut m = String::new();
+    wait_until(10, "the reads in the metrics", || {
+        m = http_get(port, "/metrics");
+        sample(&m, "uraid_volume_reads_completed_total", &[]) == Some(128.0)
+    });
+    let l = ["array=\"known\"", "volume=\"known\""];
+    assert_eq!(sample(&m, "uraid_volume_writes_completed_total", &l), Some(128.0), "{m}");
+    assert_eq!(sample(&m, "uraid_volume_written_bytes_total", &l), Some(8388608.0), "{m}");
+    assert_eq!(sample(&m, "uraid_volume_read_bytes_total", &l), Some(8388608.0), "{m}");
+    assert_eq!(sample(&m, "uraid_volume_read_latency_seconds_count", &l), Some(128.0), "{m}");
+    assert_eq!(sample(&m, "uraid_volume_read_latency_seconds_bucket", &["le=\"+Inf\""]), Some(128.0), "{m}");
+    assert_eq!(sample(&m, "uraid_volume_errors_total", &l), Some(0.0), "{m}");
+    // fio's nbd engine opens a connection to learn the size, then its own.
+    assert!(sample(&m, "uraid_nbd_connections_accepted_total", &l).is_some_and(|n| n >= 2.0), "{m}");
+    assert_eq!(sample(&m, "uraid_nbd_connections", &l), Some(0.0), "{m}");
+    assert_eq!(sample(&m, "uraid_md_disks_required", &["array=\"known\""]), Some(3.0), "{m}");
+    promtool_ok(&m);
+    env.ok(&["stop", "known"]);
+    assert!(srv.wait().0.success());
+}
+
+/// The systemd notifications on a real notify socket: READY=1 once the
+/// export listens, WATCHDOG=1 pings, STOPPING=1 on SIGTERM.
+#[test]
+fn serve_tells_systemd_when_it_is_ready_and_stopping() {
+    let _g = shared();
+    let d = tmpdir();
+    let mut env = Env::new(d.path());
+    let files = sparse_files(d.path(), "n", 2, 24 << 20);
+    let f = strs(&files);
+    env.ok(&with(&["create", "--level", "1", "--chunk", "64K", "--name", "notify"], &f));
+    let sock_path = d.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    env.extra.push(("NOTIFY_SOCKET".into(), sock_path.display().to_string()));
+    env.extra.push(("WATCHDOG_USEC".into(), "400000".into()));
+    let srv = env.serve("notify", &f);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.iter().any(|m: &String| m.contains("WATCHDOG=1")) {
+        let n = sock.recv(&mut buf).expect("a notification within 20 s");
+        got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert!(got[0].contains("READY=1") && got[0].contains("STATUS=serving array 'notify'"), "{got:?}");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(srv.child.as_ref().unwrap().0.id() as i32, libc::SIGTERM) };
+    loop {
+        let n = sock.recv(&mut buf).expect("STOPPING=1 within 20 s");
+        if String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1") {
+            break;
+        }
+    }
+    assert!(srv.wait().0.success());
+}
+
+/// Sends `line` to the control socket; returns the reply lines.
+fn ctl_raw(ctl: &Path, line: &[u8]) -> Vec<serde_json::Value> {
+    let mut s = UnixStream::connect(ctl).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let _ = s.write_all(line);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("reply {l:?} is not JSON: {e}"))).collect()
+}
+
+/// Malformed and hostile control requests get an error and change
+/// nothing; an idle connection does not hold up the others.
+#[test]
+fn hostile_control_clients_get_errors_and_change_nothing() {
+    let _g = shared();
+    let d = tmpdir();
+    let env = Env::new(d.path());
+    let files = sparse_files(d.path(), "h", 3, 24 << 20);
+    let f = strs(&files);
+    env.ok(&with(&["create", "--level", "5", "--chunk", "64K", "--name", "hostile"], &f));
+    let srv = env.serve("hostile", &f);
+    let ctl = env.run.join("hostile.ctl");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&ctl).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "the control socket is owner-only");
+    let before = env.status("hostile");
+    let _idle = UnixStream::connect(&ctl).unwrap();
+    let huge = vec![b'x'; 100 << 10];
+    let cases: Vec<(&[u8], &str)> = vec![
+        (b"not json\n", "not JSON"),
+        (b"{\"version\": 2, \"command\": \"status\"}\n", "version 2"),
+        (b"{\"command\": \"status\"}\n", "no \"version\""),
+        (b"{\"version\": 1, \"command\": \"format\"}\n", "not a valid request"),
+        (b"{\"version\": 1, \"command\": {\"fail\": {\"member\": \"1\", \"bogus\": true}}}\n", "bogus"),
+        (b"{\"version\": 1, \"command\": {\"fail\": {\"member\": \"1\", \"force\": \"yes\"}}}\n", "not a valid request"),
+        (b"{\"version\": 1, \"command\": {\"fail\": {\"member\": \"7\"}}}\n", "no role 7"),
+        (b"{\"version\": 1, \"command\": {\"fail\": {\"member\": \"/etc/passwd\"}}}\n", "not a member"),
+        (b"{\"version\": 1, \"command\": {\"add\": {\"device\": \"/nonexistent\"}}}\n", "/nonexistent"),
+        (b"{\"version\": 1, \"command\": {\"check\": {\"rate\": 0}}}\n", "rate of 0"),
+        (b"{\"version\": 1, \"command\": {\"config\": {\"mode\": \"writeback\"}}}\n", "cannot be changed"),
+        (&huge, "longer than"),
+        (b"", "no request"),
+    ];
+    for (req, needle) in cases {
+        let r = ctl_raw(&ctl, req);
+        let last = r.last().unwrap_or_else(|| panic!("no reply to {:?}", String::from_utf8_lossy(&req[..req.len().min(80)])));
+        assert_eq!(last["ok"].as_bool(), Some(false), "{last}");
+        assert_contains(last["error"]["message"].as_str().unwrap(), &[needle], &String::from_utf8_lossy(&req[..req.len().min(80)]));
+    }
+    // Failing the last redundancy without force is refused too.
+    env.ok(&["fail", "hostile", "--member", "0"]);
+    env.fails(&["fail", "hostile", "--member", "1"], &["lose the data", "--force"]);
+    let after = env.status("hostile");
+    assert_eq!(after["array"]["events"].as_u64(), before["array"]["events"].as_u64().map(|e| e + 1), "only the one fail changed the array");
+    assert_eq!(after["array"]["members"][1]["state"].as_str(), Some("active"));
+    env.ok(&["stop", "hostile"]);
+    assert!(srv.wait().0.success());
+}
+
+
