@@ -34,6 +34,12 @@ pub(crate) struct ScanArgs {
     /// before it, or write --config=FILE.
     #[arg(long, value_name = "FILE", num_args = 0..=1)]
     config: Option<Option<PathBuf>>,
+    /// Bring up every array found that no process serves yet (at boot):
+    /// with systemd, `systemctl start uraid@NAME.service`; without it,
+    /// `uraid serve NAME` in the background (its output in
+    /// RUN_DIR/NAME.log). Arrays missing members are left alone.
+    #[arg(long)]
+    assemble: bool,
     /// Directories whose regular files are examined too (arrays on files).
     dirs: Vec<PathBuf>,
 }
@@ -104,6 +110,58 @@ pub(crate) fn cmd_scan(a: ScanArgs) -> Result<()> {
     if let Some(p) = target {
         write_config(&p, &found)?;
         eprintln!("uraid: {} array(s) written to {}", found.len(), p.display());
+    }
+    if a.assemble {
+        assemble_all(&found)?;
+    }
+    Ok(())
+}
+
+/// `scan --assemble`: starts serving every complete array of `found` that
+/// is not served yet. Errors: an array that could not be started (the
+/// others are still started).
+fn assemble_all(found: &[ScannedArray]) -> Result<()> {
+    let systemd = Path::new("/run/systemd/system").is_dir();
+    let mut failed = Vec::new();
+    for f in found {
+        if f.in_use {
+            eprintln!("uraid: array '{}' is already served", f.name);
+            continue;
+        }
+        if f.members_found < f.members_expected {
+            eprintln!(
+                "uraid: array '{}' has {} of its {} members here; not started (start it by hand with 'uraid serve {}' to run it degraded)",
+                f.name, f.members_found, f.members_expected, f.name
+            );
+            continue;
+        }
+        let started = if systemd {
+            std::process::Command::new("systemctl").args(["start", "--no-block", &format!("uraid@{}.service", f.name)]).status()
+        } else {
+            let dir = crate::runstate::run_dir();
+            std::fs::create_dir_all(&dir)?;
+            let log = std::fs::File::create(dir.join(format!("{}.log", f.name)))?;
+            let exe = std::env::current_exe()?;
+            let mut c = std::process::Command::new(exe);
+            c.arg("serve").args(&f.devices).stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
+            // Its own session: it outlives this command and its terminal.
+            // SAFETY: setsid in the child between fork and exec only.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+                    libc::setsid();
+                    Ok(())
+                });
+            }
+            c.spawn().map(|_| std::process::ExitStatus::default())
+        };
+        match started {
+            Ok(st) if st.success() => println!("started array '{}'", f.name),
+            Ok(st) => failed.push(format!("{} ({st})", f.name)),
+            Err(e) => failed.push(format!("{} ({e})", f.name)),
+        }
+    }
+    if !failed.is_empty() {
+        bail!("could not start: {}", failed.join(", "));
     }
     Ok(())
 }

@@ -243,3 +243,48 @@ fn scan_shows_an_array_a_running_uraid_holds_as_in_use() {
     let o = run_ok(&cfg, &["scan", s(dir.path())]);
     assert_eq!(array_line(&o.stdout, &name).unwrap()["state"], "active", "{}", o.stdout);
 }
+
+/// `scan --assemble` (boot without systemd): every complete array found
+/// that no process serves is served in the background; an incomplete one
+/// is left alone; a second run starts nothing twice.
+#[test]
+fn scan_assemble_serves_every_complete_array_found() {
+    let _g = shared();
+    let d = tmpdir();
+    let dir = d.path().join("members");
+    std::fs::create_dir(&dir).unwrap();
+    let run_dir = d.path().join("run");
+    let cfg = d.path().join("uraid.conf");
+    // Only these files are scanned: other tests' arrays on loop devices of
+    // this machine must not be started.
+    std::fs::write(&cfg, format!("devices = [\"{}/*\"]\n", dir.display())).unwrap();
+    let (a, b, c) = (unique("boot-a"), unique("boot-b"), unique("boot-c"));
+    let fa = sparse_files(&dir, "a", 2, 16 * MIB);
+    let fb = sparse_files(&dir, "b", 3, 16 * MIB);
+    let fc = sparse_files(&dir, "c", 3, 16 * MIB);
+    create(&cfg, &a, "1", &strs(&fa));
+    create(&cfg, &b, "5", &strs(&fb));
+    create(&cfg, &c, "5", &strs(&fc));
+    std::fs::remove_file(&fc[2]).unwrap();
+    let env = [("URAID_CONFIG", cfg.as_os_str()), ("URAID_RUN_DIR", run_dir.as_os_str())];
+    let o = uraid_env(&["scan", "--assemble"], &env);
+    assert!(o.status.success(), "{}{}", o.stdout, o.stderr);
+    assert_contains(&o.stdout, &[&format!("started array '{a}'"), &format!("started array '{b}'")], "scan --assemble");
+    assert_contains(&o.stderr, &[&format!("array '{c}' has 2 of its 3 members"), "not started"], "scan --assemble");
+    for n in [&a, &b] {
+        let ctl = run_dir.join(format!("{n}.ctl"));
+        let t0 = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(&ctl).is_err() {
+            assert!(t0.elapsed().as_secs() < 30, "{n} is not served: {}", std::fs::read_to_string(run_dir.join(format!("{n}.log"))).unwrap_or_default());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    let o = uraid_env(&["scan", "--assemble"], &env);
+    assert_contains(&o.stderr, &[&format!("array '{a}' is already served"), &format!("array '{b}' is already served")], "second run");
+    for n in [&a, &b] {
+        let o = uraid_env(&["stop", n], &env);
+        assert!(o.status.success(), "{}{}", o.stdout, o.stderr);
+    }
+    let o = uraid_env(&["status", "--json", &a], &env);
+    assert!(o.status.success() && o.stdout.contains("\"state\": \"clean\""), "{}{}", o.stdout, o.stderr);
+}
