@@ -19,13 +19,13 @@ use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use uraid_core::io::request::Op;
 use uraid_core::{BlockQueue, Completion, IoBuf, Queue, Request, Volume};
 
 use crate::proto::*;
-use crate::stats::{ConnStats, ExportStats, Kind, StatsSnapshot};
+use crate::stats::{now_us, ConnStats, ExportStats, Kind, StatsSnapshot};
 use crate::wire::{Recv, Sock, Wire};
 
 mod handshake;

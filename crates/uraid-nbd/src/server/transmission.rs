@@ -13,12 +13,12 @@ pub(super) struct Pending {
     offset: u64,
     /// Bytes of data a READ returns (its buffer may be larger).
     len: usize,
-    /// When its header was read.
-    at: Instant,
+    /// When its header was read, µs ([`now_us`]).
+    at: u64,
 }
 
 impl Pending {
-    fn of(h: &RequestHeader, at: Instant) -> Pending {
+    fn of(h: &RequestHeader, at: u64) -> Pending {
         Pending { handle: h.handle, cmd: h.cmd, offset: h.offset, len: h.len as usize, at }
     }
 }
@@ -33,11 +33,11 @@ pub(super) struct Reply {
     /// An error message payload (structured replies).
     extra: Vec<u8>,
     /// For the statistics: the request's command, whether the reply is a
-    /// success, bytes read or written, when the header was read.
+    /// success, bytes read or written, when the header was read (µs).
     kind: Kind,
     ok: bool,
     bytes: u32,
-    at: Instant,
+    at: u64,
 }
 
 /// Size of the receive buffer; larger WRITE payloads are read straight
@@ -71,9 +71,9 @@ pub(super) struct Transmission<'s> {
     /// Bytes of buffers every connection holds, and their limit.
     buffers: Arc<AtomicUsize>,
     buffer_limit: usize,
-    /// A request read (at that instant) but not started: no buffer memory
-    /// for it yet.
-    stalled: Option<(RequestHeader, Instant)>,
+    /// A request read (at that time, µs) but not started: no buffer
+    /// memory for it yet.
+    stalled: Option<(RequestHeader, u64)>,
     /// Payload bytes of a refused WRITE still to be read and dropped.
     skip: usize,
     /// Bytes received and not parsed yet: `inbuf[in_start..in_end]`. Many
@@ -83,14 +83,15 @@ pub(super) struct Transmission<'s> {
     in_end: usize,
     /// The last receive returned less than it had room for.
     drained: bool,
-    /// When the last receive into `inbuf` returned: the instant every
-    /// header in it was read (one clock read per receive, not per request).
-    recv_at: Instant,
+    /// When the last receive into `inbuf` returned (µs, [`now_us`]): when
+    /// every header in it was read (one clock read per receive, not per
+    /// request).
+    recv_at: u64,
     /// Replies waiting to go out in one writev(2) per batch.
     replies: Vec<Reply>,
-    /// A WRITE whose payload is being read: header, when it was read,
-    /// buffer, bytes read.
-    payload: Option<(RequestHeader, Instant, IoBuf, usize)>,
+    /// A WRITE whose payload is being read: header, when it was read
+    /// (µs), buffer, bytes read.
+    payload: Option<(RequestHeader, u64, IoBuf, usize)>,
     /// Still reading requests (false after DISC, EOF, a protocol error or
     /// a shutdown).
     reading: bool,
@@ -141,7 +142,7 @@ impl<'s> Transmission<'s> {
             payload: None,
             reading: true,
             broken: false,
-            recv_at: Instant::now(),
+            recv_at: now_us(),
             stats: live.stats.open(),
         })
     }
@@ -307,7 +308,7 @@ impl<'s> Transmission<'s> {
             let room = self.inbuf.len() - end;
             match self.s.recv_nb(&mut self.inbuf[end..]) {
                 Recv::Got(n) => {
-                    self.recv_at = Instant::now();
+                    self.recv_at = now_us();
                     self.in_end += n;
                     self.drained = n < room && !self.s.is_tls();
                 }
@@ -343,7 +344,7 @@ impl<'s> Transmission<'s> {
     /// buffer, the rest at once. False when the buffer memory is not
     /// there yet (nothing was consumed: call again later). A refused WRITE
     /// gets its error now and its payload is read and dropped.
-    pub(super) fn start(&mut self, h: RequestHeader, at: Instant) -> bool {
+    pub(super) fn start(&mut self, h: RequestHeader, at: u64) -> bool {
         match h.cmd {
             CMD_WRITE | CMD_READ if h.len > 0 => {
                 if let Err((err, msg)) = self.check(&h) {
@@ -397,7 +398,7 @@ impl<'s> Transmission<'s> {
         Ok(())
     }
 
-    pub(super) fn dispatch(&mut self, h: RequestHeader, at: Instant, buf: Option<IoBuf>) {
+    pub(super) fn dispatch(&mut self, h: RequestHeader, at: u64, buf: Option<IoBuf>) {
         let p = Pending::of(&h, at);
         if let Err((err, msg)) = self.check(&h) {
             if let Some(b) = buf {
@@ -520,15 +521,16 @@ impl<'s> Transmission<'s> {
             }
         }
         // Handed to the socket (or dropped with it): completed.
-        let now = Instant::now();
-        let replies = std::mem::take(&mut self.replies);
-        for r in replies {
-            let us = now.saturating_duration_since(r.at).as_micros() as u64;
-            self.stats.replied(r.kind, r.ok, r.bytes as u64, us);
+        let now = now_us();
+        // Drained, not dropped: the vector keeps its room for the next batch.
+        let mut replies = std::mem::take(&mut self.replies);
+        for r in replies.drain(..) {
+            self.stats.replied(r.kind, r.ok, r.bytes as u64, now.saturating_sub(r.at));
             if let Some((b, _)) = r.data {
                 self.give_buf(b);
             }
         }
+        self.replies = replies;
     }
 
     pub(super) fn reply_ok(&mut self, p: &Pending, data: Option<(IoBuf, usize)>) {
