@@ -14,7 +14,16 @@ use crate::service::client::Client;
 /// uraid: software RAID for NVMe drives in user space, with the reviewers'
 /// benchmark suite built in.
 #[derive(Parser)]
-#[command(name = "uraid", version, about, long_about = None)]
+#[command(
+    name = "uraid",
+    version,
+    about,
+    long_about = None,
+    after_help = "An array is named by its members (any order), its NAME or its UUID (from /etc/uraid/uraid.conf or a \
+                  scan). While `uraid serve NAME` runs, status, fail, remove, add, replace, rebuild, check, repair, \
+                  config and stop act on the live array through its control socket (/run/uraid/NAME.ctl); rebuilds \
+                  run in its background."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -58,7 +67,7 @@ enum Cmd {
     Compare(CompareArgs),
     /// Compare 1, 2 and 4 emulated NVMe drives (no hardware needed).
     Demo(DemoArgs),
-    /// Export the array over NBD (unix socket by default) until SIGINT/SIGTERM.
+    /// Serve the array: NBD export, control socket, events and metrics, until `uraid stop`, SIGINT or SIGTERM.
     Serve(crate::serve::ServeArgs),
     /// The reviewers' suite (CrystalDiskMark, ATTO, Iometer, AS SSD, linear) on targets side by side; HTML report and charts.
     Suite(crate::suite_cmds::SuiteCmdArgs),
