@@ -158,8 +158,23 @@ pub(crate) fn check(c: Client, a: &CheckArgs, repair: bool) -> Result<()> {
 /// `uraid config` on a served array.
 pub(crate) fn config(c: Client, a: &ConfigArgs) -> Result<()> {
     let Some(mode) = a.cache.cache.clone() else { bail!("nothing to change: give --cache MODE (off, writethrough, writeback, journal)") };
-    c.call(Command::Config { volume: a.volume.clone(), mode }, &mut |_| {})?;
-    Ok(())
+    if a.cache.journal.is_some() || a.cache.journal_size.is_some() || a.without_journal {
+        bail!(
+            "--journal, --journal-size and --without-journal need the array stopped: 'uraid stop {}' first. Nothing was changed",
+            c.name
+        );
+    }
+    let size = a.cache.cache_size.as_deref().map(|s| uraid_core::units::parse_size(s, "cache size")).transpose()?;
+    let dirty = a.cache.dirty_limit.as_deref().map(|s| uraid_core::units::parse_size(s, "dirty limit")).transpose()?;
+    let name = c.name.clone();
+    let v = c.call(Command::Config { volume: a.volume.clone(), mode, cache_size: size, dirty_limit: dirty }, &mut |_| {})?;
+    for n in v["volumes"].as_array().into_iter().flatten() {
+        println!("volume '{}': cache {} from now on (changed live)", n.as_str().unwrap_or(""), v["mode"].as_str().unwrap_or(""));
+    }
+    if let Some(w) = v["warning"].as_str() {
+        eprintln!("uraid: warning: {w}");
+    }
+    after(&name)
 }
 
 #[derive(Args)]

@@ -137,9 +137,9 @@ pub(crate) struct CheckArgs {
     /// No progress bar.
     #[arg(long)]
     pub(crate) quiet: bool,
-    /// On a served array: scrub rate limit in MB/s of the volume (10^6
-    /// bytes/s; a plain number is MB/s, or give units); default: the
-    /// service's --scrub-rate.
+    /// Scrub rate limit in MB/s of the volume (10^6 bytes/s; a plain
+    /// number is MB/s, or give units). Default: none on a stopped array,
+    /// the service's --scrub-rate on a served one.
     #[arg(long)]
     pub(crate) rate: Option<String>,
     #[command(flatten)]
@@ -553,6 +553,7 @@ fn compact(v: &serde_json::Value) -> String {
 
 /// `uraid check` (`repair` = true: `uraid repair`).
 pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
+    let scrub_rate = rate(&a.rate).context("--rate")?;
     let mut arr = open(&a.array.members)?;
     let entries = arr.volume_entries();
     let chosen: Vec<usize> = match &a.volume {
@@ -566,10 +567,14 @@ pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
     let mut out = Vec::new();
     for i in chosen {
         let bar = bytes_bar(a.quiet || a.json, &format!("{} '{}'", if repair { "repairing" } else { "checking" }, entries[i].name));
-        let r = arr.check(i, repair, &mut |done, total| {
-            bar.set_length(total);
-            bar.set_position(done);
-        });
+        let mut report = uraid_core::control::maint::CheckReport::default();
+        let opts = uraid_core::control::maint::CheckOptions { rate: scrub_rate, ..Default::default() };
+        let r = arr
+            .check_part(i, repair, &opts, &mut report, &mut |done, total| {
+                bar.set_length(total);
+                bar.set_position(done);
+            })
+            .map(|_| report);
         bar.finish_and_clear();
         let r = match r {
             Ok(r) => r,

@@ -354,6 +354,8 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     let (res, arr) = std::thread::scope(|sc| -> (std::io::Result<()>, Result<Option<array::Array>>) {
         let manager = match arr.take() {
             Some(x) if !a.read_only => {
+                let opts = crate::service::ManagerOptions { rebuild_rate, scrub_rate, scrub_every };
+                let m = crate::service::Manager::new(x, &server, &name, opts, jobs_rx, live.clone(), events.clone());
                 let ctl = match crate::service::ctl::CtlServer::start(
                     &crate::service::client::ctl_path(&name),
                     live.clone(),
@@ -364,11 +366,15 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
                     Ok(c) => c,
                     Err(e) => {
                         flag.store(true, Ordering::Relaxed);
-                        return (Ok(()), Err(e.context("cannot open the control socket")));
+                        // Nothing was served: the array goes back as it came.
+                        let stopped = m.into_array().stop();
+                        let e = e.context("cannot open the control socket");
+                        return (Ok(()), Err(match stopped {
+                            Ok(()) => e,
+                            Err(s) => e.context(format!("and the array could not be stopped cleanly: {s}")),
+                        }));
                     }
                 };
-                let opts = crate::service::ManagerOptions { rebuild_rate, scrub_rate, scrub_every };
-                let m = crate::service::Manager::new(x, &server, &name, opts, jobs_rx, live.clone(), events.clone());
                 Some((sc.spawn(move || m.run()), ctl))
             }
             other => {

@@ -56,8 +56,16 @@ struct Live {
     capacity: u64,
     block_size: u32,
     current: std::sync::Mutex<Arc<Volume>>,
-    /// Bumped by every replacement; connections compare it with theirs.
+    /// Bumped by every replacement and pause; connections compare it with
+    /// theirs.
     generation: AtomicU64,
+    /// Set by [`Server::pause`]: connections answer what they have in
+    /// flight and read no more requests until [`Server::resume`].
+    paused: std::sync::atomic::AtomicBool,
+    /// Connections in transmission, and those of them parked by a pause
+    /// (nothing in flight, reading nothing).
+    active: AtomicUsize,
+    parked: AtomicUsize,
     /// I/O statistics, of the export's name (they outlive replacements).
     stats: ExportStats,
 }
@@ -160,6 +168,9 @@ impl Server {
                 description: e.description,
                 current: std::sync::Mutex::new(e.volume),
                 generation: AtomicU64::new(0),
+                paused: std::sync::atomic::AtomicBool::new(false),
+                active: AtomicUsize::new(0),
+                parked: AtomicUsize::new(0),
                 stats: ExportStats::default(),
             })
             .collect();
@@ -228,6 +239,39 @@ impl Server {
             ));
         }
         *e.current.lock().unwrap_or_else(|p| p.into_inner()) = vol;
+        e.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Quiesces export `name`: every connection answers the requests it
+    /// has in flight and reads no more until [`resume`](Self::resume)
+    /// (clients wait; nothing is refused). Returns at once. Used
+    /// to swap a volume whose cache must be drained first (a cache mode
+    /// change of a served array): pause, wait for
+    /// [`is_quiet`](Self::is_quiet), drain, [`replace_volume`](Self::replace_volume),
+    /// resume. Errors: no such export.
+    pub fn pause(&self, name: &str) -> Result<(), String> {
+        let e = find(&self.exports, name).ok_or_else(|| format!("no export named '{name}'"))?;
+        e.paused.store(true, Ordering::Release);
+        e.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Whether paused export `name` is quiet: every connection has
+    /// answered what it had in flight and reads nothing (so nothing uses
+    /// its volume until [`resume`](Self::resume)). False for an export
+    /// that is not paused or does not exist.
+    pub fn is_quiet(&self, name: &str) -> bool {
+        find(&self.exports, name).is_some_and(|e| {
+            e.paused.load(Ordering::Acquire) && e.parked.load(Ordering::Acquire) == e.active.load(Ordering::Acquire)
+        })
+    }
+
+    /// Ends a [`pause`](Self::pause): connections move to the export's
+    /// current volume and read requests again. Errors: no such export.
+    pub fn resume(&self, name: &str) -> Result<(), String> {
+        let e = find(&self.exports, name).ok_or_else(|| format!("no export named '{name}'"))?;
+        e.paused.store(false, Ordering::Release);
         e.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }

@@ -99,13 +99,18 @@ pub(super) struct Transmission<'s> {
     broken: bool,
     /// This connection's I/O counters.
     stats: ConnStats<'s>,
+    /// Counted in the export's `parked`: paused with nothing in flight.
+    parked: bool,
 }
 
 impl Drop for Transmission<'_> {
     /// Every buffer goes with the connection, also when its thread
-    /// panicked: the server-wide buffer count gets them back.
+    /// panicked: the server-wide buffer count gets them back; so do the
+    /// export's counts of connections and parked ones.
     fn drop(&mut self) {
         self.buffers.fetch_sub(std::mem::take(&mut self.held), Ordering::Relaxed);
+        self.park(false);
+        self.live.active.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -114,6 +119,10 @@ impl<'s> Transmission<'s> {
         let depth = opts.queue_depth.max(1);
         let (vol, generation) = live.volume();
         let q = vol.queue(depth).map_err(|e| io::Error::other(e.to_string()))?;
+        live.active.fetch_add(1, Ordering::AcqRel);
+        // A connection that arrives while the export is paused waits too:
+        // it starts as if the export had moved since.
+        let generation = if live.paused.load(Ordering::Acquire) { generation.wrapping_sub(1) } else { generation };
         let fd = s.raw_fd();
         Ok(Transmission {
             s,
@@ -144,6 +153,7 @@ impl<'s> Transmission<'s> {
             broken: false,
             recv_at: now_us(),
             stats: live.stats.open(),
+            parked: false,
         })
     }
 
@@ -156,9 +166,15 @@ impl<'s> Transmission<'s> {
             }
             // The export moved to another volume: finish what is in flight
             // here, then move before reading more.
+            // Paused: finish what is in flight, then wait (not reading)
+            // until the export resumes.
             let moving = self.live.generation.load(Ordering::Acquire) != self.generation;
-            if moving && self.q.in_flight() == 0 && !self.move_volume() {
-                self.reading = false;
+            if moving && self.q.in_flight() == 0 {
+                let paused = self.live.paused.load(Ordering::Acquire);
+                self.park(paused);
+                if !paused && !self.move_volume() {
+                    self.reading = false;
+                }
             }
             let moving = self.live.generation.load(Ordering::Acquire) != self.generation;
             if !moving {
@@ -185,6 +201,19 @@ impl<'s> Transmission<'s> {
         // SAFETY: shutdown(2) on the connection's own, still open socket.
         unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
         // Every buffer goes with this connection: see Drop.
+    }
+
+    /// Counts this connection in the export's parked ones (`true`: paused
+    /// and nothing in flight, reading nothing) or takes it out.
+    fn park(&mut self, parked: bool) {
+        if parked != self.parked {
+            self.parked = parked;
+            if parked {
+                self.live.parked.fetch_add(1, Ordering::AcqRel);
+            } else {
+                self.live.parked.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
     }
 
     /// Moves to the export's current volume (nothing in flight). False

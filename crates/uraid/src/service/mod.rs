@@ -158,6 +158,8 @@ impl<'a> Manager<'a> {
         let st = arr.status();
         let degraded = is_degraded(&st);
         let journal_lost = st.volumes.iter().map(|v| v.journal_lost).collect();
+        // The control socket answers `status` from the first request on.
+        *live.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
         Manager {
             seen: arr.health().states(),
             arr,
@@ -173,6 +175,11 @@ impl<'a> Manager<'a> {
             announced: Vec::new(),
             journal_lost,
         }
+    }
+
+    /// The array, for a service that does not start after all.
+    pub(crate) fn into_array(self) -> Array {
+        self.arr
     }
 
     /// Runs until the service stops; returns the array for the final stop.
@@ -572,18 +579,99 @@ impl<'a> Manager<'a> {
                 }
                 return None;
             }
-            Command::Config { .. } => Err(ErrorBody::new(
-                "NotLive",
-                format!(
-                    "the cache mode of a served array cannot be changed yet: stop it ('uraid stop {0}'), run 'uraid config \
-                     {0} --cache MODE', then serve it again. Nothing was changed",
-                    self.arr.name()
-                ),
-            )),
+            Command::Config { volume, mode, cache_size, dirty_limit } => self.config(volume.as_deref(), mode, *cache_size, *dirty_limit),
             Command::Status | Command::Stop | Command::Monitor | Command::TestMessage => {
                 Err(ErrorBody::new("Protocol", format!("'{}' is answered by the control socket, not the manager", job.cmd.name())))
             }
         })
+    }
+}
+
+impl Manager<'_> {
+    /// Changes the cache of `volume` (every volume when `None`) to `mode`
+    /// while it is served: the export pauses (clients wait), the old cache
+    /// writes back what it holds and closes, the volume is made anew with
+    /// the new cache, the export resumes on it. Refused, changing nothing:
+    /// an unknown volume or mode, the journal mode either way (its device
+    /// is given at assemble), sizes the cache cannot use, clients that do
+    /// not finish their requests within 30 s.
+    fn config(&mut self, volume: Option<&str>, mode: &str, size: Option<u64>, dirty: Option<u64>) -> Result<serde_json::Value, ErrorBody> {
+        use uraid_core::cache::CacheMode;
+        let mode: CacheMode = mode.parse().map_err(|e: uraid_core::Error| ErrorBody::from(e))?;
+        let name = self.arr.name();
+        let not_live = |why: &str| {
+            ErrorBody::new(
+                "NotLive",
+                format!("{why}: stop the array ('uraid stop {name}'), run 'uraid config {name} ...', then serve it again. Nothing was changed"),
+            )
+        };
+        if mode == CacheMode::Journal {
+            return Err(not_live("the journal mode needs its journal device given with the members at assemble"));
+        }
+        let entries = self.arr.volume_entries();
+        let chosen: Vec<usize> = match volume {
+            Some(v) => vec![self.arr.volume_index(v)?],
+            None => (0..entries.len()).collect(),
+        };
+        let mut cfgs = Vec::new();
+        for &i in &chosen {
+            let cur = entries[i].cache_config()?;
+            if cur.mode == CacheMode::Journal {
+                return Err(not_live(&format!("volume '{}' keeps a write journal, which is left with the array stopped", entries[i].name)));
+            }
+            let size = size.unwrap_or(cur.size);
+            let cfg = uraid_core::cache::CacheConfig { mode, size, dirty_limit: dirty.unwrap_or(cur.dirty_limit).min(size) };
+            uraid_core::cache::Cache::check_config(&self.arr.volumes()[i], &cfg)
+                .map_err(|e| ErrorBody::new("InvalidInput", format!("volume '{}': {e}", entries[i].name)))?;
+            cfgs.push(cfg);
+        }
+        // The exported volume: quiet its clients first.
+        let exported = chosen.contains(&0);
+        if exported {
+            self.server.pause(&self.export).map_err(|e| ErrorBody::new("InvalidInput", e))?;
+            let t0 = Instant::now();
+            while !self.server.is_quiet(&self.export) {
+                if t0.elapsed() > Duration::from_secs(30) {
+                    let _ = self.server.resume(&self.export);
+                    return Err(ErrorBody::new(
+                        "Busy",
+                        "the export's clients did not finish their requests within 30 s; nothing was changed, try again",
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let old = self.arr.volume().clone();
+        let mut result = Ok(());
+        for (&i, cfg) in chosen.iter().zip(&cfgs) {
+            let r = (|| -> uraid_core::Result<()> {
+                self.arr.set_cache(Some(&entries[i].name), cfg)?;
+                // Writes back what the old cache holds, then stops it.
+                self.arr.volumes()[i].close_cache()?;
+                self.arr.renew_volume(i)
+            })();
+            if let Err(e) = r {
+                result = Err(e);
+                break;
+            }
+        }
+        if exported {
+            if !Arc::ptr_eq(&old, self.arr.volume()) {
+                if let Err(e) = self.server.replace_volume(&self.export, self.arr.volume().clone()) {
+                    self.log(format!("cannot move the export to the new volume: {e}"));
+                }
+            }
+            let _ = self.server.resume(&self.export);
+            self.move_export(old);
+        }
+        result?;
+        let names: Vec<String> = chosen.iter().map(|&i| entries[i].name.clone()).collect();
+        self.events.emit("CacheChanged", None, format!("volume(s) {names:?}: cache {} (live)", mode.name()));
+        Ok(serde_json::json!({
+            "volumes": names,
+            "mode": mode.name(),
+            "warning": (mode == CacheMode::WriteBack).then_some(uraid_core::control::array::WRITEBACK_WARNING),
+        }))
     }
 }
 

@@ -96,13 +96,22 @@ pub enum Command {
         #[serde(default)]
         rate: Option<u64>,
     },
-    /// Change a volume's cache mode.
+    /// Change a volume's cache mode live (off, writethrough, writeback;
+    /// the journal mode needs the array stopped): the export pauses, the
+    /// old cache writes back what it holds, the volume gets its new cache,
+    /// the export resumes.
     Config {
         /// Volume name; `None`: every volume.
         #[serde(default)]
         volume: Option<String>,
-        /// off, writethrough, writeback or journal.
+        /// off, writethrough or writeback.
         mode: String,
+        /// Cache size, bytes (`None`: the volume's, else the default).
+        #[serde(default)]
+        cache_size: Option<u64>,
+        /// Most dirty bytes before writers wait (`None`: as for the size).
+        #[serde(default)]
+        dirty_limit: Option<u64>,
     },
     /// Stop the array cleanly (as SIGTERM does); replies with the pid.
     Stop,

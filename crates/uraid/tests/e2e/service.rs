@@ -467,7 +467,9 @@ fn hostile_control_clients_get_errors_and_change_nothing() {
         (b"{\"version\": 1, \"command\": {\"fail\": {\"member\": \"/etc/passwd\"}}}\n", "not a member"),
         (b"{\"version\": 1, \"command\": {\"add\": {\"device\": \"/nonexistent\"}}}\n", "/nonexistent"),
         (b"{\"version\": 1, \"command\": {\"check\": {\"rate\": 0}}}\n", "rate of 0"),
-        (b"{\"version\": 1, \"command\": {\"config\": {\"mode\": \"writeback\"}}}\n", "cannot be changed"),
+        (b"{\"version\": 1, \"command\": {\"config\": {\"mode\": \"journal\"}}}\n", "needs its journal device"),
+        (b"{\"version\": 1, \"command\": {\"config\": {\"mode\": \"fast\"}}}\n", "unknown cache mode"),
+        (b"{\"version\": 1, \"command\": {\"config\": {\"mode\": \"writeback\", \"cache_size\": 4096}}}\n", "volume 'hostile'"),
         (&huge, "longer than"),
         (b"", "no request"),
     ];
@@ -488,3 +490,52 @@ fn hostile_control_clients_get_errors_and_change_nothing() {
 }
 
 
+
+/// The cache mode of a served array changes live while fio writes with
+/// checksums: off -> writeback -> writethrough -> off, each time the
+/// export pauses, the old cache writes back what it holds and the volume
+/// resumes with the new one; every write reads back. On a degraded array
+/// too, whose faulty member misses the new volume table: it still
+/// assembles afterwards.
+#[test]
+fn the_cache_mode_changes_live_and_no_write_is_lost() {
+    let _g = shared();
+    let d = tmpdir();
+    let env = Env::new(d.path());
+    let files = sparse_files(d.path(), "c", 4, 64 << 20);
+    let f = strs(&files);
+    env.ok(&with(&["create", "--level", "5", "--chunk", "64K", "--name", "cachelive"], &f));
+    let srv = env.serve("cachelive", &f);
+    env.ok(&["fail", "cachelive", "--member", "0"]);
+    let uri = format!("nbd+unix:///cachelive?socket={}", env.run.join("cachelive.sock").display());
+    require_tool("fio", "fio");
+    let job = |verify_only: bool| {
+        let mut c = Command::new("fio");
+        c.args(["--name=c", "--ioengine=nbd", "--rw=randwrite", "--bs=4k", "--iodepth=16", "--size=96M", "--verify=crc32c", "--verify_fatal=1", "--randseed=3"])
+            .arg(format!("--uri={uri}"));
+        if verify_only {
+            c.arg("--verify_only");
+        }
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    };
+    let writer = job(false).spawn().unwrap();
+    for mode in ["writeback", "writethrough", "off", "writeback"] {
+        std::thread::sleep(Duration::from_millis(300));
+        let out = env.ok(&["config", "cachelive", "--cache", mode]);
+        assert_contains(&out, &[&format!("cache {mode} from now on (changed live)")], "config");
+        let st = env.status("cachelive");
+        assert_eq!(st["array"]["volumes"][0]["cache"]["mode"].as_str(), Some(mode), "{st}");
+    }
+    let o = writer.wait_with_output().unwrap();
+    assert!(o.status.success(), "fio across the mode changes: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let o = job(true).output().unwrap();
+    assert!(o.status.success(), "fio verify after the mode changes: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    env.ok(&["stop", "cachelive"]);
+    assert!(srv.wait().0.success());
+    // The faulty member (role 0) has the old volume table: assemble and
+    // status still take the array, with the new cache mode.
+    let st: serde_json::Value = serde_json::from_str(&env.ok(&with(&["status", "--json"], &f))).unwrap();
+    assert_eq!((st["volumes"][0]["cache"]["mode"].as_str(), st["members"][0]["state"].as_str()), (Some("writeback"), Some("faulty")), "{st}");
+    env.ok(&with(&["assemble"], &f));
+}

@@ -98,6 +98,13 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     let n = auth.member_count as usize;
     let max_events = auth.events;
     for (m, sb) in members.iter().zip(&sbs) {
+        // A member the array no longer reads (faulty, or out of the slot
+        // table) missed the changes made since it left: it is dealt with
+        // below, whatever its layout says.
+        let in_service = auth.slots.iter().any(|s| s.uuid == sb.member_uuid && matches!(s.state, MemberState::Active | MemberState::Rebuilding | MemberState::Spare));
+        if sb.events < max_events && !in_service {
+            continue;
+        }
         if !sb.same_layout(&auth) {
             bail!(
                 Superblock,

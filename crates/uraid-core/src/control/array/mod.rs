@@ -481,43 +481,60 @@ impl Array {
     }
 
     fn build_volumes(&mut self) -> Result<()> {
-        let (roles, entries) = {
-            let m = self.meta();
-            (m.roles.clone(), m.sb.volumes.clone())
-        };
-        let n = roles.len();
-        let shared = Shared { health: self.health.clone(), bitmap: self.bitmap.clone() };
         // Volumes made again over new members keep their caches (and the
         // dirty data in them).
         let old = std::mem::take(&mut self.volumes);
-        self.volumes = entries
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                let g = Geometry::new(Level::from_number(v.level)?, n, v.chunk, v.member_size)?;
-                let vol = Volume::with_state(roles.clone(), g, v.member_start, shared.clone())?;
-                let cfg = v.cache_config()?;
-                match old.get(i).and_then(|o| o.cache().map(|c| (o, c.clone()))) {
-                    Some((o, c)) => vol.adopt_cache(c, o)?,
-                    None if cfg.mode == crate::cache::CacheMode::Journal => match self.journal_of(v) {
-                        Some(j) => vol.enable_journaled_cache(cfg, j)?,
-                        // Looking only: reads go to the members as they are.
-                        None if self.inspect => {}
-                        None => bail!(
-                            Membership,
-                            "volume '{}' keeps a write journal (journal UUID {}) and it was not given; give the \
-                             journal device with the members (its records may hold acknowledged writes). Nothing \
-                             was written. If the device is gone, 'uraid assemble --without-journal' or 'uraid config \
-                             --without-journal' go on without it",
-                            v.name,
-                            fmt_uuid(&v.journal_uuid)
-                        ),
-                    },
-                    None => vol.enable_cache(cfg)?,
-                }
-                Ok(vol)
-            })
-            .collect::<Result<_>>()?;
+        let n = self.meta().sb.volumes.len();
+        self.volumes = (0..n).map(|i| self.make_volume(i, old.get(i))).collect::<Result<_>>()?;
+        Ok(())
+    }
+
+    /// Volume `i` of the volume table over the current members, with the
+    /// cache of `old` (adopted, dirty data and all) or else the one its
+    /// entry says.
+    fn make_volume(&self, i: usize, old: Option<&Arc<Volume>>) -> Result<Arc<Volume>> {
+        let (roles, v) = {
+            let m = self.meta();
+            (m.roles.clone(), m.sb.volumes[i].clone())
+        };
+        let shared = Shared { health: self.health.clone(), bitmap: self.bitmap.clone() };
+        let g = Geometry::new(Level::from_number(v.level)?, roles.len(), v.chunk, v.member_size)?;
+        let vol = Volume::with_state(roles, g, v.member_start, shared)?;
+        let cfg = v.cache_config()?;
+        match old.and_then(|o| o.cache().map(|c| (o, c.clone()))) {
+            Some((o, c)) => vol.adopt_cache(c, o)?,
+            None if cfg.mode == crate::cache::CacheMode::Journal => match self.journal_of(&v) {
+                Some(j) => vol.enable_journaled_cache(cfg, j)?,
+                // Looking only: reads go to the members as they are.
+                None if self.inspect => {}
+                None => bail!(
+                    Membership,
+                    "volume '{}' keeps a write journal (journal UUID {}) and it was not given; give the \
+                     journal device with the members (its records may hold acknowledged writes). Nothing \
+                     was written. If the device is gone, 'uraid assemble --without-journal' or 'uraid config \
+                     --without-journal' go on without it",
+                    v.name,
+                    fmt_uuid(&v.journal_uuid)
+                ),
+            },
+            None => vol.enable_cache(cfg)?,
+        }
+        Ok(vol)
+    }
+
+    /// Makes volume `i` anew over the same members with a fresh cache of
+    /// the mode its entry says now (nothing of the old cache is kept): the
+    /// second half of a cache mode change on a served array. Before it,
+    /// [`set_cache`](Self::set_cache); the users of the old volume paused
+    /// and its cache closed ([`Volume::close_cache`], which writes back
+    /// what it holds); after it, the users take [`volumes`](Self::volumes)`[i]`.
+    ///
+    /// Errors: `InvalidInput` for no such volume; from the cache's setup.
+    pub fn renew_volume(&mut self, i: usize) -> Result<()> {
+        if i >= self.volumes.len() {
+            bail!(InvalidInput, "array '{}' has no volume {i}", self.name());
+        }
+        self.volumes[i] = self.make_volume(i, None)?;
         Ok(())
     }
 
