@@ -381,6 +381,14 @@ impl Cache {
         })
     }
 
+    /// Why acknowledged writes held in this cache were lost, if they were:
+    /// the flusher could not write dirty lines to the members (the error
+    /// every FLUSH gets from then on). `uraid serve` reports it as the
+    /// CacheLost event.
+    pub fn lost_writes(&self) -> Option<String> {
+        lock(&self.failed).as_ref().map(|e| e.to_string())
+    }
+
     /// The journal of a cache in journal mode.
     pub fn journal(&self) -> Option<&Arc<crate::cache::journal::Journal>> {
         self.journal.as_ref()

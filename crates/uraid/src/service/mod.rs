@@ -142,6 +142,8 @@ pub(crate) struct Manager<'a> {
     /// Per rebuilding role, the last RebuildNN step announced (0: Started).
     announced: Vec<(u32, u64)>,
     journal_lost: Vec<bool>,
+    /// Per volume, whether its cache lost writes (CacheLost was sent).
+    cache_lost: Vec<bool>,
 }
 
 impl<'a> Manager<'a> {
@@ -174,6 +176,7 @@ impl<'a> Manager<'a> {
             degraded,
             announced: Vec::new(),
             journal_lost,
+            cache_lost: Vec::new(),
         }
     }
 
@@ -281,6 +284,18 @@ impl<'a> Manager<'a> {
             }
         }
         self.journal_lost = st.volumes.iter().map(|v| v.journal_lost).collect();
+        for (i, v) in self.arr.volumes().iter().enumerate() {
+            let lost = v.cache().and_then(|c| c.lost_writes());
+            let was = self.cache_lost.get(i).copied().unwrap_or(false);
+            if let (Some(why), false) = (&lost, was) {
+                let name = st.volumes.get(i).map(|v| v.name.clone()).unwrap_or_default();
+                self.events.emit("CacheLost", None, format!("volume '{name}': writes held in its cache were lost: {why}"));
+            }
+            if self.cache_lost.len() <= i {
+                self.cache_lost.resize(i + 1, false);
+            }
+            self.cache_lost[i] = was || lost.is_some();
+        }
     }
 
     /// Moves spares into faulty or missing roles: new volumes over them,

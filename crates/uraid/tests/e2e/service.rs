@@ -539,3 +539,30 @@ fn the_cache_mode_changes_live_and_no_write_is_lost() {
     assert_eq!((st["volumes"][0]["cache"]["mode"].as_str(), st["members"][0]["state"].as_str()), (Some("writeback"), Some("faulty")), "{st}");
     env.ok(&with(&["assemble"], &f));
 }
+
+/// A write-back cache that cannot write its dirty lines back (the member
+/// under it fails its writes: the URAID_FAILPOINT_FAIL_WRITES failpoint)
+/// has lost acknowledged writes: CacheLost reaches the monitor program.
+#[test]
+fn a_write_back_cache_that_cannot_write_back_reports_cache_lost() {
+    let _g = shared();
+    require_tool("fio", "fio");
+    let d = tmpdir();
+    let mut env = Env::new(d.path());
+    let files = sparse_files(d.path(), "w", 2, 48 << 20);
+    let f = strs(&files);
+    env.ok(&with(&["create", "--level", "0", "--chunk", "64K", "--name", "lossy", "--cache", "writeback"], &f));
+    let (prog, log) = event_program(d.path());
+    env.extra.push(("URAID_FAILPOINT_FAIL_WRITES".into(), format!("{}@{}-{}", f[1], 1u64 << 20, 48u64 << 20)));
+    let srv = env.serve("lossy", &with(&["--program", s(&prog)], &f));
+    let uri = format!("nbd+unix:///lossy?socket={}", env.run.join("lossy.sock").display());
+    // Acknowledged from the cache; the write-back to member 1 fails.
+    let _ = Command::new("fio")
+        .args(["--name=w", "--ioengine=nbd", "--rw=write", "--bs=64k", "--size=8M", "--iodepth=4"])
+        .arg(format!("--uri={uri}"))
+        .output()
+        .unwrap();
+    wait_until(30, "CacheLost at the program", || events_seen(&log).contains("CacheLost lossy"));
+    env.ok(&["stop", "lossy"]);
+    let _ = srv.wait();
+}
