@@ -17,13 +17,25 @@ use crate::service::proto::{Command, Event, IoFigures, Progress, Reply};
 /// `uraid status` of a served array: the status, the background
 /// operation with its rate and ETA, and the live I/O figures.
 pub(crate) fn status(c: Client, json: bool) -> Result<()> {
+    let c_name = c.name.clone();
     let v = c.call(Command::Status, &mut |_| {})?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        // The stopped array's shape, with what only the serving process
+        // knows beside it.
+        let mut out = v["array"].clone();
+        out["served_by"] = serde_json::json!({
+            "pid": v["pid"],
+            "age_seconds": 0.0,
+            "control_socket": client::ctl_path(&c_name),
+            "state_file": crate::runstate::state_path(v["array"]["uuid"].as_str().unwrap_or("")),
+        });
+        out["progress"] = v["progress"].clone();
+        out["io"] = v["io"].clone();
+        println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
     let st: ArrayStatus = serde_json::from_value(v["array"].clone())?;
-    println!("served by uraid serve (pid {}): live state", v["pid"]);
+    println!("served by uraid serve (pid {}), live from its control socket {}", v["pid"], client::ctl_path(&c_name).display());
     print_status(&st);
     if let Ok(Some(p)) = serde_json::from_value::<Option<Progress>>(v["progress"].clone()) {
         println!("  {}", progress_line(&p));

@@ -684,7 +684,7 @@ fn serve_rebuilds_in_the_background_while_clients_write() {
     }
     let (st, _, err) = srv.stop();
     assert!(st.success(), "serve exit {st}: {err}");
-    assert_contains(&err, &["rebuilding role(s) [1] in the background", "rebuild of role 1: 100%", "role 1 rebuilt", "stopped cleanly"], "serve stderr");
+    assert_contains(&err, &["RebuildStarted event", "Rebuild80 event", "RebuildFinished event on array", "role 1 rebuilt", "stopped cleanly"], "serve stderr");
     let chk = uraid_ok(&["check", "--json", m0, sp]);
     let v: serde_json::Value = serde_json::from_str(&chk.stdout).unwrap();
     assert_eq!(v[0]["report"]["mismatches"].as_u64(), Some(0), "copies differ after the background rebuild: {v}");
@@ -816,7 +816,7 @@ fn status_shows_the_live_cache_counters_of_a_running_serve() {
     assert!(text.status.success(), "{}: {}", text.cmdline, text.stderr);
     assert_contains(
         &text.stdout,
-        &["served by uraid serve", "cache writeback 16M", "cache dirty", "hit ratio", "writes 3,", "merged", "written back", "whole stripes", &format!("live from uraid serve, pid {pid}, updated")],
+        &["served by uraid serve", "cache writeback 16M", "cache dirty", "hit ratio", "writes 3,", "merged", "written back", "whole stripes", &format!("served by uraid serve (pid {pid}), live from its control socket")],
         "status text while serving",
     );
 

@@ -243,7 +243,7 @@ fn a_served_array_is_failed_rebuilt_checked_stopped_and_served_again_by_name() {
     // Data with checksums before the failure.
     fio_ok(&mut fio(&fs.mnt, "before", "24M", false));
     let st = env.status(&name);
-    assert_eq!(st["array"]["volumes"][0]["state"].as_str(), Some("clean"), "{st}");
+    assert_eq!(st["volumes"][0]["state"].as_str(), Some("clean"), "{st}");
 
     // Fail role 1 through the control socket.
     let out = env.ok(&["fail", &name, "--member", "1"]);
@@ -253,7 +253,7 @@ fn a_served_array_is_failed_rebuilt_checked_stopped_and_served_again_by_name() {
         e.contains(&format!("Fail {name} {}", devs[1])) && e.contains(&format!("DegradedArray {name}"))
     });
     let st = env.status(&name);
-    assert_eq!((st["array"]["members"][1]["state"].as_str(), st["array"]["volumes"][0]["state"].as_str()), (Some("faulty"), Some("degraded")), "{st}");
+    assert_eq!((st["members"][1]["state"].as_str(), st["volumes"][0]["state"].as_str()), (Some("faulty"), Some("degraded")), "{st}");
 
     // Hot-add a spare: it takes over role 1, rebuilt in the background
     // (12 MB/s: about 8 s) while fio writes more.
@@ -322,7 +322,7 @@ fn a_served_array_is_failed_rebuilt_checked_stopped_and_served_again_by_name() {
     fio_ok(&mut fio(&fs.mnt, "before", "24M", true));
     fio_ok(&mut fio(&fs.mnt, "during", "16M", true));
     let st = env.status(&name);
-    let members: Vec<&str> = st["array"]["members"].as_array().unwrap().iter().map(|m| m["device"].as_str().unwrap_or("")).collect();
+    let members: Vec<&str> = st["members"].as_array().unwrap().iter().map(|m| m["device"].as_str().unwrap_or("")).collect();
     assert_eq!(members, vec![&devs[0][..], &devs[4], &devs[2], &devs[3]], "{st}");
     fs.detach();
     env.ok(&["stop", &name]);
@@ -483,8 +483,8 @@ fn hostile_control_clients_get_errors_and_change_nothing() {
     env.ok(&["fail", "hostile", "--member", "0"]);
     env.fails(&["fail", "hostile", "--member", "1"], &["lose the data", "--force"]);
     let after = env.status("hostile");
-    assert_eq!(after["array"]["events"].as_u64(), before["array"]["events"].as_u64().map(|e| e + 1), "only the one fail changed the array");
-    assert_eq!(after["array"]["members"][1]["state"].as_str(), Some("active"));
+    assert_eq!(after["events"].as_u64(), before["events"].as_u64().map(|e| e + 1), "only the one fail changed the array");
+    assert_eq!(after["members"][1]["state"].as_str(), Some("active"));
     env.ok(&["stop", "hostile"]);
     assert!(srv.wait().0.success());
 }
@@ -525,7 +525,7 @@ fn the_cache_mode_changes_live_and_no_write_is_lost() {
         let out = env.ok(&["config", "cachelive", "--cache", mode]);
         assert_contains(&out, &[&format!("cache {mode} from now on (changed live)")], "config");
         let st = env.status("cachelive");
-        assert_eq!(st["array"]["volumes"][0]["cache"]["mode"].as_str(), Some(mode), "{st}");
+        assert_eq!(st["volumes"][0]["cache"]["mode"].as_str(), Some(mode), "{st}");
     }
     let o = writer.wait_with_output().unwrap();
     assert!(o.status.success(), "fio across the mode changes: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
