@@ -12,9 +12,10 @@ Prints figures and ratios from ONE run. Issue 4's targets:
     per GB (server and client) next to the in-process engine's.
 
 Needs root, the testbed (../shared/testbed), fio, libnbd-bin and btrfs-progs
-(installed with apt-get when missing). Usage: python3 bench/nbd.py [--runs N] [--time S]
+(installed with apt-get when missing). Usage: python3 bench/nbd.py [--runs N] [--time S] [--metrics]
+(--metrics: the server runs its Prometheus endpoint, scraped once a second)
 """
-import os, signal, socket, subprocess, sys, time
+import os, signal, socket, subprocess, sys, threading, time, urllib.request
 
 from common import DRIVES, PEER, URAID, best_of, fio_cmd, fio_figures, fio_job, parser, prepare, sh, testbed_down, uraid_bench
 
@@ -27,11 +28,14 @@ def proc_cpu(pid):
     return (int(f[11]) + int(f[12])) / TICK
 
 
+METRICS = "127.0.0.1:19109"
+
+
 class Serve:
-    def __init__(self, devs, throttled):
+    def __init__(self, devs, throttled, metrics=False):
         if os.path.exists(SOCK):
             os.unlink(SOCK)
-        cmd = [URAID, "serve", "--socket", SOCK, *devs]
+        cmd = [URAID, "serve", "--socket", SOCK, *(["--metrics", METRICS] if metrics else []), *devs]
         if throttled:
             cmd = [DRIVES, "run", "--"] + cmd
         self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -43,11 +47,26 @@ class Serve:
         else:
             sys.exit("uraid serve did not come up: " + self.p.stderr.read())
         self.uri = f"nbd+unix:///bench?socket={SOCK}"
+        self.scraping = metrics
+        if metrics:
+            # Scraped once a second (Prometheus's default is every 15 s).
+            def scrape():
+                while self.scraping:
+                    try:
+                        urllib.request.urlopen(f"http://{METRICS}/metrics").read()
+                    except OSError:
+                        pass
+                    time.sleep(1)
+            self.scraper = threading.Thread(target=scrape)
+            self.scraper.start()
 
     def cpu(self):
         return proc_cpu(self.p.pid)
 
     def stop(self):
+        if self.scraping:
+            self.scraping = False
+            self.scraper.join()
         self.p.send_signal(signal.SIGTERM)
         self.p.wait(30)
 
@@ -65,7 +84,9 @@ def fio(args, rw, bs, qd, target, nbd=False, size="1G"):
 
 
 def main():
-    args = parser(__doc__).parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--metrics", action="store_true", help="serve with --metrics (scraped once a second)")
+    args = ap.parse_args()
     prepare(None, ("fio", "fio"), ("btrfs-progs", "mkfs.btrfs"), ("libnbd-bin", "nbdinfo"))
     testbed_down()
 
@@ -78,7 +99,7 @@ def main():
     single = uraid_bench(args, [devs[0]], ["SEQ1M-Q8T1", "RND4K-Q32T1"])
     sh(URAID, "create", "--level", "0", "--chunk", "128K", "--name", "bench", "--force", *devs)
     inproc = uraid_bench(args, devs, ["SEQ1M-Q8T1", "RND4K-Q32T1"])
-    srv = Serve(devs, throttled=True)
+    srv = Serve(devs, throttled=True, metrics=args.metrics)
     # fill the first GiB so reads read data
     subprocess.run(["fio", "--name=fill", "--ioengine=nbd", f"--uri={srv.uri}", "--rw=write", "--bs=1M",
                     "--iodepth=8", "--size=1G"], capture_output=True)
@@ -106,7 +127,7 @@ def main():
     devs = sh(DRIVES, "up", "4", "--bw", "0", "--iops", "0").split()
     sh(URAID, "create", "--level", "0", "--chunk", "128K", "--name", "bench", "--force", *devs)
     inproc = uraid_bench(args, devs, ["RND4K-Q32T1"])[("RND4K Q32T1", "read")]
-    srv = Serve(devs, throttled=True)
+    srv = Serve(devs, throttled=True, metrics=args.metrics)
     c0 = srv.cpu()
     r = fio(args, "randread", "4k", 32, srv.uri, nbd=True)
     server_cpu = (srv.cpu() - c0) / args.runs  # per run (each run includes 1 s ramp)

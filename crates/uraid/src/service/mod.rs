@@ -369,10 +369,11 @@ impl<'a> Manager<'a> {
         let mut announced = std::mem::take(&mut self.announced);
         let mut since: Option<(u32, u64, Instant)> = None;
         let r = self.arr.rebuild_until(rate, Some(&self.live.interrupt), &mut |role, done, total| {
-            let (_, d0, t0) = *since.get_or_insert((role, done, Instant::now()));
-            if since.is_some_and(|(r, _, _)| r != role) {
+            // The rate is over this role's run so far.
+            if !matches!(since, Some((r, _, _)) if r == role) {
                 since = Some((role, done, Instant::now()));
             }
+            let (_, d0, t0) = since.expect("set above");
             live.set_progress(Some(progress("rebuild", format!("role {role}"), done, total, d0, t0, rate)));
             let step = (done * 100).checked_div(total).unwrap_or(100) / 20 * 20;
             if let Some(a) = announced.iter_mut().find(|(r, _)| *r == role) {
