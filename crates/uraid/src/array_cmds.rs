@@ -196,7 +196,9 @@ fn print_superblock(name: &str, sb: &Superblock) {
 pub(crate) fn cmd_examine(a: ExamineArgs) -> Result<()> {
     let mut json = Vec::new();
     let mut bad = 0;
-    for (name, spec) in a.members.iter().zip(specs(&a.members)?) {
+    // An array's NAME stands for its devices: each is shown by its path.
+    let names = crate::scan::member_args(&a.members)?;
+    for (name, spec) in names.iter().zip(specs(&names)?) {
         let ex = array::examine(&spec)?;
         if a.json {
             json.push(match &ex {

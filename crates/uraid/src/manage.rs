@@ -301,7 +301,7 @@ pub(crate) fn cmd_status(a: StatusArgs) -> Result<()> {
             arr.release();
             (st, None)
         }
-        Err(e) if e.kind() == uraid_core::ErrorKind::Busy => match served_status(&a.array.members, &specs) {
+        Err(e) if e.kind() == uraid_core::ErrorKind::Busy => match served_status(&crate::scan::member_args(&a.array.members)?, &specs) {
             Some(x) => x,
             None => return Err(e.into()),
         },

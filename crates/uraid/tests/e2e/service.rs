@@ -566,3 +566,50 @@ fn a_write_back_cache_that_cannot_write_back_reports_cache_lost() {
     env.ok(&["stop", "lossy"]);
     let _ = srv.wait();
 }
+
+/// The scheduled scrub (`--scrub-every`) finds a copy that was changed
+/// behind the array's back and reports MismatchesFound; `uraid monitor
+/// --test` sends a TestMessage that the mail command gets (mdadm's
+/// MAILADDR); `monitor --oneshot` reports a degraded array.
+#[test]
+fn a_scheduled_scrub_reports_mismatches_and_monitor_test_mails() {
+    let _g = shared();
+    let d = tmpdir();
+    let mut env = Env::new(d.path());
+    let files = sparse_files(d.path(), "s", 2, 24 << 20);
+    let f = strs(&files);
+    env.ok(&with(&["create", "--level", "1", "--chunk", "64K", "--name", "sched"], &f));
+    // Write through the array, then change one copy behind its back.
+    let srv = env.serve("sched", &f);
+    let uri = format!("nbd+unix:///sched?socket={}", env.run.join("sched.sock").display());
+    run_tool(Command::new("qemu-io").args(["-f", "raw", "-c", "write -P 0x61 0 1M", "-c", "flush"]).arg(&uri));
+    env.ok(&["stop", "sched"]);
+    assert!(srv.wait().0.success());
+    {
+        use std::os::unix::fs::FileExt;
+        let m1 = std::fs::OpenOptions::new().write(true).open(&files[1]).unwrap();
+        m1.write_all_at(&[0x62; 4096], (1 << 20) + 8192).unwrap();
+    }
+    let mail_log = d.path().join("mail.txt");
+    let mailer = d.path().join("sendmail");
+    std::fs::write(&mailer, format!("#!/bin/sh\necho \"ARGS $@\" >> {0}\ncat >> {0}\n", mail_log.display())).unwrap();
+    std::fs::set_permissions(&mailer, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (prog, log) = event_program(d.path());
+    let srv = env.serve(
+        "sched",
+        &with(&["--scrub-every", "1s", "--program", s(&prog), "--mail", "ops@example.com", "--mail-command", &format!("{} -t", mailer.display())], &f),
+    );
+    wait_until(30, "MismatchesFound from the scheduled scrub", || events_seen(&log).contains("MismatchesFound sched"));
+    assert_contains(&events_seen(&log), &["CheckStarted sched"], "events");
+    let out = env.ok(&["monitor", "--test", "--oneshot", "sched"]);
+    assert!(!out.contains("DegradedArray"), "not degraded yet: {out}");
+    wait_until(10, "the TestMessage mail", || std::fs::read_to_string(&mail_log).unwrap_or_default().contains("TestMessage event on sched"));
+    let mail = std::fs::read_to_string(&mail_log).unwrap();
+    assert_contains(&mail, &["ARGS -t", "To: ops@example.com", "Subject: TestMessage event on sched"], "mail");
+    env.ok(&["fail", "sched", "--member", "1"]);
+    let out = env.ok(&["monitor", "--oneshot", "sched"]);
+    assert_contains(&out, &["DegradedArray event on sched"], "monitor --oneshot");
+    wait_until(10, "the Fail mail", || std::fs::read_to_string(&mail_log).unwrap_or_default().contains("Subject: Fail event on sched"));
+    env.ok(&["stop", "sched"]);
+    assert!(srv.wait().0.success());
+}
