@@ -575,7 +575,7 @@ fn a_write_back_cache_that_cannot_write_back_reports_cache_lost() {
 fn a_scheduled_scrub_reports_mismatches_and_monitor_test_mails() {
     let _g = shared();
     let d = tmpdir();
-    let mut env = Env::new(d.path());
+    let env = Env::new(d.path());
     let files = sparse_files(d.path(), "s", 2, 24 << 20);
     let f = strs(&files);
     env.ok(&with(&["create", "--level", "1", "--chunk", "64K", "--name", "sched"], &f));
