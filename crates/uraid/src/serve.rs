@@ -427,10 +427,12 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         };
         notify_ready(&name, &uri);
         let res = server.run(&listener);
+        flag.store(true, Ordering::Relaxed);
+        // Everything that waits for the service's stop (the metrics
+        // endpoint, the control socket, the manager) is told first.
+        stop_service.store(true, Ordering::Relaxed);
         drop(metrics);
         let _ = sampler.join();
-        flag.store(true, Ordering::Relaxed);
-        stop_service.store(true, Ordering::Relaxed);
         live.interrupt.store(true, Ordering::Relaxed);
         let managed = manager.map(|(m, ctl)| {
             drop(ctl);

@@ -395,7 +395,8 @@ fn metrics_count_a_known_workload() {
 }
 
 /// The systemd notifications on a real notify socket: READY=1 once the
-/// export listens, WATCHDOG=1 pings, STOPPING=1 on SIGTERM.
+/// export listens, WATCHDOG=1 pings, STOPPING=1 on SIGTERM, and the
+/// process (metrics endpoint included) exits.
 #[test]
 fn serve_tells_systemd_when_it_is_ready_and_stopping() {
     let _g = shared();
@@ -409,7 +410,8 @@ fn serve_tells_systemd_when_it_is_ready_and_stopping() {
     sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     env.extra.push(("NOTIFY_SOCKET".into(), sock_path.display().to_string()));
     env.extra.push(("WATCHDOG_USEC".into(), "400000".into()));
-    let srv = env.serve("notify", &f);
+    // With the metrics endpoint too: SIGTERM must stop it as well.
+    let srv = env.serve("notify", &with(&["--metrics", "127.0.0.1:0"], &f));
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while !got.iter().any(|m: &String| m.contains("WATCHDOG=1")) {
