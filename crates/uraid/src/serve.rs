@@ -103,6 +103,14 @@ pub(crate) struct ServeArgs {
     /// Allow a --metrics address that is not loopback.
     #[arg(long)]
     metrics_insecure: bool,
+    /// Serve the web console at ADDR:PORT (loopback only; default
+    /// 127.0.0.1:8109): live state, charts, events and actions. It prints
+    /// the address to open, with its access token.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8109")]
+    console: Option<String>,
+    /// The console's access token (default: a new random one each start).
+    #[arg(long, value_name = "TOKEN", requires = "console")]
+    console_token: Option<String>,
     /// Check every redundant volume this often (like the weekly mdcheck
     /// timer), counted from the start of `serve` and from the end of the
     /// last scrub: 12h, 7d, 1w. Mismatches are reported as MismatchesFound.
@@ -425,6 +433,41 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             }
             None => None,
         };
+        let console = match (&a.console, &manager) {
+            (Some(addr), Some(_)) => {
+                let token = match a.console_token.clone().map(Ok).unwrap_or_else(crate::service::console::new_token) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        eprintln!("uraid serve: {e:#}");
+                        String::new()
+                    }
+                };
+                let source = crate::service::console::Source {
+                    array: name.clone(),
+                    token: token.clone(),
+                    live: live.clone(),
+                    jobs: std::sync::Mutex::new(jobs_tx.clone()),
+                    events: events.clone(),
+                    exported: (exported.clone(), window.clone()),
+                };
+                match (token.is_empty(), crate::service::console::start(addr, source)) {
+                    (false, Ok(c)) => {
+                        println!("console: http://{}/?token={token}", c.addr);
+                        Some(c)
+                    }
+                    (_, Err(e)) => {
+                        eprintln!("uraid serve: no console: {e:#}");
+                        None
+                    }
+                    (true, Ok(_)) => None,
+                }
+            }
+            (Some(_), None) => {
+                eprintln!("uraid serve: no console: a read-only or temporary array has no manager to act on it");
+                None
+            }
+            _ => None,
+        };
         notify_ready(&name, &uri);
         let res = server.run(&listener);
         flag.store(true, Ordering::Relaxed);
@@ -432,6 +475,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         // endpoint, the control socket, the manager) is told first.
         stop_service.store(true, Ordering::Relaxed);
         drop(metrics);
+        drop(console);
         let _ = sampler.join();
         live.interrupt.store(true, Ordering::Relaxed);
         let managed = manager.map(|(m, ctl)| {

@@ -206,30 +206,46 @@ fn serve_client(s: &UnixStream, ctx: &Ctx) -> std::io::Result<()> {
         }
         cmd => {
             let wants_progress = matches!(cmd, Command::Check { .. });
-            let (tx, rx) = std::sync::mpsc::channel();
-            let sent = ctx.jobs.lock().unwrap_or_else(|p| p.into_inner()).send(Job { cmd, reply: tx });
-            if sent.is_err() {
-                return send(s, &Reply::failed(ErrorBody::new("Interrupted", "the array is stopping")));
-            }
-            ctx.live.interrupt.store(true, Ordering::Relaxed);
             let mut last = None;
-            loop {
-                match rx.recv_timeout(Duration::from_millis(500)) {
-                    Ok(r) => return send(s, &r),
-                    Err(RecvTimeoutError::Timeout) => {
-                        if wants_progress {
-                            let p = ctx.live.progress();
-                            if p.is_some() && p != last {
-                                // A client that went away leaves the scrub running.
-                                send(s, &Reply::progress(p.clone().expect("checked")))?;
-                                last = p;
-                            }
-                        }
-                    }
-                    Err(RecvTimeoutError::Disconnected) => {
-                        return send(s, &Reply::failed(ErrorBody::new("Interrupted", "the array stopped before the command was done")))
+            let r = run_job(&ctx.jobs, &ctx.live, cmd, &mut || {
+                if wants_progress {
+                    let p = ctx.live.progress();
+                    if p.is_some() && p != last {
+                        // A client that went away leaves the scrub running.
+                        send(s, &Reply::progress(p.clone().expect("checked")))?;
+                        last = p;
                     }
                 }
+                Ok(())
+            })?;
+            send(s, &r)
+        }
+    }
+}
+
+/// Hands `cmd` to the manager through `jobs` (pausing a rebuild or scrub
+/// for it) and waits for its final reply, calling `tick` about twice a
+/// second meanwhile (an error from `tick` ends the wait; the command goes
+/// on). The one way every client (this socket, the web console) changes
+/// the array.
+pub(crate) fn run_job(
+    jobs: &Mutex<Sender<Job>>,
+    live: &Live,
+    cmd: Command,
+    tick: &mut dyn FnMut() -> std::io::Result<()>,
+) -> std::io::Result<Reply> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sent = jobs.lock().unwrap_or_else(|p| p.into_inner()).send(Job { cmd, reply: tx });
+    if sent.is_err() {
+        return Ok(Reply::failed(ErrorBody::new("Interrupted", "the array is stopping")));
+    }
+    live.interrupt.store(true, Ordering::Relaxed);
+    loop {
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(r) => return Ok(r),
+            Err(RecvTimeoutError::Timeout) => tick()?,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Ok(Reply::failed(ErrorBody::new("Interrupted", "the array stopped before the command was done")))
             }
         }
     }

@@ -16,6 +16,7 @@
 //! `Array` and the export only through `Server::replace_volume`.
 
 pub(crate) mod client;
+pub(crate) mod console;
 pub(crate) mod ctl;
 pub(crate) mod events;
 pub(crate) mod figures;

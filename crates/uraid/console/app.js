@@ -1,0 +1,255 @@
+// uraid console: renders the array from /api/stream (server-sent events,
+// once a second) and sends the control protocol's commands to
+// /api/command. Every command is checked again by the server; this page
+// only asks for a confirmation first and shows the server's answer.
+"use strict";
+
+const TOKEN = document.querySelector('meta[name="uraid-token"]').content;
+const WINDOW = 300; // seconds of chart history
+const $ = (id) => document.getElementById(id);
+const fmtSize = (b) => {
+  const u = ["B", "K", "M", "G", "T", "P"];
+  let i = 0;
+  while (b >= 1024 && i < u.length - 1) { b /= 1024; i++; }
+  return `${b.toFixed(b >= 10 || i === 0 ? 0 : 1)}${u[i]}`;
+};
+const text = (el, s) => { el.textContent = s; return el; };
+const make = (tag, props = {}, ...kids) => {
+  const e = document.createElement(tag);
+  Object.assign(e, props);
+  for (const k of kids) e.append(k);
+  return e;
+};
+
+let last = null; // the last status
+
+// --- commands -------------------------------------------------------------
+
+function confirmThen(title, what, run) {
+  const d = $("confirm");
+  text($("confirm-title"), title);
+  text($("confirm-text"), what);
+  d.returnValue = "";
+  d.onclose = () => { if (d.returnValue === "ok") run(); };
+  d.showModal();
+  $("confirm-cancel").focus();
+}
+
+function toast(msg) {
+  const t = $("toast");
+  text(t, msg);
+  t.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => { t.hidden = true; }, 8000);
+}
+
+async function send(command) {
+  const r = await fetch("/api/command", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-Uraid-Token": TOKEN },
+    body: JSON.stringify({ version: 1, command }),
+  });
+  const reply = await r.json();
+  if (!reply.ok) {
+    toast(reply.error ? reply.error.message : `the server said ${r.status}`);
+    throw new Error(reply.error ? reply.error.message : r.status);
+  }
+  return reply.result;
+}
+
+function failMember(slot, device) {
+  confirmThen(`Fail member ${slot}?`,
+    `${device} (role ${slot}) will be marked faulty: it is no longer read or written and the array runs degraded until a spare is rebuilt in its place.`,
+    () => send({ fail: { member: String(slot), force: false } }).catch(() => {}));
+}
+
+function removeMember(slot, device) {
+  confirmThen(`Remove ${device}?`, `Slot ${slot} (${device}) leaves the array; its device is released.`,
+    () => send({ remove: { member: String(slot) } }).catch(() => {}));
+}
+
+$("add-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const dev = $("add-device").value.trim();
+  if (!dev) return;
+  confirmThen("Add a spare?",
+    `${dev} joins the array as a spare: anything on it is overwritten (the server refuses a device that holds a filesystem or another array). If a role is down, it takes it over and is rebuilt in the background.`,
+    () => send({ add: { device: dev, force: false } }).then(() => { $("add-device").value = ""; }).catch(() => {}));
+});
+
+function startScrub(repair) {
+  const what = repair ? "repair" : "check";
+  confirmThen(`Start a ${what}?`,
+    repair ? "Every stripe is read; copies or parity that disagree are rewritten. Clients keep working; the scrub is rate-limited."
+           : "Every stripe is read and compared; nothing is written. Clients keep working; the scrub is rate-limited.",
+    () => {
+      text($("check-result"), `${what} running…`);
+      send({ check: { volume: null, repair, rate: null } }).then((res) => {
+        text($("check-result"), res.map((r) => `${r.volume}: ${r.report.mismatches} mismatches, ${r.report.stripes_checked} stripes checked`).join("; "));
+      }).catch((e) => text($("check-result"), `${what} failed: ${e.message}`));
+    });
+}
+$("start-check").addEventListener("click", () => startScrub(false));
+$("start-repair").addEventListener("click", () => startScrub(true));
+$("stop-array").addEventListener("click", () => confirmThen("Stop the array?",
+  "Requests in flight finish, the members are flushed and marked clean, and the export closes: clients lose the device until it is served again.",
+  () => send("stop").catch(() => {})));
+
+function setCache(volume, mode, select, previous) {
+  const warn = mode === "writeback"
+    ? " Write-back: writes are acknowledged from memory; those not yet flushed are LOST on power loss or a crash."
+    : "";
+  const d = $("confirm");
+  confirmThen(`Cache ${mode} for ${volume}?`,
+    `The export pauses for a moment while the current cache writes back what it holds, then resumes with the new cache.${warn}`,
+    () => send({ config: { volume, mode, cache_size: null, dirty_limit: null } }).catch(() => { select.value = previous; }));
+  d.addEventListener("close", () => { if (d.returnValue !== "ok") select.value = previous; }, { once: true });
+}
+
+// --- rendering ------------------------------------------------------------
+
+function render(st) {
+  last = st;
+  const state = st.volumes.some((v) => v.state === "failed") ? "failed"
+    : st.volumes.some((v) => v.state === "rebuilding") ? "rebuilding"
+    : st.volumes.some((v) => v.state !== "clean") ? "degraded" : "clean";
+  const badge = $("array-state");
+  badge.dataset.state = state;
+  text(badge, state);
+  const n = st.member_count;
+  const up = st.members.filter((m) => m.role !== null && m.state === "active").length;
+  const sum = $("summary");
+  sum.replaceChildren();
+  for (const [k, v] of [["UUID", st.uuid], ["Members", `${up} of ${n} active`], ["Events", st.events],
+    ["Capacity", fmtSize(st.volumes.reduce((a, v) => a + v.capacity, 0))], ["Served by", `pid ${st.served_by.pid}`]]) {
+    sum.append(make("dt", { textContent: k }), make("dd", { textContent: String(v) }));
+  }
+  // Background operation.
+  const p = st.progress;
+  $("progress-box").hidden = !p;
+  if (p) {
+    const pct = p.total ? (100 * p.done) / p.total : 100;
+    text($("progress-title"), `${p.action} of ${p.target}`);
+    $("progress").value = pct;
+    const eta = p.eta_seconds != null ? `, ETA ${Math.round(p.eta_seconds)} s` : "";
+    const lim = p.rate_limit ? ` (limit ${(p.rate_limit / 1e6).toFixed(0)} MB/s)` : "";
+    text($("progress-text"), `${pct.toFixed(1)}% — ${fmtSize(p.done)} of ${fmtSize(p.total)} at ${p.mb_per_s.toFixed(1)} MB/s${lim}${eta}`);
+  }
+  // Volumes.
+  const vols = $("volumes");
+  vols.replaceChildren();
+  for (const v of st.volumes) {
+    const box = make("div", { className: "volume" });
+    box.append(make("h3", { textContent: `${v.name}: RAID ${v.level}, ${fmtSize(v.capacity)}, chunk ${fmtSize(v.chunk)}, ${v.state}` }));
+    const row = make("div", { className: "row" });
+    const id = `cache-${v.name}`;
+    const sel = make("select", { id });
+    sel.dataset.volume = v.name;
+    for (const m of ["off", "writethrough", "writeback"]) sel.append(make("option", { value: m, textContent: m }));
+    if (v.cache.mode === "journal") sel.append(make("option", { value: "journal", textContent: "journal" }));
+    sel.value = v.cache.mode;
+    sel.disabled = v.cache.mode === "journal";
+    sel.addEventListener("change", () => setCache(v.name, sel.value, sel, v.cache.mode));
+    row.append(make("label", { htmlFor: id, textContent: "Cache" }), sel);
+    if (v.cache_stats) row.append(make("span", { className: "muted", textContent: `dirty ${fmtSize(v.cache_stats.dirty_bytes)}, hit ratio ${(100 * v.cache_stats.hit_ratio).toFixed(1)}%` }));
+    box.append(row);
+    if (v.cache_warning) box.append(make("p", { className: "warning", textContent: `Warning: ${v.cache_warning}` }));
+    vols.append(box);
+  }
+  // Members.
+  const body = $("members").tBodies[0];
+  body.replaceChildren();
+  for (const m of st.members) {
+    const slot = m.role !== null ? `role ${m.role}` : `spare ${m.slot}`;
+    const tr = make("tr");
+    tr.append(make("td", { textContent: slot }), make("td", { textContent: m.device || "—" }),
+      make("td", { textContent: m.state + (m.recovery_offset != null ? ` (${fmtSize(m.recovery_offset)})` : ""), className: `state-${m.state}` }));
+    const act = make("td");
+    if (m.role !== null && (m.state === "active" || m.state === "rebuilding")) {
+      const b = make("button", { textContent: `Fail member ${m.role}`, id: `fail-${m.role}` });
+      b.addEventListener("click", () => failMember(m.role, m.device));
+      act.append(b);
+    } else if (m.device && (m.state === "faulty" || m.state === "spare")) {
+      const b = make("button", { textContent: `Remove`, id: `remove-${m.slot}` });
+      b.addEventListener("click", () => removeMember(m.slot, m.device));
+      act.append(b);
+    }
+    tr.append(act);
+    body.append(tr);
+  }
+  for (const d of st.stale_members || []) {
+    body.append(make("tr", {}, make("td", { textContent: "stale" }), make("td", { textContent: d }), make("td", { textContent: "not a member" }), make("td")));
+  }
+}
+
+// --- charts ---------------------------------------------------------------
+
+const series = { t: [], riops: [], wiops: [], rmb: [], wmb: [], rmean: [], rp99: [], wmean: [], wp99: [] };
+let charts = null;
+
+function chart(el, labels) {
+  const opts = {
+    width: Math.max(260, el.clientWidth), height: 180,
+    series: [{}, ...labels.map(([label, stroke, dash]) => ({ label, stroke, dash, width: 1.5 }))],
+    axes: [{}, { size: 60 }],
+    legend: { live: false },
+  };
+  return new uPlot(opts, [[], ...labels.map(() => [])], el);
+}
+
+function initCharts() {
+  charts = {
+    iops: chart($("chart-iops"), [["read", "#0969da"], ["write", "#cf222e"]]),
+    mbs: chart($("chart-mbs"), [["read", "#0969da"], ["write", "#cf222e"]]),
+    lat: chart($("chart-lat"), [["read mean", "#0969da"], ["read p99", "#0969da", [4, 4]], ["write mean", "#cf222e"], ["write p99", "#cf222e", [4, 4]]]),
+  };
+  window.addEventListener("resize", () => {
+    for (const [k, c] of Object.entries(charts)) c.setSize({ width: Math.max(260, $(`chart-${k}`).clientWidth), height: 180 });
+  });
+}
+
+function pushFigures(st) {
+  const [vol, f] = Object.entries(st.io || {})[0] || [];
+  if (!f) return;
+  text($("io-volume"), `(volume ${vol}, ${f.connections} connection(s), ${f.in_flight} in flight)`);
+  const s = series;
+  s.t.push(st.unix_ms / 1000);
+  s.riops.push(f.read_iops); s.wiops.push(f.write_iops);
+  s.rmb.push(f.read_mb_s); s.wmb.push(f.write_mb_s);
+  s.rmean.push(f.read_mean_us); s.rp99.push(f.read_p99_us);
+  s.wmean.push(f.write_mean_us); s.wp99.push(f.write_p99_us);
+  if (s.t.length > WINDOW) for (const k of Object.keys(s)) s[k].shift();
+  charts.iops.setData([s.t, s.riops, s.wiops]);
+  charts.mbs.setData([s.t, s.rmb, s.wmb]);
+  charts.lat.setData([s.t, s.rmean, s.rp99, s.wmean, s.wp99]);
+}
+
+// --- events ---------------------------------------------------------------
+
+function addEvent(e) {
+  const when = new Date(e.unix_ms).toLocaleTimeString();
+  const li = make("li", { textContent: `${when} ${e.event}${e.member ? " " + e.member : ""}: ${e.detail}` });
+  li.dataset.event = e.event;
+  $("events").prepend(li);
+  while ($("events").children.length > 200) $("events").lastChild.remove();
+}
+
+// --- the stream -----------------------------------------------------------
+
+function connect() {
+  const es = new EventSource("/api/stream");
+  es.addEventListener("open", () => text($("conn"), "live"));
+  es.addEventListener("status", (m) => {
+    const st = JSON.parse(m.data);
+    if (!st) return;
+    render(st);
+    pushFigures(st);
+  });
+  es.addEventListener("event", (m) => addEvent(JSON.parse(m.data)));
+  es.addEventListener("error", () => {
+    text($("conn"), "disconnected: the array may have stopped; retrying…");
+  });
+}
+
+initCharts();
+connect();
