@@ -22,6 +22,7 @@ const make = (tag, props = {}, ...kids) => {
 };
 
 let last = null; // the last status
+let lastProgress = null; // the background operation last seen running
 
 // --- commands -------------------------------------------------------------
 
@@ -124,10 +125,19 @@ function render(st) {
     ["Capacity", fmtSize(st.volumes.reduce((a, v) => a + v.capacity, 0))], ["Served by", `pid ${st.served_by.pid}`]]) {
     sum.append(make("dt", { textContent: k }), make("dd", { textContent: String(v) }));
   }
-  // Background operation.
+  // Background operation; the last one stays shown at 100% once done.
   const p = st.progress;
-  $("progress-box").hidden = !p;
+  if (!p && lastProgress) {
+    $("progress").value = 100;
+    text($("progress-title"), `${lastProgress.action} of ${lastProgress.target}`);
+    text($("progress-text"), `100% — finished`);
+    $("progress-box").dataset.done = "1";
+    lastProgress = null;
+  }
   if (p) {
+    lastProgress = p;
+    $("progress-box").hidden = false;
+    delete $("progress-box").dataset.done;
     const pct = p.total ? (100 * p.done) / p.total : 100;
     text($("progress-title"), `${p.action} of ${p.target}`);
     $("progress").value = pct;
@@ -135,7 +145,21 @@ function render(st) {
     const lim = p.rate_limit ? ` (limit ${(p.rate_limit / 1e6).toFixed(0)} MB/s)` : "";
     text($("progress-text"), `${pct.toFixed(1)}% — ${fmtSize(p.done)} of ${fmtSize(p.total)} at ${p.mb_per_s.toFixed(1)} MB/s${lim}${eta}`);
   }
-  // Volumes.
+  // Volumes and members are drawn again only when they change, so that
+  // the focus (keyboard users) and an open select stay where they are.
+  const volKey = JSON.stringify(st.volumes.map((v) => [v.name, v.level, v.capacity, v.chunk, v.state, v.cache, v.cache_warning]));
+  for (const v of st.volumes) {
+    const el = document.getElementById(`cache-stats-${v.name}`);
+    if (el && v.cache_stats) text(el, `dirty ${fmtSize(v.cache_stats.dirty_bytes)}, hit ratio ${(100 * v.cache_stats.hit_ratio).toFixed(1)}%`);
+  }
+  if (volKey !== drawn.volumes) { drawn.volumes = volKey; renderVolumes(st); }
+  const memKey = JSON.stringify([st.members, st.stale_members]);
+  if (memKey !== drawn.members) { drawn.members = memKey; renderMembers(st); }
+}
+
+const drawn = { volumes: null, members: null };
+
+function renderVolumes(st) {
   const vols = $("volumes");
   vols.replaceChildren();
   for (const v of st.volumes) {
@@ -151,12 +175,15 @@ function render(st) {
     sel.disabled = v.cache.mode === "journal";
     sel.addEventListener("change", () => setCache(v.name, sel.value, sel, v.cache.mode));
     row.append(make("label", { htmlFor: id, textContent: "Cache" }), sel);
-    if (v.cache_stats) row.append(make("span", { className: "muted", textContent: `dirty ${fmtSize(v.cache_stats.dirty_bytes)}, hit ratio ${(100 * v.cache_stats.hit_ratio).toFixed(1)}%` }));
+    row.append(make("span", { className: "muted", id: `cache-stats-${v.name}`,
+      textContent: v.cache_stats ? `dirty ${fmtSize(v.cache_stats.dirty_bytes)}, hit ratio ${(100 * v.cache_stats.hit_ratio).toFixed(1)}%` : "" }));
     box.append(row);
     if (v.cache_warning) box.append(make("p", { className: "warning", textContent: `Warning: ${v.cache_warning}` }));
     vols.append(box);
   }
-  // Members.
+}
+
+function renderMembers(st) {
   const body = $("members").tBodies[0];
   body.replaceChildren();
   for (const m of st.members) {

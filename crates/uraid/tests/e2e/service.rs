@@ -615,3 +615,64 @@ fn a_scheduled_scrub_reports_mismatches_and_monitor_test_mails() {
     env.ok(&["stop", "sched"]);
     assert!(srv.wait().0.success());
 }
+
+/// The web console in a real browser (chromium + chromedriver through
+/// Python selenium: crates/uraid/tests/console/console_test.py) against a
+/// served RAID 5 on loop devices with fio writing through the export:
+/// healthy, live charts, fail member 1 (degraded in the page and in `uraid
+/// status`), a refusal shown, add spare (the rebuild's bar reaches 100%),
+/// a check with 0 mismatches, the write-back warning, keyboard reach, no
+/// console errors; requests without the token or with a forged action are
+/// refused. Screenshots go to target/console-screenshots.
+#[test]
+fn the_console_in_a_real_browser() {
+    let _g = shared();
+    require_tool("chromium", "chromium");
+    require_tool("chromedriver", "chromium-driver");
+    require_tool("fio", "fio");
+    let py = Command::new("python3").args(["-c", "import selenium"]).status().unwrap();
+    assert!(py.success(), "python3 has no selenium: pip install selenium (scripts/test does)");
+    let d = tmpdir();
+    let env = Env::new(d.path());
+    let files = sparse_files(d.path(), "b", 5, 64 << 20);
+    let loops: Vec<LoopDev> = files.iter().map(|f| LoopDev::attach(f)).collect();
+    let devs: Vec<String> = loops.iter().map(|l| l.dev.display().to_string()).collect();
+    let name = format!("web{}", std::process::id());
+    env.ok(&[&["create", "--level", "5", "--chunk", "64K", "--name", &name], &devs[..4].iter().map(String::as_str).collect::<Vec<_>>()[..]].concat());
+    let token = "t0k3n-for-the-test";
+    let srv = env.serve(
+        &name,
+        &[&["--console", "127.0.0.1:0", "--console-token", token, "--rebuild-rate", "16"], &devs[..4].iter().map(String::as_str).collect::<Vec<_>>()[..]].concat(),
+    );
+    let url = srv.line("console: ");
+    let base = url.trim_start_matches("console: ").split("/?").next().unwrap().to_string();
+    let uri = format!("nbd+unix:///{name}?socket={}", env.run.join(format!("{name}.sock")).display());
+    let fio = Command::new("fio")
+        .args(["--name=w", "--ioengine=nbd", "--rw=randrw", "--bs=4k", "--iodepth=4", "--rate_iops=1500", "--size=128M", "--time_based", "--runtime=600"])
+        .arg(format!("--uri={uri}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(ChildGuard)
+        .unwrap();
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshots");
+    let o = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/console/console_test.py"))
+        .env("URAID", URAID)
+        .env("URAID_RUN_DIR", &env.run)
+        .env("URAID_CONFIG", &env.conf)
+        .env("CONSOLE", &base)
+        .env("TOKEN", token)
+        .env("ARRAY", &name)
+        .env("SPARE", &devs[4])
+        .env("SHOTS", &shots)
+        .output()
+        .unwrap();
+    drop(fio);
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    println!("{out}");
+    assert!(o.status.success() && out.contains("console test: passed"), "the browser test failed:\n{out}");
+    env.ok(&["stop", &name]);
+    assert!(srv.wait().0.success());
+    drop(loops);
+}

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The web console in a real browser (Debian's chromium and chromedriver,
+driven by selenium), against a served RAID 5 that fio writes to. Run by the
+e2e test `service::the_console_in_a_real_browser` (crates/uraid/tests/e2e/service.rs),
+which makes the array and passes:
+
+  URAID           the uraid binary
+  URAID_RUN_DIR   its run directory (control socket)
+  CONSOLE         the console's base URL, e.g. http://127.0.0.1:41234
+  TOKEN           the console's access token
+  ARRAY           the array's name
+  SPARE           a device to add as a spare
+  SHOTS           where to keep the screenshots (test artefacts)
+
+Exits 0 when every step passed; prints what failed otherwise.
+"""
+import json, os, subprocess, sys, time, urllib.error, urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+URAID, CONSOLE, TOKEN, ARRAY, SPARE, SHOTS = (os.environ[k] for k in ("URAID", "CONSOLE", "TOKEN", "ARRAY", "SPARE", "SHOTS"))
+os.makedirs(SHOTS, exist_ok=True)
+
+
+def step(msg):
+    print(f"console test: {msg}", flush=True)
+
+
+def status():
+    return json.loads(subprocess.run([URAID, "status", "--json", ARRAY], capture_output=True, text=True, check=True).stdout)
+
+
+def http(path, method="GET", body=None, headers=None):
+    req = urllib.request.Request(CONSOLE + path, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+# --- without the browser: the server checks every request ----------------
+events0 = status()["events"]
+code, _ = http("/")
+assert code == 401, f"the page without a token: {code}"
+code, _ = http("/api/status")
+assert code == 401, f"the status without a token: {code}"
+code, _ = http("/?token=wrong")
+assert code == 401, f"a wrong token: {code}"
+fail1 = json.dumps({"version": 1, "command": {"fail": {"member": "1", "force": False}}}).encode()
+# A forged action: the browser would send the cookie, but not the page's header.
+code, body = http("/api/command", "POST", fail1, {"Cookie": f"uraid_token={TOKEN}", "Content-Type": "application/json"})
+assert code == 403 and "X-Uraid-Token" in body, f"a forged action: {code} {body}"
+code, body = http("/api/command", "POST", fail1, {"Cookie": f"uraid_token={TOKEN}", "X-Uraid-Token": "nope"})
+assert code == 403, f"a wrong header: {code} {body}"
+code, body = http("/api/command", "POST", fail1, {"X-Uraid-Token": TOKEN})
+assert code == 401, f"the header without the cookie: {code} {body}"
+st = status()
+assert st["events"] == events0 and st["members"][1]["state"] == "active", f"a refused request changed the array: {st}"
+step("requests without the token or with a forged action are refused and change nothing")
+
+# --- the browser -----------------------------------------------------------
+o = webdriver.ChromeOptions()
+for a in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1280,1500"]:
+    o.add_argument(a)
+o.binary_location = "/usr/bin/chromium"
+o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+d = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
+wait = WebDriverWait(d, 60, poll_frequency=0.2)
+try:
+    d.get(f"{CONSOLE}/?token={TOKEN}")
+    wait.until(lambda d: d.find_element(By.ID, "array-state").text == "clean")
+    load_ms = d.execute_script("const t = performance.getEntriesByType('navigation')[0]; return t.loadEventEnd - t.startTime;")
+    step(f"the overview shows the array clean (page load {load_ms:.0f} ms)")
+    assert load_ms < 3000, f"page load {load_ms} ms"
+    d.save_screenshot(os.path.join(SHOTS, "1-healthy.png"))
+
+    # The charts move: the drawn series differ between two screenshots.
+    chart = d.find_element(By.ID, "chart-iops")
+    wait.until(lambda d: d.execute_script("return document.querySelectorAll('#chart-iops canvas').length") > 0)
+    time.sleep(2)
+    a = chart.screenshot_as_png
+    time.sleep(3)
+    b = chart.screenshot_as_png
+    assert a != b, "the IOPS chart did not change in 3 s while fio writes"
+    step("the live charts move")
+
+    # Fail member 1, with its confirmation.
+    d.find_element(By.ID, "fail-1").click()
+    dialog = d.find_element(By.ID, "confirm")
+    assert dialog.is_displayed() and "marked faulty" in d.find_element(By.ID, "confirm-text").text
+    d.save_screenshot(os.path.join(SHOTS, "2-confirm-fail.png"))
+    d.find_element(By.ID, "confirm-ok").click()
+    wait.until(lambda d: d.find_element(By.ID, "array-state").text == "degraded")
+    st = status()
+    assert st["members"][1]["state"] == "faulty", f"uraid status after the page's fail: {st['members']}"
+    step("fail member 1 turns the array degraded in the page and in uraid status")
+    d.save_screenshot(os.path.join(SHOTS, "3-degraded.png"))
+
+    # A refusal from the engine is shown as the CLI shows it.
+    d.find_element(By.ID, "fail-2").click()
+    d.find_element(By.ID, "confirm-ok").click()
+    wait.until(lambda d: d.find_element(By.ID, "toast").is_displayed())
+    assert "lose the data" in d.find_element(By.ID, "toast").text, d.find_element(By.ID, "toast").text
+    assert status()["members"][2]["state"] == "active"
+    step("a fail past the tolerance is refused, with the engine's message")
+
+    # Add a spare: it takes over role 1; the rebuild's bar reaches 100%.
+    d.find_element(By.ID, "add-device").send_keys(SPARE)
+    d.find_element(By.ID, "add-spare").click()
+    d.find_element(By.ID, "confirm-ok").click()
+    wait.until(lambda d: d.find_element(By.ID, "progress-box").is_displayed())
+    seen = []
+    def done(d):
+        seen.append(float(d.find_element(By.ID, "progress").get_attribute("value")))
+        return d.find_element(By.ID, "progress-box").get_attribute("data-done") == "1"
+    WebDriverWait(d, 180, poll_frequency=0.2).until(done)
+    assert seen[-1] == 100.0 and "finished" in d.find_element(By.ID, "progress-text").text, seen
+    wait.until(lambda d: d.find_element(By.ID, "array-state").text == "clean")
+    wait.until(lambda d: any(li.get_attribute("data-event") == "RebuildFinished" for li in d.find_elements(By.CSS_SELECTOR, "#events li")))
+    step(f"add spare rebuilds in the background; the bar went {min(seen):.0f}% .. {max(seen):.0f}%, RebuildFinished shown")
+    d.save_screenshot(os.path.join(SHOTS, "4-rebuilt.png"))
+
+    # A scrub started from the page: 0 mismatches.
+    d.find_element(By.ID, "start-check").click()
+    d.find_element(By.ID, "confirm-ok").click()
+    WebDriverWait(d, 180, poll_frequency=0.3).until(lambda d: "mismatches" in d.find_element(By.ID, "check-result").text)
+    res = d.find_element(By.ID, "check-result").text
+    assert "0 mismatches" in res and "0 stripes checked" not in res, res
+    step(f"a check from the page: {res}")
+
+    # The write-back toggle shows its warning, after a confirmation that says so.
+    Select(d.find_element(By.ID, f"cache-{ARRAY}")).select_by_value("writeback")
+    assert "LOST on power loss" in d.find_element(By.ID, "confirm-text").text
+    d.find_element(By.ID, "confirm-ok").click()
+    wait.until(lambda d: any("lost on power loss" in w.text for w in d.find_elements(By.CSS_SELECTOR, ".warning")))
+    assert status()["volumes"][0]["cache"]["mode"] == "writeback"
+    step("the write-back cache toggle shows its warning")
+    d.save_screenshot(os.path.join(SHOTS, "5-writeback.png"))
+
+    # Keyboard: the controls are reachable with Tab.
+    d.execute_script("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0);")
+    reached = set()
+    for _ in range(40):
+        ActionChains(d).send_keys(Keys.TAB).perform()
+        reached.add(d.execute_script("return document.activeElement && document.activeElement.id"))
+    assert {"add-device", "add-spare", "start-check", "stop-array"} <= reached, reached
+    step("the controls are reachable with the keyboard")
+
+    # A phone-sized screen.
+    d.set_window_size(390, 1600)
+    time.sleep(1)
+    d.save_screenshot(os.path.join(SHOTS, "6-phone.png"))
+
+    errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, f"the browser console has errors: {errors}"
+    step("the browser console has no errors")
+finally:
+    d.quit()
+print("console test: passed")
