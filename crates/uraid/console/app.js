@@ -155,9 +155,27 @@ function render(st) {
   if (volKey !== drawn.volumes) { drawn.volumes = volKey; renderVolumes(st); }
   const memKey = JSON.stringify([st.members, st.stale_members]);
   if (memKey !== drawn.members) { drawn.members = memKey; renderMembers(st); }
+  const detKey = JSON.stringify(st.member_details);
+  if (detKey !== drawn.details) { drawn.details = detKey; renderDetails(st.member_details); }
 }
 
-const drawn = { volumes: null, members: null };
+function renderDetails(d) {
+  const body = $("details").tBodies[0];
+  body.replaceChildren();
+  const warn = $("bus-warnings");
+  warn.replaceChildren();
+  if (!d) return;
+  for (const m of d.members || []) {
+    const tr = make("tr");
+    tr.append(make("td", { textContent: m.name }), make("td", { textContent: m.model }),
+      make("td", { textContent: fmtSize(m.size) }), make("td", { textContent: `${m.logical_block_size} B` }),
+      make("td", { textContent: (m.sits_on || []).join(" → ") }));
+    body.append(tr);
+  }
+  for (const w of d.warnings || []) warn.append(make("li", { textContent: w }));
+}
+
+const drawn = { volumes: null, members: null, details: null };
 
 function renderVolumes(st) {
   const vols = $("volumes");

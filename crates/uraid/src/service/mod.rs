@@ -59,6 +59,10 @@ pub(crate) struct Live {
     pub stop: Arc<AtomicBool>,
     /// Per volume, the mismatches its last finished check found.
     mismatches: Mutex<Vec<(String, u64)>>,
+    /// What each member is (model, size, logical sector size, what it
+    /// sits on) and the shared-device and shared-bus warnings of the
+    /// benchmark suite, taken when the members change.
+    members: Mutex<serde_json::Value>,
 }
 
 impl Live {
@@ -70,6 +74,7 @@ impl Live {
             interrupt: AtomicBool::new(false),
             stop,
             mismatches: Mutex::new(Vec::new()),
+            members: Mutex::new(serde_json::Value::Null),
         })
     }
     /// The last status the manager took.
@@ -80,6 +85,11 @@ impl Live {
     pub(crate) fn progress(&self) -> Option<Progress> {
         self.progress.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+    /// The members' details: `{"members": [MemberInfo + block_size], "warnings": [...]}`.
+    pub(crate) fn member_details(&self) -> serde_json::Value {
+        self.members.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Per volume, the mismatches its last finished check found (md's
     /// `mismatch_cnt`).
     pub(crate) fn mismatches(&self) -> Vec<(String, u64)> {
@@ -140,6 +150,8 @@ pub(crate) struct Manager<'a> {
     /// Member states as last seen, to tell what changed.
     seen: Vec<MemberState>,
     degraded: bool,
+    /// The volume whose members' details [`Live`] holds (its address).
+    details_of: usize,
     /// Per rebuilding role, the last RebuildNN step announced (0: Started).
     announced: Vec<(u32, u64)>,
     journal_lost: Vec<bool>,
@@ -178,6 +190,7 @@ impl<'a> Manager<'a> {
             announced: Vec::new(),
             journal_lost,
             cache_lost: Vec::new(),
+            details_of: 0,
         }
     }
 
@@ -244,9 +257,25 @@ impl<'a> Manager<'a> {
         self.live.stop.load(Ordering::Relaxed)
     }
 
-    /// Takes the status for the control socket.
-    fn refresh(&self) {
+    /// Takes the status for the control socket (and the members' details
+    /// when the members changed).
+    fn refresh(&mut self) {
         *self.live.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.arr.status());
+        let vol = Arc::as_ptr(self.arr.volume()) as usize;
+        if self.details_of != vol {
+            self.details_of = vol;
+            let infos: Vec<uraid_bench::machine::MemberInfo> =
+                self.arr.volume().members().iter().map(uraid_bench::machine::member_info).collect();
+            let warnings = uraid_bench::machine::shared_warnings(&infos);
+            let sectors: Vec<u32> = self.arr.volume().members().iter().map(|m| m.block_size()).collect();
+            let mut members = serde_json::to_value(&infos).unwrap_or_default();
+            if let Some(a) = members.as_array_mut() {
+                for (m, bs) in a.iter_mut().zip(sectors) {
+                    m["logical_block_size"] = bs.into();
+                }
+            }
+            *self.live.members.lock().unwrap_or_else(|p| p.into_inner()) = serde_json::json!({"members": members, "warnings": warnings});
+        }
     }
 
     /// The redundant volumes' indexes.

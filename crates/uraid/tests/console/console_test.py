@@ -14,7 +14,7 @@ which makes the array and passes:
 
 Exits 0 when every step passed; prints what failed otherwise.
 """
-import json, os, subprocess, sys, time, urllib.error, urllib.request
+import json, os, re, subprocess, sys, time, urllib.error, urllib.request
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -79,6 +79,11 @@ try:
     load_ms = d.execute_script("const t = performance.getEntriesByType('navigation')[0]; return t.loadEventEnd - t.startTime;")
     step(f"the overview shows the array clean (page load {load_ms:.0f} ms)")
     assert load_ms < 3000, f"page load {load_ms} ms"
+    # What the members are: model, size, logical sector size, what they sit on.
+    d.find_element(By.CSS_SELECTOR, "#member-details summary").click()
+    rows = d.find_elements(By.CSS_SELECTOR, "#details tbody tr")
+    assert len(rows) == 4 and all("/dev/loop" in r.text and re.search(r"\b(512|4096) B\b", r.text) for r in rows), [r.text for r in rows]
+    step("the members' details show: " + rows[0].text)
     d.save_screenshot(os.path.join(SHOTS, "1-healthy.png"))
 
     # The charts move: the drawn series differ between two screenshots.
