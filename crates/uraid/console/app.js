@@ -279,6 +279,52 @@ function addEvent(e) {
   while ($("events").children.length > 200) $("events").lastChild.remove();
 }
 
+// --- benchmarks -------------------------------------------------------------
+
+async function getJson(path) {
+  const r = await fetch(path);
+  return r.json();
+}
+
+async function loadReports() {
+  const list = await getJson("/api/reports");
+  const ul = $("reports");
+  ul.replaceChildren();
+  for (const r of list) {
+    const a = make("a", { href: r.report, target: "_blank", rel: "noopener", textContent: `${r.name} (${new Date(r.unix_s * 1000).toLocaleString()})` });
+    ul.append(make("li", {}, a));
+  }
+}
+
+async function pollBench() {
+  const b = await getJson("/api/bench");
+  if (!b) return;
+  const lines = (b.log || []).join(" | ");
+  if (b.running) {
+    text($("bench-state"), `benchmark of ${b.target} running for ${Math.round(b.seconds)} s ${lines ? "— " + lines : ""}`);
+    setTimeout(pollBench, 1000);
+  } else {
+    text($("bench-state"), `benchmark of ${b.target} ${b.ok ? "done" : "failed"} after ${Math.round(b.seconds)} s${b.ok ? "" : ": " + lines}`);
+    loadReports();
+  }
+}
+
+$("bench-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const target = $("bench-target").value.trim();
+  const sets = $("bench-sets").value;
+  if (!target) return;
+  confirmThen(`Benchmark ${target}?`,
+    `The ${sets} tests write over ${target}: give an emulated mem: drive or a drive with nothing on it (the server refuses a member, a filesystem or an array). The array keeps serving meanwhile; the benchmark shares the CPU with it.`,
+    async () => {
+      const r = await fetch("/api/bench", { method: "POST", headers: { "Content-Type": "application/json", "X-Uraid-Token": TOKEN },
+        body: JSON.stringify({ target, sets, runs: 1, time: 2 }) });
+      const reply = await r.json();
+      if (!reply.ok) { toast(reply.error.message); return; }
+      pollBench();
+    });
+});
+
 // --- the stream -----------------------------------------------------------
 
 function connect() {
@@ -298,3 +344,5 @@ function connect() {
 
 initCharts();
 connect();
+loadReports();
+pollBench();

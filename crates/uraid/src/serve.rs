@@ -108,6 +108,10 @@ pub(crate) struct ServeArgs {
     /// the address to open, with its access token.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8109")]
     console: Option<String>,
+    /// Where the console keeps the reports of the benchmarks it runs, and
+    /// lists `uraid suite --out` reports (default /var/lib/uraid/reports).
+    #[arg(long, value_name = "DIR", requires = "console")]
+    reports: Option<PathBuf>,
     /// The console's access token (default: a new random one each start).
     #[arg(long, value_name = "TOKEN", requires = "console")]
     console_token: Option<String>,
@@ -449,6 +453,8 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
                     jobs: std::sync::Mutex::new(jobs_tx.clone()),
                     events: events.clone(),
                     exported: (exported.clone(), window.clone()),
+                    reports: a.reports.clone().unwrap_or_else(|| PathBuf::from("/var/lib/uraid/reports")),
+                    bench: std::sync::Mutex::new(None),
                 };
                 match (token.is_empty(), crate::service::console::start(addr, source)) {
                     (false, Ok(c)) => {

@@ -14,6 +14,11 @@
 //! - `GET /api/stream`: server-sent events: `status` once a second (the
 //!   status, the background operation, the I/O figures of the last second
 //!   for the charts) and `event` for each event of the array;
+//! - `GET /api/reports`, `GET /reports/DIR/FILE`: the benchmark reports
+//!   kept (`uraid suite --out` directories under `--reports`);
+//! - `GET|POST /api/bench`: a benchmark (`uraid suite`) on a target that
+//!   holds no live data (`mem:`, or a device with nothing on it), its
+//!   progress, its report;
 //! - `POST /api/command`: a control-protocol request
 //!   (docs/control-protocol.md); it also needs the `X-Uraid-Token` header,
 //!   which only the page served to an authenticated user knows, so another
@@ -58,6 +63,22 @@ pub(crate) struct Source {
     pub events: Events,
     /// The exported volume's name and counters.
     pub exported: (String, Arc<Window>),
+    /// Where benchmark reports are kept (`uraid suite --out` directories).
+    pub reports: std::path::PathBuf,
+    /// The benchmark started from the console, if any.
+    pub bench: Mutex<Option<BenchRun>>,
+}
+
+/// A benchmark (`uraid suite`) started from the console.
+pub(crate) struct BenchRun {
+    /// What it measures.
+    pub target: String,
+    /// Its report's directory name under `reports`.
+    pub dir: String,
+    /// When it started.
+    pub started: std::time::Instant,
+    /// Its exit, once it ended: success, and the last lines it printed.
+    pub done: Arc<Mutex<Option<bool>>>,
 }
 
 /// The console; it stops when the service does.
@@ -113,9 +134,14 @@ pub(crate) fn start(addr: &str, source: Source) -> Result<ConsoleServer> {
             let app = axum::Router::new()
                 .route("/", axum::routing::get(index))
                 .route("/static/{file}", axum::routing::get(static_file))
+                // The reports' pages ask for one: nothing, without an error.
+                .route("/favicon.ico", axum::routing::get(|| async { StatusCode::NO_CONTENT }))
                 .route("/api/status", axum::routing::get(status))
                 .route("/api/stream", axum::routing::get(stream))
                 .route("/api/command", axum::routing::post(command))
+                .route("/api/bench", axum::routing::get(bench_state).post(bench_start))
+                .route("/api/reports", axum::routing::get(reports))
+                .route("/reports/{dir}/{file}", axum::routing::get(report_file))
                 .with_state(source);
             let stop = async move {
                 while !live.stop.load(Ordering::Relaxed) {
@@ -296,4 +322,176 @@ async fn command(State(src): S, h: HeaderMap, body: String) -> Response {
         }
     };
     axum::Json(reply).into_response()
+}
+
+/// A name that is one plain path component (no `/`, no leading dot).
+fn plain(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('.') && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+}
+
+/// The reports kept: `[{"name", "report", "unix_s"}]`, newest first.
+async fn reports(State(src): S, h: HeaderMap) -> Response {
+    if !authorized(&src, &h) {
+        return refused();
+    }
+    let mut list: Vec<(u64, String)> = std::fs::read_dir(&src.reports)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.path().join("report.html").is_file())
+                .filter_map(|e| {
+                    let name = e.file_name().to_str()?.to_string();
+                    let t = e.metadata().ok()?.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+                    plain(&name).then_some((t, name))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    list.sort_by(|a, b| b.cmp(a));
+    let v: Vec<serde_json::Value> =
+        list.into_iter().map(|(t, n)| serde_json::json!({"name": n, "report": format!("/reports/{n}/report.html"), "unix_s": t})).collect();
+    axum::Json(v).into_response()
+}
+
+/// A file of a kept report (the HTML, its charts, results.json).
+async fn report_file(State(src): S, axum::extract::Path((dir, file)): axum::extract::Path<(String, String)>, h: HeaderMap) -> Response {
+    if !authorized(&src, &h) {
+        return refused();
+    }
+    if !plain(&dir) || !plain(&file) {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let kind = match file.rsplit('.').next() {
+        Some("html") => "text/html; charset=utf-8",
+        Some("png") => "image/png",
+        Some("svg") => "image/svg+xml",
+        Some("json") => "application/json",
+        Some("txt") => "text/plain; charset=utf-8",
+        _ => return StatusCode::NOT_FOUND.into_response(),
+    };
+    match std::fs::read(src.reports.join(&dir).join(&file)) {
+        Ok(b) => ([(header::CONTENT_TYPE, kind)], b).into_response(),
+        Err(_) => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// The benchmark started from the console: target, seconds, whether it
+/// ended and how, the last lines of its log, its report once written.
+async fn bench_state(State(src): S, h: HeaderMap) -> Response {
+    if !authorized(&src, &h) {
+        return refused();
+    }
+    let g = src.bench.lock().unwrap_or_else(|p| p.into_inner());
+    let v = match &*g {
+        None => serde_json::Value::Null,
+        Some(b) => {
+            let dir = src.reports.join(&b.dir);
+            let log = std::fs::read_to_string(dir.join("log.txt")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect();
+            let done = *b.done.lock().unwrap_or_else(|p| p.into_inner());
+            serde_json::json!({
+                "target": b.target, "dir": b.dir, "seconds": b.started.elapsed().as_secs_f64(),
+                "running": done.is_none(), "ok": done, "log": tail,
+                "report": dir.join("report.html").is_file().then(|| format!("/reports/{}/report.html", b.dir)),
+            })
+        }
+    };
+    axum::Json(v).into_response()
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BenchRequest {
+    /// `mem:SIZE[,...]` or a device or file that holds nothing.
+    target: String,
+    /// Test sets (`uraid suite --sets`), default cdm.
+    #[serde(default)]
+    sets: Option<String>,
+    /// Timed runs per test (1 to 5), default 1.
+    #[serde(default)]
+    runs: Option<u32>,
+    /// Seconds per run (1 to 10), default 2.
+    #[serde(default)]
+    time: Option<u32>,
+}
+
+/// Starts `uraid suite` on a target that holds no live data: a `mem:`
+/// drive, or a device or file with nothing on it (no filesystem, no array,
+/// no partition table: `examine` finds nothing), never this array's
+/// members. One at a time; the report is kept under `reports`.
+async fn bench_start(State(src): S, h: HeaderMap, body: String) -> Response {
+    if !authorized(&src, &h) {
+        return refused();
+    }
+    if !h.get("x-uraid-token").and_then(|v| v.to_str().ok()).is_some_and(|t| token_ok(&src, t)) {
+        return (StatusCode::FORBIDDEN, axum::Json(Reply::failed(ErrorBody::new("Protocol", "the X-Uraid-Token header is missing or wrong")))).into_response();
+    }
+    let fail = |kind: &str, msg: String| axum::Json(Reply::failed(ErrorBody::new(kind, msg))).into_response();
+    let req: BenchRequest = match serde_json::from_str(&body) {
+        Ok(r) => r,
+        Err(e) => return fail("Protocol", format!("not a valid benchmark request: {e}")),
+    };
+    let (runs, time) = (req.runs.unwrap_or(1), req.time.unwrap_or(2));
+    if !(1..=5).contains(&runs) || !(1..=10).contains(&time) {
+        return fail("InvalidInput", "runs must be 1 to 5 and time 1 to 10 seconds".into());
+    }
+    let sets = req.sets.unwrap_or_else(|| "cdm".into());
+    if !sets.split(',').all(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')) {
+        return fail("InvalidInput", format!("'{sets}' is not a list of test sets (cdm, nvme, peak, atto, ...)"));
+    }
+    let spec: uraid_core::MemberSpec = match req.target.parse() {
+        Ok(s) => s,
+        Err(e) => return fail("InvalidInput", format!("{e}")),
+    };
+    if !matches!(spec, uraid_core::MemberSpec::Mem(_)) {
+        match uraid_core::control::array::examine(&spec) {
+            Ok(uraid_core::control::array::Examination::Empty) => {}
+            Ok(uraid_core::control::array::Examination::Member(sb)) => {
+                return fail(
+                    "WouldDestroy",
+                    format!("{} is a member of array '{}': a benchmark would overwrite it. Nothing was started; pick an unused drive or mem:", req.target, sb.name),
+                )
+            }
+            Ok(uraid_core::control::array::Examination::Foreign(sig)) => {
+                return fail("WouldDestroy", format!("{} holds {sig}: a benchmark would overwrite it. Nothing was started", req.target))
+            }
+            Ok(uraid_core::control::array::Examination::Corrupt(_)) => {
+                return fail("WouldDestroy", format!("{} holds a damaged uraid superblock (a member?): nothing was started", req.target))
+            }
+            Err(e) => return fail("InvalidInput", format!("{e}")),
+        }
+    }
+    let mut g = src.bench.lock().unwrap_or_else(|p| p.into_inner());
+    if g.as_ref().is_some_and(|b| b.done.lock().unwrap_or_else(|p| p.into_inner()).is_none()) {
+        return fail("Busy", "a benchmark is running; wait for it to end".into());
+    }
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let dir_name = format!("bench-{stamp}");
+    let dir = src.reports.join(&dir_name);
+    let started = (|| -> std::io::Result<std::process::Child> {
+        std::fs::create_dir_all(&dir)?;
+        let log = std::fs::File::create(dir.join("log.txt"))?;
+        std::process::Command::new(std::env::current_exe()?)
+            .args(["suite", "--quiet", "--sets", &sets, "--runs", &runs.to_string(), "--time", &time.to_string(), "--warmup", "1", "--size", "256M"])
+            .arg("--out")
+            .arg(&dir)
+            .arg(&req.target)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+    })();
+    let mut child = match started {
+        Ok(c) => c,
+        Err(e) => return fail("Io", format!("cannot start the benchmark: {e}")),
+    };
+    let done = Arc::new(Mutex::new(None));
+    {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let ok = child.wait().map(|s| s.success()).unwrap_or(false);
+            *done.lock().unwrap_or_else(|p| p.into_inner()) = Some(ok);
+        });
+    }
+    *g = Some(BenchRun { target: req.target.clone(), dir: dir_name.clone(), started: std::time::Instant::now(), done });
+    axum::Json(Reply::done(serde_json::json!({"dir": dir_name}))).into_response()
 }

@@ -149,6 +149,30 @@ try:
     step("the write-back cache toggle shows its warning")
     d.save_screenshot(os.path.join(SHOTS, "5-writeback.png"))
 
+    # A benchmark on a target that holds no live data, started from the
+    # page; a member is refused; the report is kept and listed.
+    d.find_element(By.ID, "bench-target").send_keys(SPARE)
+    d.find_element(By.ID, "bench-start").click()
+    d.find_element(By.ID, "confirm-ok").click()
+    wait.until(lambda d: d.find_element(By.ID, "toast").is_displayed() and "member of array" in d.find_element(By.ID, "toast").text)
+    d.find_element(By.ID, "bench-target").clear()
+    d.find_element(By.ID, "bench-target").send_keys("mem:512M,bw=200M,iops=20000")
+    d.find_element(By.ID, "bench-start").click()
+    d.find_element(By.ID, "confirm-ok").click()
+    wait.until(lambda d: "running" in d.find_element(By.ID, "bench-state").text)
+    WebDriverWait(d, 240, poll_frequency=1).until(lambda d: "done" in d.find_element(By.ID, "bench-state").text or "failed" in d.find_element(By.ID, "bench-state").text)
+    assert "done" in d.find_element(By.ID, "bench-state").text, d.find_element(By.ID, "bench-state").text
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#reports a")) > 0)
+    href = d.find_element(By.CSS_SELECTOR, "#reports a").get_attribute("href")
+    main = d.current_window_handle
+    d.switch_to.new_window("tab")
+    d.get(href)
+    wait.until(lambda d: "RND4K" in d.page_source or "SEQ1M" in d.page_source)
+    d.save_screenshot(os.path.join(SHOTS, "7-report.png"))
+    d.close()
+    d.switch_to.window(main)
+    step("a benchmark of a mem: drive from the page (a member refused); its report is kept and opens")
+
     # Keyboard: the controls are reachable with Tab.
     d.execute_script("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0);")
     reached = set()

@@ -642,7 +642,7 @@ fn the_console_in_a_real_browser() {
     let token = "t0k3n-for-the-test";
     let srv = env.serve(
         &name,
-        &[&["--console", "127.0.0.1:0", "--console-token", token, "--rebuild-rate", "16"], &devs[..4].iter().map(String::as_str).collect::<Vec<_>>()[..]].concat(),
+        &[&["--console", "127.0.0.1:0", "--console-token", token, "--rebuild-rate", "16", "--reports", s(&d.path().join("reports"))], &devs[..4].iter().map(String::as_str).collect::<Vec<_>>()[..]].concat(),
     );
     let url = srv.line("console: ");
     let base = url.trim_start_matches("console: ").split("/?").next().unwrap().to_string();
