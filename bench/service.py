@@ -14,10 +14,11 @@ Prints figures and ratios from ONE run:
     part 2): RND4K Q32T1 read IOPS and server CPU per GB of the export with
     --metrics (scraped once a second, 15 times Prometheus's default) and
     without, alternately, ROUNDS times each; with --old BINARY, that binary
-    (an earlier uraid) is in the alternation too. Target: metrics within 3%.
+    (an earlier uraid) is in the alternation too; with --console, also with
+    the web console open in headless chromium (charts live). Target: within 3%.
 
 Needs root, the testbed (../shared/testbed), fio and libnbd-bin.
-Usage: python3 bench/service.py [--time S] [--rounds N] [--old BINARY]
+Usage: python3 bench/service.py [--time S] [--rounds N] [--old BINARY] [--console] [--part 1|2]
 """
 import json, os, signal, socket, subprocess, sys, tempfile, threading, time, urllib.request
 
@@ -50,10 +51,14 @@ class Serve:
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ENV)
         self.metrics = None
         want_metrics = "--metrics" in extra
+        want_console = "--console" in extra
+        self.console = None
         for line in self.p.stdout:
             if line.startswith("metrics: "):
                 self.metrics = line.split()[1]
-            if (self.metrics if want_metrics else line.startswith("stop with")):
+            if line.startswith("console: "):
+                self.console = line.split()[1]
+            if want_metrics and self.metrics or want_console and self.console or not (want_metrics or want_console) and line.startswith("stop with"):
                 break
         for _ in range(400):
             try:
@@ -86,6 +91,25 @@ class Serve:
             self.scraper.join()
         self.p.send_signal(signal.SIGTERM)
         self.p.wait(120)
+
+
+def open_console(url):
+    """Headless chromium showing the console (charts live) until killed."""
+    return subprocess.Popen(["chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                             f"--user-data-dir={tempfile.mkdtemp()}", "--remote-debugging-port=0", url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def tree_cpu(pid):
+    """CPU seconds of process `pid` and its descendants."""
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout.split()
+    total = 0.0
+    try:
+        total = proc_cpu(pid)
+    except OSError:
+        pass
+    return total + sum(tree_cpu(int(c)) for c in out)
 
 
 def fio_read(args, uri, throttled=True):
@@ -148,6 +172,8 @@ def part2(args):
     devs = sh(DRIVES, "up", "4", "--bw", "0", "--iops", "0").split()
     sh(URAID, "create", "--level", "0", "--chunk", "128K", "--name", NAME, "--force", *devs)
     configs = [("no metrics", URAID, ()), ("--metrics, scraped 1/s", URAID, ("--metrics", "127.0.0.1:0"))]
+    if args.console:
+        configs.append(("console open in chromium", URAID, ("--console", "127.0.0.1:0", "--console-token", "bench")))
     if args.old:
         configs.insert(0, ("old binary", args.old, ()))
     res = {c[0]: [] for c in configs}
@@ -158,16 +184,26 @@ def part2(args):
             if first:
                 sh("fio", "--name=fill", "--ioengine=nbd", f"--uri={srv.uri}", "--rw=write", "--bs=1M", "--iodepth=8", "--size=1G")
                 first = False
-            if extra:
+            browser = None
+            if "--metrics" in extra:
                 srv.scrape()
+            if "--console" in extra:
+                browser = open_console(srv.console)
             c0 = srv.cpu()
+            b0 = tree_cpu(browser.pid) if browser else 0
             r = fio_read(args, srv.uri)
             cpu = srv.cpu() - c0
+            if browser:
+                res.setdefault("browser cpu", []).append(tree_cpu(browser.pid) - b0)
+                browser.kill()
+                browser.wait()
             srv.stop()
             res[label].append((r["iops"], cpu / (r["bytes"] / 1e9)))
     sh(DRIVES, "down")
     print(f"part 2 (no ceilings, RAID 0 x4 memory-speed drives, RND4K Q32T1 read {args.time:.0f} s, {args.rounds} rounds alternated)")
     base = sum(x[0] for x in res["no metrics"]) / args.rounds
+    if "browser cpu" in res:
+        print(f"  (chromium rendering the console used {sum(res['browser cpu']) / args.rounds:.1f} CPU s per run, on the same 2 cores)")
     for label, _, _ in configs:
         iops = [x[0] for x in res[label]]
         m = sum(iops) / len(iops)
@@ -181,6 +217,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--old", help="an earlier uraid binary to include in part 2's alternation")
     ap.add_argument("--part", type=int, choices=[1, 2])
+    ap.add_argument("--console", action="store_true", help="part 2 also with the web console open in headless chromium")
     args = ap.parse_args()
     prepare(None, ("fio", "fio"), ("libnbd-bin", "nbdinfo"))
     testbed_down()

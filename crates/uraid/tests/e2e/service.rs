@@ -648,7 +648,7 @@ fn the_console_in_a_real_browser() {
     let base = url.trim_start_matches("console: ").split("/?").next().unwrap().to_string();
     let uri = format!("nbd+unix:///{name}?socket={}", env.run.join(format!("{name}.sock")).display());
     let fio = Command::new("fio")
-        .args(["--name=w", "--ioengine=nbd", "--rw=randrw", "--bs=4k", "--iodepth=4", "--rate_iops=1500", "--size=128M", "--time_based", "--runtime=600"])
+        .args(["--name=w", "--thread", "--ioengine=nbd", "--rw=randrw", "--bs=4k", "--iodepth=4", "--rate_iops=1500", "--size=128M", "--time_based", "--runtime=600"])
         .arg(format!("--uri={uri}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
