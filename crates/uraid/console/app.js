@@ -90,6 +90,9 @@ function startScrub(repair) {
       }).catch((e) => text($("check-result"), `${what} failed: ${e.message}`));
     });
 }
+$("stop-scrub").addEventListener("click", () => confirmThen("Stop the scrub?",
+  "The check or repair stops after its current batch; what it found so far is reported. Start it again to cover the whole array.",
+  () => send("check-stop").then((r) => text($("check-result"), `${r.stopped} stopped at ${r.percent.toFixed(1)}%: ${r.found_so_far.mismatches} mismatches so far`)).catch(() => {})));
 $("start-check").addEventListener("click", () => startScrub(false));
 $("start-repair").addEventListener("click", () => startScrub(true));
 $("stop-array").addEventListener("click", () => confirmThen("Stop the array?",
@@ -134,6 +137,7 @@ function render(st) {
     $("progress-box").dataset.done = "1";
     lastProgress = null;
   }
+  $("stop-scrub").hidden = !(p && (p.action === "check" || p.action === "repair"));
   if (p) {
     lastProgress = p;
     $("progress-box").hidden = false;

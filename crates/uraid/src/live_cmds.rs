@@ -141,6 +141,12 @@ pub(crate) fn rebuild(c: Client, rate: Option<u64>) -> Result<()> {
 /// `uraid check` / `repair` on a served array: runs in the serving
 /// process alongside the clients' I/O; progress until it ends.
 pub(crate) fn check(c: Client, a: &CheckArgs, repair: bool) -> Result<()> {
+    if a.stop {
+        let name = c.name.clone();
+        let v = c.call(Command::CheckStop, &mut |_| {})?;
+        println!("array '{name}': the {} was stopped at {:.1}%", v["stopped"].as_str().unwrap_or("check"), v["percent"].as_f64().unwrap_or(0.0));
+        return Ok(());
+    }
     let rate = crate::manage::rate(&a.rate)?;
     let bar = if a.quiet || a.json { ProgressBar::hidden() } else { ProgressBar::new(0) };
     bar.set_style(

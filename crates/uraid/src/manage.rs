@@ -137,6 +137,9 @@ pub(crate) struct CheckArgs {
     /// No progress bar.
     #[arg(long)]
     pub(crate) quiet: bool,
+    /// On a served array: stop the check or repair it is running.
+    #[arg(long)]
+    pub(crate) stop: bool,
     /// Scrub rate limit in MB/s of the volume (10^6 bytes/s; a plain
     /// number is MB/s, or give units). Default: none on a stopped array,
     /// the service's --scrub-rate on a served one.
@@ -553,6 +556,9 @@ fn compact(v: &serde_json::Value) -> String {
 
 /// `uraid check` (`repair` = true: `uraid repair`).
 pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
+    if a.stop {
+        bail!("--stop stops the check of a served array, and no uraid serve holds this one");
+    }
     let scrub_rate = rate(&a.rate).context("--rate")?;
     let mut arr = open(&a.array.members)?;
     let entries = arr.volume_entries();

@@ -625,6 +625,19 @@ impl<'a> Manager<'a> {
                 }
                 return None;
             }
+            Command::CheckStop => match self.scrub.take() {
+                Some(s) => {
+                    let p = self.live.progress();
+                    self.live.set_progress(None);
+                    let at = p.as_ref().map(|p| p.percent()).unwrap_or(0.0);
+                    let what = if s.repair { "repair" } else { "check" };
+                    for w in s.waiters {
+                        let _ = w.send(Reply::failed(ErrorBody::new("Interrupted", format!("the {what} was stopped by request at {at:.1}%"))));
+                    }
+                    Ok(serde_json::json!({"stopped": what, "percent": at, "found_so_far": serde_json::to_value(&s.report).unwrap_or_default()}))
+                }
+                None => Err(ErrorBody::new("InvalidInput", format!("array '{}' runs no check or repair", self.arr.name()))),
+            },
             Command::Config { volume, mode, cache_size, dirty_limit } => self.config(volume.as_deref(), mode, *cache_size, *dirty_limit),
             Command::Status | Command::Stop | Command::Monitor | Command::TestMessage => {
                 Err(ErrorBody::new("Protocol", format!("'{}' is answered by the control socket, not the manager", job.cmd.name())))

@@ -96,6 +96,9 @@ pub enum Command {
         #[serde(default)]
         rate: Option<u64>,
     },
+    /// Stop the running check or repair (md's `sync_action` = `idle`);
+    /// what it found so far is in the reply.
+    CheckStop,
     /// Change a volume's cache mode live (off, writethrough, writeback;
     /// the journal mode needs the array stopped): the export pauses, the
     /// old cache writes back what it holds, the volume gets its new cache,
@@ -134,6 +137,7 @@ impl Command {
             Command::Rebuild { .. } => "rebuild",
             Command::Check { repair: false, .. } => "check",
             Command::Check { repair: true, .. } => "repair",
+            Command::CheckStop => "check --stop",
             Command::Config { .. } => "config",
             Command::Stop => "stop",
             Command::Monitor => "monitor",

@@ -182,10 +182,14 @@ try:
     assert {"add-device", "add-spare", "start-check", "stop-array"} <= reached, reached
     step("the controls are reachable with the keyboard")
 
-    # A phone-sized screen.
+    # A phone-sized screen, in the dark colour scheme.
     d.set_window_size(390, 1600)
+    d.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
     time.sleep(1)
-    d.save_screenshot(os.path.join(SHOTS, "6-phone.png"))
+    bg = d.execute_script("return getComputedStyle(document.body).backgroundColor")
+    assert bg in ("rgb(13, 17, 23)",), f"the dark scheme's background: {bg}"
+    d.save_screenshot(os.path.join(SHOTS, "6-phone-dark.png"))
+    step("a phone-sized screen in the dark scheme")
 
     errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, f"the browser console has errors: {errors}"

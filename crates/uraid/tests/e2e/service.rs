@@ -676,3 +676,30 @@ fn the_console_in_a_real_browser() {
     assert!(srv.wait().0.success());
     drop(loops);
 }
+
+/// `uraid check NAME --stop` stops a running scrub of a served array (md's
+/// `idle`): the waiting `uraid check` is told, and another check can start.
+#[test]
+fn a_running_check_is_stopped_on_request() {
+    let _g = shared();
+    let d = tmpdir();
+    let env = Env::new(d.path());
+    let files = sparse_files(d.path(), "x", 3, 64 << 20);
+    let f = strs(&files);
+    env.ok(&with(&["create", "--level", "5", "--chunk", "64K", "--name", "idle"], &f));
+    let srv = env.serve("idle", &f);
+    env.fails(&["check", "--stop", "idle"], &["runs no check or repair"]);
+    // 1 MB/s: about two minutes for the volume.
+    let check = env.cmd(&["check", "--quiet", "--rate", "1", "idle"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_until(30, "the check's progress", || env.status("idle")["progress"]["action"].as_str() == Some("check"));
+    let out = env.ok(&["check", "--stop", "idle"]);
+    assert_contains(&out, &["the check was stopped at"], "check --stop");
+    let o = check.wait_with_output().unwrap();
+    assert!(!o.status.success(), "the stopped check's client succeeded");
+    assert_contains(&String::from_utf8_lossy(&o.stderr), &["stopped by request"], "the waiting check");
+    assert!(env.status("idle")["progress"].is_null());
+    let r: serde_json::Value = serde_json::from_str(&env.ok(&["check", "--json", "idle"])).unwrap();
+    assert_eq!(r[0]["report"]["mismatches"].as_u64(), Some(0), "{r}");
+    env.ok(&["stop", "idle"]);
+    assert!(srv.wait().0.success());
+}
