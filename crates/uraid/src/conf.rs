@@ -106,6 +106,18 @@ pub(crate) struct ArrayConf {
     /// `7d`, `1w`); `None`: no scheduled check.
     #[serde(default, deserialize_with = "de_duration")]
     pub scrub_every: Option<u64>,
+    /// The address (`HOST:PORT`, loopback) of the web console; `None`: no
+    /// console.
+    #[serde(default)]
+    pub console: Option<String>,
+    /// The console's access token; `None`: a new random one at each start
+    /// (printed by `uraid serve`).
+    #[serde(default)]
+    pub console_token: Option<String>,
+    /// Where the console keeps benchmark reports; `None`:
+    /// /var/lib/uraid/reports.
+    #[serde(default)]
+    pub reports: Option<PathBuf>,
 }
 
 impl Config {

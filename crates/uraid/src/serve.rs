@@ -210,6 +210,9 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         a.tls_cert = a.tls_cert.take().or(c.tls_cert.clone());
         a.tls_key = a.tls_key.take().or(c.tls_key.clone());
         a.metrics = a.metrics.take().or(c.metrics.clone());
+        a.console = a.console.take().or(c.console.clone());
+        a.console_token = a.console_token.take().or(c.console_token.clone());
+        a.reports = a.reports.take().or(c.reports.clone());
     }
     let rebuild_rate = match crate::manage::rate(&a.rebuild_rate).context("--rebuild-rate")? {
         Some(r) => Some(r),

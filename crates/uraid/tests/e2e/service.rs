@@ -703,3 +703,41 @@ fn a_running_check_is_stopped_on_request() {
     env.ok(&["stop", "idle"]);
     assert!(srv.wait().0.success());
 }
+
+/// The console's settings from uraid.conf: `serve NAME` opens the console
+/// at the config's address with the config's token, and only that token
+/// gets in.
+#[test]
+fn the_console_takes_its_address_and_token_from_the_config() {
+    let _g = shared();
+    let d = tmpdir();
+    let env = Env::new(d.path());
+    let files = sparse_files(d.path(), "k", 2, 24 << 20);
+    let f = strs(&files);
+    let out = env.ok(&with(&["create", "--level", "1", "--chunk", "64K", "--name", "confweb"], &f));
+    // "created array 'NAME' (UUID): ..."
+    let uuid = out.split(['(', ')']).nth(1).expect("create names the uuid");
+    std::fs::write(
+        &env.conf,
+        format!(
+            "[[array]]\nname = \"confweb\"\nuuid = \"{uuid}\"\nmembers = [\"{}\", \"{}\"]\nconsole = \"127.0.0.1:0\"\nconsole-token = \"fromconf\"\n",
+            f[0], f[1]
+        ),
+    )
+    .unwrap();
+    let srv = env.serve("confweb", &["confweb"]);
+    let line = srv.line("console: ");
+    assert!(line.ends_with("/?token=fromconf"), "{line}");
+    let port: u16 = line.split("127.0.0.1:").nth(1).and_then(|r| r.split('/').next()).unwrap().parse().unwrap();
+    let get = |cookie: &str| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(s, "GET /api/status HTTP/1.0\r\nHost: localhost\r\nCookie: uraid_token={cookie}\r\n\r\n").unwrap();
+        let mut r = String::new();
+        s.read_to_string(&mut r).unwrap();
+        r
+    };
+    assert!(get("fromconf").starts_with("HTTP/1.0 200"), "the config's token is let in");
+    assert!(get("other").starts_with("HTTP/1.0 401"), "another token is refused");
+    env.ok(&["stop", "confweb"]);
+    assert!(srv.wait().0.success());
+}
