@@ -81,21 +81,6 @@ pub(crate) struct BenchRun {
     pub done: Arc<Mutex<Option<bool>>>,
 }
 
-/// The console; it stops when the service does.
-pub(crate) struct ConsoleServer {
-    /// Where it listens.
-    pub addr: SocketAddr,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for ConsoleServer {
-    fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// A new random access token: 32 hex digits from the kernel's random source.
 pub(crate) fn new_token() -> Result<String> {
     let mut b = [0u8; 16];
@@ -107,7 +92,7 @@ pub(crate) fn new_token() -> Result<String> {
 /// is not there yet) and serves until `source.live` says stop.
 ///
 /// Errors: an address that is not loopback, or that cannot be bound.
-pub(crate) fn start(addr: &str, source: Source) -> Result<ConsoleServer> {
+pub(crate) fn start(addr: &str, source: Source) -> Result<super::http::HttpServer> {
     let sa: SocketAddr = addr.parse().with_context(|| format!("--console '{addr}' is not an address like 127.0.0.1:8109"))?;
     if !sa.ip().is_loopback() {
         bail!(
@@ -116,42 +101,20 @@ pub(crate) fn start(addr: &str, source: Source) -> Result<ConsoleServer> {
              (ssh -L 8109:127.0.0.1:8109 HOST)"
         );
     }
-    let l = std::net::TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa} for the console"))?;
-    l.set_nonblocking(true)?;
-    let addr = l.local_addr()?;
-    let source = Arc::new(source);
-    let thread = std::thread::Builder::new().name("uraid-console".into()).spawn(move || {
-        let rt = match tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build() {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("uraid serve: the console cannot start: {e}");
-                return;
-            }
-        };
-        rt.block_on(async move {
-            let Ok(l) = tokio::net::TcpListener::from_std(l) else { return };
-            let live = source.live.clone();
-            let app = axum::Router::new()
-                .route("/", axum::routing::get(index))
-                .route("/static/{file}", axum::routing::get(static_file))
-                // The reports' pages ask for one: nothing, without an error.
-                .route("/favicon.ico", axum::routing::get(|| async { StatusCode::NO_CONTENT }))
-                .route("/api/status", axum::routing::get(status))
-                .route("/api/stream", axum::routing::get(stream))
-                .route("/api/command", axum::routing::post(command))
-                .route("/api/bench", axum::routing::get(bench_state).post(bench_start))
-                .route("/api/reports", axum::routing::get(reports))
-                .route("/reports/{dir}/{file}", axum::routing::get(report_file))
-                .with_state(source);
-            let stop = async move {
-                while !live.stop.load(Ordering::Relaxed) {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            };
-            let _ = axum::serve(l, app).with_graceful_shutdown(stop).await;
-        });
-    })?;
-    Ok(ConsoleServer { addr, thread: Some(thread) })
+    let live = source.live.clone();
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(index))
+        .route("/static/{file}", axum::routing::get(static_file))
+        // The reports' pages ask for one: nothing, without an error.
+        .route("/favicon.ico", axum::routing::get(|| async { StatusCode::NO_CONTENT }))
+        .route("/api/status", axum::routing::get(status))
+        .route("/api/stream", axum::routing::get(stream))
+        .route("/api/command", axum::routing::post(command))
+        .route("/api/bench", axum::routing::get(bench_state).post(bench_start))
+        .route("/api/reports", axum::routing::get(reports))
+        .route("/reports/{dir}/{file}", axum::routing::get(report_file))
+        .with_state(Arc::new(source));
+    super::http::serve("the console", sa, app, live)
 }
 
 type S = State<Arc<Source>>;

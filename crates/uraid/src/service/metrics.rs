@@ -26,7 +26,6 @@
 //! - export: `uraid_nbd_connections`, `uraid_nbd_connections_accepted_total`.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -38,6 +37,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::figures::Window;
+use super::http::HttpServer;
 use super::Live;
 
 /// What the endpoint reads from.
@@ -56,27 +56,12 @@ impl std::fmt::Debug for Source {
     }
 }
 
-/// The endpoint; it stops when the service does.
-pub(crate) struct MetricsServer {
-    /// The address it listens on (the port the kernel chose for port 0).
-    pub addr: SocketAddr,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// Listens on `addr` (`HOST:PORT`; a non-loopback address needs
 /// `insecure`) and serves `/metrics` from `source` until `source.live`
 /// says stop.
 ///
 /// Errors: a bad or refused address, or one that cannot be bound.
-pub(crate) fn start(addr: &str, insecure: bool, source: Source) -> Result<MetricsServer> {
+pub(crate) fn start(addr: &str, insecure: bool, source: Source) -> Result<HttpServer> {
     let sa: SocketAddr = addr.parse().with_context(|| format!("--metrics '{addr}' is not an address like 127.0.0.1:9109"))?;
     if !sa.ip().is_loopback() && !insecure {
         bail!(
@@ -84,48 +69,25 @@ pub(crate) fn start(addr: &str, insecure: bool, source: Source) -> Result<Metric
              127.0.0.1 (and a reverse proxy with TLS), or add --metrics-insecure if the network is trusted"
         );
     }
-    let l = std::net::TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa} for metrics"))?;
-    l.set_nonblocking(true)?;
-    let addr = l.local_addr()?;
+    let live = source.live.clone();
     let source = Arc::new(source);
-    let thread = std::thread::Builder::new().name("uraid-metrics".into()).spawn(move || {
-        let rt = match tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build() {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("uraid serve: the metrics endpoint cannot start: {e}");
-                return;
-            }
-        };
-        rt.block_on(async move {
-            let Ok(l) = tokio::net::TcpListener::from_std(l) else { return };
-            let live = source.live.clone();
-            let app = axum::Router::new()
-                .route(
-                    "/metrics",
-                    axum::routing::get(move || {
-                        let source = source.clone();
-                        async move {
-                            match render(source) {
-                                Ok(body) => (
-                                    [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-                                    body,
-                                )
-                                    .into_response(),
-                                Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-                            }
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let source = source.clone();
+                async move {
+                    match render(source) {
+                        Ok(body) => {
+                            ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
                         }
-                    }),
-                )
-                .route("/", axum::routing::get(|| async { "uraid metrics: GET /metrics\n" }));
-            let stop = async move {
-                while !live.stop.load(Ordering::Relaxed) {
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                    }
                 }
-            };
-            let _ = axum::serve(l, app).with_graceful_shutdown(stop).await;
-        });
-    })?;
-    Ok(MetricsServer { addr, thread: Some(thread) })
+            }),
+        )
+        .route("/", axum::routing::get(|| async { "uraid metrics: GET /metrics\n" }));
+    super::http::serve("the metrics endpoint", sa, app, live)
 }
 
 use axum::response::IntoResponse as _;

@@ -20,6 +20,7 @@ pub(crate) mod console;
 pub(crate) mod ctl;
 pub(crate) mod events;
 pub(crate) mod figures;
+pub(crate) mod http;
 pub(crate) mod metrics;
 pub(crate) mod proto;
 
