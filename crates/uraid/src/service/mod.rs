@@ -207,14 +207,14 @@ impl<'a> Manager<'a> {
         if self.degraded {
             self.events.emit("DegradedArray", None, summary(&st));
         }
-        self.refresh();
+        self.look();
         while !self.stopping() {
             self.live.interrupt.store(false, Ordering::Relaxed);
             while let Ok(job) = self.jobs.try_recv() {
                 self.handle(job);
             }
             self.take_over();
-            self.notice();
+            self.look();
             if !self.arr.rebuilding().is_empty() {
                 self.rebuild();
                 continue;
@@ -235,7 +235,6 @@ impl<'a> Manager<'a> {
                 self.scrub_step();
                 continue;
             }
-            self.refresh();
             match self.jobs.recv_timeout(Duration::from_millis(200)) {
                 Ok(job) => self.handle(job),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -258,10 +257,13 @@ impl<'a> Manager<'a> {
         self.live.stop.load(Ordering::Relaxed)
     }
 
-    /// Takes the status for the control socket (and the members' details
-    /// when the members changed).
-    fn refresh(&mut self) {
-        *self.live.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.arr.status());
+    /// Looks at the array once: events for what changed since the last
+    /// look ([`notice`](Self::notice)), the status for the control socket,
+    /// and the members' details when the members changed.
+    fn look(&mut self) {
+        let st = self.arr.status();
+        self.notice(&st);
+        *self.live.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
         let vol = Arc::as_ptr(self.arr.volume()) as usize;
         if self.details_of != vol {
             self.details_of = vol;
@@ -285,17 +287,13 @@ impl<'a> Manager<'a> {
         (0..e.len()).filter(|&i| e[i].level != 0).collect()
     }
 
-    /// The device path of slot `slot`, or "role N".
-    fn device(&self, slot: u32) -> String {
-        self.arr.status().members.get(slot as usize).and_then(|m| m.device.clone()).unwrap_or_else(|| format!("role {slot}"))
-    }
-
-    /// Events for what changed since the last look: a member that became
-    /// faulty (Fail; FailSpare when it was being rebuilt), the array
-    /// becoming degraded (DegradedArray), a journal lost (JournalLost).
-    fn notice(&mut self) {
+    /// Events for what changed since the last look, `st` being the
+    /// array's status now: a member that became faulty (Fail; FailSpare
+    /// when it was being rebuilt), the array becoming degraded
+    /// (DegradedArray), a journal lost (JournalLost), a cache that lost
+    /// writes (CacheLost).
+    fn notice(&mut self, st: &ArrayStatus) {
         let now = self.arr.health().states();
-        let st = self.arr.status();
         for (r, (&was, &is)) in self.seen.iter().zip(&now).enumerate() {
             if is == MemberState::Faulty && was != MemberState::Faulty {
                 let dev = st.members.get(r).and_then(|m| m.device.clone());
@@ -304,9 +302,9 @@ impl<'a> Manager<'a> {
             }
         }
         self.seen = now;
-        let degraded = is_degraded(&st);
+        let degraded = is_degraded(st);
         if degraded && !self.degraded {
-            self.events.emit("DegradedArray", None, summary(&st));
+            self.events.emit("DegradedArray", None, summary(st));
         }
         self.degraded = degraded;
         for (i, v) in st.volumes.iter().enumerate() {
@@ -386,17 +384,20 @@ impl<'a> Manager<'a> {
     /// paused, with progress and the Rebuild events.
     fn rebuild(&mut self) {
         let roles = self.arr.rebuilding();
+        let devices: Vec<String> = {
+            let st = self.arr.status();
+            (0..self.arr.member_count()).map(|r| device_of(&st, r)).collect()
+        };
         for &r in &roles {
             if !self.announced.iter().any(|&(a, _)| a == r) {
-                let dev = self.device(r);
-                self.events.emit("RebuildStarted", Some(&dev), format!("role {r} is being rebuilt"));
+                let dev = &devices[r as usize];
+                self.events.emit("RebuildStarted", Some(dev), format!("role {r} is being rebuilt"));
                 self.announced.push((r, 0));
             }
         }
         let rate = self.opts.rebuild_rate;
         let live = self.live.clone();
         let events = self.events.clone();
-        let devices: Vec<String> = (0..self.arr.member_count()).map(|r| self.device(r)).collect();
         let mut announced = std::mem::take(&mut self.announced);
         let mut since: Option<(u32, u64, Instant)> = None;
         let r = self.arr.rebuild_until(rate, Some(&self.live.interrupt), &mut |role, done, total| {
@@ -419,28 +420,27 @@ impl<'a> Manager<'a> {
         match r {
             Ok(reports) => {
                 for (role, rep) in roles.iter().zip(&reports) {
-                    let dev = self.device(*role);
+                    let dev = &devices[*role as usize];
                     self.events.emit(
                         "RebuildFinished",
-                        Some(&dev),
+                        Some(dev),
                         format!(
                             "role {role} rebuilt: {} bytes written, {} zeroed, {} already in sync, in {:.1} s",
                             rep.bytes_written, rep.bytes_skipped, rep.bytes_in_sync, rep.seconds
                         ),
                     );
-                    self.events.emit("SpareActive", Some(&dev), format!("role {role} is active"));
+                    self.events.emit("SpareActive", Some(dev), format!("role {role} is active"));
                     self.announced.retain(|&(a, _)| a != *role);
                 }
             }
             Err(e) if e.kind() == uraid_core::ErrorKind::Interrupted => {}
             Err(e) => {
                 self.log(format!("the background rebuild failed: {e}"));
-                self.notice();
+                self.look();
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
-        self.seen = self.arr.health().states();
-        self.refresh();
+        self.look();
     }
 
     /// Scrubs until the scrub ends or is paused; at its end, replies to
@@ -501,8 +501,7 @@ impl<'a> Manager<'a> {
                 self.live.set_progress(None);
             }
         }
-        self.notice();
-        self.refresh();
+        self.look();
     }
 
     fn finish_scrub(&mut self, s: Scrub) {
@@ -537,8 +536,7 @@ impl<'a> Manager<'a> {
                 Err(e) => Reply::failed(e),
             });
         }
-        self.notice();
-        self.refresh();
+        self.look();
     }
 
     /// `None` when the reply comes later (a scrub).
@@ -763,6 +761,11 @@ fn progress(action: &str, target: String, done: u64, total: u64, d0: u64, t0: In
         eta_seconds: (rate > 0.0).then(|| total.saturating_sub(done) as f64 / rate),
         rate_limit: limit,
     }
+}
+
+/// The device path of slot `slot` in `st`, or "role N" when none holds it.
+fn device_of(st: &ArrayStatus, slot: u32) -> String {
+    st.members.get(slot as usize).and_then(|m| m.device.clone()).unwrap_or_else(|| format!("role {slot}"))
 }
 
 /// Whether a volume of `st` runs without full redundancy.
