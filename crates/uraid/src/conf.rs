@@ -251,7 +251,7 @@ pub(crate) fn parse_rate(s: &str) -> Result<u64> {
         Err(_) => uraid_core::units::parse_rate(s, "rate").map_err(|e| anyhow!("{e}; write MB/s like 200 or \"200M\""))?,
     };
     if bytes == 0 {
-        bail!("rate '{s}' must be above 0; leave the key out for no limit");
+        bail!("rate '{s}' must be above 0; leave it out for no limit");
     }
     Ok(bytes)
 }

@@ -18,7 +18,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use uraid_core::control::array::{self, Added, Array, ArrayStatus, VolumeSpec};
-use uraid_core::units::{fmt_size, parse_rate, parse_size};
+use uraid_core::units::{fmt_size, parse_size};
 use uraid_core::MemberSpec;
 
 use crate::common::specs;
@@ -175,16 +175,10 @@ pub(crate) fn parse_volume(s: &str) -> Result<VolumeSpec> {
     Ok(VolumeSpec { name, level, size, chunk })
 }
 
+/// A `--rate` flag in bytes/s ([`conf::parse_rate`](crate::conf::parse_rate):
+/// a plain number is MB/s); `None` when not given.
 pub(crate) fn rate(r: &Option<String>) -> Result<Option<u64>> {
-    let Some(r) = r else { return Ok(None) };
-    let bytes = match r.trim().parse::<u64>() {
-        Ok(mb) => mb.checked_mul(1_000_000).ok_or_else(|| anyhow!("--rate {r} is too large"))?,
-        Err(_) => parse_rate(r, "rebuild rate")?,
-    };
-    if bytes == 0 {
-        bail!("--rate must be above 0 (leave it out for no limit)");
-    }
-    Ok(Some(bytes))
+    r.as_deref().map(crate::conf::parse_rate).transpose()
 }
 
 /// Opens the array without writing anything.
