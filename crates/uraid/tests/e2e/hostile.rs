@@ -173,19 +173,24 @@ impl Raw {
         d
     }
 
-    /// A client in the transmission phase of export `name`.
-    fn connect(socket: &Path, name: &str) -> Raw {
+    /// A client in the transmission phase of export `name`, or the
+    /// server's error reply to its GO: (reply type, message).
+    fn go(socket: &Path, name: &str) -> Result<Raw, (u32, Vec<u8>)> {
         let mut r = Raw::greet(socket);
         r.s.write_all(&3u32.to_be_bytes()).unwrap();
         r.option(OPT_GO, &Raw::go_data(name)).unwrap();
         loop {
-            let (typ, d) = r.option_reply().unwrap();
-            match typ {
-                REP_ACK => return r,
-                3 => {}
-                e => panic!("GO failed with reply {e:#x}: {}", String::from_utf8_lossy(&d)),
+            match r.option_reply().unwrap() {
+                (REP_ACK, _) => return Ok(r),
+                (3, _) => {}
+                e => return Err(e),
             }
         }
+    }
+
+    /// A client in the transmission phase of export `name`.
+    fn connect(socket: &Path, name: &str) -> Raw {
+        Raw::go(socket, name).unwrap_or_else(|(e, d)| panic!("GO failed with reply {e:#x}: {}", String::from_utf8_lossy(&d)))
     }
 
     /// [`connect`](Self::connect), again while the server says it has
@@ -193,19 +198,11 @@ impl Raw {
     fn connect_when_free(socket: &Path, name: &str) -> Raw {
         let t0 = Instant::now();
         loop {
-            let mut r = Raw::greet(socket);
-            r.s.write_all(&3u32.to_be_bytes()).unwrap();
-            r.option(OPT_GO, &Raw::go_data(name)).unwrap();
-            loop {
-                let (typ, d) = r.option_reply().unwrap();
-                match typ {
-                    REP_ACK => return r,
-                    3 => {}
-                    REP_ERR_POLICY if t0.elapsed() < Duration::from_secs(10) => break,
-                    e => panic!("GO failed with reply {e:#x}: {}", String::from_utf8_lossy(&d)),
-                }
+            match Raw::go(socket, name) {
+                Ok(r) => return r,
+                Err((REP_ERR_POLICY, _)) if t0.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(50)),
+                Err((e, d)) => panic!("GO failed with reply {e:#x}: {}", String::from_utf8_lossy(&d)),
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
