@@ -741,3 +741,33 @@ fn the_console_takes_its_address_and_token_from_the_config() {
     env.ok(&["stop", "confweb"]);
     assert!(srv.wait().0.success());
 }
+
+/// A member that the data path fails while a rebuild runs (its writes
+/// fail: the URAID_FAILPOINT_FAIL_WRITES failpoint) gets its Fail event,
+/// and the rebuild of the other role (RAID 6 tolerates both) finishes.
+#[test]
+fn a_member_failing_during_a_rebuild_is_reported() {
+    let _g = shared();
+    let d = tmpdir();
+    let mut env = Env::new(d.path());
+    let files = sparse_files(d.path(), "r", 5, 64 << 20);
+    let f = strs(&files);
+    env.ok(&with(&["create", "--level", "6", "--chunk", "64K", "--name", "twofail"], &f[..4]));
+    let (prog, log) = event_program(d.path());
+    // Member 2's writes fail past member byte 40M, which only the write
+    // made during the rebuild reaches.
+    env.extra.push(("URAID_FAILPOINT_FAIL_WRITES".into(), format!("{}@{}-{}", f[2], 40u64 << 20, 64u64 << 20)));
+    let srv = env.serve("twofail", &with(&["--program", s(&prog), "--rebuild-rate", "4"], &f[..4]));
+    let uri = format!("nbd+unix:///twofail?socket={}", env.run.join("twofail.sock").display());
+    // Data to reconstruct, so that the rebuild takes a while.
+    run_tool(Command::new("qemu-io").args(["-f", "raw", "-c", "write -P 0x33 0 32M", "-c", "flush"]).arg(&uri));
+    env.ok(&["fail", "twofail", "--member", "1"]);
+    env.ok(&["add", "twofail", "--spare", f[4]]);
+    wait_until(30, "the rebuild", || env.status("twofail")["progress"]["action"].as_str() == Some("rebuild"));
+    // A client write (whole stripes, so every member) past member byte 40M.
+    run_tool(Command::new("qemu-io").args(["-f", "raw", "-c", "write -P 0x5a 100M 2M", "-c", "flush"]).arg(&uri));
+    wait_until(120, "RebuildFinished", || events_seen(&log).contains("RebuildFinished twofail"));
+    wait_until(10, "the Fail of member 2", || events_seen(&log).contains(&format!("Fail twofail {}", f[2])));
+    env.ok(&["stop", "twofail"]);
+    assert!(srv.wait().0.success());
+}
