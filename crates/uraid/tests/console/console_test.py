@@ -123,8 +123,12 @@ try:
     wait.until(lambda d: d.find_element(By.ID, "progress-box").is_displayed())
     seen = []
     def done(d):
+        # data-done first: the page sets the bar to 100 before it marks it done, so a
+        # value read after the mark is the final one (read the other way round, an update
+        # between the two reads leaves the last value seen short of 100).
+        finished = d.find_element(By.ID, "progress-box").get_attribute("data-done") == "1"
         seen.append(float(d.find_element(By.ID, "progress").get_attribute("value")))
-        return d.find_element(By.ID, "progress-box").get_attribute("data-done") == "1"
+        return finished
     WebDriverWait(d, 180, poll_frequency=0.2).until(done)
     assert seen[-1] == 100.0 and "finished" in d.find_element(By.ID, "progress-text").text, seen
     wait.until(lambda d: d.find_element(By.ID, "array-state").text == "clean")
