@@ -339,12 +339,19 @@ function connect() {
     if (!st) return;
     render(st);
     pushFigures(st);
+    // When the overview first showed the array (bench/console.py reads it).
+    if (!performance.getEntriesByName("uraid-first-status").length) performance.mark("uraid-first-status");
   });
   es.addEventListener("event", (m) => addEvent(JSON.parse(m.data)));
   es.addEventListener("error", () => {
     text($("conn"), "disconnected: the array may have stopped; retrying…");
   });
+  // A page left (or kept in the back/forward cache) closes its stream: an
+  // open one holds one of the browser's six connections to the console, and
+  // a few reloads would leave the next page waiting for a free one.
+  window.addEventListener("pagehide", () => es.close(), { once: true });
 }
+window.addEventListener("pageshow", (e) => { if (e.persisted) connect(); });
 
 initCharts();
 connect();
