@@ -4,7 +4,7 @@ installing the tools they need, building uraid, and running fio.
 Each script prints figures and ratios from ONE run (see ../shared/DESIGN.md,
 "How speed is measured"); this module prints nothing itself.
 """
-import argparse, json, os, shutil, subprocess, sys
+import argparse, json, os, shutil, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -103,3 +103,26 @@ def uraid_bench(args, targets, profiles, read_only=False, extra=()):
            "--warmup", "1", "--size", "1G", *extra] + (["--read-only"] if read_only else []) + list(targets)
     out = json.loads(sh(*cmd))
     return {(r["test"]["profile"]["name"], r["test"]["dir"].lower()): r["best"] for r in out["results"]}
+
+
+def open_console(url):
+    """Headless chromium showing the console (charts live) until killed."""
+    return subprocess.Popen(["chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                             f"--user-data-dir={tempfile.mkdtemp()}", "--remote-debugging-port=0", url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def wait_http(addr, secs=20):
+    """Waits until an HTTP server answers at `addr` (HOST:PORT), with any
+    status; exits the script when none does within `secs`."""
+    import urllib.error, urllib.request
+    for _ in range(int(secs * 10)):
+        try:
+            urllib.request.urlopen(f"http://{addr}/", timeout=1)
+            return
+        except urllib.error.HTTPError:
+            return  # it answered (401: it wants the token)
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(f"nothing answers HTTP at {addr}")

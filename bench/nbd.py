@@ -12,12 +12,14 @@ Prints figures and ratios from ONE run. Issue 4's targets:
     per GB (server and client) next to the in-process engine's.
 
 Needs root, the testbed (../shared/testbed), fio, libnbd-bin and btrfs-progs
-(installed with apt-get when missing). Usage: python3 bench/nbd.py [--runs N] [--time S] [--metrics]
-(--metrics: the server runs its Prometheus endpoint, scraped once a second)
+(installed with apt-get when missing). Usage: python3 bench/nbd.py [--runs N] [--time S] [--metrics] [--console]
+(--metrics: the server runs its Prometheus endpoint, scraped once a second;
+--console: the server runs its web console, open in headless chromium with
+its charts live, on the same 2 cores; chromium is installed when missing)
 """
 import os, signal, socket, subprocess, sys, threading, time, urllib.request
 
-from common import DRIVES, PEER, URAID, best_of, fio_cmd, fio_figures, fio_job, parser, prepare, sh, testbed_down, uraid_bench
+from common import DRIVES, PEER, URAID, best_of, fio_cmd, fio_figures, fio_job, open_console, parser, prepare, sh, testbed_down, uraid_bench, wait_http
 
 SOCK = "/tmp/uraid-bench-nbd.sock"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -29,13 +31,15 @@ def proc_cpu(pid):
 
 
 METRICS = "127.0.0.1:19109"
+CONSOLE = "127.0.0.1:18109"
 
 
 class Serve:
-    def __init__(self, devs, throttled, metrics=False):
+    def __init__(self, devs, throttled, metrics=False, console=False):
         if os.path.exists(SOCK):
             os.unlink(SOCK)
-        cmd = [URAID, "serve", "--socket", SOCK, *(["--metrics", METRICS] if metrics else []), *devs]
+        cmd = [URAID, "serve", "--socket", SOCK, *(["--metrics", METRICS] if metrics else []),
+               *(["--console", CONSOLE, "--console-token", "bench"] if console else []), *devs]
         if throttled:
             cmd = [DRIVES, "run", "--"] + cmd
         self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -59,11 +63,20 @@ class Serve:
                     time.sleep(1)
             self.scraper = threading.Thread(target=scrape)
             self.scraper.start()
+        self.browser = None
+        if console:
+            wait_http(CONSOLE)
+            self.browser = open_console(f"http://{CONSOLE}/?token=bench")
+            time.sleep(3)  # the page loaded, its charts running
 
     def cpu(self):
         return proc_cpu(self.p.pid)
 
     def stop(self):
+        if self.browser:
+            assert self.browser.poll() is None, "chromium showing the console ended early"
+            os.killpg(self.browser.pid, signal.SIGKILL)
+            self.browser.wait()
         if self.scraping:
             self.scraping = False
             self.scraper.join()
@@ -86,8 +99,9 @@ def fio(args, rw, bs, qd, target, nbd=False, size="1G"):
 def main():
     ap = parser(__doc__)
     ap.add_argument("--metrics", action="store_true", help="serve with --metrics (scraped once a second)")
+    ap.add_argument("--console", action="store_true", help="serve with --console, open in headless chromium (charts live)")
     args = ap.parse_args()
-    prepare(None, ("fio", "fio"), ("btrfs-progs", "mkfs.btrfs"), ("libnbd-bin", "nbdinfo"))
+    prepare(None, ("fio", "fio"), ("btrfs-progs", "mkfs.btrfs"), ("libnbd-bin", "nbdinfo"), *([("chromium", "chromium")] if args.console else []))
     testbed_down()
 
     devs = sh(DRIVES, "up", "4").split()
@@ -99,7 +113,7 @@ def main():
     single = uraid_bench(args, [devs[0]], ["SEQ1M-Q8T1", "RND4K-Q32T1"])
     sh(URAID, "create", "--level", "0", "--chunk", "128K", "--name", "bench", "--force", *devs)
     inproc = uraid_bench(args, devs, ["SEQ1M-Q8T1", "RND4K-Q32T1"])
-    srv = Serve(devs, throttled=True, metrics=args.metrics)
+    srv = Serve(devs, throttled=True, metrics=args.metrics, console=args.console)
     # fill the first GiB so reads read data
     subprocess.run(["fio", "--name=fill", "--ioengine=nbd", f"--uri={srv.uri}", "--rw=write", "--bs=1M",
                     "--iodepth=8", "--size=1G"], capture_output=True)
@@ -127,7 +141,7 @@ def main():
     devs = sh(DRIVES, "up", "4", "--bw", "0", "--iops", "0").split()
     sh(URAID, "create", "--level", "0", "--chunk", "128K", "--name", "bench", "--force", *devs)
     inproc = uraid_bench(args, devs, ["RND4K-Q32T1"])[("RND4K Q32T1", "read")]
-    srv = Serve(devs, throttled=True, metrics=args.metrics)
+    srv = Serve(devs, throttled=True, metrics=args.metrics, console=args.console)
     c0 = srv.cpu()
     r = fio(args, "randread", "4k", 32, srv.uri, nbd=True)
     server_cpu = (srv.cpu() - c0) / args.runs  # per run (each run includes 1 s ramp)

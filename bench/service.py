@@ -22,7 +22,7 @@ Usage: python3 bench/service.py [--time S] [--rounds N] [--old BINARY] [--consol
 """
 import json, os, signal, socket, subprocess, sys, tempfile, threading, time, urllib.request
 
-from common import DRIVES, URAID, fio_cmd, fio_figures, fio_job, parser, prepare, sh, testbed_down
+from common import DRIVES, URAID, fio_cmd, fio_figures, fio_job, open_console, parser, prepare, sh, testbed_down
 
 TICK = os.sysconf("SC_CLK_TCK")
 RUN = tempfile.mkdtemp(prefix="uraid-bench-service-")
@@ -91,14 +91,6 @@ class Serve:
             self.scraper.join()
         self.p.send_signal(signal.SIGTERM)
         self.p.wait(120)
-
-
-def open_console(url):
-    """Headless chromium showing the console (charts live) until killed."""
-    return subprocess.Popen(["chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                             f"--user-data-dir={tempfile.mkdtemp()}", "--remote-debugging-port=0", url],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def tree_cpu(pid):

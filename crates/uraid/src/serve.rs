@@ -103,9 +103,11 @@ pub(crate) struct ServeArgs {
     /// Allow a --metrics address that is not loopback.
     #[arg(long)]
     metrics_insecure: bool,
-    /// Serve the web console at ADDR:PORT (loopback only; default
-    /// 127.0.0.1:8109): live state, charts, events and actions. It prints
-    /// the address to open, with its access token.
+    /// Serve the web console at ADDR:PORT (default 127.0.0.1:8109): live
+    /// state, charts, events and actions. It prints the address to open,
+    /// with its access token (or log in with the token). With --tls-cert and
+    /// --tls-key it speaks HTTPS with that certificate, and may then listen
+    /// on any address; without, loopback only.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8109")]
     console: Option<String>,
     /// Where the console keeps the reports of the benchmarks it runs, and
@@ -232,6 +234,17 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         mail_command: a.mail_command.clone().or_else(|| mon.as_ref().map(|m| m.mail_command.clone())),
     };
     let window = Arc::new(crate::service::figures::Window::default());
+    // The console's address and certificate, checked before anything is
+    // assembled: HTTPS with the export's certificate when one is given
+    // (without the export's client certificates: a browser logs in with
+    // the token), and loopback only without.
+    let console_tls = match (&a.console, &a.tls_cert, &a.tls_key) {
+        (Some(_), Some(c), Some(k)) => Some(uraid_nbd::tls_config(c, k, None).map_err(anyhow::Error::msg)?),
+        _ => None,
+    };
+    if let Some(addr) = &a.console {
+        crate::service::console::parse_addr(addr, console_tls.is_some())?;
+    }
 
     let all_mem = specs.iter().all(|s| matches!(s, uraid_core::MemberSpec::Mem(_)));
     let (name, volume, mut arr) = if all_mem {
@@ -449,6 +462,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
                         String::new()
                     }
                 };
+                let https = console_tls.is_some();
                 let source = crate::service::console::Source {
                     array: name.clone(),
                     token: token.clone(),
@@ -458,10 +472,12 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
                     exported: (exported.clone(), window.clone()),
                     reports: a.reports.clone().unwrap_or_else(|| PathBuf::from("/var/lib/uraid/reports")),
                     bench: std::sync::Mutex::new(None),
+                    https,
+                    login_gate: tokio::sync::Mutex::new(()),
                 };
-                match (token.is_empty(), crate::service::console::start(addr, source)) {
+                match (token.is_empty(), crate::service::console::start(addr, source, console_tls.clone())) {
                     (false, Ok(c)) => {
-                        println!("console: http://{}/?token={token}", c.addr);
+                        println!("console: {}://{}/?token={token}", if https { "https" } else { "http" }, c.addr);
                         Some(c)
                     }
                     (_, Err(e)) => {

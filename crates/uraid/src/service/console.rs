@@ -1,14 +1,21 @@
 //! The web console of a served array (`uraid serve --console ADDR`): an
 //! HTTP server (axum, on a thread of its own with a current-thread tokio
-//! runtime) in the serving process, loopback only, that shows the array
-//! live and acts on it through the same commands as the control socket
+//! runtime) in the serving process that shows the array live and acts on
+//! it through the same commands as the control socket
 //! ([`ctl::run_job`](super::ctl::run_job)): it adds no second way to change
-//! an array.
+//! an array. It listens on loopback by default; any other address needs
+//! TLS (the export's `--tls-cert`/`--tls-key`), and with TLS it speaks
+//! HTTPS only, on any address.
 //!
-//! Routes (every one needs the access token, as Jupyter does: open
-//! `/?token=TOKEN` once and a cookie keeps it):
+//! Routes (every one but the login page and the stylesheet needs the
+//! access token, as Jupyter does: open `/?token=TOKEN` once, or type the
+//! token into the login page, and a cookie keeps it):
 //! - `GET /`: the page (`crates/uraid/console/index.html`, `app.js`,
-//!   `app.css`; uPlot vendored in `console/vendor/`, all compiled in);
+//!   `app.css`; uPlot vendored in `console/vendor/`, all compiled in), or
+//!   the login page (`console/login.html`) without the token;
+//! - `POST /login` (form field `token`), `POST /logout`: set or clear the
+//!   cookie; a wrong token is answered after [`LOGIN_DELAY`], one at a
+//!   time, so that a password set in the config cannot be guessed fast;
 //! - `GET /static/NAME`: those files;
 //! - `GET /api/status`: what `uraid status --json NAME` prints, live;
 //! - `GET /api/stream`: server-sent events: `status` once a second (the
@@ -43,6 +50,7 @@ use super::proto::{Command, ErrorBody, Reply, Request, PROTOCOL_VERSION};
 use super::{Job, Live};
 
 const INDEX: &str = include_str!("../../console/index.html");
+const LOGIN: &str = include_str!("../../console/login.html");
 const APP_JS: &str = include_str!("../../console/app.js");
 const APP_CSS: &str = include_str!("../../console/app.css");
 const UPLOT_JS: &str = include_str!("../../console/vendor/uplot/uPlot.iife.min.js");
@@ -67,7 +75,14 @@ pub(crate) struct Source {
     pub reports: std::path::PathBuf,
     /// The benchmark started from the console, if any.
     pub bench: Mutex<Option<BenchRun>>,
+    /// Whether the console speaks HTTPS (its cookie is then `Secure`).
+    pub https: bool,
+    /// Held while a wrong login is answered: one at a time.
+    pub login_gate: tokio::sync::Mutex<()>,
 }
+
+/// How long the answer to a wrong token takes.
+pub(crate) const LOGIN_DELAY: Duration = Duration::from_secs(1);
 
 /// A benchmark (`uraid suite`) started from the console.
 pub(crate) struct BenchRun {
@@ -88,22 +103,26 @@ pub(crate) fn new_token() -> Result<String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
-/// Listens on `addr` (loopback only: a console elsewhere needs TLS, which
-/// is not there yet) and serves until `source.live` says stop.
+/// Listens on `addr` and serves until `source.live` says stop: HTTPS with
+/// `tls` (the export's certificate and key; `source.https` must say so),
+/// plain HTTP on loopback without.
 ///
-/// Errors: an address that is not loopback, or that cannot be bound.
-pub(crate) fn start(addr: &str, source: Source) -> Result<super::http::HttpServer> {
-    let sa: SocketAddr = addr.parse().with_context(|| format!("--console '{addr}' is not an address like 127.0.0.1:8109"))?;
-    if !sa.ip().is_loopback() {
-        bail!(
-            "--console {sa} is not a loopback address: the console changes the array, and without TLS its token and \
-             pages would cross the network in clear. Listen on 127.0.0.1 and reach it through an SSH tunnel \
-             (ssh -L 8109:127.0.0.1:8109 HOST)"
-        );
-    }
+/// Errors: an address that is not loopback without `tls` (the token and
+/// the pages would cross the network in clear), or that cannot be bound.
+pub(crate) fn start(addr: &str, source: Source, tls: Option<Arc<rustls::ServerConfig>>) -> Result<super::http::HttpServer> {
+    let sa = parse_addr(addr, tls.is_some())?;
+    let tls = tls.map(|cfg| {
+        // The same certificate as the export, without the export's client
+        // certificates (a browser logs in with the token) and with HTTP's ALPN.
+        let mut c = (*cfg).clone();
+        c.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(c)
+    });
     let live = source.live.clone();
     let app = axum::Router::new()
         .route("/", axum::routing::get(index))
+        .route("/login", axum::routing::post(login))
+        .route("/logout", axum::routing::post(logout))
         .route("/static/{file}", axum::routing::get(static_file))
         // The reports' pages ask for one: nothing, without an error.
         .route("/favicon.ico", axum::routing::get(|| async { StatusCode::NO_CONTENT }))
@@ -114,7 +133,24 @@ pub(crate) fn start(addr: &str, source: Source) -> Result<super::http::HttpServe
         .route("/api/reports", axum::routing::get(reports))
         .route("/reports/{dir}/{file}", axum::routing::get(report_file))
         .with_state(Arc::new(source));
-    super::http::serve("the console", sa, app, live)
+    super::http::serve("the console", sa, app, live, tls)
+}
+
+/// The console's address, checked: `HOST:PORT`, loopback unless `tls`.
+///
+/// Errors: not an address, or not loopback without TLS (the message says
+/// what to do).
+pub(crate) fn parse_addr(addr: &str, tls: bool) -> Result<SocketAddr> {
+    let sa: SocketAddr = addr.parse().with_context(|| format!("--console '{addr}' is not an address like 127.0.0.1:8109"))?;
+    if !sa.ip().is_loopback() && !tls {
+        bail!(
+            "--console {sa} is not a loopback address: the console changes the array, and without TLS its token and \
+             pages would cross the network in clear. Give --tls-cert and --tls-key (the console then speaks HTTPS with \
+             the export's certificate), or listen on 127.0.0.1 and reach it through an SSH tunnel \
+             (ssh -L 8109:127.0.0.1:8109 HOST)"
+        );
+    }
+    Ok(sa)
 }
 
 type S = State<Arc<Source>>;
@@ -146,10 +182,31 @@ fn refused() -> Response {
     (
         StatusCode::UNAUTHORIZED,
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        "<!doctype html><title>uraid console</title><p>This console needs its access token: open the address that \
-         <code>uraid serve --console</code> printed (it ends in <code>?token=...</code>).</p>",
+        "<!doctype html><title>uraid console</title><p>This console needs its access token: log in at \
+         <a href=\"/\">the console's first page</a>, or open the address that <code>uraid serve --console</code> \
+         printed (it ends in <code>?token=...</code>).</p>",
     )
         .into_response()
+}
+
+/// The login page, with `message` (an error, or nothing).
+fn login_page(src: &Source, status: StatusCode, message: &str) -> Response {
+    let page = LOGIN.replace("{{ARRAY}}", &html_escape(&src.array)).replace("{{MESSAGE}}", &html_escape(message));
+    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], page).into_response()
+}
+
+/// A wrong token: answered after [`LOGIN_DELAY`], one at a time.
+async fn wrong_token(src: &Source) -> Response {
+    let _gate = src.login_gate.lock().await;
+    tokio::time::sleep(LOGIN_DELAY).await;
+    login_page(src, StatusCode::UNAUTHORIZED, "That is not the access token of this console. It is printed by uraid serve --console, or set as console-token in the config.")
+}
+
+/// Keeps the token in a cookie and goes to the console's page.
+fn logged_in(src: &Source, t: &str) -> Response {
+    let secure = if src.https { "; Secure" } else { "" };
+    let cookie = format!("uraid_token={t}; HttpOnly; SameSite=Strict; Path=/{secure}");
+    (StatusCode::SEE_OTHER, [(header::SET_COOKIE, cookie), (header::LOCATION, "/".to_string())]).into_response()
 }
 
 #[derive(serde::Deserialize)]
@@ -160,17 +217,29 @@ struct TokenQuery {
 async fn index(State(src): S, Query(q): Query<TokenQuery>, h: HeaderMap) -> Response {
     if let Some(t) = q.token {
         if !token_ok(&src, &t) {
-            return refused();
+            return wrong_token(&src).await;
         }
         // Keep it in a cookie and drop it from the address bar.
-        let cookie = format!("uraid_token={t}; HttpOnly; SameSite=Strict; Path=/");
-        return (StatusCode::SEE_OTHER, [(header::SET_COOKIE, cookie), (header::LOCATION, "/".to_string())]).into_response();
+        return logged_in(&src, &t);
     }
     if !authorized(&src, &h) {
-        return refused();
+        return login_page(&src, StatusCode::UNAUTHORIZED, "");
     }
     let page = INDEX.replace("{{ARRAY}}", &html_escape(&src.array)).replace("{{TOKEN}}", &src.token);
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], page).into_response()
+}
+
+async fn login(State(src): S, axum::Form(q): axum::Form<TokenQuery>) -> Response {
+    match q.token {
+        Some(t) if token_ok(&src, &t) => logged_in(&src, &t),
+        _ => wrong_token(&src).await,
+    }
+}
+
+async fn logout(State(src): S) -> Response {
+    let secure = if src.https { "; Secure" } else { "" };
+    let cookie = format!("uraid_token=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}");
+    (StatusCode::SEE_OTHER, [(header::SET_COOKIE, cookie), (header::LOCATION, "/".to_string())]).into_response()
 }
 
 fn html_escape(s: &str) -> String {
@@ -178,7 +247,8 @@ fn html_escape(s: &str) -> String {
 }
 
 async fn static_file(State(src): S, axum::extract::Path(file): axum::extract::Path<String>, h: HeaderMap) -> Response {
-    if !authorized(&src, &h) {
+    // The stylesheet is the login page's too: it holds nothing of the array.
+    if file != "app.css" && !authorized(&src, &h) {
         return refused();
     }
     let (body, kind) = match file.as_str() {

@@ -87,7 +87,7 @@ pub(crate) fn start(addr: &str, insecure: bool, source: Source) -> Result<HttpSe
             }),
         )
         .route("/", axum::routing::get(|| async { "uraid metrics: GET /metrics\n" }));
-    super::http::serve("the metrics endpoint", sa, app, live)
+    super::http::serve("the metrics endpoint", sa, app, live, None)
 }
 
 use axum::response::IntoResponse as _;

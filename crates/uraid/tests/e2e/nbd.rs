@@ -613,16 +613,7 @@ fn tls_export_works_with_libnbd_and_refuses_clear_text() {
     require_tool("openssl", "openssl");
     let d = tmpdir();
     let m = array(d.path(), 2, 16 << 20, "sec");
-    let cert = d.path().join("server-cert.pem");
-    let key = d.path().join("server-key.pem");
-    run_tool(
-        Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost"])
-            .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout"])
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert),
-    );
+    let (cert, key) = self_signed_cert(d.path());
     std::fs::copy(&cert, d.path().join("ca-cert.pem")).unwrap();
     let (_child, port) = serve_tcp(&m, &["--tls-cert", s(&cert), "--tls-key", s(&key)]);
     let tls_uri = format!("nbds://localhost:{port}/sec?tls-certificates={}", d.path().display());

@@ -771,3 +771,46 @@ fn a_member_failing_during_a_rebuild_is_reported() {
     env.ok(&["stop", "twofail"]);
     assert!(srv.wait().0.success());
 }
+
+/// A console on an address that is not loopback: refused without TLS
+/// (before anything is assembled: the members are unchanged); with the
+/// export's certificate it speaks HTTPS only, with a login page, in a real
+/// browser and through a client that verifies the certificate
+/// (crates/uraid/tests/console/console_login_test.py).
+#[test]
+fn the_console_over_https_with_a_login() {
+    let _g = shared();
+    require_tool("chromium", "chromium");
+    require_tool("chromedriver", "chromium-driver");
+    let d = tmpdir();
+    let env = Env::new(d.path());
+    let files = sparse_files(d.path(), "h", 2, 24 << 20);
+    let f = strs(&files);
+    env.ok(&with(&["create", "--level", "1", "--chunk", "64K", "--name", "webtls"], &f));
+    let before: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let err = env.fails(&with(&["serve", "--console", "0.0.0.0:0"], &f), &["not a loopback address", "--tls-cert and --tls-key", "ssh -L"]);
+    assert!(!err.contains("console:"), "{err}");
+    let after: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    assert!(before == after, "the refused serve changed a member");
+
+    let (cert, key) = self_signed_cert(d.path());
+    let token = "a-password-from-the-config";
+    let srv = env.serve("webtls", &with(&["--console", "0.0.0.0:0", "--console-token", token, "--tls-cert", s(&cert), "--tls-key", s(&key)], &f));
+    let line = srv.line("console: ");
+    assert!(line.starts_with("console: https://0.0.0.0:"), "{line}");
+    let port = line.trim_start_matches("console: https://0.0.0.0:").split('/').next().unwrap().to_string();
+    let o = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/console/console_login_test.py"))
+        .env("CONSOLE", format!("https://127.0.0.1:{port}"))
+        .env("CA", &cert)
+        .env("TOKEN", token)
+        .env("ARRAY", "webtls")
+        .env("SHOTS", Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshots"))
+        .output()
+        .unwrap();
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    println!("{out}");
+    assert!(o.status.success() && out.contains("console login test: passed"), "the login test failed:\n{out}");
+    env.ok(&["stop", "webtls"]);
+    assert!(srv.wait().0.success());
+}

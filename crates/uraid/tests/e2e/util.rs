@@ -272,6 +272,22 @@ pub fn run_tool(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// A self-signed certificate for localhost and 127.0.0.1 (RSA 2048, one
+/// day), made by openssl in `dir`: (certificate, key) PEM files.
+pub fn self_signed_cert(dir: &Path) -> (PathBuf, PathBuf) {
+    require_tool("openssl", "openssl");
+    let (cert, key) = (dir.join("server-cert.pem"), dir.join("server-key.pem"));
+    run_tool(
+        Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost"])
+            .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
+    );
+    (cert, key)
+}
+
 /// Puts a real ext4 filesystem on `path` (a file) with mkfs.ext4.
 pub fn mkfs_ext4(path: &Path) {
     require_tool("mkfs.ext4", "e2fsprogs");
