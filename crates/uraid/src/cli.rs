@@ -39,6 +39,8 @@ enum Cmd {
     Scan(crate::scan::ScanArgs),
     /// Check that the members form an array, bring it up to date (resync after a crash), stop it cleanly.
     Assemble(AssembleArgs),
+    /// Add members to a stopped array and restripe its volume onto them (RAID 0, 5, 6; crash-safe, resumable).
+    Grow(crate::grow_cmd::GrowArgs),
     /// Each volume's level, size, chunk and state, each member's role and state (like /proc/mdstat).
     Status(crate::manage::StatusArgs),
     /// Mark a member faulty (it is no longer read or written).
@@ -86,6 +88,7 @@ pub fn run() -> Result<()> {
         Cmd::Examine(a) => crate::array_cmds::cmd_examine(a),
         Cmd::Assemble(a) => crate::array_cmds::cmd_assemble(a),
         Cmd::Scan(a) => crate::scan::cmd_scan(a),
+        Cmd::Grow(a) => crate::grow_cmd::cmd_grow(a),
         // On a served array the command goes to its process (crate::live_cmds).
         Cmd::Status(a) => match live(&a.array.members) {
             Some(c) => live_cmds::status(c, a.json),

@@ -211,7 +211,7 @@ fn resolve(arr: &Array, m: &str) -> Result<u32> {
     })
 }
 
-fn bytes_bar(quiet: bool, what: &str) -> ProgressBar {
+pub(crate) fn bytes_bar(quiet: bool, what: &str) -> ProgressBar {
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
     bar.set_style(
         ProgressStyle::with_template(

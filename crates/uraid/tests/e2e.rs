@@ -47,3 +47,7 @@ mod service;
 
 #[path = "e2e/hostile.rs"]
 mod hostile;
+
+// uraid grow: restripe onto more members; interrupted reshapes resume.
+#[path = "e2e/grow.rs"]
+mod grow;

@@ -25,6 +25,7 @@
 //! | 112 | 8 | event counter (bumped on every assemble, stop and state change) |
 //! | 120 | 4 | state (0 clean, 1 active) |
 //! | 128 | 8 | write-intent bitmap region size in bytes (0: no bitmap) |
+//! | 136 | 48 | the reshape record (version 3 only, see below) |
 //! | 256 | 40 x 32 | slot table, one entry per slot, roles first, then spares |
 //! | 1536 | 8 x 128 | volume table, one entry per volume, in member-offset order |
 //! | 4092 | 4 | CRC-32C (Castagnoli) of bytes 0..4092 |
@@ -63,6 +64,23 @@
 //!
 //! Bytes not named are zero and reserved for later versions.
 //!
+//! A reshape in progress (`uraid grow`, [`Reshape`]) is recorded at bytes
+//! 136..184, and a superblock that holds one is written as version 3, so
+//! that a uraid that does not know reshapes refuses the array instead of
+//! reading it with the wrong layout (md sets a feature bit for the same
+//! reason); the superblock goes back to version 2 when the reshape ends:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 136 | 4 | flags: bit 0 = a reshape is in progress, bit 1 = its backup holds a window |
+//! | 140 | 4 | the member count before the reshape (the member count field holds the one after) |
+//! | 144 | 8 | position: logical bytes of the volume, from 0, already in the new layout (durable) |
+//! | 152 | 8 | backup: the logical byte where the backed-up window starts (equal to the position) |
+//! | 160 | 8 | backup: its length in bytes |
+//! | 168 | 4 | backup: CRC-32C of its bytes |
+//! | 172 | 4 | backup: the role whose device holds it |
+//! | 176 | 8 | backup: absolute byte offset on that device |
+//!
 //! Spares: a spare is a device with its own superblock whose slot is at or
 //! above the member count; its slot entry has the state `Spare`. Every
 //! member and spare holds the same slot and volume tables. A role whose
@@ -83,6 +101,8 @@ use crate::{bail, Result};
 pub const MAGIC: &[u8; 8] = b"URAIDSB\x01";
 /// Current format version.
 pub const VERSION: u32 = 2;
+/// The version of a superblock that records a reshape in progress.
+pub const VERSION_RESHAPE: u32 = 3;
 /// Bytes the superblock occupies on each member.
 pub const SB_SIZE: usize = 4096;
 /// Data offset of new arrays, in bytes: the first volume starts 1 MiB in.
@@ -258,6 +278,39 @@ pub struct Superblock {
     pub slots: Vec<Slot>,
     /// The volume table, in member-offset order.
     pub volumes: Vec<VolumeEntry>,
+    /// A reshape in progress (`uraid grow`), if any.
+    pub reshape: Option<Reshape>,
+}
+
+/// A reshape in progress: the array's members grow from `old_members` to
+/// the superblock's member count, and the logical bytes of the volume
+/// below `position` are already in the new layout (durable on the
+/// members); the rest are still where the old layout puts them. See
+/// [`crate::control::array::grow`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Reshape {
+    /// The member count before the reshape.
+    pub old_members: u32,
+    /// Logical bytes of the volume, from 0, in the new layout.
+    pub position: u64,
+    /// The window being written when its old place may be overwritten
+    /// before it is read (md's critical section), kept elsewhere first.
+    pub backup: Option<ReshapeBackup>,
+}
+
+/// A window of a reshape kept in a backup area: the logical bytes
+/// `[position, position + len)` of the volume, as the new layout will
+/// hold them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ReshapeBackup {
+    /// Length of the window in bytes.
+    pub len: u64,
+    /// CRC-32C of the window's bytes.
+    pub crc: u32,
+    /// The role whose device holds the backup.
+    pub role: u32,
+    /// Absolute byte offset of the backup on that device.
+    pub offset: u64,
 }
 
 impl Superblock {
@@ -413,6 +466,19 @@ impl Superblock {
         };
         b[120..124].copy_from_slice(&st.to_le_bytes());
         b[128..136].copy_from_slice(&self.bitmap_region.to_le_bytes());
+        if let Some(r) = &self.reshape {
+            b[8..12].copy_from_slice(&VERSION_RESHAPE.to_le_bytes());
+            b[136..140].copy_from_slice(&(1u32 | if r.backup.is_some() { 2 } else { 0 }).to_le_bytes());
+            b[140..144].copy_from_slice(&r.old_members.to_le_bytes());
+            b[144..152].copy_from_slice(&r.position.to_le_bytes());
+            if let Some(k) = &r.backup {
+                b[152..160].copy_from_slice(&r.position.to_le_bytes());
+                b[160..168].copy_from_slice(&k.len.to_le_bytes());
+                b[168..172].copy_from_slice(&k.crc.to_le_bytes());
+                b[172..176].copy_from_slice(&k.role.to_le_bytes());
+                b[176..184].copy_from_slice(&k.offset.to_le_bytes());
+            }
+        }
         for (i, s) in slots.iter().enumerate() {
             let o = SLOTS_AT + SLOT_SIZE * i;
             b[o..o + 16].copy_from_slice(&s.uuid);
@@ -460,7 +526,7 @@ impl Superblock {
             return Err(DecodeError::BadCrc { stored, computed });
         }
         let version = u32_at(b, 8);
-        if version != VERSION {
+        if version != VERSION && version != VERSION_RESHAPE {
             return Err(DecodeError::Version(version));
         }
         let inv = |s: String| Err(DecodeError::Invalid(s));
@@ -586,6 +652,26 @@ impl Superblock {
         if check_name(&name).is_err() {
             return inv(format!("array name ({name:?}: not 1 to {NAME_MAX} letters, digits, '-', '_' or '.')"));
         }
+        let reshape = if version == VERSION_RESHAPE {
+            let flags = u32_at(b, 136);
+            let old_members = u32_at(b, 140);
+            if flags & 1 == 0 || flags > 3 || old_members == 0 || old_members >= member_count {
+                return inv(format!("reshape record (flags {flags}, from {old_members} to {member_count} members)"));
+            }
+            let position = u64_at(b, 144);
+            let backup = if flags & 2 != 0 {
+                let k = ReshapeBackup { len: u64_at(b, 160), crc: u32_at(b, 168), role: u32_at(b, 172), offset: u64_at(b, 176) };
+                if u64_at(b, 152) != position || k.role >= member_count || k.len == 0 || k.offset < DATA_OFFSET || k.offset.checked_add(k.len).is_none() {
+                    return inv(format!("reshape backup (role {}, bytes {}+{})", k.role, k.offset, k.len));
+                }
+                Some(k)
+            } else {
+                None
+            };
+            Some(Reshape { old_members, position, backup })
+        } else {
+            None
+        };
         Ok(Superblock {
             array_uuid: uuid_at(b, 16),
             member_uuid,
@@ -599,6 +685,7 @@ impl Superblock {
             bitmap_region,
             slots,
             volumes,
+            reshape,
         })
     }
 }
@@ -633,7 +720,25 @@ mod tests {
                 volume("speed", 0, 128 << 10, DATA_OFFSET, 256 << 20),
                 volume("safe", 5, 64 << 10, DATA_OFFSET + (256 << 20), 512 << 20),
             ],
+            reshape: None,
         }
+    }
+
+    #[test]
+    fn a_reshape_record_roundtrips_as_version_3() {
+        let mut s = sample();
+        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, backup: None });
+        let b = s.encode();
+        assert_eq!(u32_at(&b, 8), VERSION_RESHAPE);
+        assert_eq!(Superblock::decode(&b).unwrap(), s);
+        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, backup: Some(ReshapeBackup { len: 1 << 20, crc: 7, role: 2, offset: 900 << 20 }) });
+        assert_eq!(Superblock::decode(&s.encode()).unwrap(), s);
+        // Back to version 2 when it ends.
+        s.reshape = None;
+        assert_eq!(u32_at(&s.encode(), 8), VERSION);
+        // A record that cannot be right: from as many members as after.
+        s.reshape = Some(Reshape { old_members: 3, position: 0, backup: None });
+        assert!(matches!(Superblock::decode(&s.encode()), Err(DecodeError::Invalid(_))));
     }
 
     #[test]

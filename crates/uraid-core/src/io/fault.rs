@@ -292,6 +292,24 @@ fn no_discard_failpoint(name: &str, faults: Option<Arc<Faults>>) -> Option<Arc<F
     Some(f)
 }
 
+/// The `URAID_FAILPOINT_RESHAPE_CRASH=WINDOW:STAGE` failpoint (end-to-end
+/// crash tests of `uraid grow`): the process aborts (as SIGKILL would end
+/// it: nothing more is written) when the reshape reaches `STAGE` of its
+/// window number `WINDOW` (0-based, counted in this run): `backed-up` (the
+/// window is in the backup area and the superblocks say so, nothing written
+/// in place yet), `half` (the first half of the window written in place),
+/// `written` (all of it written and flushed, the position not yet
+/// recorded). Only with the `failpoints` feature; otherwise it does nothing.
+pub fn reshape_crash_point(window: u64, stage: &str) {
+    #[cfg(feature = "failpoints")]
+    if std::env::var("URAID_FAILPOINT_RESHAPE_CRASH").is_ok_and(|v| v == format!("{window}:{stage}")) {
+        eprintln!("uraid: failpoint: the reshape crashes in window {window} at {stage}");
+        std::process::abort();
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = (window, stage);
+}
+
 /// Stacks the fault plans the `URAID_FAILPOINT_*` variables ask for over
 /// a member just opened as part of an array (the control path calls this;
 /// see the failpoints above). Without the `failpoints` feature it does

@@ -309,6 +309,7 @@ pub fn superblock_with(volumes: Vec<VolumeEntry>) -> Superblock {
             slot(5, MemberState::Spare),
         ],
         volumes,
+        reshape: None,
     }
 }
 

@@ -42,6 +42,7 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     if specs.is_empty() {
         bail!(InvalidInput, "assemble needs the members of the array");
     }
+    let all_specs = specs;
     // Journal devices (journal cache mode) may be given with the members.
     let mut members = Vec::new();
     let mut member_specs = Vec::new();
@@ -95,6 +96,34 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     // counter wins).
     let fresh = (0..sbs.len()).max_by_key(|&i| sbs[i].events).expect("at least one member");
     let auth = sbs[fresh].clone();
+    // An interrupted reshape (`uraid grow`) is finished first; looking
+    // only, it is named.
+    let mut reshape_note = None;
+    if let Some(r) = &auth.reshape {
+        let total = auth.volumes[0].capacity(auth.member_count as usize).max(1);
+        let note = format!(
+            "array '{}' is in the middle of a reshape from {} to {} members, {:.1}% done",
+            auth.name,
+            r.old_members,
+            auth.member_count,
+            r.position as f64 * 100.0 / total as f64
+        );
+        if opts.inspect {
+            reshape_note = Some(format!("{note}: the next assemble (or 'uraid grow {}') finishes it", auth.name));
+        } else {
+            drop(members);
+            drop(journal_devs);
+            let report = super::grow::resume(all_specs, &mut |_, _| {})?;
+            let mut a = open_with(all_specs, opts)?;
+            if let Some(rep) = report {
+                a.warnings.push(format!(
+                    "{note} when it was interrupted: it went on from there and finished in {:.1} s; the volume now holds {} bytes",
+                    rep.seconds, rep.capacity.1
+                ));
+            }
+            return Ok(a);
+        }
+    }
     let n = auth.member_count as usize;
     let max_events = auth.events;
     for (m, sb) in members.iter().zip(&sbs) {
@@ -102,7 +131,10 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
         // table) missed the changes made since it left: it is dealt with
         // below, whatever its layout says.
         let in_service = auth.slots.iter().any(|s| s.uuid == sb.member_uuid && matches!(s.state, MemberState::Active | MemberState::Rebuilding | MemberState::Spare));
-        if sb.events < max_events && !in_service {
+        // In a reshape, the superblocks are written one after the other at
+        // each step: one that missed the last step is rewritten when the
+        // reshape goes on (only looking reaches here).
+        if sb.events < max_events && (!in_service || auth.reshape.is_some()) {
             continue;
         }
         if !sb.same_layout(&auth) {
@@ -133,7 +165,7 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
         }
         journals.push(Arc::new(crate::cache::journal::Journal::open(m)?));
     }
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = reshape_note.into_iter().collect();
     // A journal device of its own not given, or lost while running.
     for v in auth.volumes.iter().filter(|v| v.cache_mode == crate::cache::CacheMode::Journal.to_u8() && v.journal_region.is_none()) {
         let id = journal_id(auth.array_uuid, v);
@@ -200,7 +232,7 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
                 auth.name
             );
         }
-        if slot < n && sb.events < max_events && matches!(slots[slot].state, MemberState::Active | MemberState::Rebuilding) {
+        if slot < n && sb.events < max_events && auth.reshape.is_none() && matches!(slots[slot].state, MemberState::Active | MemberState::Rebuilding) {
             if !opts.force {
                 let how = if redundant {
                     "with 'uraid assemble --force' it is taken back and rebuilt in full from the others"

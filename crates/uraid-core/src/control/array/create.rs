@@ -307,6 +307,7 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
         bitmap_region,
         slots,
         volumes,
+        reshape: None,
     };
     let health = Arc::new(Health::new(n));
     let specs_kept = specs.iter().cloned().map(Some).collect();

@@ -52,12 +52,14 @@ use crate::{bail, Error, ErrorKind, IoBuf, Result, Volume};
 mod assemble;
 mod config;
 mod create;
+pub mod grow;
 mod membership;
 mod status;
 
 pub use assemble::*;
 pub use config::*;
 pub use create::*;
+pub use grow::{grow, GrowOptions, GrowReport};
 pub use status::*;
 
 /// Opens a member of an array (or one to become one): [`Member::open`],

@@ -1,0 +1,399 @@
+//! Reshape: `uraid grow --add` restripes a stopped array's volume onto
+//! more members (RAID 0, 5 and 6), crash-safe and resumable, as md's
+//! `mdadm --grow --raid-devices` does.
+//!
+//! # How
+//!
+//! The old layout (the old member count) and the new one (all members)
+//! are two [`Volume`]s over the same devices, with the same chunk and the
+//! same member area. The reshape goes through the new layout's rows (one
+//! chunk-sized row on every member, [`Geometry`]'s stripes) from the first:
+//! it reads the logical bytes a window of new rows holds from the old
+//! layout, writes them through the new one (full stripes: parity from the
+//! new data alone), flushes, and only then records in every superblock
+//! that the logical bytes below the window's end are in the new layout
+//! ([`Reshape::position`], md's `reshape_position`). Logical bytes past
+//! the old capacity (the new space) are written as zeros.
+//!
+//! With `Wo` and `Wn` logical bytes per row before and after (`Wn > Wo`),
+//! new row `r` takes the place of old row `r`, which holds logical bytes
+//! `[r Wo, (r+1) Wo)`, while the window needs bytes from `r Wn` on: old
+//! rows at or past `r`. So nothing is read from a row already written,
+//! and a window `[r0, r1)` may be written in place as long as its rows
+//! hold no byte the window itself needs (`r1 Wo <= r0 Wn`): a crash in the
+//! middle of it leaves its sources intact, and the window is done again.
+//! The first rows (`r < Wo / (Wn - Wo)`) cannot meet that: each is md's
+//! critical section. Its bytes are written to a backup area first (the
+//! tail of the first new member's area, which the new layout writes last),
+//! flushed, recorded in the superblocks with their CRC-32C
+//! ([`ReshapeBackup`]), and only then written in place; after a crash the
+//! row is written again from the backup.
+//!
+//! The superblocks say version 3 while a reshape is recorded, so an older
+//! uraid refuses the array. Assemble (any command that opens the array to
+//! write) finishes an interrupted reshape before anything else
+//! ([`resume`]); `uraid status` shows it.
+//!
+//! Not here yet: a reshape of a served array (it must be stopped), RAID 1
+//! and 10, level and chunk changes, `--size`, arrays with several volumes,
+//! and a degraded array (every member must be present and in sync).
+
+use super::*;
+use crate::control::superblock::{Reshape, ReshapeBackup};
+
+/// Most logical bytes one window of the reshape moves.
+const WINDOW: u64 = 16 << 20;
+
+/// What `grow` is asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct GrowOptions {
+    /// Devices to add as members (`--add`).
+    pub add: Vec<MemberSpec>,
+    /// Overwrite new devices that hold a filesystem or another array.
+    pub force: bool,
+    /// Most bytes per second the reshape reads (and as many it writes);
+    /// `None`: as fast as the members go.
+    pub rate: Option<u64>,
+}
+
+/// What a reshape did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GrowReport {
+    /// The array's name.
+    pub array: String,
+    /// The volume's RAID level number.
+    pub level: u32,
+    /// Members before and after.
+    pub members: (u32, u32),
+    /// The volume's usable bytes before and after.
+    pub capacity: (u64, u64),
+    /// Where this run started: logical bytes already in the new layout
+    /// (0, or the position of an interrupted reshape).
+    pub started_at: u64,
+    /// Bytes read from the members (data of the old layout and backups).
+    pub bytes_read: u64,
+    /// Bytes written to the members (the new layout with its parity, and
+    /// backups).
+    pub bytes_written: u64,
+    /// Rows that went through the backup area (md's critical section).
+    pub backed_up_rows: u64,
+    /// Seconds the reshape took.
+    pub seconds: f64,
+}
+
+/// Logical bytes per row of `g` (chunk-sized rows on every member).
+fn row_bytes(g: &Geometry) -> u64 {
+    g.capacity() / (g.member_size() / g.chunk())
+}
+
+/// Adds `opts.add` to the stopped array of `specs` and restripes its
+/// volume onto every member; `progress(done, total)` is called after each
+/// window, in logical bytes of the new layout.
+///
+/// Errors, before anything is written: as [`open`]; `Busy` when a process
+/// holds a member (a served array: stop it first); `Unsupported` for what
+/// is not here yet (several volumes, RAID 1 or 10, a journal on the
+/// volume); `Membership` for an array not stopped cleanly or not in sync;
+/// `InvalidInput` / `WouldDestroy` / `TooSmall` for a new device that is a
+/// member, holds something (without `force`) or is too small, or members
+/// too small for the backup area. During the reshape, an I/O error stops
+/// it where it is: the superblocks say how far it got, and the next
+/// assemble goes on from there.
+pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<GrowReport> {
+    if opts.add.is_empty() {
+        bail!(InvalidInput, "grow needs --add DEVICE...: the devices that become members (other changes are not there yet)");
+    }
+    let a = open(specs)?;
+    let sb = a.superblock();
+    let name = sb.name.clone();
+    if sb.volumes.len() != 1 {
+        bail!(
+            Unsupported,
+            "array '{name}' holds {} volumes; growing an array with several (Matrix) volumes is not there yet. Nothing was written",
+            sb.volumes.len()
+        );
+    }
+    let v = sb.volumes[0].clone();
+    let level = Level::from_number(v.level)?;
+    if !matches!(level, Level::Raid0 | Level::Raid5 | Level::Raid6) {
+        bail!(
+            Unsupported,
+            "array '{name}' is RAID {}: adding members restripes RAID 0, 5 and 6 here; RAID 1 and 10 are not there yet. Nothing was written",
+            v.level
+        );
+    }
+    if v.cache_mode == crate::cache::CacheMode::Journal.to_u8() {
+        bail!(
+            Unsupported,
+            "volume '{}' keeps a write journal; set its cache to off or writeback first (uraid config {name} --cache off), \
+             grow, then set the journal again. Nothing was written",
+            v.name
+        );
+    }
+    if sb.state != State::Clean {
+        bail!(
+            Membership,
+            "array '{name}' was not stopped cleanly; assemble it (which resyncs it) and stop it, then grow. Nothing was written"
+        );
+    }
+    if let Some((r, s)) = sb.roles().iter().enumerate().find(|(_, s)| s.state != MemberState::Active) {
+        bail!(
+            Membership,
+            "role {r} of array '{name}' is {}; a reshape needs every member present and in sync. Rebuild it first. Nothing was written",
+            s.state.name()
+        );
+    }
+    let n = sb.member_count as usize;
+    let k = opts.add.len();
+    if n + k > MAX_MEMBERS {
+        bail!(InvalidInput, "array '{name}' has {n} members; {k} more would pass the most, {MAX_MEMBERS}. Nothing was written");
+    }
+    let old_g = Geometry::new(level, n, v.chunk, v.member_size)?;
+    let new_g = Geometry::new(level, n + k, v.chunk, v.member_size)?;
+    let mut added = Vec::with_capacity(k);
+    for spec in &opts.add {
+        if added.iter().any(|(s, _): &(MemberSpec, Member)| s == spec) {
+            bail!(InvalidInput, "{spec} is given twice");
+        }
+        added.push((spec.clone(), a.open_new(spec, opts.force)?));
+    }
+    check_backup_room(&name, &old_g, &new_g)?;
+    // The devices in slot order: the roles, then the new roles, then the spares.
+    let mut devs: Vec<Member> = Vec::new();
+    {
+        let m = a.meta();
+        for d in m.devices.iter().take(n) {
+            devs.push(d.as_ref().expect("every role is active, so held").try_clone()?);
+        }
+        for (_, d) in &added {
+            devs.push(d.try_clone()?);
+        }
+        for d in m.devices.iter().skip(n).flatten() {
+            devs.push(d.try_clone()?);
+        }
+    }
+    a.release();
+    drop(added);
+    let mut new_sb = sb.clone();
+    let spares: Vec<Slot> = sb.spares().to_vec();
+    new_sb.slots.truncate(n);
+    for _ in 0..k {
+        new_sb.slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Active, resync_from_bitmap: false, recovery_offset: None });
+    }
+    new_sb.slots.extend(spares);
+    new_sb.member_count = (n + k) as u32;
+    new_sb.state = State::Active;
+    new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None });
+    persist_all(&devs, &mut new_sb)?;
+    run(&devs, &mut new_sb, opts.rate, progress)
+}
+
+/// Finishes the reshape the superblocks of `specs` record, if any: the
+/// members (all of them: a reshape does not run degraded) are opened,
+/// the window that was being written is written again (from the backup
+/// when it was one of the critical section's) and the reshape goes on to
+/// the end. `Ok(None)` when no reshape is recorded.
+///
+/// Errors: as [`open`] for the members; `Membership` when a member is
+/// missing (the reshape waits for it: nothing is written); `Superblock`
+/// when the backup does not match its checksum; an I/O error stops the
+/// reshape where it is, as in [`grow`].
+pub fn resume(specs: &[MemberSpec], progress: &mut dyn FnMut(u64, u64)) -> Result<Option<GrowReport>> {
+    let mut found = Vec::new();
+    for m in open_members(specs, true, true)? {
+        if let Ok(sb) = read_superblock(&m)? {
+            found.push((m, sb));
+        }
+    }
+    let Some(auth) = found.iter().map(|(_, sb)| sb).max_by_key(|sb| sb.events).cloned() else {
+        bail!(Superblock, "none of the devices given holds a uraid superblock");
+    };
+    if auth.reshape.is_none() {
+        return Ok(None);
+    }
+    let mut by_slot: Vec<Option<Member>> = (0..auth.slots.len()).map(|_| None).collect();
+    for (m, sb) in found {
+        if sb.array_uuid != auth.array_uuid {
+            continue;
+        }
+        if let Some(s) = auth.slots.iter().position(|s| s.uuid == sb.member_uuid) {
+            by_slot[s] = Some(m);
+        }
+    }
+    if let Some(r) = (0..auth.member_count as usize).find(|&r| by_slot[r].is_none()) {
+        bail!(
+            Membership,
+            "array '{}' is in the middle of a reshape, and role {r} (member UUID {}) was not given; a reshape goes on with \
+             every member only. Give all the members; nothing was written",
+            auth.name,
+            fmt_uuid(&auth.slots[r].uuid)
+        );
+    }
+    let devs: Vec<Member> = by_slot.into_iter().flatten().collect();
+    let mut sb = auth;
+    run(&devs, &mut sb, None, progress).map(Some)
+}
+
+/// Refuses members too small to keep the backup area apart from the
+/// critical section (the backup lies in the last rows of the first new
+/// member, which the new layout writes last).
+fn check_backup_room(name: &str, old_g: &Geometry, new_g: &Geometry) -> Result<()> {
+    let rows = new_g.member_size() / new_g.chunk();
+    let (wo, wn) = (row_bytes(old_g), row_bytes(new_g));
+    let critical = wo.div_ceil(wn - wo);
+    let backup_rows = wn / new_g.chunk();
+    if critical + backup_rows + 1 > rows {
+        bail!(
+            TooSmall,
+            "array '{name}': its volume has {rows} rows of {} on each member, too few for a reshape that must keep the first \
+             {critical} row(s) in a backup area of {backup_rows} row(s) apart from them. Nothing was written",
+            fmt_size(new_g.chunk())
+        );
+    }
+    Ok(())
+}
+
+/// Writes `sb` (event counter + 1) to every device of `devs` (given in
+/// slot order), then flushes them all. The last slots are written first:
+/// when the reshape is first recorded, the new members hold it before the
+/// old ones do, so a crash in between leaves no new member without a
+/// superblock (the freshest superblock, on a new member, speaks).
+fn persist_all(devs: &[Member], sb: &mut Superblock) -> Result<()> {
+    sb.events += 1;
+    sb.utime = superblock::unix_now();
+    for (slot, m) in devs.iter().enumerate().rev() {
+        let mut s = sb.clone();
+        s.slot = slot as u32;
+        s.member_uuid = sb.slots[slot].uuid;
+        write_superblock(m, &s)?;
+    }
+    for m in devs {
+        m.file().sync_data().map_err(|e| Error::io("cannot flush the superblock of", std::path::Path::new(m.name()), e))?;
+    }
+    Ok(())
+}
+
+/// Runs the reshape `sb` records, over `devs` (every device in slot
+/// order), to its end; see the module's documentation.
+fn run(devs: &[Member], sb: &mut Superblock, rate: Option<u64>, progress: &mut dyn FnMut(u64, u64)) -> Result<GrowReport> {
+    let t0 = std::time::Instant::now();
+    let r = sb.reshape.expect("a reshape is recorded");
+    let v = sb.volumes[0].clone();
+    let level = Level::from_number(v.level)?;
+    let n = sb.member_count as usize;
+    let old_n = r.old_members as usize;
+    let old_g = Geometry::new(level, old_n, v.chunk, v.member_size)?;
+    let new_g = Geometry::new(level, n, v.chunk, v.member_size)?;
+    let roles = |count: usize| -> Result<Arc<Vec<Member>>> { Ok(Arc::new(devs[..count].iter().map(Member::try_clone).collect::<Result<_>>()?)) };
+    let old_vol = Volume::new(roles(old_n)?, old_g, v.member_start)?;
+    let new_vol = Volume::new(roles(n)?, new_g, v.member_start)?;
+    let (wo, wn) = (row_bytes(&old_g), row_bytes(&new_g));
+    let (old_cap, new_cap) = (old_g.capacity(), new_g.capacity());
+    let mut report = GrowReport {
+        array: sb.name.clone(),
+        level: v.level,
+        members: (r.old_members, n as u32),
+        capacity: (old_cap, new_cap),
+        started_at: r.position,
+        bytes_read: 0,
+        bytes_written: 0,
+        backed_up_rows: 0,
+        seconds: 0.0,
+    };
+    let data_per_row = |bytes: u64| bytes / wn * new_g.chunk() * n as u64;
+    // A window that was being written from the backup: write it again.
+    if let Some(k) = r.backup {
+        let dev = &devs[k.role as usize];
+        let mut buf = IoBuf::new(k.len as usize);
+        dev.read_exact_at(&mut buf, k.offset)?;
+        if crc32c::crc32c(&buf) != k.crc {
+            bail!(
+                Superblock,
+                "array '{}': the reshape's backup on {} (bytes {}+{}) does not match its checksum; the reshape cannot go on \
+                 safely. Nothing was written",
+                sb.name,
+                dev.name(),
+                k.offset,
+                k.len
+            );
+        }
+        new_vol.write_at(r.position, &buf)?;
+        new_vol.flush()?;
+        report.bytes_read += k.len;
+        report.bytes_written += data_per_row(k.len);
+        set_position(devs, sb, r.position + k.len, None)?;
+    }
+    let backup_at = |len: u64| v.member_start + v.member_size - len.div_ceil(new_g.chunk()) * new_g.chunk();
+    let max_rows = (WINDOW / wn).max(1);
+    let mut pos = sb.reshape.expect("recorded").position;
+    let mut paced = 0u64;
+    let mut window = 0u64;
+    let crash = crate::io::fault::reshape_crash_point;
+    while pos < new_cap {
+        let r0 = pos / wn;
+        // Rows that may be written in place: their old contents are all
+        // below the window's start (already moved).
+        let safe = (r0 * wn / wo).saturating_sub(r0);
+        let critical = safe == 0;
+        let rows = if critical { 1 } else { safe.min(max_rows) };
+        let len = (rows * wn).min(new_cap - pos);
+        let mut data = vec![0u8; len as usize];
+        if pos < old_cap {
+            let have = (old_cap - pos).min(len) as usize;
+            data[..have].copy_from_slice(&old_vol.read_at(pos, have)?);
+            report.bytes_read += have as u64;
+        }
+        if critical {
+            // md's critical section: the bytes go to the backup area first.
+            let role = old_n as u32;
+            let offset = backup_at(len);
+            let dev = &devs[role as usize];
+            let mut buf = IoBuf::new(len as usize);
+            buf.copy_from_slice(&data);
+            dev.write_all_at(&buf, offset)?;
+            dev.file().sync_data().map_err(|e| Error::io("cannot flush the reshape's backup on", std::path::Path::new(dev.name()), e))?;
+            report.bytes_written += len;
+            report.backed_up_rows += rows;
+            let k = ReshapeBackup { len, crc: crc32c::crc32c(&data), role, offset };
+            set_position(devs, sb, pos, Some(k))?;
+            crash(window, "backed-up");
+        }
+        // In two halves, so that the crash tests can stop between them:
+        // whole rows (full stripes) when the window has several, else
+        // half a row (whole 512-byte blocks).
+        let half = if len >= 2 * wn { len / wn / 2 * wn } else { (len / 2) & !511 };
+        new_vol.write_at(pos, &data[..half as usize])?;
+        new_vol.flush()?;
+        crash(window, "half");
+        new_vol.write_at(pos + half, &data[half as usize..])?;
+        new_vol.flush()?;
+        crash(window, "written");
+        report.bytes_written += data_per_row(len);
+        pos += len;
+        window += 1;
+        set_position(devs, sb, pos, None)?;
+        progress(pos, new_cap);
+        if let Some(rate) = rate.filter(|&r| r > 0) {
+            paced += len;
+            let due = std::time::Duration::from_secs_f64(paced as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(t0.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    sb.reshape = None;
+    sb.state = State::Clean;
+    persist_all(devs, sb)?;
+    report.seconds = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Records in every superblock that the logical bytes below `position` are
+/// in the new layout, and `backup` (the window from `position` kept in
+/// the backup area, or none).
+fn set_position(devs: &[Member], sb: &mut Superblock, position: u64, backup: Option<ReshapeBackup>) -> Result<()> {
+    let r = sb.reshape.as_mut().expect("a reshape is recorded");
+    r.position = position;
+    r.backup = backup;
+    persist_all(devs, sb)
+}

@@ -1,0 +1,79 @@
+//! `uraid grow`: add members to a stopped array and restripe its volume
+//! onto all of them (RAID 0, 5 and 6), crash-safe and resumable; the
+//! reshape itself is `uraid_core::control::array::grow`.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use uraid_core::control::array::{self, GrowOptions};
+use uraid_core::units::fmt_size;
+use uraid_core::MemberSpec;
+
+use crate::common::specs;
+use crate::manage::{bytes_bar, rate, ArrayMembers};
+
+#[derive(Args)]
+pub(crate) struct GrowArgs {
+    /// A drive that becomes a member; give --add once per drive. The
+    /// volume is restriped onto every member (RAID 0, 5 and 6).
+    #[arg(long, value_name = "NEWDEV", required = true)]
+    add: Vec<String>,
+    /// Overwrite a new drive that holds a filesystem or another array.
+    #[arg(long)]
+    force: bool,
+    /// Reshape rate limit in MB/s (10^6 bytes/s) of data moved; a plain
+    /// number is MB/s, or give units (250M). Default: as fast as the
+    /// members go.
+    #[arg(long)]
+    rate: Option<String>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    array: ArrayMembers,
+}
+
+/// `uraid grow`.
+pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
+    if let Some(c) = crate::service::client::find(&a.array.members) {
+        drop(c);
+        bail!(
+            "array {} is served by a running uraid: stop it first ('uraid stop {}'), grow, and serve it again; a reshape \
+             of a served array is not there yet. Nothing was written",
+            a.array.members.join(" "),
+            a.array.members.join(" ")
+        );
+    }
+    let add: Vec<MemberSpec> = a.add.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
+    let opts = GrowOptions { add, force: a.force, rate: rate(&a.rate).context("--rate")? };
+    let bar = bytes_bar(a.quiet || a.json, "reshaping");
+    let r = array::grow(&specs(&a.array.members)?, &opts, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let rep = r.context("the reshape stopped; the superblocks record how far it got, and the next assemble (or 'uraid grow' again) goes on from there")?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+        return Ok(());
+    }
+    println!(
+        "array '{}' grew from {} to {} members: RAID {} volume from {} to {} ({} bytes); reshaped in {:.1} s \
+         (read {}, wrote {}; {} row(s) through the backup area)",
+        rep.array,
+        rep.members.0,
+        rep.members.1,
+        rep.level,
+        fmt_size(rep.capacity.0),
+        fmt_size(rep.capacity.1),
+        rep.capacity.1,
+        rep.seconds,
+        fmt_size(rep.bytes_read),
+        fmt_size(rep.bytes_written),
+        rep.backed_up_rows
+    );
+    println!("grow the filesystem on it once it is served again: resize2fs (ext4) or xfs_growfs (xfs)");
+    Ok(())
+}

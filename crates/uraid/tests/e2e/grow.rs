@@ -1,0 +1,193 @@
+//! `uraid grow --add`: a RAID 5 array on file members grows onto a new
+//! member; the data written through the export before reads back equal
+//! through the export after (a real NBD client, nbdcopy), its parity
+//! checks clean, the export is larger. A served array is refused. Crash
+//! tests: the grow process dies (the URAID_FAILPOINT_RESHAPE_CRASH
+//! failpoint aborts it at a chosen stage of a chosen window, in the
+//! critical section and past it; and SIGKILL at seeded random moments),
+//! `uraid status` names the interrupted reshape, and the next `uraid
+//! assemble` finishes it with every byte in place.
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, RngCore};
+
+use crate::util::*;
+
+/// Serves `members` on a unix socket in `dir`, runs `f` with the export's
+/// URI, then stops the server with SIGTERM (a clean stop).
+fn with_export(dir: &Path, name: &str, members: &[PathBuf], f: impl FnOnce(&str)) {
+    let sock = dir.join("grow.sock");
+    let _ = std::fs::remove_file(&sock);
+    let mut child = ChildGuard(
+        Command::new(URAID)
+            .env("URAID_RUN_DIR", dir.join("run"))
+            .arg("serve")
+            .arg("--socket")
+            .arg(&sock)
+            .args(members)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    while UnixStream::connect(&sock).is_err() {
+        assert!(child.0.try_wait().unwrap().is_none(), "uraid serve exited before listening");
+        assert!(t0.elapsed() < Duration::from_secs(30), "uraid serve did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f(&format!("nbd+unix:///{name}?socket={}", sock.display()));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    let st = child.0.wait().unwrap();
+    std::mem::forget(child);
+    assert!(st.success(), "uraid serve stopped with {st}");
+}
+
+fn export_size(uri: &str) -> u64 {
+    run_tool(Command::new("nbdinfo").arg("--size").arg(uri)).trim().parse().unwrap()
+}
+
+/// A RAID `level` array over `n` files of 32 MiB in `dir`, its whole
+/// volume written through the export with random bytes (returned).
+fn filled(dir: &Path, name: &str, level: &str, n: usize, chunk: &str, seed: &str) -> (Vec<PathBuf>, Vec<u8>) {
+    let m = sparse_files(dir, "m", n, 32 << 20);
+    uraid_ok(&with(&["create", "--level", level, "--chunk", chunk, "--name", name], &strs(&m)));
+    let mut data = Vec::new();
+    with_export(dir, name, &m, |uri| {
+        data = vec![0u8; export_size(uri) as usize];
+        rng(seed).fill_bytes(&mut data);
+        let src = dir.join("before");
+        std::fs::write(&src, &data).unwrap();
+        run_tool(Command::new("nbdcopy").arg(&src).arg(uri));
+    });
+    (m, data)
+}
+
+/// Serves `members`, reads the whole export back and compares it with
+/// `data` (the new space past it reads as zeros); returns the export's size.
+fn verify(dir: &Path, name: &str, members: &[PathBuf], data: &[u8], what: &str) -> u64 {
+    let mut size = 0;
+    with_export(dir, name, members, |uri| {
+        size = export_size(uri);
+        let back = dir.join("after");
+        let _ = std::fs::remove_file(&back);
+        run_tool(Command::new("nbdcopy").arg(uri).arg(&back));
+        let got = std::fs::read(&back).unwrap();
+        assert!(first_difference(&got[..data.len()], data).is_none(), "{what}: the data moved: {:?}", first_difference(&got[..data.len()], data));
+        assert!(got[data.len()..].iter().all(|&b| b == 0), "{what}: the new space does not read as zeros");
+    });
+    let o = uraid_ok(&with(&["check", "--json"], &strs(members)));
+    let r: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(r[0]["report"]["mismatches"].as_u64(), Some(0), "{what}: check after the grow: {r}");
+    size
+}
+
+#[test]
+fn grow_adds_a_member_to_raid5_and_the_data_stays() {
+    let _g = shared();
+    require_tool("nbdcopy", "libnbd-bin");
+    let d = tmpdir();
+    let (mut m, data) = filled(d.path(), "g5", "5", 3, "64K", "grow5");
+    let new = sparse_file(d.path(), "new", 32 << 20);
+    // A served array is refused, and left as it was.
+    with_export(d.path(), "g5", &m, |_| {
+        let o = Command::new(URAID)
+            .env("URAID_RUN_DIR", d.path().join("run"))
+            .args(with(&["grow", "--add", s(&new)], &strs(&m)))
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        assert_contains(&String::from_utf8_lossy(&o.stderr), &["stop it first", "Nothing was written"], "grow of a served array");
+    });
+    let o = uraid_ok(&with(&["grow", "--quiet", "--add", s(&new)], &strs(&m)));
+    assert_contains(&o.stdout, &["grew from 3 to 4 members", "through the backup area", "resize2fs"], "grow");
+    m.push(new);
+    let st: serde_json::Value = serde_json::from_str(&uraid_ok(&with(&["status", "--json"], &strs(&m))).stdout).unwrap();
+    assert_eq!(st["members"].as_array().map(|a| a.len()), Some(4), "{st}");
+    let size = verify(d.path(), "g5", &m, &data, "grow 3 -> 4");
+    assert_eq!(size, data.len() as u64 / 2 * 3, "RAID 5 over 4 holds 3 chunks a row where 3 held 2");
+}
+
+/// One interrupted grow: `env` makes it die, then status names the
+/// reshape and assemble finishes it.
+fn interrupted(seed: u64, level: &str, crash: Option<&str>, kill_after: Option<Duration>) {
+    let d = tmpdir();
+    let what = format!("RAID {level}, crash {crash:?}, kill after {kill_after:?} (seed {seed})");
+    let (n, k) = if level == "6" { (4, 1) } else { (3, 2) };
+    let (mut m, data) = filled(d.path(), "gc", level, n, "16K", &format!("grow-crash-{seed}"));
+    let new: Vec<PathBuf> = (0..k).map(|i| sparse_file(d.path(), &format!("new{i}"), 32 << 20)).collect();
+    let mut args = vec!["grow", "--quiet"];
+    for p in &new {
+        args.extend(["--add", s(p)]);
+    }
+    let mut cmd = Command::new(URAID);
+    cmd.args(with(&args, &strs(&m))).stdout(Stdio::null()).stderr(Stdio::piped());
+    if let Some(c) = crash {
+        cmd.env("URAID_FAILPOINT_RESHAPE_CRASH", c);
+    }
+    let mut child = cmd.spawn().unwrap();
+    if let Some(t) = kill_after {
+        std::thread::sleep(t);
+        let _ = child.kill();
+    }
+    let st = child.wait().unwrap();
+    m.extend(new);
+    if st.success() {
+        // The kill came after the end: nothing to resume.
+        assert!(kill_after.is_some(), "{what}: the failpoint did not stop the grow");
+    } else {
+        let o = uraid_ok(&with(&["status"], &strs(&m)));
+        let all = format!("{}{}", o.stdout, o.stderr);
+        if !all.contains("in the middle of a reshape") {
+            // Killed before the reshape was recorded: the array is as it was.
+            assert!(kill_after.is_some(), "{what}: status does not name the reshape: {all}");
+            let before: Vec<PathBuf> = m[..n].to_vec();
+            verify(d.path(), "gc", &before, &data, &what);
+            return;
+        }
+    }
+    let o = uraid_ok(&with(&["assemble"], &strs(&m)));
+    if !st.success() {
+        assert_contains(&format!("{}{}", o.stdout, o.stderr), &["went on from there and finished"], &what);
+    }
+    verify(d.path(), "gc", &m, &data, &what);
+}
+
+#[test]
+fn an_interrupted_grow_is_finished_by_the_next_assemble() {
+    let _g = shared();
+    require_tool("nbdcopy", "libnbd-bin");
+    // RAID 5, 3 -> 5 members (2 chunks a row -> 4): row 0 is the critical
+    // section (through the backup), rows 1 on are written in place, in
+    // windows of 1, 2, 4, ... rows.
+    for (i, c) in ["0:backed-up", "0:half", "0:written", "1:half", "2:half", "3:written", "6:half"].iter().enumerate() {
+        interrupted(i as u64, "5", Some(c), None);
+    }
+    // RAID 6, 4 -> 5 (2 chunks a row -> 3): rows 0 and 1 are critical.
+    // New row 1 puts chunk 4 where old row 1 keeps chunk 3, which row 1
+    // itself needs: without the backup, a crash in or after its write
+    // loses chunk 3.
+    for (i, c) in ["0:half", "1:backed-up", "1:half", "1:written", "4:half"].iter().enumerate() {
+        interrupted(10 + i as u64, "6", Some(c), None);
+    }
+}
+
+#[test]
+fn a_grow_killed_at_random_moments_is_finished_by_the_next_assemble() {
+    let _g = shared();
+    require_tool("nbdcopy", "libnbd-bin");
+    let seed: u64 = std::env::var("URAID_E2E_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random());
+    println!("grow kill test: seed {seed} (set URAID_E2E_SEED to replay)");
+    let mut r = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(seed);
+    for i in 0..6 {
+        // Half the kills early (the critical section is the first rows).
+        let ms = if i % 2 == 0 { r.random_range(0..60) } else { r.random_range(0..600) };
+        interrupted(seed.wrapping_add(i), if i % 3 == 2 { "6" } else { "5" }, None, Some(Duration::from_millis(ms)));
+    }
+}
