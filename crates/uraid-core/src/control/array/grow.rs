@@ -40,9 +40,10 @@
 
 use super::*;
 use crate::control::superblock::{Reshape, ReshapeBackup};
+use crate::{BlockQueue, Request};
 
 /// Most logical bytes one window of the reshape moves.
-const WINDOW: u64 = 16 << 20;
+const WINDOW: u64 = 32 << 20;
 
 /// What `grow` is asked to do.
 #[derive(Debug, Clone, Default)]
@@ -79,6 +80,61 @@ pub struct GrowReport {
     pub backed_up_rows: u64,
     /// Seconds the reshape took.
     pub seconds: f64,
+}
+
+/// Requests in flight when a window is read or written: pieces of about
+/// [`PIECE`] bytes, whole rows (full stripes) each.
+const DEPTH: usize = 16;
+/// About how many bytes each request of a window moves.
+const PIECE: u64 = 1 << 20;
+
+/// Reads (`write` false) or writes the logical bytes `[pos, pos +
+/// data.len())` of `vol` from or into `data`, in pieces of whole rows of
+/// `row` bytes, [`DEPTH`] at a time (one request would keep too few member
+/// I/Os in flight to use the drives' bandwidth). Errors: the first failed
+/// request's.
+fn move_window(vol: &Arc<Volume>, write: bool, pos: u64, data: &mut [u8], row: u64) -> Result<()> {
+    let piece = PIECE.div_ceil(row) * row;
+    let mut q = vol.queue(DEPTH)?;
+    let mut next = 0u64;
+    let total = data.len() as u64;
+    let mut out = Vec::with_capacity(DEPTH);
+    let mut first_err = None;
+    while next < total || q.in_flight() > 0 {
+        while next < total && q.has_room() && first_err.is_none() {
+            let len = piece.min(total - next) as usize;
+            let mut buf = IoBuf::new(len);
+            let req = if write {
+                buf.copy_from_slice(&data[next as usize..next as usize + len]);
+                Request::write(pos + next, len, buf, next)
+            } else {
+                Request::read(pos + next, len, buf, next)
+            };
+            if let Err(r) = q.push(req) {
+                first_err.get_or_insert(r.error);
+                break;
+            }
+            next += len as u64;
+        }
+        if q.in_flight() == 0 {
+            break;
+        }
+        out.clear();
+        q.wait(1, &mut out);
+        for c in out.drain(..) {
+            match (c.result, c.buf) {
+                (Ok(_), Some(b)) if !write => data[c.tag as usize..c.tag as usize + b.len()].copy_from_slice(&b),
+                (Ok(_), _) => {}
+                (Err(e), _) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Logical bytes per row of `g` (chunk-sized rows on every member).
@@ -325,62 +381,95 @@ fn run(devs: &[Member], sb: &mut Superblock, rate: Option<u64>, progress: &mut d
     }
     let backup_at = |len: u64| v.member_start + v.member_size - len.div_ceil(new_g.chunk()) * new_g.chunk();
     let max_rows = (WINDOW / wn).max(1);
-    let mut pos = sb.reshape.expect("recorded").position;
+    let start = sb.reshape.expect("recorded").position;
+    // The windows, in order: (logical start, length, through the backup).
+    let windows = move || {
+        let mut pos = start;
+        std::iter::from_fn(move || {
+            if pos >= new_cap {
+                return None;
+            }
+            let r0 = pos / wn;
+            // Rows that may be written in place: their old contents are all
+            // below the window's start (already moved).
+            let safe = (r0 * wn / wo).saturating_sub(r0);
+            let critical = safe == 0;
+            let rows = if critical { 1 } else { safe.min(max_rows) };
+            let w = (pos, (rows * wn).min(new_cap - pos), critical);
+            pos += w.1;
+            Some(w)
+        })
+    };
     let mut paced = 0u64;
-    let mut window = 0u64;
     let crash = crate::io::fault::reshape_crash_point;
-    while pos < new_cap {
-        let r0 = pos / wn;
-        // Rows that may be written in place: their old contents are all
-        // below the window's start (already moved).
-        let safe = (r0 * wn / wo).saturating_sub(r0);
-        let critical = safe == 0;
-        let rows = if critical { 1 } else { safe.min(max_rows) };
-        let len = (rows * wn).min(new_cap - pos);
-        let mut data = vec![0u8; len as usize];
-        if pos < old_cap {
-            let have = (old_cap - pos).min(len) as usize;
-            data[..have].copy_from_slice(&old_vol.read_at(pos, have)?);
-            report.bytes_read += have as u64;
-        }
-        if critical {
-            // md's critical section: the bytes go to the backup area first.
-            let role = old_n as u32;
-            let offset = backup_at(len);
-            let dev = &devs[role as usize];
-            let mut buf = IoBuf::new(len as usize);
-            buf.copy_from_slice(&data);
-            dev.write_all_at(&buf, offset)?;
-            dev.file().sync_data().map_err(|e| Error::io("cannot flush the reshape's backup on", std::path::Path::new(dev.name()), e))?;
-            report.bytes_written += len;
-            report.backed_up_rows += rows;
-            let k = ReshapeBackup { len, crc: crc32c::crc32c(&data), role, offset };
-            set_position(devs, sb, pos, Some(k))?;
-            crash(window, "backed-up");
-        }
-        // In two halves, so that the crash tests can stop between them:
-        // whole rows (full stripes) when the window has several, else
-        // half a row (whole 512-byte blocks).
-        let half = if len >= 2 * wn { len / wn / 2 * wn } else { (len / 2) & !511 };
-        new_vol.write_at(pos, &data[..half as usize])?;
-        new_vol.flush()?;
-        crash(window, "half");
-        new_vol.write_at(pos + half, &data[half as usize..])?;
-        new_vol.flush()?;
-        crash(window, "written");
-        report.bytes_written += data_per_row(len);
-        pos += len;
-        window += 1;
-        set_position(devs, sb, pos, None)?;
-        progress(pos, new_cap);
-        if let Some(rate) = rate.filter(|&r| r > 0) {
-            paced += len;
-            let due = std::time::Duration::from_secs_f64(paced as f64 / rate as f64);
-            if let Some(wait) = due.checked_sub(t0.elapsed()) {
-                std::thread::sleep(wait);
+    // A reader thread reads the next window from the old layout while this
+    // one writes the current one through the new layout: the next window's
+    // sources are old rows past every row the current one writes (see the
+    // module's documentation), and nothing read ahead is recorded before
+    // it is written.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, Vec<u8>)>>(1);
+    std::thread::scope(|scope| -> Result<()> {
+        // Owned here: dropped when this returns, early or not, so that a
+        // reader waiting to hand over a window ends before the scope joins it.
+        let rx = rx;
+        let old_vol = &old_vol;
+        scope.spawn(move || {
+            for (pos, len, _) in windows() {
+                let mut data = vec![0u8; len as usize];
+                if pos < old_cap {
+                    let have = (old_cap - pos).min(len) as usize;
+                    if let Err(e) = move_window(old_vol, false, pos, &mut data[..have], wo) {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+                if tx.send(Ok((pos, data))).is_err() {
+                    return;
+                }
+            }
+        });
+        for (window, (pos, len, critical)) in windows().enumerate() {
+            let window = window as u64;
+            let (at, mut data) = rx.recv().map_err(|_| Error::new(ErrorKind::Interrupted, "the reshape's reader thread ended early"))??;
+            debug_assert_eq!((at, data.len() as u64), (pos, len));
+            report.bytes_read += old_cap.saturating_sub(pos).min(len);
+            if critical {
+                // md's critical section: the bytes go to the backup area first.
+                let role = old_n as u32;
+                let offset = backup_at(len);
+                let dev = &devs[role as usize];
+                let mut buf = IoBuf::new(len as usize);
+                buf.copy_from_slice(&data);
+                dev.write_all_at(&buf, offset)?;
+                dev.file().sync_data().map_err(|e| Error::io("cannot flush the reshape's backup on", std::path::Path::new(dev.name()), e))?;
+                report.bytes_written += len;
+                report.backed_up_rows += len / wn;
+                let k = ReshapeBackup { len, crc: crc32c::crc32c(&data), role, offset };
+                set_position(devs, sb, pos, Some(k))?;
+                crash(window, "backed-up");
+            }
+            // In two halves, so that the crash tests can stop between them:
+            // whole rows (full stripes) when the window has several, else
+            // half a row (whole 512-byte blocks).
+            let half = if len >= 2 * wn { len / wn / 2 * wn } else { (len / 2) & !511 };
+            move_window(&new_vol, true, pos, &mut data[..half as usize], wn)?;
+            crash(window, "half");
+            move_window(&new_vol, true, pos + half, &mut data[half as usize..], wn)?;
+            new_vol.flush()?;
+            crash(window, "written");
+            report.bytes_written += data_per_row(len);
+            set_position(devs, sb, pos + len, None)?;
+            progress(pos + len, new_cap);
+            if let Some(rate) = rate.filter(|&r| r > 0) {
+                paced += len;
+                let due = std::time::Duration::from_secs_f64(paced as f64 / rate as f64);
+                if let Some(wait) = due.checked_sub(t0.elapsed()) {
+                    std::thread::sleep(wait);
+                }
             }
         }
-    }
+        Ok(())
+    })?;
     sb.reshape = None;
     sb.state = State::Clean;
     persist_all(devs, sb)?;
