@@ -81,6 +81,26 @@ fn raid0_5_6_grow_onto_more_members_and_keep_their_data() {
 }
 
 #[test]
+fn raid1_gains_a_copy_on_each_new_member() {
+    let d = tempfile::tempdir().unwrap();
+    let (specs, model) = filled(d.path(), 1, 2, 16 << 20, 64 << 10, 7);
+    let add = files(d.path(), "new", 2, 16 << 20);
+    let rep = array::grow(&specs, &GrowOptions { add: add.clone(), ..Default::default() }, &mut |_, _| {}).unwrap();
+    assert_eq!(rep.members, (2, 4));
+    assert_eq!(rep.capacity, (model.len() as u64, model.len() as u64));
+    assert!(rep.bytes_written > 0, "{rep:?}");
+    let all: Vec<MemberSpec> = specs.iter().chain(&add).cloned().collect();
+    let st = array::open(&all).unwrap().status();
+    assert_eq!(st.members.iter().filter(|m| m.state == "active").count(), 4, "{:?}", st.members);
+    verify(&all, &model, rep.capacity.1, 1, 7);
+    // Each new member alone holds the whole volume: its copy reads back.
+    let m = uraid_core::Member::open(&add[1], uraid_core::io::member::OpenMode { write: false, exclusive: false }).unwrap();
+    let mut copy = uraid_core::IoBuf::new(4 << 20);
+    m.read_exact_at(&mut copy, uraid_core::control::superblock::DATA_OFFSET).unwrap();
+    assert!(copy[..] == model[..4 << 20], "the new copy differs");
+}
+
+#[test]
 fn refusals_write_nothing() {
     let d = tempfile::tempdir().unwrap();
     let (specs, _) = filled(d.path(), 5, 3, 8 << 20, 64 << 10, 1);

@@ -1,6 +1,6 @@
 //! `uraid grow`: add members to a stopped array and restripe its volume
-//! onto all of them (RAID 0, 5 and 6), crash-safe and resumable; the
-//! reshape itself is `uraid_core::control::array::grow`.
+//! onto all of them (RAID 0, 5 and 6; a RAID 1 gains copies), crash-safe
+//! and resumable; the reshape itself is `uraid_core::control::array::grow`.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -14,7 +14,8 @@ use crate::manage::{bytes_bar, rate, ArrayMembers};
 #[derive(Args)]
 pub(crate) struct GrowArgs {
     /// A drive that becomes a member; give --add once per drive. The
-    /// volume is restriped onto every member (RAID 0, 5 and 6).
+    /// volume is restriped onto every member (RAID 0, 5 and 6), or a RAID 1
+    /// gains a copy on it.
     #[arg(long, value_name = "NEWDEV", required = true)]
     add: Vec<String>,
     /// Overwrite a new drive that holds a filesystem or another array.
@@ -54,9 +55,21 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         bar.set_position(done);
     });
     bar.finish_and_clear();
-    let rep = r.context("the reshape stopped; the superblocks record how far it got, and the next assemble (or 'uraid grow' again) goes on from there")?;
+    let rep = r?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
+        return Ok(());
+    }
+    if rep.level == 1 {
+        println!(
+            "array '{}' grew from {} to {} members: RAID 1 keeps {} copies now; the new members were rebuilt in {:.1} s ({} written)",
+            rep.array,
+            rep.members.0,
+            rep.members.1,
+            rep.members.1,
+            rep.seconds,
+            fmt_size(rep.bytes_written)
+        );
         return Ok(());
     }
     println!(

@@ -379,7 +379,7 @@ impl std::fmt::Display for DecodeError {
                  to copy the data off, then create the array again"
             ),
             DecodeError::Version(v) => {
-                write!(f, "superblock format version {v} is newer than this uraid knows ({VERSION}); use a newer uraid")
+                write!(f, "superblock format version {v} is newer than this uraid knows ({VERSION}, and {VERSION_RESHAPE} during a reshape); use a newer uraid")
             }
             DecodeError::Invalid(s) => write!(f, "superblock field out of range: {s}"),
         }
@@ -792,7 +792,7 @@ mod tests {
         assert_eq!(e, DecodeError::Version(1));
         let msg = e.to_string();
         assert!(msg.contains("version 1") && msg.contains("older uraid") && msg.contains("create the array again"), "{msg}");
-        b[8..12].copy_from_slice(&3u32.to_le_bytes());
+        b[8..12].copy_from_slice(&4u32.to_le_bytes());
         reseal(&mut b);
         assert!(Superblock::decode(&b).unwrap_err().to_string().contains("newer"));
     }

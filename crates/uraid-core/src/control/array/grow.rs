@@ -1,6 +1,7 @@
 //! Reshape: `uraid grow --add` restripes a stopped array's volume onto
 //! more members (RAID 0, 5 and 6), crash-safe and resumable, as md's
-//! `mdadm --grow --raid-devices` does.
+//! `mdadm --grow --raid-devices` does; a RAID 1 gains a copy on each new
+//! member instead (recorded as rebuilding, then rebuilt).
 //!
 //! # How
 //!
@@ -34,8 +35,8 @@
 //! write) finishes an interrupted reshape before anything else
 //! ([`resume`]); `uraid status` shows it.
 //!
-//! Not here yet: a reshape of a served array (it must be stopped), RAID 1
-//! and 10, level and chunk changes, `--size`, arrays with several volumes,
+//! Not here yet: a reshape of a served array (it must be stopped), RAID
+//! 10, level and chunk changes, `--size`, arrays with several volumes,
 //! and a degraded array (every member must be present and in sync).
 
 use super::*;
@@ -148,8 +149,7 @@ fn row_bytes(g: &Geometry) -> u64 {
 ///
 /// Errors, before anything is written: as [`open`]; `Busy` when a process
 /// holds a member (a served array: stop it first); `Unsupported` for what
-/// is not here yet (several volumes, RAID 1 or 10, a journal on the
-/// volume); `Membership` for an array not stopped cleanly or not in sync;
+/// is not here yet (several volumes, RAID 10, a journal on the volume); `Membership` for an array not stopped cleanly or not in sync;
 /// `InvalidInput` / `WouldDestroy` / `TooSmall` for a new device that is a
 /// member, holds something (without `force`) or is too small, or members
 /// too small for the backup area. During the reshape, an I/O error stops
@@ -171,11 +171,11 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
     }
     let v = sb.volumes[0].clone();
     let level = Level::from_number(v.level)?;
-    if !matches!(level, Level::Raid0 | Level::Raid5 | Level::Raid6) {
+    if level == Level::Raid10 {
         bail!(
             Unsupported,
-            "array '{name}' is RAID {}: adding members restripes RAID 0, 5 and 6 here; RAID 1 and 10 are not there yet. Nothing was written",
-            v.level
+            "array '{name}' is RAID 10: adding members restripes RAID 0, 5 and 6 and adds copies to RAID 1; RAID 10 is not \
+             there yet. Nothing was written"
         );
     }
     if v.cache_mode == crate::cache::CacheMode::Journal.to_u8() {
@@ -213,21 +213,11 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
         }
         added.push((spec.clone(), a.open_new(spec, opts.force)?));
     }
-    check_backup_room(&name, &old_g, &new_g)?;
-    // The devices in slot order: the roles, then the new roles, then the spares.
-    let mut devs: Vec<Member> = Vec::new();
-    {
-        let m = a.meta();
-        for d in m.devices.iter().take(n) {
-            devs.push(d.as_ref().expect("every role is active, so held").try_clone()?);
-        }
-        for (_, d) in &added {
-            devs.push(d.try_clone()?);
-        }
-        for d in m.devices.iter().skip(n).flatten() {
-            devs.push(d.try_clone()?);
-        }
+    if level == Level::Raid1 {
+        return more_copies(a, &sb, added, specs, opts, progress);
     }
+    check_backup_room(&name, &old_g, &new_g)?;
+    let devs = slot_order(&a, n, &added)?;
     a.release();
     drop(added);
     let mut new_sb = sb.clone();
@@ -241,7 +231,70 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
     new_sb.state = State::Active;
     new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None });
     persist_all(&devs, &mut new_sb)?;
-    run(&devs, &mut new_sb, opts.rate, progress)
+    run(&devs, &mut new_sb, opts.rate, progress).map_err(stopped)
+}
+
+/// An error of a reshape under way, saying that it can go on.
+fn stopped(e: Error) -> Error {
+    Error::new(
+        e.kind(),
+        format!("{e}. The reshape stopped there: the superblocks record how far it got, and the next assemble goes on from there"),
+    )
+}
+
+/// The devices of `a` (whose `n` roles are all held) and `added`, in the
+/// slot order of the grown array: the roles, the new roles, the spares.
+fn slot_order(a: &Array, n: usize, added: &[(MemberSpec, Member)]) -> Result<Vec<Member>> {
+    let m = a.meta();
+    let roles = m.devices.iter().take(n).map(|d| d.as_ref().expect("every role is active, so held"));
+    let spares = m.devices.iter().skip(n).flatten();
+    roles.chain(added.iter().map(|(_, d)| d)).chain(spares).map(Member::try_clone).collect()
+}
+
+/// RAID 1 gains a copy per new member (md's `--grow --raid-devices` on a
+/// mirror): the new roles are recorded as rebuilding from their start,
+/// and the array is assembled over every device and rebuilt (the rebuild
+/// resumes from its checkpoint at the next assemble if it is stopped; the
+/// volume keeps its size). `a` is the opened array, `added` the new
+/// devices opened and checked.
+fn more_copies(
+    a: Array,
+    sb: &Superblock,
+    added: Vec<(MemberSpec, Member)>,
+    specs: &[MemberSpec],
+    opts: &GrowOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<GrowReport> {
+    let t0 = std::time::Instant::now();
+    let n = sb.member_count as usize;
+    let devs = slot_order(&a, n, &added)?;
+    a.release();
+    let mut new_sb = sb.clone();
+    new_sb.slots.truncate(n);
+    for _ in &added {
+        new_sb.slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Rebuilding, resync_from_bitmap: false, recovery_offset: Some(0) });
+    }
+    new_sb.slots.extend(sb.spares().iter().copied());
+    new_sb.member_count = (n + added.len()) as u32;
+    persist_all(&devs, &mut new_sb)?;
+    drop(devs);
+    let all: Vec<MemberSpec> = specs.iter().cloned().chain(added.into_iter().map(|(s, _)| s)).collect();
+    let mut arr = assemble(&all)?;
+    let capacity = arr.volume().raid().capacity();
+    let reports = arr.rebuild(opts.rate, &mut |_, done, total| progress(done, total))?;
+    arr.stop()?;
+    let written: u64 = reports.iter().map(|r| r.bytes_written).sum();
+    Ok(GrowReport {
+        array: sb.name.clone(),
+        level: 1,
+        members: (n as u32, new_sb.member_count),
+        capacity: (capacity, capacity),
+        started_at: 0,
+        bytes_read: written,
+        bytes_written: written,
+        backed_up_rows: 0,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
 }
 
 /// Finishes the reshape the superblocks of `specs` record, if any: the
@@ -287,7 +340,7 @@ pub fn resume(specs: &[MemberSpec], progress: &mut dyn FnMut(u64, u64)) -> Resul
     }
     let devs: Vec<Member> = by_slot.into_iter().flatten().collect();
     let mut sb = auth;
-    run(&devs, &mut sb, None, progress).map(Some)
+    run(&devs, &mut sb, None, progress).map(Some).map_err(stopped)
 }
 
 /// Refuses members too small to keep the backup area apart from the
