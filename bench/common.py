@@ -94,13 +94,13 @@ def best_of(runs, key, one):
     return best
 
 
-def uraid_bench(args, targets, profiles, read_only=False, extra=()):
+def uraid_bench(args, targets, profiles, read_only=False, extra=(), size="1G"):
     """`uraid bench` under the testbed's ceilings, args.runs runs of args.time
-    seconds: the best run of each test, keyed by (profile name, direction in
-    lower case)."""
+    seconds over a test area of `size`: the best run of each test, keyed by
+    (profile name, direction in lower case)."""
     cmd = [DRIVES, "run", "--", URAID, "bench", "--json", "--quiet", "--overwrite",
            "--profile", ",".join(profiles), "--runs", str(args.runs), "--time", str(args.time),
-           "--warmup", "1", "--size", "1G", *extra] + (["--read-only"] if read_only else []) + list(targets)
+           "--warmup", "1", "--size", size, *extra] + (["--read-only"] if read_only else []) + list(targets)
     out = json.loads(sh(*cmd))
     return {(r["test"]["profile"]["name"], r["test"]["dir"].lower()): r["best"] for r in out["results"]}
 
