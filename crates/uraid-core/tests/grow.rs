@@ -112,6 +112,53 @@ fn refusals_write_nothing() {
     assert!(e.to_string().contains("already"), "{e}");
     let e = array::grow(&specs, &GrowOptions::default(), &mut |_, _| {}).unwrap_err();
     assert!(e.to_string().contains("--add"), "{e}");
+    // A new device that holds something is refused without --force.
+    let used = files(d.path(), "used", 1, 16 << 20);
+    let mut sig = vec![0u8; 4096];
+    sig[1080..1082].copy_from_slice(&[0x53, 0xef]); // the ext2/3/4 magic
+    std::fs::write(used[0].to_string(), &sig).unwrap();
+    std::fs::OpenOptions::new().write(true).open(used[0].to_string()).unwrap().set_len(16 << 20).unwrap();
+    let e = array::grow(&specs, &GrowOptions { add: used, ..Default::default() }, &mut |_, _| {}).unwrap_err();
+    assert!(e.to_string().contains("--force"), "{e}");
     let after: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
     assert!(before == after, "a refused grow changed a member");
+}
+
+/// What a reshape cannot do (yet) is refused before anything is written,
+/// saying what to do: RAID 10, several volumes, a degraded array, an array
+/// not stopped cleanly.
+#[test]
+fn arrays_a_reshape_cannot_take_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let refused = |specs: &[MemberSpec], what: &str, needle: &str| {
+        let before: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
+        let new = files(d.path(), &format!("new-{what}-"), 1, 16 << 20);
+        let e = array::grow(specs, &GrowOptions { add: new.clone(), ..Default::default() }, &mut |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains(needle) && e.to_string().contains("Nothing was written"), "{what}: {e}");
+        let after: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
+        assert!(before == after, "{what}: the refused grow changed a member");
+        assert!(std::fs::read(new[0].to_string()).unwrap().iter().all(|&b| b == 0), "{what}: the new device was written");
+    };
+    let mk = |prefix: &str, n: usize, opts: CreateOptions| {
+        let specs = files(d.path(), prefix, n, 16 << 20);
+        (specs.clone(), array::create(&specs, &opts).unwrap())
+    };
+    let (r10, a) = mk("r10-", 4, CreateOptions { level: 10, name: "r10".into(), ..Default::default() });
+    a.stop().unwrap();
+    refused(&r10, "raid10", "RAID 10");
+    let vols = vec![
+        array::VolumeSpec { name: "fast".into(), level: 0, size: Some(8 << 20), chunk: None },
+        array::VolumeSpec { name: "safe".into(), level: 5, size: None, chunk: None },
+    ];
+    let (matrix, a) = mk("mx-", 3, CreateOptions { level: 5, name: "mx".into(), volumes: vols, ..Default::default() });
+    a.stop().unwrap();
+    refused(&matrix, "matrix", "several (Matrix) volumes");
+    let (deg, mut a) = mk("deg-", 3, CreateOptions { level: 5, name: "deg".into(), ..Default::default() });
+    a.fail(1, false).unwrap();
+    a.stop().unwrap();
+    refused(&deg, "degraded", "in sync");
+    let (dirty, a) = mk("dirty-", 3, CreateOptions { level: 5, name: "dirty".into(), ..Default::default() });
+    // Let go without the clean stop: as after a crash.
+    a.release();
+    refused(&dirty, "unclean", "not stopped cleanly");
 }
