@@ -52,7 +52,7 @@ use crate::{bail, Error, ErrorKind, IoBuf, Result, Volume};
 mod assemble;
 mod config;
 mod create;
-pub mod grow;
+mod grow;
 mod membership;
 mod status;
 
