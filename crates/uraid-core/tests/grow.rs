@@ -162,3 +162,25 @@ fn arrays_a_reshape_cannot_take_are_refused() {
     a.release();
     refused(&dirty, "unclean", "not stopped cleanly");
 }
+
+/// A reshape record `grow` never writes (here: on a RAID 1, whose layout
+/// does not widen) is refused by assemble, which writes nothing.
+#[test]
+fn a_reshape_record_grow_did_not_write_is_refused() {
+    use uraid_core::control::superblock::{Reshape, Superblock, SB_SIZE};
+    let d = tempfile::tempdir().unwrap();
+    let (specs, _) = filled(d.path(), 1, 2, 8 << 20, 64 << 10, 3);
+    for s in &specs {
+        let path = s.to_string();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mut sb = Superblock::decode(&bytes[..SB_SIZE]).unwrap();
+        sb.reshape = Some(Reshape { old_members: 1, position: 0, backup: None });
+        bytes[..SB_SIZE].copy_from_slice(&sb.encode());
+        std::fs::write(&path, &bytes).unwrap();
+    }
+    let before: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
+    let e = array::assemble(&specs).unwrap_err();
+    assert!(e.to_string().contains("a reshape this uraid did not write"), "{e}");
+    let after: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
+    assert!(before == after, "the refused assemble changed a member");
+}

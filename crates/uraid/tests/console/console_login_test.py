@@ -18,6 +18,7 @@ import http.client, json, os, ssl, time, urllib.parse
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -83,7 +84,9 @@ o.binary_location = "/usr/bin/chromium"
 # the system's; Python above has verified it.
 o.accept_insecure_certs = True
 d = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
-wait = WebDriverWait(d, 60, poll_frequency=0.2)
+# A form post loads a new page: an element found on the old one goes stale
+# while the wait polls; that is "not yet".
+wait = WebDriverWait(d, 60, poll_frequency=0.2, ignored_exceptions=[NoSuchElementException, StaleElementReferenceException])
 try:
     d.get(CONSOLE + "/")
     wait.until(lambda d: d.find_elements(By.ID, "token"))

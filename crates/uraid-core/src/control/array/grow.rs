@@ -340,7 +340,43 @@ pub fn resume(specs: &[MemberSpec], progress: &mut dyn FnMut(u64, u64)) -> Resul
     }
     let devs: Vec<Member> = by_slot.into_iter().flatten().collect();
     let mut sb = auth;
+    check_record(&sb)?;
     run(&devs, &mut sb, None, progress).map(Some).map_err(stopped)
+}
+
+/// Refuses a reshape record `grow` would not write (it comes from the
+/// members' bytes): a wider layout of a restriped level, a position on a
+/// row of the new layout, a backup of one row at most on a member.
+///
+/// Errors: `Superblock`, naming the record.
+fn check_record(sb: &Superblock) -> Result<()> {
+    let r = sb.reshape.expect("a reshape is recorded");
+    let v = &sb.volumes[0];
+    let level = Level::from_number(v.level)?;
+    let n = sb.member_count as usize;
+    let ok = matches!(level, Level::Raid0 | Level::Raid5 | Level::Raid6)
+        && sb.volumes.len() == 1
+        && match (Geometry::new(level, r.old_members as usize, v.chunk, v.member_size), Geometry::new(level, n, v.chunk, v.member_size)) {
+            (Ok(old_g), Ok(new_g)) => {
+                let (wo, wn) = (row_bytes(&old_g), row_bytes(&new_g));
+                wn > wo
+                    && (r.position >= new_g.capacity() || r.position.is_multiple_of(wn))
+                    && r.backup.is_none_or(|k| k.len <= wn && k.len.is_multiple_of(512) && (k.role as usize) < n)
+            }
+            _ => false,
+        };
+    if !ok {
+        bail!(
+            Superblock,
+            "array '{}': the superblocks record a reshape this uraid did not write (RAID {} from {} to {n} members, at byte \
+             {}); nothing was written. Check the members with 'uraid examine'",
+            sb.name,
+            v.level,
+            r.old_members,
+            r.position
+        );
+    }
+    Ok(())
 }
 
 /// Refuses members too small to keep the backup area apart from the
