@@ -43,8 +43,12 @@ use super::*;
 use crate::control::superblock::{Reshape, ReshapeBackup};
 use crate::{BlockQueue, Request};
 
+/// Windows read ahead of the one being written (besides the one being
+/// read), so that the reads go on while a window is flushed and recorded.
+const READ_AHEAD: usize = 2;
+
 /// Most logical bytes one window of the reshape moves.
-const WINDOW: u64 = 32 << 20;
+const WINDOW: u64 = 64 << 20;
 
 /// What `grow` is asked to do.
 #[derive(Debug, Clone, Default)]
@@ -496,7 +500,7 @@ fn run(devs: &[Member], sb: &mut Superblock, rate: Option<u64>, progress: &mut d
     // sources are old rows past every row the current one writes (see the
     // module's documentation), and nothing read ahead is recorded before
     // it is written.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, Vec<u8>)>>(1);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, Vec<u8>)>>(READ_AHEAD);
     std::thread::scope(|scope| -> Result<()> {
         // Owned here: dropped when this returns, early or not, so that a
         // reader waiting to hand over a window ends before the scope joins it.
