@@ -209,6 +209,45 @@ pub struct Member {
     /// (EOPNOTSUPP): from then on the engine writes zeros there instead
     /// (see [`Member::no_fallocate`]). Shared by every handle.
     no_fallocate: Arc<std::sync::atomic::AtomicBool>,
+    /// The member's lock, when this handle (or the one it was cloned from)
+    /// took it: shared by the clones, released from [`LIVE_LOCKS`] with
+    /// the last of them.
+    held: Option<Arc<HeldLock>>,
+}
+
+/// The members this process holds locked through a live handle, by (device,
+/// inode), with how many locks each: so that a lock held by this process
+/// with no live handle is known for one that goes once the kernel has torn
+/// down the io_uring that keeps its file open (see `Member::lock`).
+static LIVE_LOCKS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<(u64, u64), usize>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// A lock taken by this process on a member, counted in [`LIVE_LOCKS`]
+/// until dropped.
+#[derive(Debug)]
+struct HeldLock((u64, u64));
+
+impl HeldLock {
+    fn new(key: (u64, u64)) -> HeldLock {
+        *LIVE_LOCKS.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_insert(0) += 1;
+        HeldLock(key)
+    }
+
+    fn live(key: (u64, u64)) -> bool {
+        LIVE_LOCKS.lock().unwrap_or_else(|e| e.into_inner()).get(&key).is_some_and(|&n| n > 0)
+    }
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        let mut m = LIVE_LOCKS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.0) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.0);
+            }
+        }
+    }
 }
 
 static BUFFERED_WARNING: Once = Once::new();
@@ -220,6 +259,24 @@ const BUSY_RETRIES: u32 = 100;
 /// How many 20 ms retries of a member's lock while its holder is a process
 /// that has already exited (30 s): see `Member::lock`.
 const EXITED_HOLDER_RETRIES: u32 = 1500;
+
+/// Who holds a member's lock (see `Member::lock_holder`).
+enum Holder {
+    /// A process that has exited or is exiting.
+    Exited,
+    /// This process.
+    ThisProcess,
+    /// Another process, or none could be named.
+    Other,
+}
+
+/// How many 20 ms retries of a member's lock while its holder is this very
+/// process with no live handle on it (10 s): an array just dropped here
+/// keeps its members' files open until the kernel has torn its io_uring
+/// down, deferred work that a loaded machine can hold past two seconds (an
+/// array assembled again at once, as the tests do, met it). A member this
+/// process holds through a live handle is refused after the usual wait.
+const OWN_HOLDER_RETRIES: u32 = 500;
 
 impl Member {
     /// Opens the member named by `spec`.
@@ -247,7 +304,7 @@ impl Member {
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len(m.size).map_err(|e| Error::io("cannot size emulated drive", Path::new(&name), e))?;
         let throttle = (!m.limits.is_none()).then(|| Arc::new(Throttle::new(m.limits)));
-        Ok(Member { name, file, kind: MemberKind::Mem, size: m.size, direct: false, block_size: 512, throttle, filters: Vec::new(), no_fallocate: Default::default() })
+        Ok(Member { name, file, kind: MemberKind::Mem, size: m.size, direct: false, block_size: 512, throttle, filters: Vec::new(), no_fallocate: Default::default(), held: None })
     }
 
     fn open_path(p: &Path, mode: OpenMode) -> Result<Member> {
@@ -322,24 +379,34 @@ impl Member {
             throttle: None,
             filters: Vec::new(),
             no_fallocate: Default::default(),
+            held: None,
         };
+        let mut m = m;
         if mode.exclusive {
             m.lock()?;
         }
         Ok(m)
     }
 
-    fn lock(&self) -> Result<()> {
+    fn lock(&mut self) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let key = self.file.metadata().map(|md| (md.dev(), md.ino())).unwrap_or((0, 0));
         let mut tries = 0;
         loop {
             // SAFETY: flock on a valid open descriptor.
             let r = unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
             if r == 0 {
+                self.held = Some(Arc::new(HeldLock::new(key)));
                 return Ok(());
             }
             let e = std::io::Error::last_os_error();
             let busy = e.raw_os_error() == Some(libc::EWOULDBLOCK);
-            if busy && (tries < BUSY_RETRIES || (tries < EXITED_HOLDER_RETRIES && self.lock_holder_exited())) {
+            let longer = || match self.lock_holder() {
+                Holder::Exited => tries < EXITED_HOLDER_RETRIES,
+                Holder::ThisProcess => tries < OWN_HOLDER_RETRIES && !HeldLock::live(key),
+                Holder::Other => false,
+            };
+            if busy && (tries < BUSY_RETRIES || longer()) {
                 // See the retry in open_path: the holder may be exiting.
                 // While /proc/locks names a holder that has already exited
                 // (its io_uring keeps the file open until the kernel's exit
@@ -362,17 +429,17 @@ impl Member {
         }
     }
 
-    /// Whether the process that holds this member's `flock` (as
-    /// /proc/locks names it) has exited or is exiting (a zombie, or gone):
-    /// then the lock is released as soon as the kernel drops its last file
-    /// reference. False when no holder can be named or it still runs.
-    fn lock_holder_exited(&self) -> bool {
+    /// Who holds this member's `flock`, as /proc/locks names it: a process
+    /// that has exited or is exiting (a zombie, or gone: the lock is
+    /// released as soon as the kernel drops its last file reference), this
+    /// process, or another one (or none can be named).
+    fn lock_holder(&self) -> Holder {
         use std::os::unix::fs::MetadataExt;
-        let Ok(md) = self.file.metadata() else { return false };
+        let Ok(md) = self.file.metadata() else { return Holder::Other };
         let dev = md.dev();
         // /proc/locks prints MAJOR:MINOR in hex and the inode in decimal.
         let want = format!("{:02x}:{:02x}:{}", libc::major(dev), libc::minor(dev), md.ino());
-        let Ok(locks) = std::fs::read_to_string("/proc/locks") else { return false };
+        let Ok(locks) = std::fs::read_to_string("/proc/locks") else { return Holder::Other };
         for line in locks.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
             // "1: FLOCK  ADVISORY  WRITE 1234 00:2d:5678 0 EOF"; blocked
@@ -380,17 +447,21 @@ impl Member {
             if f.len() < 6 || f[1] != "FLOCK" || f[5] != want {
                 continue;
             }
-            let Ok(pid) = f[4].parse::<u32>() else { return false };
-            if pid == 0 || pid == std::process::id() {
-                return false;
+            let Ok(pid) = f[4].parse::<u32>() else { return Holder::Other };
+            if pid == 0 {
+                return Holder::Other;
+            }
+            if pid == std::process::id() {
+                return Holder::ThisProcess;
             }
             return match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
                 // The state follows the command name's closing parenthesis.
-                Ok(stat) => matches!(stat.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()), Some('Z' | 'X')),
-                Err(_) => true,
+                Ok(stat) if matches!(stat.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()), Some('Z' | 'X')) => Holder::Exited,
+                Ok(_) => Holder::Other,
+                Err(_) => Holder::Exited,
             };
         }
-        false
+        Holder::Other
     }
 
     /// Adds emulated ceilings to this member (used by `uraid demo --dir` to
@@ -413,6 +484,7 @@ impl Member {
             throttle: self.throttle.clone(),
             filters: self.filters.clone(),
             no_fallocate: self.no_fallocate.clone(),
+            held: self.held.clone(),
         })
     }
 
