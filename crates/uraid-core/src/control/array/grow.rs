@@ -224,14 +224,7 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
     let devs = slot_order(&a, n, &added)?;
     a.release();
     drop(added);
-    let mut new_sb = sb.clone();
-    let spares: Vec<Slot> = sb.spares().to_vec();
-    new_sb.slots.truncate(n);
-    for _ in 0..k {
-        new_sb.slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Active, resync_from_bitmap: false, recovery_offset: None });
-    }
-    new_sb.slots.extend(spares);
-    new_sb.member_count = (n + k) as u32;
+    let mut new_sb = with_new_roles(&sb, k, MemberState::Active, None);
     new_sb.state = State::Active;
     new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None });
     persist_all(&devs, &mut new_sb)?;
@@ -244,6 +237,18 @@ fn stopped(e: Error) -> Error {
         e.kind(),
         format!("{e}. The reshape stopped there: the superblocks record how far it got, and the next assemble goes on from there"),
     )
+}
+
+/// `sb` with `k` new roles after its roles (before the spares), each with a
+/// new UUID, in `state`, with `recovery_offset`.
+fn with_new_roles(sb: &Superblock, k: usize, state: MemberState, recovery_offset: Option<u64>) -> Superblock {
+    let mut new_sb = sb.clone();
+    let n = sb.member_count as usize;
+    new_sb.slots.truncate(n);
+    new_sb.slots.extend((0..k).map(|_| Slot { uuid: superblock::new_uuid(), state, resync_from_bitmap: false, recovery_offset }));
+    new_sb.slots.extend(sb.spares().iter().copied());
+    new_sb.member_count = (n + k) as u32;
+    new_sb
 }
 
 /// The devices of `a` (whose `n` roles are all held) and `added`, in the
@@ -273,13 +278,7 @@ fn more_copies(
     let n = sb.member_count as usize;
     let devs = slot_order(&a, n, &added)?;
     a.release();
-    let mut new_sb = sb.clone();
-    new_sb.slots.truncate(n);
-    for _ in &added {
-        new_sb.slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Rebuilding, resync_from_bitmap: false, recovery_offset: Some(0) });
-    }
-    new_sb.slots.extend(sb.spares().iter().copied());
-    new_sb.member_count = (n + added.len()) as u32;
+    let mut new_sb = with_new_roles(sb, added.len(), MemberState::Rebuilding, Some(0));
     persist_all(&devs, &mut new_sb)?;
     drop(devs);
     let all: Vec<MemberSpec> = specs.iter().cloned().chain(added.into_iter().map(|(s, _)| s)).collect();
@@ -553,13 +552,8 @@ fn run(devs: &[Member], sb: &mut Superblock, rate: Option<u64>, progress: &mut d
             report.bytes_written += data_per_row(len);
             set_position(devs, sb, pos + len, None)?;
             progress(pos + len, new_cap);
-            if let Some(rate) = rate.filter(|&r| r > 0) {
-                paced += len;
-                let due = std::time::Duration::from_secs_f64(paced as f64 / rate as f64);
-                if let Some(wait) = due.checked_sub(t0.elapsed()) {
-                    std::thread::sleep(wait);
-                }
-            }
+            paced += len;
+            crate::control::maint::pace(t0, paced, rate);
         }
         Ok(())
     })?;

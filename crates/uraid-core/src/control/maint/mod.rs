@@ -77,6 +77,19 @@ pub use rebuild::*;
 pub use scrub::*;
 use crate::raid::access::*;
 
+/// Sleeps until `bytes` at `rate` bytes/s would have taken since `t0`:
+/// the rate limit of rebuild, scrub and reshape, called before (or after)
+/// each batch with the bytes done so far. Nothing for no `rate`; the
+/// callers refuse a rate of 0.
+pub(crate) fn pace(t0: std::time::Instant, bytes: u64, rate: Option<u64>) {
+    let Some(rate) = rate.filter(|&r| r > 0) else { return };
+    let due = t0.elapsed().as_nanos();
+    let want = bytes as u128 * 1_000_000_000 / rate as u128;
+    if want > due {
+        std::thread::sleep(std::time::Duration::from_nanos((want - due).min(u64::MAX as u128) as u64));
+    }
+}
+
 /// Member bytes per batch (per member), before the stripe cap.
 const BATCH_BYTES: u64 = 4 << 20;
 /// Most stripes one batch locks at once.

@@ -203,13 +203,7 @@ pub fn rebuild(
                     rb = (row + 1..rb).find(|&r| state(r) != w0).unwrap_or(rb);
                 }
                 let range = base + row * chunk..base + rb * chunk;
-                if let Some(rate) = opts.rate {
-                    let due = t0.elapsed().as_nanos() as u64;
-                    let want = (sent_bytes as u128 * 1_000_000_000 / rate as u128) as u64;
-                    if want > due {
-                        std::thread::sleep(std::time::Duration::from_nanos(want - due));
-                    }
-                }
+                pace(t0, sent_bytes, opts.rate);
                 let guards = lock_stripes(vol, stripes_of_rows(l, row, rb));
                 // Decided under the locks: a write that set the bit first has
                 // either finished or not started on these stripes.

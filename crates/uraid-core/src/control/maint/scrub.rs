@@ -74,13 +74,7 @@ pub fn check_part(
     let mut stopped = None;
     let mut s = start;
     while s < l.stripes() {
-        if let Some(rate) = opts.rate {
-            let due = t0.elapsed().as_nanos();
-            let want = ((s - start) as u128 * width as u128) * 1_000_000_000 / rate as u128;
-            if want > due {
-                std::thread::sleep(std::time::Duration::from_nanos((want - due).min(u64::MAX as u128) as u64));
-            }
-        }
+        pace(t0, (s - start) * width, opts.rate);
         if opts.stop.is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed)) {
             stopped = Some(s);
             break;
