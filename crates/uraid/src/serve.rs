@@ -472,10 +472,10 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
                     exported: (exported.clone(), window.clone()),
                     reports: a.reports.clone().unwrap_or_else(|| PathBuf::from("/var/lib/uraid/reports")),
                     bench: std::sync::Mutex::new(None),
-                    https,
+                    tls: console_tls.clone(),
                     login_gate: tokio::sync::Mutex::new(()),
                 };
-                match (token.is_empty(), crate::service::console::start(addr, source, console_tls.clone())) {
+                match (token.is_empty(), crate::service::console::start(addr, source)) {
                     (false, Ok(c)) => {
                         println!("console: {}://{}/?token={token}", if https { "https" } else { "http" }, c.addr);
                         Some(c)

@@ -75,8 +75,9 @@ pub(crate) struct Source {
     pub reports: std::path::PathBuf,
     /// The benchmark started from the console, if any.
     pub bench: Mutex<Option<BenchRun>>,
-    /// Whether the console speaks HTTPS (its cookie is then `Secure`).
-    pub https: bool,
+    /// The certificate and key when the console speaks HTTPS (the
+    /// export's; its cookie is then `Secure`); `None`: plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Held while a wrong login is answered: one at a time.
     pub login_gate: tokio::sync::Mutex<()>,
 }
@@ -104,17 +105,16 @@ pub(crate) fn new_token() -> Result<String> {
 }
 
 /// Listens on `addr` and serves until `source.live` says stop: HTTPS with
-/// `tls` (the export's certificate and key; `source.https` must say so),
-/// plain HTTP on loopback without.
+/// `source.tls`, plain HTTP on loopback without.
 ///
-/// Errors: an address that is not loopback without `tls` (the token and
-/// the pages would cross the network in clear), or that cannot be bound.
-pub(crate) fn start(addr: &str, source: Source, tls: Option<Arc<rustls::ServerConfig>>) -> Result<super::http::HttpServer> {
-    let sa = parse_addr(addr, tls.is_some())?;
-    let tls = tls.map(|cfg| {
+/// Errors: an address that is not loopback without TLS (the token and the
+/// pages would cross the network in clear), or that cannot be bound.
+pub(crate) fn start(addr: &str, source: Source) -> Result<super::http::HttpServer> {
+    let sa = parse_addr(addr, source.tls.is_some())?;
+    let tls = source.tls.as_ref().map(|cfg| {
         // The same certificate as the export, without the export's client
         // certificates (a browser logs in with the token) and with HTTP's ALPN.
-        let mut c = (*cfg).clone();
+        let mut c = (**cfg).clone();
         c.alpn_protocols = vec![b"http/1.1".to_vec()];
         Arc::new(c)
     });
@@ -204,7 +204,7 @@ async fn wrong_token(src: &Source) -> Response {
 
 /// Keeps the token in a cookie and goes to the console's page.
 fn logged_in(src: &Source, t: &str) -> Response {
-    let secure = if src.https { "; Secure" } else { "" };
+    let secure = if src.tls.is_some() { "; Secure" } else { "" };
     let cookie = format!("uraid_token={t}; HttpOnly; SameSite=Strict; Path=/{secure}");
     (StatusCode::SEE_OTHER, [(header::SET_COOKIE, cookie), (header::LOCATION, "/".to_string())]).into_response()
 }
@@ -237,7 +237,7 @@ async fn login(State(src): S, axum::Form(q): axum::Form<TokenQuery>) -> Response
 }
 
 async fn logout(State(src): S) -> Response {
-    let secure = if src.https { "; Secure" } else { "" };
+    let secure = if src.tls.is_some() { "; Secure" } else { "" };
     let cookie = format!("uraid_token=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}");
     (StatusCode::SEE_OTHER, [(header::SET_COOKIE, cookie), (header::LOCATION, "/".to_string())]).into_response()
 }
