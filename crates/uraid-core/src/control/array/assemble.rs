@@ -109,18 +109,20 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
             r.position as f64 * 100.0 / total as f64
         );
         if opts.inspect {
-            reshape_note = Some(format!("{note}: the next assemble (or 'uraid grow {}') finishes it", auth.name));
+            reshape_note = Some(format!("{note}: the next assemble (uraid assemble with every member) finishes it"));
         } else {
             drop(members);
             drop(journal_devs);
-            let report = super::grow::resume(all_specs, &mut |_, _| {})?;
+            // Resume reads the same superblocks and finds the record too
+            // (else it would be opened here again and again).
+            let Some(rep) = super::grow::resume(all_specs, &mut |_, _| {})? else {
+                bail!(Superblock, "array '{}': the reshape record read a moment ago is gone; nothing was written", auth.name);
+            };
             let mut a = open_with(all_specs, opts)?;
-            if let Some(rep) = report {
-                a.warnings.push(format!(
-                    "{note} when it was interrupted: it went on from there and finished in {:.1} s; the volume now holds {} bytes",
-                    rep.seconds, rep.capacity.1
-                ));
-            }
+            a.warnings.push(format!(
+                "{note} when it was interrupted: it went on from there and finished in {:.1} s; the volume now holds {} bytes",
+                rep.seconds, rep.capacity.1
+            ));
             return Ok(a);
         }
     }
