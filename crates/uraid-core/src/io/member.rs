@@ -260,7 +260,39 @@ const BUSY_RETRIES: u32 = 100;
 /// that has already exited (30 s): see `Member::lock`.
 const EXITED_HOLDER_RETRIES: u32 = 1500;
 
-/// Who holds a member's lock (see `Member::lock_holder`).
+/// Who holds the `flock` of the file (device, inode) `key`, as /proc/locks
+/// names it: a process that has exited or is exiting (a zombie, or gone:
+/// the lock is released as soon as the kernel drops its last file
+/// reference), this process, or another one (or none can be named).
+fn lock_holder((dev, ino): (u64, u64)) -> Holder {
+    // /proc/locks prints MAJOR:MINOR in hex and the inode in decimal.
+    let want = format!("{:02x}:{:02x}:{}", libc::major(dev), libc::minor(dev), ino);
+    let Ok(locks) = std::fs::read_to_string("/proc/locks") else { return Holder::Other };
+    for line in locks.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // "1: FLOCK  ADVISORY  WRITE 1234 00:2d:5678 0 EOF"; blocked
+        // waiters have a "->" field and are skipped.
+        if f.len() < 6 || f[1] != "FLOCK" || f[5] != want {
+            continue;
+        }
+        let Ok(pid) = f[4].parse::<u32>() else { return Holder::Other };
+        if pid == 0 {
+            return Holder::Other;
+        }
+        if pid == std::process::id() {
+            return Holder::ThisProcess;
+        }
+        return match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // The state follows the command name's closing parenthesis.
+            Ok(stat) if matches!(stat.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()), Some('Z' | 'X')) => Holder::Exited,
+            Ok(_) => Holder::Other,
+            Err(_) => Holder::Exited,
+        };
+    }
+    Holder::Other
+}
+
+/// Who holds a member's lock (see [`lock_holder`]).
 enum Holder {
     /// A process that has exited or is exiting.
     Exited,
@@ -369,7 +401,7 @@ impl Member {
         } else {
             (md.len(), if direct { file_dio_align(&file) } else { 512 })
         };
-        let m = Member {
+        let mut m = Member {
             name: p.display().to_string(),
             file,
             kind,
@@ -381,7 +413,6 @@ impl Member {
             no_fallocate: Default::default(),
             held: None,
         };
-        let mut m = m;
         if mode.exclusive {
             m.lock()?;
         }
@@ -390,21 +421,22 @@ impl Member {
 
     fn lock(&mut self) -> Result<()> {
         use std::os::unix::fs::MetadataExt;
-        let key = self.file.metadata().map(|md| (md.dev(), md.ino())).unwrap_or((0, 0));
+        // (device, inode): what /proc/locks names and LIVE_LOCKS counts.
+        let key = self.file.metadata().ok().map(|md| (md.dev(), md.ino()));
         let mut tries = 0;
         loop {
             // SAFETY: flock on a valid open descriptor.
             let r = unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
             if r == 0 {
-                self.held = Some(Arc::new(HeldLock::new(key)));
+                self.held = key.map(|k| Arc::new(HeldLock::new(k)));
                 return Ok(());
             }
             let e = std::io::Error::last_os_error();
             let busy = e.raw_os_error() == Some(libc::EWOULDBLOCK);
-            let longer = || match self.lock_holder() {
-                Holder::Exited => tries < EXITED_HOLDER_RETRIES,
-                Holder::ThisProcess => tries < OWN_HOLDER_RETRIES && !HeldLock::live(key),
-                Holder::Other => false,
+            let longer = || match key.map(lock_holder) {
+                Some(Holder::Exited) => tries < EXITED_HOLDER_RETRIES,
+                Some(Holder::ThisProcess) => tries < OWN_HOLDER_RETRIES && key.is_some_and(|k| !HeldLock::live(k)),
+                _ => false,
             };
             if busy && (tries < BUSY_RETRIES || longer()) {
                 // See the retry in open_path: the holder may be exiting.
@@ -427,41 +459,6 @@ impl Member {
             }
             return Err(Error::io("cannot lock member", Path::new(&self.name), e));
         }
-    }
-
-    /// Who holds this member's `flock`, as /proc/locks names it: a process
-    /// that has exited or is exiting (a zombie, or gone: the lock is
-    /// released as soon as the kernel drops its last file reference), this
-    /// process, or another one (or none can be named).
-    fn lock_holder(&self) -> Holder {
-        use std::os::unix::fs::MetadataExt;
-        let Ok(md) = self.file.metadata() else { return Holder::Other };
-        let dev = md.dev();
-        // /proc/locks prints MAJOR:MINOR in hex and the inode in decimal.
-        let want = format!("{:02x}:{:02x}:{}", libc::major(dev), libc::minor(dev), md.ino());
-        let Ok(locks) = std::fs::read_to_string("/proc/locks") else { return Holder::Other };
-        for line in locks.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            // "1: FLOCK  ADVISORY  WRITE 1234 00:2d:5678 0 EOF"; blocked
-            // waiters have a "->" field and are skipped.
-            if f.len() < 6 || f[1] != "FLOCK" || f[5] != want {
-                continue;
-            }
-            let Ok(pid) = f[4].parse::<u32>() else { return Holder::Other };
-            if pid == 0 {
-                return Holder::Other;
-            }
-            if pid == std::process::id() {
-                return Holder::ThisProcess;
-            }
-            return match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-                // The state follows the command name's closing parenthesis.
-                Ok(stat) if matches!(stat.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()), Some('Z' | 'X')) => Holder::Exited,
-                Ok(_) => Holder::Other,
-                Err(_) => Holder::Exited,
-            };
-        }
-        Holder::Other
     }
 
     /// Adds emulated ceilings to this member (used by `uraid demo --dir` to
