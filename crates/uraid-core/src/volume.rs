@@ -5,6 +5,8 @@
 //! ```text
 //!   user (export, load generator)        Request down, Completion up
 //!     -> cache layer   cache::queue::CacheQueue   (only with a cache)
+//!     -> reshape layer raid::reshape::ReshapeQueue (only while a served
+//!                      volume is restriped: old or new layout by position)
 //!     -> RAID layer    raid::engine::RaidQueue    (geometry, parity, locks)
 //!     -> members       io::member (io_uring on files, block devices, mem:)
 //! ```
@@ -20,6 +22,7 @@ use crate::cache::journal::Journal;
 use crate::io::member::Member;
 use crate::io::request::{BlockQueue, Completion, Rejected, Request};
 use crate::raid::engine::{RaidQueue, RaidVolume, Shared};
+use crate::raid::reshape::{ReshapeQueue, ReshapeState};
 use crate::raid::geometry::Geometry;
 use crate::{bail, Result};
 
@@ -31,6 +34,10 @@ pub struct Volume {
     raid: Arc<RaidVolume>,
     /// The volume cache, once enabled ([`Volume::enable_cache`]).
     cache: OnceLock<Arc<Cache>>,
+    /// While the volume is restriped: the new layout and the reshape's
+    /// position (`raid` is then the old layout, whose size the volume
+    /// keeps until the reshape ends).
+    reshape: Option<(Arc<RaidVolume>, Arc<ReshapeState>)>,
 }
 
 impl std::ops::Deref for Volume {
@@ -56,7 +63,20 @@ impl Volume {
 
     /// A volume over an existing RAID layer, with no cache yet.
     pub fn over(raid: Arc<RaidVolume>) -> Arc<Volume> {
-        Arc::new(Volume { raid, cache: OnceLock::new() })
+        Arc::new(Volume { raid, cache: OnceLock::new(), reshape: None })
+    }
+
+    /// A volume being restriped from layout `old` to layout `new` (over
+    /// the same devices and more), routed by `state` (see
+    /// [`crate::raid::reshape`]); it has the old layout's size, and no
+    /// cache can be put in front of it.
+    pub fn reshaping(old: Arc<RaidVolume>, new: Arc<RaidVolume>, state: Arc<ReshapeState>) -> Arc<Volume> {
+        Arc::new(Volume { raid: old, cache: OnceLock::new(), reshape: Some((new, state)) })
+    }
+
+    /// While the volume is restriped: the new layout's RAID layer.
+    pub fn reshape_target(&self) -> Option<&Arc<RaidVolume>> {
+        self.reshape.as_ref().map(|(n, _)| n)
     }
 
     /// The RAID layer (what maintenance, the cache's flusher and journal
@@ -70,6 +90,9 @@ impl Volume {
     /// `Unsupported` when io_uring is missing.
     pub fn queue(self: &Arc<Self>, depth: usize) -> Result<Queue> {
         let lower = self.raid.queue(depth)?;
+        if let Some((new, state)) = &self.reshape {
+            return Ok(Queue::Reshape(Box::new(ReshapeQueue::new(lower, new.queue(depth)?, state.clone(), depth))));
+        }
         Ok(match self.cache.get() {
             Some(c) => Queue::Cached(CacheQueue::new(lower, c.clone())),
             None => Queue::Raid(lower),
@@ -101,6 +124,9 @@ impl Volume {
         if cfg.mode == CacheMode::Off {
             return Ok(());
         }
+        if self.reshape.is_some() {
+            bail!(InvalidInput, "the volume is being reshaped; a cache can be set once the reshape has ended");
+        }
         let c = Arc::new(Cache::new(&self.raid, cfg, journal)?);
         if self.cache.set(c.clone()).is_err() {
             bail!(InvalidInput, "the volume already has a cache");
@@ -117,7 +143,7 @@ impl Volume {
     /// Errors: `InvalidInput` when this volume has a cache already or the
     /// capacities differ.
     pub fn adopt_cache(&self, c: Arc<Cache>, from: &Volume) -> Result<()> {
-        if from.capacity() != self.capacity() || from.geometry().chunk() != self.geometry().chunk() {
+        if from.capacity() != self.capacity() || from.geometry().chunk() != self.geometry().chunk() || self.reshape.is_some() {
             bail!(InvalidInput, "a cache cannot move between volumes of different shapes");
         }
         c.retarget(Arc::downgrade(&self.raid));
@@ -172,6 +198,8 @@ pub enum Queue {
     Raid(RaidQueue),
     /// Through the cache layer to the RAID layer.
     Cached(CacheQueue),
+    /// To the old or the new layout of a volume being reshaped.
+    Reshape(Box<ReshapeQueue>),
 }
 
 impl Queue {
@@ -179,6 +207,7 @@ impl Queue {
         match self {
             Queue::Raid(q) => q,
             Queue::Cached(q) => q,
+            Queue::Reshape(q) => q.as_mut(),
         }
     }
 }
@@ -191,6 +220,7 @@ impl BlockQueue for Queue {
         match self {
             Queue::Raid(q) => q.push(req),
             Queue::Cached(q) => q.push(req),
+            Queue::Reshape(q) => q.push(req),
         }
     }
     fn submit(&mut self) {
@@ -206,12 +236,14 @@ impl BlockQueue for Queue {
         match self {
             Queue::Raid(q) => q.in_flight(),
             Queue::Cached(q) => q.in_flight(),
+            Queue::Reshape(q) => q.in_flight(),
         }
     }
     fn has_room(&self) -> bool {
         match self {
             Queue::Raid(q) => q.has_room(),
             Queue::Cached(q) => q.has_room(),
+            Queue::Reshape(q) => q.has_room(),
         }
     }
 }

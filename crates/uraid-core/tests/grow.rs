@@ -174,7 +174,7 @@ fn a_reshape_record_grow_did_not_write_is_refused() {
         let path = s.to_string();
         let mut bytes = std::fs::read(&path).unwrap();
         let mut sb = Superblock::decode(&bytes[..SB_SIZE]).unwrap();
-        sb.reshape = Some(Reshape { old_members: 1, position: 0, backup: None });
+        sb.reshape = Some(Reshape { old_members: 1, position: 0, backup: None, live: false });
         bytes[..SB_SIZE].copy_from_slice(&sb.encode());
         std::fs::write(&path, &bytes).unwrap();
     }
@@ -183,4 +183,77 @@ fn a_reshape_record_grow_did_not_write_is_refused() {
     assert!(e.to_string().contains("a reshape this uraid did not write"), "{e}");
     let after: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
     assert!(before == after, "the refused assemble changed a member");
+}
+
+/// A reshape of an assembled (served) array: a writer thread writes and
+/// reads back through the reshaping volume while the windows move (its
+/// reads must see its writes, whichever layout holds them), requests
+/// straddle the position; pauses and goes on; at the end the array over
+/// every member holds the model, checks clean and assembles again.
+#[test]
+fn a_served_array_is_reshaped_while_a_writer_writes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use uraid_core::BlockQueue;
+    let d = tempfile::tempdir().unwrap();
+    for (i, (level, n, k, chunk)) in [(5u32, 3usize, 1usize, 64u64 << 10), (6, 4, 2, 32 << 10), (0, 2, 1, 16 << 10)].into_iter().enumerate() {
+        let dir = d.path().join(format!("live{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        let (specs, model) = filled(&dir, level, n, 40 << 20, chunk, 10 + i as u64);
+        let add = files(&dir, "new", k, 40 << 20);
+        let mut arr = array::assemble(&specs).unwrap();
+        arr.activate().unwrap();
+        let mut live = arr.grow_live(&GrowOptions { add: add.clone(), ..Default::default() }).unwrap();
+        // The array is frozen: its membership cannot change meanwhile.
+        assert!(arr.fail(0, true).is_err(), "a frozen array took a membership change");
+        let model = Arc::new(Mutex::new(model));
+        let done = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (vol, model, done) = (live.volume().clone(), model.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(99 + i as u64);
+                let mut q = vol.queue(4).unwrap();
+                let cap = vol.capacity();
+                let mut writes = 0u64;
+                while !done.load(Ordering::Relaxed) || writes < 50 {
+                    let len = rng.random_range(1..=64usize) * 4096;
+                    let at = rng.random_range(0..(cap - len as u64) / 4096) * 4096;
+                    let mut data = vec![0u8; len];
+                    rng.fill_bytes(&mut data);
+                    q.write_at(at, &data).unwrap();
+                    model.lock().unwrap()[at as usize..at as usize + len].copy_from_slice(&data);
+                    let back = q.read_at(at, len).unwrap();
+                    assert!(back == data, "a read after a write at {at}+{len} differs");
+                    writes += 1;
+                }
+                q.flush().unwrap();
+                writes
+            })
+        };
+        let stop = AtomicBool::new(false);
+        let mut windows = 0;
+        // A pause after the third window, then on to the end.
+        let paused = live
+            .step(None, &stop, &mut |_, _| {
+                windows += 1;
+                if windows == 3 {
+                    stop.store(true, Ordering::Relaxed);
+                }
+            })
+            .unwrap();
+        assert!(!paused, "the reshape did not pause");
+        stop.store(false, Ordering::Relaxed);
+        assert!(live.step(None, &stop, &mut |_, _| {}).unwrap());
+        done.store(true, Ordering::Relaxed);
+        let writes = writer.join().unwrap();
+        assert!(writes >= 50);
+        let rep = live.finish(&mut arr).unwrap();
+        assert_eq!(rep.members, (n as u32, (n + k) as u32));
+        assert_eq!(arr.volume().capacity(), rep.capacity.1);
+        assert_eq!(arr.member_count() as usize, n + k);
+        arr.stop().unwrap();
+        let model = model.lock().unwrap().clone();
+        let all: Vec<MemberSpec> = specs.iter().chain(&add).cloned().collect();
+        verify(&all, &model, rep.capacity.1, level, i as u64);
+    }
 }

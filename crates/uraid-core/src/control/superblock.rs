@@ -72,7 +72,7 @@
 //!
 //! | offset | size | field |
 //! |---|---|---|
-//! | 136 | 4 | flags: bit 0 = a reshape is in progress, bit 1 = its backup holds a window |
+//! | 136 | 4 | flags: bit 0 = a reshape is in progress, bit 1 = its backup holds a window, bit 2 = the array is served during it (writes of users may have been cut by a crash: the array is resynced once it ends) |
 //! | 140 | 4 | the member count before the reshape (the member count field holds the one after) |
 //! | 144 | 8 | position: logical bytes of the volume, from 0, already in the new layout (durable) |
 //! | 152 | 8 | backup: the logical byte where the backed-up window starts (equal to the position) |
@@ -296,6 +296,10 @@ pub struct Reshape {
     /// The window being written when its old place may be overwritten
     /// before it is read (md's critical section), kept elsewhere first.
     pub backup: Option<ReshapeBackup>,
+    /// The array is served during the reshape: a crash may have cut users'
+    /// writes, so the array is resynced (over its write-intent bitmap, or
+    /// whole) once the reshape has ended.
+    pub live: bool,
 }
 
 /// A window of a reshape kept in a backup area: the logical bytes
@@ -468,7 +472,7 @@ impl Superblock {
         b[128..136].copy_from_slice(&self.bitmap_region.to_le_bytes());
         if let Some(r) = &self.reshape {
             b[8..12].copy_from_slice(&VERSION_RESHAPE.to_le_bytes());
-            b[136..140].copy_from_slice(&(1u32 | if r.backup.is_some() { 2 } else { 0 }).to_le_bytes());
+            b[136..140].copy_from_slice(&(1u32 | if r.backup.is_some() { 2 } else { 0 } | if r.live { 4 } else { 0 }).to_le_bytes());
             b[140..144].copy_from_slice(&r.old_members.to_le_bytes());
             b[144..152].copy_from_slice(&r.position.to_le_bytes());
             if let Some(k) = &r.backup {
@@ -655,7 +659,7 @@ impl Superblock {
         let reshape = if version == VERSION_RESHAPE {
             let flags = u32_at(b, 136);
             let old_members = u32_at(b, 140);
-            if flags & 1 == 0 || flags > 3 || old_members == 0 || old_members >= member_count {
+            if flags & 1 == 0 || flags > 7 || old_members == 0 || old_members >= member_count {
                 return inv(format!("reshape record (flags {flags}, from {old_members} to {member_count} members)"));
             }
             let position = u64_at(b, 144);
@@ -668,7 +672,7 @@ impl Superblock {
             } else {
                 None
             };
-            Some(Reshape { old_members, position, backup })
+            Some(Reshape { old_members, position, backup, live: flags & 4 != 0 })
         } else {
             None
         };
@@ -727,17 +731,17 @@ mod tests {
     #[test]
     fn a_reshape_record_roundtrips_as_version_3() {
         let mut s = sample();
-        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, backup: None });
+        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, backup: None, live: true });
         let b = s.encode();
         assert_eq!(u32_at(&b, 8), VERSION_RESHAPE);
         assert_eq!(Superblock::decode(&b).unwrap(), s);
-        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, backup: Some(ReshapeBackup { len: 1 << 20, crc: 7, role: 2, offset: 900 << 20 }) });
+        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, live: false, backup: Some(ReshapeBackup { len: 1 << 20, crc: 7, role: 2, offset: 900 << 20 }) });
         assert_eq!(Superblock::decode(&s.encode()).unwrap(), s);
         // Back to version 2 when it ends.
         s.reshape = None;
         assert_eq!(u32_at(&s.encode(), 8), VERSION);
         // A record that cannot be right: from as many members as after.
-        s.reshape = Some(Reshape { old_members: 3, position: 0, backup: None });
+        s.reshape = Some(Reshape { old_members: 3, position: 0, backup: None, live: false });
         assert!(matches!(Superblock::decode(&s.encode()), Err(DecodeError::Invalid(_))));
     }
 

@@ -16,6 +16,7 @@ pub mod health;
 pub mod layout;
 pub mod locks;
 pub mod parity;
+pub mod reshape;
 
 /// Where each member's data area starts, in bytes from the member's start
 /// (1 MiB): before it lie the superblock ([`crate::control::superblock`],

@@ -41,6 +41,7 @@ impl Array {
     /// Errors, before anything is written: `InvalidInput` for an unknown
     /// volume or sizes that cannot hold one line (one stripe's data).
     pub fn set_cache(&mut self, volume: Option<&str>, cfg: &crate::cache::CacheConfig) -> Result<Vec<String>> {
+        self.not_frozen()?;
         let entries = self.volume_entries();
         let chosen: Vec<usize> = match volume {
             Some(name) => vec![self.volume_index(name)?],
@@ -112,6 +113,7 @@ impl Array {
         member_size: Option<u64>,
         force: bool,
     ) -> Result<String> {
+        self.not_frozen()?;
         let entries = self.volume_entries();
         let i = match volume {
             Some(name) => self.volume_index(name)?,

@@ -39,8 +39,11 @@
 //! 10, level and chunk changes, `--size`, arrays with several volumes,
 //! and a degraded array (every member must be present and in sync).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use super::*;
 use crate::control::superblock::{Reshape, ReshapeBackup};
+use crate::raid::reshape::ReshapeState;
 use crate::{BlockQueue, Request};
 
 /// Windows read ahead of the one being written (besides the one being
@@ -205,18 +208,7 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
     }
     let n = sb.member_count as usize;
     let k = opts.add.len();
-    if n + k > MAX_MEMBERS {
-        bail!(InvalidInput, "array '{name}' has {n} members; {k} more would pass the most, {MAX_MEMBERS}. Nothing was written");
-    }
-    let old_g = Geometry::new(level, n, v.chunk, v.member_size)?;
-    let new_g = Geometry::new(level, n + k, v.chunk, v.member_size)?;
-    let mut added = Vec::with_capacity(k);
-    for spec in &opts.add {
-        if added.iter().any(|(s, _): &(MemberSpec, Member)| s == spec) {
-            bail!(InvalidInput, "{spec} is given twice");
-        }
-        added.push((spec.clone(), a.open_new(spec, opts.force)?));
-    }
+    let (old_g, new_g, added) = open_added(&a, opts, level, &v)?;
     if level == Level::Raid1 {
         return more_copies(a, &sb, added, specs, opts, progress);
     }
@@ -226,9 +218,47 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
     drop(added);
     let mut new_sb = with_new_roles(&sb, k, MemberState::Active, None);
     new_sb.state = State::Active;
-    new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None });
+    new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: false });
     persist_all(&devs, &mut new_sb)?;
-    run(&devs, &mut new_sb, opts.rate, progress).map_err(stopped)
+    let (old_vol, new_vol) = layouts(&devs, &new_sb)?;
+    run(&devs, &mut new_sb, &old_vol, &new_vol, opts.rate, progress, None).map_err(stopped)
+}
+
+/// The two layouts of the reshape `sb` records, over `devs` (slot order):
+/// the old member count's and the new one's, plain (no member states of
+/// an array, no bitmap).
+fn layouts(devs: &[Member], sb: &Superblock) -> Result<(Arc<Volume>, Arc<Volume>)> {
+    let r = sb.reshape.expect("a reshape is recorded");
+    let v = &sb.volumes[0];
+    let level = Level::from_number(v.level)?;
+    let roles = |count: usize| -> Result<Arc<Vec<Member>>> { Ok(Arc::new(devs[..count].iter().map(Member::try_clone).collect::<Result<_>>()?)) };
+    let old_g = Geometry::new(level, r.old_members as usize, v.chunk, v.member_size)?;
+    let new_g = Geometry::new(level, sb.member_count as usize, v.chunk, v.member_size)?;
+    Ok((Volume::new(roles(r.old_members as usize)?, old_g, v.member_start)?, Volume::new(roles(sb.member_count as usize)?, new_g, v.member_start)?))
+}
+
+/// A device to become a member: how it was named, and opened.
+type NewMember = (MemberSpec, Member);
+
+/// The old and new layouts of volume `v` (`level`) of `a` with
+/// `opts.add` as more members, and those devices opened and checked.
+/// Errors: `InvalidInput` past [`MAX_MEMBERS`] or a device given twice;
+/// as [`Array::open_new`] for each device.
+fn open_added(a: &Array, opts: &GrowOptions, level: Level, v: &VolumeEntry) -> Result<(Geometry, Geometry, Vec<NewMember>)> {
+    let (n, k) = (a.member_count() as usize, opts.add.len());
+    if n + k > MAX_MEMBERS {
+        bail!(InvalidInput, "array '{}' has {n} members; {k} more would pass the most, {MAX_MEMBERS}. Nothing was written", a.name());
+    }
+    let old_g = Geometry::new(level, n, v.chunk, v.member_size)?;
+    let new_g = Geometry::new(level, n + k, v.chunk, v.member_size)?;
+    let mut added: Vec<NewMember> = Vec::with_capacity(k);
+    for spec in &opts.add {
+        if added.iter().any(|(s, _)| s == spec) {
+            bail!(InvalidInput, "{spec} is given twice");
+        }
+        added.push((spec.clone(), a.open_new(spec, opts.force)?));
+    }
+    Ok((old_g, new_g, added))
 }
 
 /// An error of a reshape under way, saying that it can go on.
@@ -344,7 +374,8 @@ pub fn resume(specs: &[MemberSpec], progress: &mut dyn FnMut(u64, u64)) -> Resul
     let devs: Vec<Member> = by_slot.into_iter().flatten().collect();
     let mut sb = auth;
     check_record(&sb)?;
-    run(&devs, &mut sb, None, progress).map(Some).map_err(stopped)
+    let (old_vol, new_vol) = layouts(&devs, &sb)?;
+    run(&devs, &mut sb, &old_vol, &new_vol, None, progress, None).map(Some).map_err(stopped)
 }
 
 /// Refuses a reshape record `grow` would not write (it comes from the
@@ -421,20 +452,44 @@ fn persist_all(devs: &[Member], sb: &mut Superblock) -> Result<()> {
     Ok(())
 }
 
+/// What the reshape of a served array shares with the export.
+struct Served<'a> {
+    /// The position, and the range being moved, that route the users'
+    /// requests.
+    state: &'a ReshapeState,
+    /// Set to stop at the end of the next window (a command waits, or the
+    /// service stops).
+    stop: &'a AtomicBool,
+    /// The member states the two layouts' data paths keep: a member they
+    /// fail stops the reshape.
+    health: [&'a Health; 2],
+}
+
+/// Most logical bytes one window moves while the array is served: users'
+/// requests to a window wait until it is written.
+const SERVED_WINDOW: u64 = 8 << 20;
+
 /// Runs the reshape `sb` records, over `devs` (every device in slot
-/// order), to its end; see the module's documentation.
-fn run(devs: &[Member], sb: &mut Superblock, rate: Option<u64>, progress: &mut dyn FnMut(u64, u64)) -> Result<GrowReport> {
+/// order) from `old_vol`'s layout to `new_vol`'s; see the module's
+/// documentation. With `served`, windows are locked against the users'
+/// requests while they move, and the run stops (`Interrupted`) at the end
+/// of a window once the stop flag is set; at the end the record is left
+/// in place (with the position at the end) for [`LiveGrow::finish`].
+fn run(
+    devs: &[Member],
+    sb: &mut Superblock,
+    old_vol: &Arc<Volume>,
+    new_vol: &Arc<Volume>,
+    rate: Option<u64>,
+    progress: &mut dyn FnMut(u64, u64),
+    served: Option<&Served>,
+) -> Result<GrowReport> {
     let t0 = std::time::Instant::now();
     let r = sb.reshape.expect("a reshape is recorded");
     let v = sb.volumes[0].clone();
-    let level = Level::from_number(v.level)?;
     let n = sb.member_count as usize;
     let old_n = r.old_members as usize;
-    let old_g = Geometry::new(level, old_n, v.chunk, v.member_size)?;
-    let new_g = Geometry::new(level, n, v.chunk, v.member_size)?;
-    let roles = |count: usize| -> Result<Arc<Vec<Member>>> { Ok(Arc::new(devs[..count].iter().map(Member::try_clone).collect::<Result<_>>()?)) };
-    let old_vol = Volume::new(roles(old_n)?, old_g, v.member_start)?;
-    let new_vol = Volume::new(roles(n)?, new_g, v.member_start)?;
+    let (old_g, new_g) = (*old_vol.geometry(), *new_vol.geometry());
     let (wo, wn) = (row_bytes(&old_g), row_bytes(&new_g));
     let (old_cap, new_cap) = (old_g.capacity(), new_g.capacity());
     let mut report = GrowReport {
@@ -465,14 +520,20 @@ fn run(devs: &[Member], sb: &mut Superblock, rate: Option<u64>, progress: &mut d
                 k.len
             );
         }
+        if let Some(l) = served {
+            l.state.lock_to(r.position + k.len);
+        }
         new_vol.write_at(r.position, &buf)?;
         new_vol.flush()?;
         report.bytes_read += k.len;
         report.bytes_written += data_per_row(k.len);
         set_position(devs, sb, r.position + k.len, None)?;
+        if let Some(l) = served {
+            l.state.advance(r.position + k.len, false);
+        }
     }
     let backup_at = |len: u64| v.member_start + v.member_size - len.div_ceil(new_g.chunk()) * new_g.chunk();
-    let max_rows = (WINDOW / wn).max(1);
+    let max_rows = (if served.is_some() { SERVED_WINDOW } else { WINDOW } / wn).max(1);
     let start = sb.reshape.expect("recorded").position;
     // The windows, in order: (logical start, length, through the backup).
     let windows = move || {
@@ -499,14 +560,20 @@ fn run(devs: &[Member], sb: &mut Superblock, rate: Option<u64>, progress: &mut d
     // sources are old rows past every row the current one writes (see the
     // module's documentation), and nothing read ahead is recorded before
     // it is written.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, Vec<u8>)>>(READ_AHEAD);
-    std::thread::scope(|scope| -> Result<()> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, Vec<u8>)>>(if served.is_some() { 1 } else { READ_AHEAD });
+    let state = served.map(|l| l.state);
+    let outcome = std::thread::scope(|scope| -> Result<()> {
         // Owned here: dropped when this returns, early or not, so that a
         // reader waiting to hand over a window ends before the scope joins it.
         let rx = rx;
         let old_vol = &old_vol;
         scope.spawn(move || {
             for (pos, len, _) in windows() {
+                if let Some(st) = state {
+                    // Users' requests to the window wait from now on, and
+                    // those under way end first.
+                    st.lock_to(pos + len);
+                }
                 let mut data = vec![0u8; len as usize];
                 if pos < old_cap {
                     let have = (old_cap - pos).min(len) as usize;
@@ -544,24 +611,59 @@ fn run(devs: &[Member], sb: &mut Superblock, rate: Option<u64>, progress: &mut d
             // whole rows (full stripes) when the window has several, else
             // half a row (whole 512-byte blocks).
             let half = if len >= 2 * wn { len / wn / 2 * wn } else { (len / 2) & !511 };
-            move_window(&new_vol, true, pos, &mut data[..half as usize], wn)?;
+            move_window(new_vol, true, pos, &mut data[..half as usize], wn)?;
             crash(window, "half");
-            move_window(&new_vol, true, pos + half, &mut data[half as usize..], wn)?;
+            move_window(new_vol, true, pos + half, &mut data[half as usize..], wn)?;
             new_vol.flush()?;
             crash(window, "written");
             report.bytes_written += data_per_row(len);
+            if let Some(l) = served {
+                check_health(&l.health)?;
+            }
             set_position(devs, sb, pos + len, None)?;
+            if let Some(st) = state {
+                st.advance(pos + len, false);
+            }
             progress(pos + len, new_cap);
             paced += len;
             crate::control::maint::pace(t0, paced, rate);
+            if served.is_some_and(|l| l.stop.load(Ordering::Relaxed)) && pos + len < new_cap {
+                bail!(Interrupted, "the reshape was paused at byte {}", pos + len);
+            }
         }
         Ok(())
-    })?;
-    sb.reshape = None;
-    sb.state = State::Clean;
-    persist_all(devs, sb)?;
+    });
+    if let Some(st) = state {
+        // Windows read ahead and not written are no longer locked.
+        st.advance(sb.reshape.expect("recorded").position, true);
+    }
+    outcome?;
     report.seconds = t0.elapsed().as_secs_f64();
+    if served.is_some() {
+        return Ok(report);
+    }
+    let live = sb.reshape.expect("recorded").live;
+    sb.reshape = None;
+    // A reshape of a served array that a crash cut: users' writes may
+    // have been cut too; the assemble that follows resyncs.
+    sb.state = if live { State::Active } else { State::Clean };
+    persist_all(devs, sb)?;
     Ok(report)
+}
+
+/// Refuses to go on when a data path failed a member (the reshape goes
+/// on with every member only).
+fn check_health(health: &[&Health; 2]) -> Result<()> {
+    for h in health {
+        if let Some(r) = (0..h.members() as u32).find(|&r| h.state(r) != MemberState::Active) {
+            bail!(
+                Membership,
+                "role {r} became {} during the reshape; a reshape goes on with every member only",
+                h.state(r).name()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Records in every superblock that the logical bytes below `position` are
@@ -572,4 +674,245 @@ fn set_position(devs: &[Member], sb: &mut Superblock, position: u64, backup: Opt
     r.position = position;
     r.backup = backup;
     persist_all(devs, sb)
+}
+
+/// A reshape of a served array under way (`uraid grow` while `uraid
+/// serve` runs it), made by [`Array::grow_live`]: users go on through
+/// [`volume`](Self::volume), whose requests go to the old or the new
+/// layout by the position; [`step`](Self::step) moves windows until the
+/// end or a pause; [`finish`](Self::finish) makes the array whole again
+/// over every member; [`stop`](Self::stop) leaves it recorded for the
+/// next assemble.
+///
+/// While it lasts, the array it came from is frozen: it writes no
+/// superblock (the reshape's own are the truth), its bitmap daemon is
+/// stopped, and every region of the volume is held dirty in its bitmap,
+/// so that a crash is followed by a resync once the reshape has ended.
+pub struct LiveGrow {
+    /// Every device, in slot order (the roles, the new roles, the spares).
+    devs: Vec<Member>,
+    /// How each was named.
+    specs: Vec<Option<MemberSpec>>,
+    sb: Superblock,
+    state: Arc<ReshapeState>,
+    volume: Arc<Volume>,
+    old: Arc<Volume>,
+    new: Arc<Volume>,
+    health: [Arc<Health>; 2],
+    /// The bitmap, held dirty over `[.1, .2)` (absolute member bytes).
+    held: Option<(Arc<Bitmap>, u64, u64)>,
+    report: GrowReport,
+    t0: std::time::Instant,
+}
+
+impl LiveGrow {
+    /// The volume the users go through while the reshape runs (the old
+    /// size; the new one is the array's after [`finish`](Self::finish)).
+    pub fn volume(&self) -> &Arc<Volume> {
+        &self.volume
+    }
+
+    /// Logical bytes in the new layout, and the new layout's capacity.
+    pub fn position(&self) -> (u64, u64) {
+        (self.state.position(), self.new.capacity())
+    }
+
+    /// The superblock the reshape keeps (the new members, the record).
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// Moves windows at most `rate` bytes/s until the end (`Ok(true)`) or
+    /// until `stop` is set (`Ok(false)`, at the end of a window: call it
+    /// again to go on); `progress(done, total)` after each window, in
+    /// logical bytes of the new layout.
+    ///
+    /// Errors: an I/O error, or a member that a data path failed
+    /// (`Membership`): the reshape stops where it is (the superblocks
+    /// record the position) and users go on through
+    /// [`volume`](Self::volume); stop the array, and the next assemble
+    /// with every member goes on from there.
+    pub fn step(&mut self, rate: Option<u64>, stop: &AtomicBool, progress: &mut dyn FnMut(u64, u64)) -> Result<bool> {
+        let served = Served { state: &self.state, stop, health: [&self.health[0], &self.health[1]] };
+        match run(&self.devs, &mut self.sb, &self.old, &self.new, rate, progress, Some(&served)) {
+            Ok(r) => {
+                self.report.bytes_read += r.bytes_read;
+                self.report.bytes_written += r.bytes_written;
+                self.report.backed_up_rows += r.backed_up_rows;
+                Ok(true)
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(false),
+            Err(e) => Err(stopped(e)),
+        }
+    }
+
+    /// Ends a reshape that [`step`](Self::step) finished: the members are
+    /// flushed, the superblocks say the array is clean without a reshape,
+    /// and `arr` (the frozen array this came from) becomes the array over
+    /// every member, activated, with one volume of the new size. The
+    /// users of [`volume`](Self::volume) must be quiet (paused, nothing in
+    /// flight) and take `arr.volume()` afterwards.
+    ///
+    /// Errors: `InvalidInput` when the reshape has not ended; `Io` from the
+    /// flush or the superblock writes (the array is then left frozen and
+    /// the record in place: the next assemble finishes it).
+    pub fn finish(mut self, arr: &mut Array) -> Result<GrowReport> {
+        if self.state.position() < self.new.capacity() {
+            bail!(InvalidInput, "the reshape has not ended: it is at byte {} of {}", self.state.position(), self.new.capacity());
+        }
+        self.new.flush()?;
+        if let Some((b, s, e)) = &self.held {
+            b.end_write(*s, e - s);
+        }
+        self.sb.reshape = None;
+        self.sb.state = State::Clean;
+        persist_all(&self.devs, &mut self.sb)?;
+        let n = self.sb.member_count as usize;
+        let devices: Vec<Option<Member>> = self.devs.iter().map(|d| d.try_clone().map(Some)).collect::<Result<_>>()?;
+        let mut meta = Meta { sb: self.sb.clone(), devices, specs: self.specs.clone(), roles: Arc::new(Vec::new()) };
+        meta.rebuild_roles()?;
+        let health = Arc::new(Health::new(n));
+        let end = self.sb.data_end();
+        let bitmap = match self.sb.bitmap_region {
+            0 => None,
+            region => Some(Arc::new(Bitmap::load(meta.roles.clone(), health.clone(), region, end)?)),
+        };
+        let mut fresh = Array::new(meta, health, bitmap, Vec::new(), Vec::new(), false)?;
+        fresh.activate()?;
+        self.report.capacity.1 = fresh.volume().capacity();
+        self.report.seconds = self.t0.elapsed().as_secs_f64();
+        *arr = fresh;
+        Ok(self.report)
+    }
+
+    /// Leaves the reshape where it is for the next assemble (the service
+    /// stops): the members are flushed and, when that worked, the
+    /// superblocks say the array is clean, so the assemble that finishes
+    /// the reshape does not resync. The users must be quiet.
+    pub fn stop(mut self) -> Result<()> {
+        self.new.flush()?;
+        if let Some(r) = self.sb.reshape.as_mut() {
+            r.live = false;
+        }
+        self.sb.state = State::Clean;
+        persist_all(&self.devs, &mut self.sb)
+    }
+}
+
+impl Array {
+    /// Starts adding `opts.add` to this served array and restriping its
+    /// volume onto every member (RAID 0, 5 and 6): the new superblocks
+    /// are written (the reshape recorded at position 0, as served), and
+    /// the array is frozen for the reshape's length (see [`LiveGrow`]).
+    /// Move the users to [`LiveGrow::volume`], then run
+    /// [`LiveGrow::step`].
+    ///
+    /// Errors, before anything is written (the array is then as it was):
+    /// `Unsupported` for several volumes, RAID 1 and 10 (stop the array
+    /// and grow it), a cache on the volume (set it off first) or a
+    /// journal; `Membership` when a role is not active and in sync, or the
+    /// array is not activated; as [`grow`] for the new devices.
+    pub fn grow_live(&mut self, opts: &GrowOptions) -> Result<LiveGrow> {
+        let t0 = std::time::Instant::now();
+        if opts.add.is_empty() {
+            bail!(InvalidInput, "grow needs --add DEVICE...: the devices that become members (other changes are not there yet)");
+        }
+        let sb = self.superblock();
+        let name = sb.name.clone();
+        if self.inspect || self.frozen {
+            bail!(Membership, "array '{name}' is not running (or a reshape is under way); nothing was written");
+        }
+        if sb.volumes.len() != 1 {
+            bail!(Unsupported, "array '{name}' holds {} volumes; growing an array with several (Matrix) volumes is not there yet. Nothing was written", sb.volumes.len());
+        }
+        let v = sb.volumes[0].clone();
+        let level = Level::from_number(v.level)?;
+        if !matches!(level, Level::Raid0 | Level::Raid5 | Level::Raid6) {
+            bail!(
+                Unsupported,
+                "array '{name}' is RAID {}: a served array is restriped at RAID 0, 5 and 6; stop it ('uraid stop {name}') and \
+                 grow it stopped (RAID 1 gains copies; RAID 10 is not there yet). Nothing was written",
+                v.level
+            );
+        }
+        if v.cache_mode != crate::cache::CacheMode::Off.to_u8() || !self.journals.is_empty() {
+            bail!(
+                Unsupported,
+                "volume '{}' has a cache ({}); a served array is reshaped with its cache off: 'uraid config {name} --cache \
+                 off', grow, then set the cache again. Nothing was written",
+                v.name,
+                crate::cache::CacheMode::from_u8(v.cache_mode).map(|m| m.name()).unwrap_or("unknown")
+            );
+        }
+        if let Some(r) = (0..self.member_count()).find(|&r| self.health.state(r) != MemberState::Active) {
+            bail!(
+                Membership,
+                "role {r} of array '{name}' is {}; a reshape needs every member present and in sync. Let the rebuild end \
+                 first. Nothing was written",
+                self.health.state(r).name()
+            );
+        }
+        let n = sb.member_count as usize;
+        let k = opts.add.len();
+        let (old_g, new_g, added) = open_added(self, opts, level, &v)?;
+        check_backup_room(&name, &old_g, &new_g)?;
+        let devs = slot_order(self, n, &added)?;
+        let specs: Vec<Option<MemberSpec>> = {
+            let m = self.meta();
+            m.specs[..n].iter().cloned().chain(added.iter().map(|(s, _)| Some(s.clone()))).chain(m.specs[n..].iter().cloned()).collect()
+        };
+        let new_health = Arc::new(Health::new(n + k));
+        let new_roles: Arc<Vec<Member>> = Arc::new(devs[..n + k].iter().map(Member::try_clone).collect::<Result<_>>()?);
+        let shared = Shared { health: new_health.clone(), bitmap: self.bitmap.clone() };
+        let new_raid = crate::raid::engine::RaidVolume::with_state(new_roles, new_g, v.member_start, shared)?;
+        // Every region of the volume dirty until the reshape ends: a crash
+        // is followed by a resync (the users' writes in either layout).
+        let held = match &self.bitmap {
+            Some(b) => {
+                b.start_write(v.member_start, v.member_size)?;
+                Some((b.clone(), v.member_start, v.member_start + v.member_size))
+            }
+            None => None,
+        };
+        let mut new_sb = with_new_roles(&sb, k, MemberState::Active, None);
+        new_sb.state = State::Active;
+        new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: true });
+        if let Err(e) = persist_all(&devs, &mut new_sb) {
+            if let Some((b, s, e)) = &held {
+                b.end_write(*s, e - s);
+            }
+            return Err(e);
+        }
+        // Frozen: from here the reshape's superblocks are the truth.
+        self.frozen = true;
+        self.health.set_on_change(|_, _| Ok(()));
+        self.daemon = None;
+        let old_raid = self.volumes[0].raid().clone();
+        let state = ReshapeState::new(0);
+        let volume = Volume::reshaping(old_raid.clone(), new_raid.clone(), state.clone());
+        let report = GrowReport {
+            array: name,
+            level: v.level,
+            members: (n as u32, (n + k) as u32),
+            capacity: (old_g.capacity(), new_g.capacity()),
+            started_at: 0,
+            bytes_read: 0,
+            bytes_written: 0,
+            backed_up_rows: 0,
+            seconds: 0.0,
+        };
+        Ok(LiveGrow {
+            devs,
+            specs,
+            sb: new_sb,
+            state,
+            volume,
+            old: Volume::over(old_raid),
+            new: Volume::over(new_raid),
+            health: [self.health.clone(), new_health],
+            held,
+            report,
+            t0,
+        })
+    }
 }

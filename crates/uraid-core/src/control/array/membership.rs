@@ -48,6 +48,7 @@ impl Array {
     /// `WouldDestroy` (a volume would lose data and `force` is off),
     /// `Io` (superblock writes).
     pub fn fail(&mut self, role: u32, force: bool) -> Result<()> {
+        self.not_frozen()?;
         let slots = self.meta().sb.slots.len() as u32;
         if role >= self.member_count() && role < slots {
             bail!(
@@ -78,6 +79,7 @@ impl Array {
     /// Errors: `InvalidInput` (no such slot; an active or rebuilding member:
     /// fail it first or use replace; a role without a device).
     pub fn remove(&mut self, slot: u32) -> Result<()> {
+        self.not_frozen()?;
         let (n, total) = {
             let m = self.meta();
             (m.sb.member_count, m.sb.slots.len() as u32)
@@ -204,6 +206,7 @@ impl Array {
     /// no room for another spare), `TooSmall`, `WouldDestroy` (it holds a
     /// filesystem or another array and `force` is off), `Busy`.
     pub fn add(&mut self, spec: &MemberSpec, force: bool) -> Result<Added> {
+        self.not_frozen()?;
         let m = self.open_new(spec, force)?;
         if let Some(role) = self.returning_role(&m)? {
             self.install(role, m, spec, true)?;
@@ -230,6 +233,7 @@ impl Array {
     ///
     /// Errors, before anything is written: as [`add`](Self::add).
     pub fn add_spare(&mut self, spec: &MemberSpec, force: bool) -> Result<u32> {
+        self.not_frozen()?;
         let m = self.open_new(spec, force)?;
         let slot = self.push_spare(m, spec)?;
         self.persist()?;
@@ -282,6 +286,7 @@ impl Array {
     /// `InvalidInput` (no such role), `WouldDestroy` (taking an active
     /// member out would lose a volume's data and `force` is off).
     pub fn replace(&mut self, role: u32, spec: &MemberSpec, force: bool) -> Result<()> {
+        self.not_frozen()?;
         self.check_role(role)?;
         if !force && self.health.state(role) == MemberState::Active {
             self.refuse_past_tolerance(role, "replacing")?;
@@ -295,6 +300,7 @@ impl Array {
     /// released), where they are rebuilt, as md does on its own. Returns
     /// the roles that got a spare; persists when there were any.
     pub fn promote_spares(&mut self) -> Result<Vec<u32>> {
+        self.not_frozen()?;
         let promoted = self.attach_spares()?;
         if !promoted.is_empty() {
             self.start_rebuilding(&promoted)?;
@@ -311,6 +317,7 @@ impl Array {
     /// call [`start_rebuilding`](Self::start_rebuilding) with the roles
     /// returned.
     pub fn attach_spares(&mut self) -> Result<Vec<u32>> {
+        self.not_frozen()?;
         let mut attached = Vec::new();
         for role in 0..self.member_count() {
             if !matches!(self.health.state(role), MemberState::Faulty | MemberState::Missing) {
@@ -341,6 +348,7 @@ impl Array {
     /// (from [`attach_spares`](Self::attach_spares)) become rebuilding
     /// from offset 0, get the bitmap, and the superblocks say so.
     pub fn start_rebuilding(&mut self, roles: &[u32]) -> Result<()> {
+        self.not_frozen()?;
         for &r in roles {
             self.check_role(r)?;
             self.lose_journals_on(r)?;

@@ -59,7 +59,7 @@ mod status;
 pub use assemble::*;
 pub use config::*;
 pub use create::*;
-pub use grow::{grow, GrowOptions, GrowReport};
+pub use grow::{grow, GrowOptions, GrowReport, LiveGrow};
 pub use status::*;
 
 /// Opens a member of an array (or one to become one): [`Member::open`],
@@ -294,6 +294,9 @@ pub struct Array {
     /// The journals were replayed (by [`activate`](Self::activate), or the
     /// array is new): their records are all in the caches now.
     replayed: bool,
+    /// A reshape of the served array is under way ([`Array::grow_live`]):
+    /// this array writes no superblock; the reshape's are the truth.
+    frozen: bool,
 }
 
 impl std::fmt::Debug for Array {
@@ -444,7 +447,7 @@ impl Array {
             Some(m) => m.lock().unwrap_or_else(|e| e.into_inner()).persist(h),
             None => Ok(()),
         });
-        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect, journals, replayed: false, stale: Vec::new() };
+        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect, journals, replayed: false, stale: Vec::new(), frozen: false };
         for j in &a.journals {
             a.watch_journal(j);
         }
@@ -590,7 +593,18 @@ impl Array {
         }
     }
 
+    /// Refuses a change while a reshape of the served array is under way.
+    fn not_frozen(&self) -> Result<()> {
+        if self.frozen {
+            bail!(Membership, "array '{}' is being reshaped; its membership and settings cannot change until the reshape ends. Nothing was written", self.name());
+        }
+        Ok(())
+    }
+
     fn persist(&self) -> Result<()> {
+        if self.frozen {
+            bail!(Membership, "array '{}' is being reshaped; its membership cannot change until the reshape ends", self.name());
+        }
         self.meta().persist(&self.health)
     }
 
@@ -750,6 +764,10 @@ impl Array {
     /// flight ([`Health::unclean`](crate::raid::health::Health::unclean)): the
     /// members are flushed but the array is left unclean, for a resync.
     pub fn stop(mut self) -> Result<()> {
+        if self.frozen {
+            // A reshape took over (LiveGrow::stop records where it is).
+            return Ok(());
+        }
         if self.health.unclean() {
             // Flush what can be, keep the bitmap and the unclean state.
             for v in &self.volumes {
