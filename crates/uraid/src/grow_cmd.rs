@@ -29,6 +29,10 @@ pub(crate) struct GrowArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// For a served array: wait until the reshape has ended (it runs in
+    /// the background otherwise).
+    #[arg(long)]
+    wait: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -39,13 +43,11 @@ pub(crate) struct GrowArgs {
 /// `uraid grow`.
 pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
     if let Some(c) = crate::service::client::find(&a.array.members) {
-        drop(c);
-        bail!(
-            "array {} is served by a running uraid: stop it first ('uraid stop {}'), grow, and serve it again; a reshape \
-             of a served array is not there yet. Nothing was written",
-            a.array.members.join(" "),
-            a.array.members.join(" ")
-        );
+        if a.json {
+            bail!("--json is for a stopped array's reshape; a served array's reshape runs in the background ('uraid status --json NAME' shows it)");
+        }
+        let rate = rate(&a.rate).context("--rate")?;
+        return crate::live_cmds::grow(c, &a.add, a.force, rate, a.wait);
     }
     let add: Vec<MemberSpec> = a.add.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
     let opts = GrowOptions { add, force: a.force, rate: rate(&a.rate).context("--rate")? };

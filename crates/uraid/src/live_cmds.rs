@@ -30,6 +30,7 @@ pub(crate) fn status(c: Client, json: bool) -> Result<()> {
             "state_file": crate::runstate::state_path(v["array"]["uuid"].as_str().unwrap_or("")),
         });
         out["progress"] = v["progress"].clone();
+        out["reshape"] = v["reshape"].clone();
         out["io"] = v["io"].clone();
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -37,6 +38,21 @@ pub(crate) fn status(c: Client, json: bool) -> Result<()> {
     let st: ArrayStatus = serde_json::from_value(v["array"].clone())?;
     println!("served by uraid serve (pid {}), live from its control socket {}", v["pid"], client::ctl_path(&c_name).display());
     print_status(&st);
+    if let Some(r) = v["reshape"].as_object() {
+        let (pos, total) = (r["position"].as_u64().unwrap_or(0), r["total"].as_u64().unwrap_or(0));
+        println!(
+            "  reshape from {} to {} members: {:.1}% ({} of {}){}",
+            r["members"][0],
+            r["members"][1],
+            if total == 0 { 100.0 } else { pos as f64 * 100.0 / total as f64 },
+            uraid_core::units::fmt_size(pos),
+            uraid_core::units::fmt_size(total),
+            match r["failed"].as_str() {
+                Some(why) => format!("; stopped: {why}"),
+                None => String::new(),
+            }
+        );
+    }
     if let Ok(Some(p)) = serde_json::from_value::<Option<Progress>>(v["progress"].clone()) {
         println!("  {}", progress_line(&p));
     }
@@ -79,6 +95,37 @@ fn after(name: &str) -> Result<()> {
     match Client::connect(name) {
         Some(c) => status(c, false),
         None => Ok(()),
+    }
+}
+
+/// `uraid grow --add` on a served array: the reshape starts and runs in
+/// the background; with `wait`, this follows it to its end.
+pub(crate) fn grow(c: Client, add: &[String], force: bool, rate: Option<u64>, wait: bool) -> Result<()> {
+    let name = c.name.clone();
+    let v = c.call(Command::Grow { add: add.to_vec(), force, rate }, &mut |_| {})?;
+    println!(
+        "array '{name}' is being reshaped from {} to {} members in the background at most {:.0} MB/s; the volume grows to {} \
+         bytes when it ends ('uraid status {name}' shows how far)",
+        v["members"][0],
+        v["members"][1],
+        v["rate"].as_f64().unwrap_or(0.0) / 1e6,
+        v["capacity"]
+    );
+    if !wait {
+        return Ok(());
+    }
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let Some(c) = Client::connect(&name) else { bail!("array '{name}' is no longer served; the next assemble finishes the reshape") };
+        let st = c.call(Command::Status, &mut |_| {})?;
+        if st["reshape"].is_null() {
+            println!("array '{name}' was reshaped: {} members, the volume holds {} bytes; new connections see the new size: grow the \
+                      filesystem on it (resize2fs for ext4, xfs_growfs for xfs)", st["array"]["member_count"], st["array"]["volumes"][0]["capacity"]);
+            return Ok(());
+        }
+        if let Some(why) = st["reshape"]["failed"].as_str() {
+            bail!("the reshape of array '{name}' stopped: {why}");
+        }
     }
 }
 

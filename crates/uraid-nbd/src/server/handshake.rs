@@ -37,7 +37,7 @@ pub(super) fn info_replies(option: u32, e: &Live, items: &[u16], read_only: bool
     let mut v = Vec::new();
     let mut export = Vec::with_capacity(12);
     export.extend_from_slice(&INFO_EXPORT.to_be_bytes());
-    export.extend_from_slice(&e.capacity.to_be_bytes());
+    export.extend_from_slice(&e.capacity.load(std::sync::atomic::Ordering::Acquire).to_be_bytes());
     export.extend_from_slice(&transmission_flags(read_only).to_be_bytes());
     v.extend(option_reply(option, REP_INFO, &export));
     // The spec lets a server send block sizes unasked; clients that honour
@@ -128,7 +128,7 @@ pub(super) fn handshake<'a>(
                 let Ok(name) = std::str::from_utf8(&data) else { return Ok(None) };
                 let Some(e) = find(exports, name) else { return Ok(None) };
                 let mut r = Vec::with_capacity(134);
-                r.extend_from_slice(&e.capacity.to_be_bytes());
+                r.extend_from_slice(&e.capacity.load(std::sync::atomic::Ordering::Acquire).to_be_bytes());
                 r.extend_from_slice(&transmission_flags(opts.read_only).to_be_bytes());
                 if !no_zeroes {
                     r.extend_from_slice(&[0u8; 124]);

@@ -47,13 +47,15 @@ pub struct Export {
 }
 
 /// An export as the server holds it: the volume behind it can be replaced
-/// while it serves (see [`Server::replace_volume`]); capacity and block
-/// size stay those of the first volume.
+/// while it serves (see [`Server::replace_volume`]); the block size stays
+/// the first volume's, the capacity may only grow (new connections are
+/// told the new one; a connection keeps the one it was told).
 #[derive(Debug)]
 struct Live {
     name: String,
     description: String,
-    capacity: u64,
+    /// Bytes, as new connections are told.
+    capacity: AtomicU64,
     block_size: u32,
     current: std::sync::Mutex<Arc<Volume>>,
     /// Bumped by every replacement and pause; connections compare it with
@@ -162,7 +164,7 @@ impl Server {
         let exports = exports
             .into_iter()
             .map(|e| Live {
-                capacity: e.volume.capacity(),
+                capacity: AtomicU64::new(e.volume.capacity()),
                 block_size: e.volume.block_size(),
                 name: e.name,
                 description: e.description,
@@ -222,23 +224,28 @@ impl Server {
     /// to the new one before it reads another request (so no request runs
     /// on the old volume once every connection has moved: the caller can
     /// tell by the old volume's `Arc` count). Used when a spare takes over
-    /// a member's role while the array is exported.
+    /// a member's role while the array is exported, and when a reshape
+    /// grew the volume: connections made from then on are told its new
+    /// capacity, those made before keep the one they were told.
     ///
-    /// Errors: no such export, or `vol` has another capacity or block size
-    /// (clients were told those at the handshake).
+    /// Errors: no such export, or `vol` is smaller or has another block
+    /// size (clients were told those at the handshake).
     pub fn replace_volume(&self, name: &str, vol: Arc<Volume>) -> Result<(), String> {
         let e = find(&self.exports, name).ok_or_else(|| format!("no export named '{name}'"))?;
-        if vol.capacity() != e.capacity || vol.block_size() != e.block_size {
+        let told = e.capacity.load(Ordering::Acquire);
+        if vol.capacity() < told || vol.block_size() != e.block_size {
             return Err(format!(
                 "the new volume of export '{}' has {} bytes in blocks of {}, the clients were told {} in blocks of {}",
                 e.name,
                 vol.capacity(),
                 vol.block_size(),
-                e.capacity,
+                told,
                 e.block_size
             ));
         }
+        let grown = vol.capacity();
         *e.current.lock().unwrap_or_else(|p| p.into_inner()) = vol;
+        e.capacity.store(grown, Ordering::Release);
         e.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }

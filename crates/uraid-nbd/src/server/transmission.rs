@@ -53,6 +53,9 @@ pub(super) struct Transmission<'s> {
     fd: RawFd,
     live: &'s Live,
     vol: Arc<Volume>,
+    /// The export's size in bytes this connection was told (its volume
+    /// may grow since: a reshape).
+    size: u64,
     /// The export's generation `vol` belongs to.
     generation: u64,
     q: Queue,
@@ -118,6 +121,7 @@ impl<'s> Transmission<'s> {
     pub(super) fn new(s: &'s mut Wire, live: &'s Live, structured: bool, opts: &ServerOptions, buffers: Arc<AtomicUsize>) -> io::Result<Self> {
         let depth = opts.queue_depth.max(1);
         let (vol, generation) = live.volume();
+        let size = live.capacity.load(Ordering::Acquire).min(vol.capacity());
         let q = vol.queue(depth).map_err(|e| io::Error::other(e.to_string()))?;
         live.active.fetch_add(1, Ordering::AcqRel);
         // A connection that arrives while the export is paused waits too:
@@ -129,6 +133,7 @@ impl<'s> Transmission<'s> {
             fd,
             live,
             vol,
+            size,
             generation,
             q,
             structured,
@@ -412,7 +417,7 @@ impl<'s> Transmission<'s> {
         }
         if matches!(h.cmd, CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES) {
             let end = h.offset.checked_add(h.len as u64);
-            if end.is_none_or(|e| e > self.vol.capacity()) {
+            if end.is_none_or(|e| e > self.size) {
                 let err = if matches!(h.cmd, CMD_WRITE | CMD_WRITE_ZEROES) { ENOSPC } else { EINVAL };
                 return Err((err, "request goes past the end of the export"));
             }

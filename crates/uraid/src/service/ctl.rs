@@ -166,6 +166,7 @@ fn serve_client(s: &UnixStream, ctx: &Ctx) -> std::io::Result<()> {
                 "array": st,
                 "pid": std::process::id(),
                 "progress": ctx.live.progress(),
+                "reshape": ctx.live.reshape(),
                 "io": (ctx.figures)(),
                 "member_details": ctx.live.member_details(),
             });

@@ -1,7 +1,9 @@
 //! The events of a running array and where they go, as `mdadm --monitor`
 //! does: mdadm's event names (Fail, FailSpare, DegradedArray, SpareActive,
 //! RebuildStarted, RebuildNN, RebuildFinished, MismatchesFound, NewArray,
-//! TestMessage; and uraid's CacheLost, JournalLost), each sent to
+//! TestMessage; and uraid's CacheLost, JournalLost, and ReshapeStarted,
+//! Reshape20/40/60/80, ReshapeFinished, ReshapeFailed after the Rebuild
+//! ones), each sent to
 //! - the system log (journald or syslogd through `/dev/log`, with the
 //!   `syslog` crate; `$URAID_SYSLOG_SOCKET` names another datagram socket),
 //!   and the service's stderr;
@@ -59,14 +61,14 @@ pub(crate) struct Events {
 fn severity(event: &str) -> u8 {
     match event {
         "Fail" | "FailSpare" | "DegradedArray" | "JournalLost" | "CacheLost" => 2,
-        "MismatchesFound" | "TestMessage" => 4,
+        "MismatchesFound" | "TestMessage" | "ReshapeFailed" => 4,
         _ => 6,
     }
 }
 
 /// Whether mdadm mails this event.
 fn mailed(event: &str) -> bool {
-    matches!(event, "Fail" | "FailSpare" | "DegradedArray" | "TestMessage" | "JournalLost" | "CacheLost")
+    matches!(event, "Fail" | "FailSpare" | "DegradedArray" | "TestMessage" | "JournalLost" | "CacheLost" | "ReshapeFailed")
 }
 
 impl Events {

@@ -64,6 +64,9 @@ pub(crate) struct Live {
     /// sits on) and the shared-device and shared-bus warnings of the
     /// benchmark suite, taken when the members change.
     members: Mutex<serde_json::Value>,
+    /// The reshape under way: `{"members": [before, after], "position":
+    /// bytes, "total": bytes, "failed": why or null}`, or null.
+    reshape: Mutex<serde_json::Value>,
 }
 
 impl Live {
@@ -76,6 +79,7 @@ impl Live {
             stop,
             mismatches: Mutex::new(Vec::new()),
             members: Mutex::new(serde_json::Value::Null),
+            reshape: Mutex::new(serde_json::Value::Null),
         })
     }
     /// The last status the manager took.
@@ -102,6 +106,13 @@ impl Live {
             Some(e) => e.1 = n,
             None => m.push((volume.to_string(), n)),
         }
+    }
+    /// The reshape under way (see the field), or null.
+    pub(crate) fn reshape(&self) -> serde_json::Value {
+        self.reshape.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    fn set_reshape(&self, v: serde_json::Value) {
+        *self.reshape.lock().unwrap_or_else(|p| p.into_inner()) = v;
     }
     fn set_progress(&self, p: Option<Progress>) {
         *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = p;
@@ -137,6 +148,24 @@ struct Scrub {
     since: (u64, Instant),
 }
 
+/// Default rate of a reshape of a served array, logical bytes moved per
+/// second (md's `speed_limit_max` is 200 MB/s of resync; a reshape reads
+/// and writes, and users share the members meanwhile).
+pub(crate) const DEFAULT_RESHAPE_RATE: u64 = 100_000_000;
+
+/// A reshape of the served array under way.
+struct Reshaping {
+    grow: uraid_core::control::array::LiveGrow,
+    /// Logical bytes per second.
+    rate: Option<u64>,
+    /// The last ReshapeNN step announced.
+    announced: u64,
+    /// Position and time when this run (re)started, for the rate.
+    since: (u64, Instant),
+    /// Why it stopped, when it failed (it is then left where it is).
+    failed: Option<String>,
+}
+
 /// The thread that owns the array while it is served (see the module docs).
 pub(crate) struct Manager<'a> {
     arr: Array,
@@ -158,6 +187,8 @@ pub(crate) struct Manager<'a> {
     journal_lost: Vec<bool>,
     /// Per volume, whether its cache lost writes (CacheLost was sent).
     cache_lost: Vec<bool>,
+    /// A reshape under way (`grow` of the served array).
+    reshape: Option<Reshaping>,
 }
 
 impl<'a> Manager<'a> {
@@ -192,6 +223,7 @@ impl<'a> Manager<'a> {
             journal_lost,
             cache_lost: Vec::new(),
             details_of: 0,
+            reshape: None,
         }
     }
 
@@ -213,7 +245,14 @@ impl<'a> Manager<'a> {
             while let Ok(job) = self.jobs.try_recv() {
                 self.handle(job);
             }
-            self.take_over();
+            if self.reshape.as_ref().is_some_and(|r| r.failed.is_none()) {
+                self.look();
+                self.reshape_step();
+                continue;
+            }
+            if self.reshape.is_none() {
+                self.take_over();
+            }
             self.look();
             if !self.arr.rebuilding().is_empty() {
                 self.rebuild();
@@ -250,7 +289,164 @@ impl<'a> Manager<'a> {
             }
         }
         self.live.set_progress(None);
+        if let Some(r) = self.reshape.take() {
+            // The users quiet, the reshape is left recorded for the next
+            // assemble (the frozen array's own stop writes nothing).
+            self.quiet_export(Duration::from_secs(30));
+            match r.grow.stop() {
+                Ok(()) => self.log("the reshape stops where it is; the next assemble goes on from there".to_string()),
+                Err(e) => self.log(format!("the reshape could not record its stop ({e}); the next assemble resyncs once it has finished it")),
+            }
+        }
         self.arr
+    }
+
+    /// Pauses the export and waits until its requests are answered, at
+    /// most `limit`; false when they were not (the export is resumed).
+    fn quiet_export(&self, limit: Duration) -> bool {
+        if self.server.pause(&self.export).is_err() {
+            return true;
+        }
+        let t0 = Instant::now();
+        while !self.server.is_quiet(&self.export) {
+            if t0.elapsed() > limit {
+                let _ = self.server.resume(&self.export);
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
+    }
+
+    /// Starts a reshape of the served array onto `add` (see
+    /// `uraid_core::control::array::Array::grow_live`): the export moves
+    /// to the reshaping volume; the windows move in the background.
+    fn grow(&mut self, add: &[String], force: bool, rate: Option<u64>) -> Result<serde_json::Value, ErrorBody> {
+        let name = self.arr.name();
+        if self.reshape.is_some() {
+            return Err(ErrorBody::new("Busy", format!("array '{name}' is being reshaped already; 'uraid status {name}' shows how far")));
+        }
+        if !self.arr.rebuilding().is_empty() || self.scrub.is_some() {
+            return Err(ErrorBody::new(
+                "Busy",
+                format!("array '{name}' runs a rebuild or a scrub; a reshape starts once it has ended ('uraid status {name}'). Nothing was written"),
+            ));
+        }
+        if rate == Some(0) {
+            return Err(ErrorBody::new("InvalidInput", "a reshape rate of 0 would never finish; give a positive rate or none"));
+        }
+        let specs = add.iter().map(|d| d.parse()).collect::<Result<Vec<MemberSpec>, uraid_core::Error>>()?;
+        let opts = uraid_core::control::array::GrowOptions { add: specs, force, rate: None };
+        let grow = self.arr.grow_live(&opts)?;
+        let vol = grow.volume().clone();
+        let old = self.arr.volume().clone();
+        let (n0, n1) = (self.arr.member_count(), grow.superblock().member_count);
+        let (_, total) = grow.position();
+        let rate = rate.or(Some(DEFAULT_RESHAPE_RATE));
+        self.reshape = Some(Reshaping { grow, rate, announced: 0, since: (0, Instant::now()), failed: None });
+        if let Err(e) = self.server.replace_volume(&self.export, vol) {
+            // Users stay on the old layout; nothing is moved meanwhile.
+            self.log(format!("cannot move the export to the reshaping volume: {e}"));
+            if let Some(r) = &mut self.reshape {
+                r.failed = Some(format!("the export could not be moved to the reshaping volume: {e}"));
+            }
+            return Err(ErrorBody::new("Io", format!("the export could not be moved to the reshaping volume: {e}; stop the array, and the next assemble reshapes it")));
+        }
+        while Arc::strong_count(&old) > 2 && !self.server.shutdown_flag().load(Ordering::Relaxed) {
+            // The array and this function hold it; connections move
+            // between requests.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.live.set_reshape(serde_json::json!({"members": [n0, n1], "position": 0, "total": total, "failed": null}));
+        self.events.emit("ReshapeStarted", None, format!("from {n0} to {n1} members; the volume grows to {total} bytes when it ends"));
+        Ok(serde_json::json!({"members": [n0, n1], "capacity": total, "rate": rate}))
+    }
+
+    /// Moves windows of the reshape until it ends, is paused (a command
+    /// waits, the service stops) or fails; at its end, the array is made
+    /// whole over every member and the export moves to it.
+    fn reshape_step(&mut self) {
+        let Some(mut r) = self.reshape.take() else { return };
+        let live = self.live.clone();
+        let events = self.events.clone();
+        let (rate, mut announced, since) = (r.rate, r.announced, r.since);
+        let name = self.arr.name();
+        let members = [self.arr.member_count(), r.grow.superblock().member_count];
+        let note = move |position: u64, total: u64, failed: Option<&str>| {
+            serde_json::json!({"members": members, "position": position, "total": total, "failed": failed})
+        };
+        let res = r.grow.step(rate, &self.live.interrupt, &mut |done, total| {
+            live.set_progress(Some(progress("reshape", format!("volume of '{name}'"), done, total, since.0, since.1, rate)));
+            live.set_reshape(note(done, total, None));
+            let step = (done * 100).checked_div(total).unwrap_or(100) / 20 * 20;
+            if step > announced && step < 100 {
+                announced = step;
+                events.emit(&format!("Reshape{step}"), None, format!("{step}% reshaped"));
+            }
+        });
+        r.announced = announced;
+        let (position, total) = r.grow.position();
+        match res {
+            Ok(false) => {
+                r.since = (r.grow.position().0, Instant::now());
+                self.reshape = Some(r);
+            }
+            Ok(true) => self.finish_reshape(r),
+            Err(e) => {
+                self.log(format!("the reshape stopped: {e}"));
+                self.events.emit("ReshapeFailed", None, format!("the reshape stopped: {e}"));
+                self.live.set_progress(None);
+                r.failed = Some(e.to_string());
+                self.live.set_reshape(note(position, total, r.failed.as_deref()));
+                self.reshape = Some(r);
+            }
+        }
+    }
+
+    /// The reshape has moved every window: the users pause, the array
+    /// becomes whole over every member, the export moves to its volume
+    /// (new connections see the new size).
+    fn finish_reshape(&mut self, r: Reshaping) {
+        if !self.quiet_export(Duration::from_secs(30)) {
+            // Users on the reshaping volume are fine; try again later.
+            self.reshape = Some(r);
+            std::thread::sleep(Duration::from_millis(200));
+            return;
+        }
+        let routed = r.grow.volume().clone();
+        let (n0, n1) = (self.arr.member_count(), r.grow.superblock().member_count);
+        match r.grow.finish(&mut self.arr) {
+            Ok(rep) => {
+                if let Err(e) = self.server.replace_volume(&self.export, self.arr.volume().clone()) {
+                    self.log(format!("cannot move the export to the grown volume: {e}"));
+                }
+                let _ = self.server.resume(&self.export);
+                self.move_export(routed);
+                self.live.set_progress(None);
+                self.live.set_reshape(serde_json::Value::Null);
+                self.seen = self.arr.health().states();
+                self.events.emit(
+                    "ReshapeFinished",
+                    None,
+                    format!(
+                        "from {n0} to {n1} members in {:.1} s; the volume holds {} bytes now (new connections see it; grow the \
+                         filesystem: resize2fs or xfs_growfs)",
+                        rep.seconds, rep.capacity.1
+                    ),
+                );
+            }
+            Err(e) => {
+                let _ = self.server.resume(&self.export);
+                self.log(format!("the reshape could not be finished: {e}"));
+                // LiveGrow is gone: the record stays for the next assemble.
+                self.events.emit("ReshapeFailed", None, format!("the reshape could not be finished: {e}; stop the array, and the next assemble finishes it"));
+                self.live.set_progress(None);
+                let members = [n0, n1];
+                let total = self.arr.volume().capacity();
+                self.live.set_reshape(serde_json::json!({"members": members, "position": total, "total": total, "failed": e.to_string()}));
+            }
+        }
+        self.look();
     }
 
     fn stopping(&self) -> bool {
@@ -585,6 +781,10 @@ impl<'a> Manager<'a> {
                     Ok(serde_json::json!({"rate": rate, "rebuilding": self.arr.rebuilding()}))
                 }
             }
+            Command::Check { .. } if self.reshape.is_some() => Err(ErrorBody::new(
+                "Busy",
+                format!("array '{}' is being reshaped; check it once the reshape has ended", self.arr.name()),
+            )),
             Command::Check { volume, repair, rate } => {
                 let vols = match volume {
                     Some(name) => match self.arr.volume_index(name) {
@@ -638,6 +838,7 @@ impl<'a> Manager<'a> {
                 None => Err(ErrorBody::new("InvalidInput", format!("array '{}' runs no check or repair", self.arr.name()))),
             },
             Command::Config { volume, mode, cache_size, dirty_limit } => self.config(volume.as_deref(), mode, *cache_size, *dirty_limit),
+            Command::Grow { add, force, rate } => self.grow(add, *force, *rate),
             Command::Status | Command::Stop | Command::Monitor | Command::TestMessage => {
                 Err(ErrorBody::new("Protocol", format!("'{}' is answered by the control socket, not the manager", job.cmd.name())))
             }

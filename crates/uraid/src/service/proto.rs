@@ -116,6 +116,21 @@ pub enum Command {
         #[serde(default)]
         dirty_limit: Option<u64>,
     },
+    /// Add members and restripe the volume onto them while it is served
+    /// (`uraid grow --add`): replies once the reshape has started; it runs
+    /// in the background (status shows its progress, the events
+    /// ReshapeStarted, Reshape20..80 and ReshapeFinished tell its course).
+    Grow {
+        /// The new devices' paths.
+        add: Vec<String>,
+        /// Overwrite devices that hold a filesystem or another array.
+        #[serde(default)]
+        force: bool,
+        /// Logical bytes moved per second; `None`: the service's reshape
+        /// rate.
+        #[serde(default)]
+        rate: Option<u64>,
+    },
     /// Stop the array cleanly (as SIGTERM does); replies with the pid.
     Stop,
     /// Stream the array's events (and the last ones kept) until the
@@ -139,6 +154,7 @@ impl Command {
             Command::Check { repair: true, .. } => "repair",
             Command::CheckStop => "check --stop",
             Command::Config { .. } => "config",
+            Command::Grow { .. } => "grow",
             Command::Stop => "stop",
             Command::Monitor => "monitor",
             Command::TestMessage => "test-message",
@@ -219,7 +235,7 @@ impl Reply {
 /// Where a background operation (rebuild, check, repair) stands.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Progress {
-    /// rebuild, check or repair.
+    /// rebuild, check, repair or reshape.
     pub action: String,
     /// The rebuilt role, or the scrubbed volume's name.
     pub target: String,
@@ -249,7 +265,8 @@ impl Progress {
 /// An event of the array, with mdadm's event names (Fail, FailSpare,
 /// DegradedArray, SpareActive, RebuildStarted, Rebuild20/40/60/80,
 /// RebuildFinished, MismatchesFound, CacheLost, JournalLost, NewArray,
-/// TestMessage).
+/// TestMessage; ReshapeStarted, Reshape20/40/60/80, ReshapeFinished,
+/// ReshapeFailed).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Event {
     /// Milliseconds since the Unix epoch.

@@ -653,6 +653,11 @@ impl FsOnNbd {
         me
     }
 
+    /// The loop device over the export (what is mounted).
+    pub fn loop_device(&self) -> &Path {
+        &self.loopdev.as_ref().expect("attached").dev
+    }
+
     pub fn detach(&mut self) {
         if mounted(&self.mnt) {
             run_tool(Command::new("umount").arg(&self.mnt));
