@@ -25,6 +25,12 @@
 //! other than write-back, the process being killed, not the power). Prints a JSON
 //! summary; exits 1 on any violation, listing the first ones.
 //!
+//! With `URAID_TORTURE_GROW=DEV[,DEV...]`, `run` first starts a reshape of
+//! the array onto those devices as a served array's (`Array::grow_live`,
+//! at `URAID_TORTURE_GROW_RATE` bytes/s, 50 MB/s by default) and writes
+//! through the reshaping volume while the reshape runs in another thread:
+//! the kill then cuts the reshape too, which the next assemble finishes.
+//!
 //! Only for the tests: no options beyond these.
 
 use std::collections::HashMap;
@@ -73,16 +79,40 @@ fn main() {
     let all_acked = args[5] == "--all-acked";
     let specs: Vec<MemberSpec> =
         args[5 + all_acked as usize..].iter().map(|a| a.parse().unwrap_or_else(|e| panic!("{a}: {e}"))).collect();
-    let array = match uraid_core::control::array::assemble(&specs) {
+    let mut array = match uraid_core::control::array::assemble(&specs) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("uraid-torture: cannot assemble: {e}");
             std::process::exit(3);
         }
     };
-    let vol = array.volume().clone();
+    let mut vol = array.volume().clone();
     match args[0].as_str() {
-        "run" => run(&vol, seed, &log),
+        "run" => {
+            if let Ok(devs) = std::env::var("URAID_TORTURE_GROW") {
+                let add = devs.split(',').map(|d| d.parse().unwrap_or_else(|e| panic!("{d}: {e}"))).collect();
+                let opts = uraid_core::control::array::GrowOptions { add, ..Default::default() };
+                let mut live = match array.grow_live(&opts) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        eprintln!("uraid-torture: cannot start the reshape: {e}");
+                        std::process::exit(3);
+                    }
+                };
+                vol = live.volume().clone();
+                let rate = std::env::var("URAID_TORTURE_GROW_RATE").ok().and_then(|r| r.parse().ok()).unwrap_or(50_000_000);
+                std::thread::spawn(move || {
+                    let stop = std::sync::atomic::AtomicBool::new(false);
+                    if let Err(e) = live.step(Some(rate), &stop, &mut |_, _| {}) {
+                        eprintln!("uraid-torture: the reshape failed: {e}");
+                        std::process::exit(4);
+                    }
+                    // Ended: left recorded at its end (the kill comes).
+                    std::mem::forget(live);
+                });
+            }
+            run(&vol, seed, &log)
+        }
         "verify" => {
             let ok = verify(&vol, seed, &log, all_acked);
             drop(vol);
