@@ -560,16 +560,24 @@ fn run(
     // sources are old rows past every row the current one writes (see the
     // module's documentation), and nothing read ahead is recorded before
     // it is written.
+    //
+    // A served array's reshape reads no window ahead: a window is locked
+    // against the users from its read to its record, so it is read only
+    // when the one before is done and the rate's pause is over (`go`).
     let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, Vec<u8>)>>(if served.is_some() { 1 } else { READ_AHEAD });
+    let (go_tx, go_rx) = std::sync::mpsc::sync_channel::<()>(1);
     let state = served.map(|l| l.state);
     let outcome = std::thread::scope(|scope| -> Result<()> {
         // Owned here: dropped when this returns, early or not, so that a
         // reader waiting to hand over a window ends before the scope joins it.
-        let rx = rx;
+        let (rx, go_tx) = (rx, go_tx);
         let old_vol = &old_vol;
         scope.spawn(move || {
             for (pos, len, _) in windows() {
                 if let Some(st) = state {
+                    if go_rx.recv().is_err() {
+                        return;
+                    }
                     // Users' requests to the window wait from now on, and
                     // those under way end first.
                     st.lock_to(pos + len);
@@ -589,6 +597,9 @@ fn run(
         });
         for (window, (pos, len, critical)) in windows().enumerate() {
             let window = window as u64;
+            if served.is_some() {
+                let _ = go_tx.send(());
+            }
             let (at, mut data) = rx.recv().map_err(|_| Error::new(ErrorKind::Interrupted, "the reshape's reader thread ended early"))??;
             debug_assert_eq!((at, data.len() as u64), (pos, len));
             report.bytes_read += old_cap.saturating_sub(pos).min(len);
