@@ -1,6 +1,8 @@
-//! `uraid grow`: add members to a stopped array and restripe its volume
-//! onto all of them (RAID 0, 5 and 6; a RAID 1 gains copies), crash-safe
+//! `uraid grow`: add members to an array and restripe its volume onto all
+//! of them (RAID 0, 5 and 6; a stopped RAID 1 gains copies), crash-safe
 //! and resumable; the reshape itself is `uraid_core::control::array::grow`.
+//! A served array's reshape is started through its control socket and
+//! runs in the background in `uraid serve` (`service::Manager`).
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -23,7 +25,7 @@ pub(crate) struct GrowArgs {
     force: bool,
     /// Reshape rate limit in MB/s (10^6 bytes/s) of data moved; a plain
     /// number is MB/s, or give units (250M). Default: as fast as the
-    /// members go.
+    /// members go for a stopped array, 100 MB/s for a served one.
     #[arg(long)]
     rate: Option<String>,
     /// No progress bar.
