@@ -257,3 +257,59 @@ fn a_served_array_is_reshaped_while_a_writer_writes() {
         verify(&all, &model, rep.capacity.1, level, i as u64);
     }
 }
+
+/// `grow --size max` after every member was replaced by a larger one (here
+/// the files grow): the volume grows into the room, its data stays where
+/// it was, the new space reads as zeros, copies and parity check clean (the
+/// bitmap, made again over the larger area, loads); then there is no more
+/// room, and a size past it or not larger is refused.
+#[test]
+fn a_volume_grows_into_larger_members_and_keeps_its_data() {
+    use uraid_core::control::array::NewSize;
+    let d = tempfile::tempdir().unwrap();
+    for (i, (level, n)) in [(5u32, 3usize), (1, 2), (10, 4), (6, 4), (0, 2)].into_iter().enumerate() {
+        let dir = d.path().join(format!("size{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        let (specs, model) = filled(&dir, level, n, 24 << 20, 64 << 10, 40 + i as u64);
+        for (k, s) in specs.iter().enumerate() {
+            // A larger drive that held something else: its new room is not
+            // zeros, so the new area's copies and parity must be made.
+            let MemberSpec::Path(p) = s else { unreachable!() };
+            let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+            f.set_len(40 << 20).unwrap();
+            let mut junk = vec![0u8; 16 << 20];
+            rand::rngs::StdRng::seed_from_u64(k as u64).fill_bytes(&mut junk);
+            std::os::unix::fs::FileExt::write_all_at(&f, &junk, 24 << 20).unwrap();
+        }
+        let rep = array::resize(&specs, NewSize::Max, &mut |_, _| {}).unwrap();
+        assert_eq!(rep.capacity.0, model.len() as u64, "{rep:?}");
+        assert!(rep.capacity.1 > rep.capacity.0 * 3 / 2, "RAID {level}: {rep:?}");
+        verify(&specs, &model, rep.capacity.1, level, i as u64);
+        let e = array::resize(&specs, NewSize::Max, &mut |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("no more room"), "{e}");
+        let e = array::resize(&specs, NewSize::Bytes(rep.capacity.1 * 2), &mut |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("can hold at most"), "{e}");
+    }
+    // A Matrix array: the last volume grows by a size, the first keeps its data.
+    let dir = d.path().join("matrix");
+    std::fs::create_dir(&dir).unwrap();
+    let specs = files(&dir, "x", 3, 40 << 20);
+    let vols = vec![
+        array::VolumeSpec { name: "fast".into(), level: 0, size: Some(12 << 20), chunk: None },
+        array::VolumeSpec { name: "safe".into(), level: 5, size: Some(8 << 20), chunk: None },
+    ];
+    let a = array::create(&specs, &CreateOptions { level: 5, name: "mx".into(), volumes: vols, ..Default::default() }).unwrap();
+    let data: Vec<u8> = (0..12 << 20).map(|i: u32| (i % 251) as u8).collect();
+    a.volumes()[0].write_at(0, &data).unwrap();
+    a.volumes()[1].write_at(0, &data[..8 << 20]).unwrap();
+    a.stop().unwrap();
+    let rep = array::resize(&specs, NewSize::Bytes(20 << 20), &mut |_, _| {}).unwrap();
+    assert_eq!((rep.volume.as_str(), rep.capacity.0), ("safe", 8 << 20), "{rep:?}");
+    assert!(rep.capacity.1 >= 20 << 20 && rep.capacity.1 < 21 << 20, "{rep:?}");
+    let a = array::assemble(&specs).unwrap();
+    assert_eq!(a.volumes()[0].read_at(0, 12 << 20).unwrap(), data);
+    assert_eq!(a.volumes()[1].read_at(0, 8 << 20).unwrap(), data[..8 << 20]);
+    assert!(a.volumes()[1].read_at(8 << 20, 12 << 20).unwrap().iter().all(|&b| b == 0));
+    assert_eq!(a.check(1, false, &mut |_, _| {}).unwrap().mismatches, 0);
+    a.stop().unwrap();
+}

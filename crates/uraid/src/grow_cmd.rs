@@ -18,8 +18,14 @@ pub(crate) struct GrowArgs {
     /// A drive that becomes a member; give --add once per drive. The
     /// volume is restriped onto every member (RAID 0, 5 and 6), or a RAID 1
     /// gains a copy on it.
-    #[arg(long, value_name = "NEWDEV", required = true)]
+    #[arg(long, value_name = "NEWDEV", required_unless_present = "size", conflicts_with = "size")]
     add: Vec<String>,
+    /// Grow the (last) volume into the room past it on every member
+    /// instead: its usable size (100G, 1T; rounded up to whole rows), or
+    /// `max` for all the room (mdadm's --size=max, after every member was
+    /// replaced by a larger one). A served array goes on meanwhile.
+    #[arg(long, value_name = "SIZE|max")]
+    size: Option<String>,
     /// Overwrite a new drive that holds a filesystem or another array.
     #[arg(long)]
     force: bool,
@@ -44,6 +50,9 @@ pub(crate) struct GrowArgs {
 
 /// `uraid grow`.
 pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
+    if let Some(size) = &a.size {
+        return grow_size(&a, size);
+    }
     if let Some(c) = crate::service::client::find(&a.array.members) {
         if a.json {
             bail!("--json is for a stopped array's reshape; a served array's reshape runs in the background ('uraid status --json NAME' shows it)");
@@ -53,17 +62,8 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
     }
     let add: Vec<MemberSpec> = a.add.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
     let opts = GrowOptions { add, force: a.force, rate: rate(&a.rate).context("--rate")? };
-    let bar = bytes_bar(a.quiet || a.json, "reshaping");
-    let r = array::grow(&specs(&a.array.members)?, &opts, &mut |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    });
-    bar.finish_and_clear();
-    let rep = r?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&rep)?);
-        return Ok(());
-    }
+    let specs = specs(&a.array.members)?;
+    let Some(rep) = with_bar(&a, "reshaping", |p| array::grow(&specs, &opts, p))? else { return Ok(()) };
     if rep.level == 1 {
         println!(
             "array '{}' grew from {} to {} members: RAID 1 keeps {} copies now; the new members were rebuilt in {:.1} s ({} written)",
@@ -90,6 +90,59 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         fmt_size(rep.bytes_read),
         fmt_size(rep.bytes_written),
         rep.backed_up_rows
+    );
+    println!("grow the filesystem on it once it is served again: resize2fs (ext4) or xfs_growfs (xfs)");
+    Ok(())
+}
+
+/// Runs `f` with a progress bar named `label` (none with --quiet or
+/// --json); prints its report as JSON with --json (then `None`).
+fn with_bar<R: serde::Serialize>(
+    a: &GrowArgs,
+    label: &str,
+    f: impl FnOnce(&mut dyn FnMut(u64, u64)) -> uraid_core::Result<R>,
+) -> Result<Option<R>> {
+    let bar = bytes_bar(a.quiet || a.json, label);
+    let r = f(&mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let rep = r?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+        return Ok(None);
+    }
+    Ok(Some(rep))
+}
+
+/// `uraid grow --size`: the last volume of a stopped array grows into the
+/// room past it.
+fn grow_size(a: &GrowArgs, size: &str) -> Result<()> {
+    if let Some(c) = crate::service::client::find(&a.array.members) {
+        if a.json {
+            bail!("--json is for a stopped array's growth; 'uraid status --json NAME' shows the served array's size");
+        }
+        let bytes = if size == "max" { size.to_string() } else { uraid_core::units::parse_size(size, "--size")?.to_string() };
+        return crate::live_cmds::grow_size(c, &bytes);
+    }
+    let size = if size == "max" {
+        array::NewSize::Max
+    } else {
+        array::NewSize::Bytes(uraid_core::units::parse_size(size, "--size")?)
+    };
+    let specs = specs(&a.array.members)?;
+    let Some(rep) = with_bar(a, "zeroing the new area", |p| array::resize(&specs, size, p))? else { return Ok(()) };
+    println!(
+        "volume '{}' of array '{}' (RAID {}) grew from {} to {} ({} bytes); {} of zeros written in {:.1} s",
+        rep.volume,
+        rep.array,
+        rep.level,
+        fmt_size(rep.capacity.0),
+        fmt_size(rep.capacity.1),
+        rep.capacity.1,
+        fmt_size(rep.bytes_zeroed),
+        rep.seconds
     );
     println!("grow the filesystem on it once it is served again: resize2fs (ext4) or xfs_growfs (xfs)");
     Ok(())

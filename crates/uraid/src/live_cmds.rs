@@ -102,7 +102,7 @@ fn after(name: &str) -> Result<()> {
 /// the background; with `wait`, this follows it to its end.
 pub(crate) fn grow(c: Client, add: &[String], force: bool, rate: Option<u64>, wait: bool) -> Result<()> {
     let name = c.name.clone();
-    let v = c.call(Command::Grow { add: add.to_vec(), force, rate }, &mut |_| {})?;
+    let v = c.call(Command::Grow { add: add.to_vec(), force, rate, size: None }, &mut |_| {})?;
     println!(
         "array '{name}' is being reshaped from {} to {} members in the background at most {:.0} MB/s; the volume grows to {} \
          bytes when it ends ('uraid status {name}' shows how far)",
@@ -127,6 +127,21 @@ pub(crate) fn grow(c: Client, add: &[String], force: bool, rate: Option<u64>, wa
             bail!("the reshape of array '{name}' stopped: {why}");
         }
     }
+}
+
+/// `uraid grow --size` on a served array: the last volume grows into the
+/// room past it; the export moves to it (new connections see the size).
+pub(crate) fn grow_size(c: Client, size: &str) -> Result<()> {
+    let name = c.name.clone();
+    let v = c.call(Command::Grow { add: Vec::new(), force: false, rate: None, size: Some(size.to_string()) }, &mut |_| {})?;
+    println!(
+        "volume '{}' of array '{name}' grew from {} to {} bytes; new connections see the new size: grow the filesystem on it \
+         (resize2fs for ext4, xfs_growfs for xfs)",
+        v["volume"].as_str().unwrap_or(""),
+        v["capacity"][0],
+        v["capacity"][1]
+    );
+    Ok(())
 }
 
 /// `uraid fail` on a served array.

@@ -362,6 +362,50 @@ impl<'a> Manager<'a> {
         Ok(serde_json::json!({"members": [n0, n1], "capacity": total, "rate": rate}))
     }
 
+    /// Grows the last volume into the room past it on every member
+    /// (`grow --size`) while the array is served: the new area is zeroed
+    /// while clients go on, then the export pauses, the volume's cache
+    /// writes back and closes, the volume table and the bitmap grow, and
+    /// the export resumes on the larger volume (new connections see it).
+    fn resize(&mut self, size: &str) -> Result<serde_json::Value, ErrorBody> {
+        let name = self.arr.name();
+        if self.reshape.is_some() || !self.arr.rebuilding().is_empty() || self.scrub.is_some() {
+            return Err(ErrorBody::new(
+                "Busy",
+                format!("array '{name}' runs a reshape, a rebuild or a scrub; grow it once that has ended ('uraid status {name}'). Nothing was written"),
+            ));
+        }
+        let size = match size {
+            "max" => uraid_core::control::array::NewSize::Max,
+            s => uraid_core::control::array::NewSize::Bytes(
+                s.parse().map_err(|_| ErrorBody::new("InvalidInput", format!("size {s:?} is neither a number of bytes nor 'max'")))?,
+            ),
+        };
+        let plan = self.arr.plan_resize(size)?;
+        self.arr.zero_new_area(&plan, &mut |_, _| {})?;
+        if !self.quiet_export(Duration::from_secs(30)) {
+            return Err(ErrorBody::new(
+                "Busy",
+                "the export's clients did not finish their requests within 30 s; the volume was not grown (its new area was zeroed), try again",
+            ));
+        }
+        let old = self.arr.volume().clone();
+        let r = (|| -> uraid_core::Result<_> {
+            self.arr.volumes()[plan.volume].close_cache()?;
+            self.arr.apply_resize(&plan)
+        })();
+        if !Arc::ptr_eq(&old, self.arr.volume()) {
+            if let Err(e) = self.server.replace_volume(&self.export, self.arr.volume().clone()) {
+                self.log(format!("cannot move the export to the grown volume: {e}"));
+            }
+        }
+        let _ = self.server.resume(&self.export);
+        self.move_export(old);
+        let rep = r?;
+        self.log(format!("volume '{}' grew from {} to {} bytes", rep.volume, rep.capacity.0, rep.capacity.1));
+        Ok(serde_json::json!({"volume": rep.volume, "capacity": [rep.capacity.0, rep.capacity.1], "member_size": [rep.member_size.0, rep.member_size.1]}))
+    }
+
     /// Moves windows of the reshape until it ends, is paused (a command
     /// waits, the service stops) or fails; at its end, the array is made
     /// whole over every member and the export moves to it.
@@ -838,7 +882,9 @@ impl<'a> Manager<'a> {
                 None => Err(ErrorBody::new("InvalidInput", format!("array '{}' runs no check or repair", self.arr.name()))),
             },
             Command::Config { volume, mode, cache_size, dirty_limit } => self.config(volume.as_deref(), mode, *cache_size, *dirty_limit),
-            Command::Grow { add, force, rate } => self.grow(add, *force, *rate),
+            Command::Grow { size: Some(size), add, .. } if add.is_empty() => self.resize(size),
+            Command::Grow { size: Some(_), .. } => Err(ErrorBody::new("InvalidInput", "grow takes --add or --size, not both: one change at a time")),
+            Command::Grow { add, force, rate, size: None } => self.grow(add, *force, *rate),
             Command::Status | Command::Stop | Command::Monitor | Command::TestMessage => {
                 Err(ErrorBody::new("Protocol", format!("'{}' is answered by the control socket, not the manager", job.cmd.name())))
             }

@@ -122,7 +122,12 @@ pub enum Command {
     /// ReshapeStarted, Reshape20..80 and ReshapeFinished tell its course).
     Grow {
         /// The new devices' paths.
+        #[serde(default)]
         add: Vec<String>,
+        /// Instead of `add`: grow the last volume into the room past it on
+        /// every member, to this many bytes (a decimal string) or `max`.
+        #[serde(default)]
+        size: Option<String>,
         /// Overwrite devices that hold a filesystem or another array.
         #[serde(default)]
         force: bool,

@@ -1,7 +1,8 @@
 //! `uraid grow --add`: a RAID 5 array on file members grows onto a new
 //! member; the data written through the export before reads back equal
 //! through the export after (a real NBD client, nbdcopy), its parity
-//! checks clean, the export is larger. A served array is refused. Crash
+//! checks clean, the export is larger; `grow --size max` after the members
+//! grew (a served array's --size is refused). Crash
 //! tests: the grow process dies (the URAID_FAILPOINT_RESHAPE_CRASH
 //! failpoint aborts it at a chosen stage of a chosen window, in the
 //! critical section and past it; and SIGKILL at seeded random moments),
@@ -95,15 +96,14 @@ fn grow_adds_a_member_to_raid5_and_the_data_stays() {
     let d = tmpdir();
     let (mut m, data) = filled(d.path(), "g5", "5", 3, "64K", "grow5");
     let new = sparse_file(d.path(), "new", 32 << 20);
-    // A served array is refused, and left as it was.
+    // A served array's volume cannot grow where its members have no room
+    // (a served array grows by --add in
+    // service::a_served_array_grows_while_its_filesystem_is_in_use).
+    let served = |args: &[&str]| Command::new(URAID).env("URAID_RUN_DIR", d.path().join("run")).args(with(args, &strs(&m))).output().unwrap();
     with_export(d.path(), "g5", &m, |_| {
-        let o = Command::new(URAID)
-            .env("URAID_RUN_DIR", d.path().join("run"))
-            .args(with(&["grow", "--add", s(&new)], &strs(&m)))
-            .output()
-            .unwrap();
+        let o = served(&["grow", "--size", "max"]);
         assert!(!o.status.success());
-        assert_contains(&String::from_utf8_lossy(&o.stderr), &["stop it first", "Nothing was written"], "grow of a served array");
+        assert_contains(&String::from_utf8_lossy(&o.stderr), &["no more room", "nothing was written"], "grow --size of a served array");
     });
     let o = uraid_ok(&with(&["grow", "--quiet", "--add", s(&new)], &strs(&m)));
     assert_contains(&o.stdout, &["grew from 3 to 4 members", "through the backup area", "resize2fs"], "grow");
@@ -112,6 +112,30 @@ fn grow_adds_a_member_to_raid5_and_the_data_stays() {
     assert_eq!(st["members"].as_array().map(|a| a.len()), Some(4), "{st}");
     let size = verify(d.path(), "g5", &m, &data, "grow 3 -> 4");
     assert_eq!(size, data.len() as u64 / 2 * 3, "RAID 5 over 4 holds 3 chunks a row where 3 held 2");
+    // Every member replaced by a larger one (the files grow): --size max,
+    // served (the export moves to the larger volume) and then stopped.
+    let enlarge = |len: u64| {
+        for f in &m {
+            std::fs::OpenOptions::new().write(true).open(f).unwrap().set_len(len).unwrap();
+        }
+    };
+    enlarge(48 << 20);
+    with_export(d.path(), "g5", &m, |uri| {
+        let o = Command::new(URAID).env("URAID_RUN_DIR", d.path().join("run")).args(with(&["grow", "--size", "max"], &strs(&m))).output().unwrap();
+        assert!(o.status.success(), "served grow --size max: {}", String::from_utf8_lossy(&o.stderr));
+        assert_contains(&String::from_utf8_lossy(&o.stdout), &["volume 'g5' of array 'g5' grew from", "new connections see the new size"], "served grow --size");
+        assert!(export_size(uri) > size + (40 << 20), "a new connection sees the old size");
+    });
+    let grown = verify(d.path(), "g5", &m, &data, "served grow --size max");
+    assert!(grown > size + (40 << 20), "grow --size max: {size} -> {grown} bytes");
+    enlarge(56 << 20);
+    let o = uraid_ok(&with(&["grow", "--quiet", "--size", "max"], &strs(&m)));
+    assert_contains(&o.stdout, &["volume 'g5' of array 'g5' (RAID 5) grew from", "of zeros written"], "grow --size max");
+    let grown2 = verify(d.path(), "g5", &m, &data, "grow --size max");
+    assert!(grown2 > grown + (20 << 20), "grow --size max: {grown} -> {grown2} bytes");
+    let o = uraid(&with(&["grow", "--size", "max"], &strs(&m)));
+    assert!(!o.status.success());
+    assert_contains(&o.stderr, &["no more room", "nothing was written"], "grow --size max again");
 }
 
 /// One interrupted grow: `env` makes it die, then status names the
