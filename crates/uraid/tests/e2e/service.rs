@@ -169,7 +169,7 @@ fn promtool_ok(text: &str) {
 fn fio(dir: &Path, file: &str, size: &str, verify_only: bool) -> Command {
     require_tool("fio", "fio");
     let mut c = Command::new("fio");
-    c.args(["--name=svc", "--rw=randwrite", "--bs=4k", "--iodepth=8", "--ioengine=psync", "--verify=crc32c", "--randseed=7"])
+    c.args(["--name=svc", "--rw=randwrite", "--bs=4k", "--iodepth=8", "--ioengine=psync", "--verify=crc32c", "--verify_state_save=0", "--randseed=7"])
         .arg(format!("--filename={}", dir.join(file).display()))
         .arg(format!("--size={size}"));
     if verify_only {
@@ -521,7 +521,7 @@ fn the_cache_mode_changes_live_and_no_write_is_lost() {
     require_tool("fio", "fio");
     let job = |verify_only: bool| {
         let mut c = Command::new("fio");
-        c.args(["--name=c", "--ioengine=nbd", "--rw=randwrite", "--bs=4k", "--iodepth=16", "--size=96M", "--verify=crc32c", "--verify_fatal=1", "--randseed=3"])
+        c.args(["--name=c", "--ioengine=nbd", "--rw=randwrite", "--bs=4k", "--iodepth=16", "--size=96M", "--verify=crc32c", "--verify_fatal=1", "--verify_state_save=0", "--randseed=3"])
             .arg(format!("--uri={uri}"));
         if verify_only {
             c.arg("--verify_only");
