@@ -39,7 +39,7 @@ enum Cmd {
     Scan(crate::scan::ScanArgs),
     /// Check that the members form an array, bring it up to date (resync after a crash), stop it cleanly.
     Assemble(AssembleArgs),
-    /// Add members to a stopped array: its volume is restriped onto them (RAID 0, 5, 6; crash-safe, resumable) or a RAID 1 gains copies.
+    /// Add members to an array, stopped or served: its volume is restriped onto them (RAID 0, 5, 6, 10; crash-safe, resumable) or a stopped RAID 1 gains copies; or grow its last volume into the room past it (--size).
     Grow(crate::grow_cmd::GrowArgs),
     /// Each volume's level, size, chunk and state, each member's role and state (like /proc/mdstat).
     Status(crate::manage::StatusArgs),

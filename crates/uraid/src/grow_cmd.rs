@@ -1,5 +1,5 @@
 //! `uraid grow`: add members to an array and restripe its volume onto all
-//! of them (RAID 0, 5 and 6; a stopped RAID 1 gains copies), crash-safe
+//! of them (RAID 0, 5, 6 and 10; a stopped RAID 1 gains copies), crash-safe
 //! and resumable; the reshape itself is `uraid_core::control::array::grow`.
 //! A served array's reshape is started through its control socket and
 //! runs in the background in `uraid serve` (`service::Manager`).
@@ -16,8 +16,8 @@ use crate::manage::{bytes_bar, rate, ArrayMembers};
 #[derive(Args)]
 pub(crate) struct GrowArgs {
     /// A drive that becomes a member; give --add once per drive. The
-    /// volume is restriped onto every member (RAID 0, 5 and 6), or a RAID 1
-    /// gains a copy on it.
+    /// volume is restriped onto every member (RAID 0, 5, 6 and 10), or a
+    /// RAID 1 gains a copy on it.
     #[arg(long, value_name = "NEWDEV", required_unless_present = "size", conflicts_with = "size")]
     add: Vec<String>,
     /// Grow the (last) volume into the room past it on every member

@@ -244,8 +244,8 @@ fn sigkill_at_random_moments_in_every_cache_mode_loses_nothing_promised_and_leav
     assert!(zeroings > 0, "no workload issued a zeroing or discard before its kill");
 }
 
-/// SIGKILL while a served array is reshaped onto more members (RAID 5 and
-/// 6, the cache off) and the workload writes through the reshaping
+/// SIGKILL while a served array is reshaped onto more members (RAID 5, 6
+/// and 10, the cache off) and the workload writes through the reshaping
 /// volume: the next assemble finishes the reshape and resyncs (the record
 /// says it was served), every acknowledged write reads back, and check
 /// finds no mismatch (the torn-stripe failpoint leaves stripes only the
@@ -255,7 +255,7 @@ fn sigkill_during_a_served_reshape_loses_nothing() {
     let _g = shared();
     let mut rng = rng("crash seeds grow");
     let mut failures = Vec::new();
-    for (level, n, k) in [(5u32, 3usize, 1usize), (6, 4, 1), (5, 4, 2)] {
+    for (level, n, k) in [(5u32, 3usize, 1usize), (6, 4, 1), (5, 4, 2), (10, 3, 1)] {
         // The reshape takes 10 s or more at 50 MB/s: the kill cuts it once
         // most of the workload's range (its first 256 MiB) is in the new
         // layout, where only the resync makes a torn stripe whole (above

@@ -215,6 +215,6 @@ fn a_grow_killed_at_random_moments_is_finished_by_the_next_assemble() {
     for i in 0..6 {
         // Half the kills early (the critical section is the first rows).
         let ms = if i % 2 == 0 { r.random_range(0..60) } else { r.random_range(0..600) };
-        interrupted(seed.wrapping_add(i), if i % 3 == 2 { "6" } else { "5" }, None, Some(Duration::from_millis(ms)));
+        interrupted(seed.wrapping_add(i), ["5", "10", "6"][i as usize % 3], None, Some(Duration::from_millis(ms)));
     }
 }

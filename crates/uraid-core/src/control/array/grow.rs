@@ -1,7 +1,9 @@
-//! Reshape: `uraid grow --add` restripes a stopped array's volume onto
-//! more members (RAID 0, 5 and 6), crash-safe and resumable, as md's
-//! `mdadm --grow --raid-devices` does; a RAID 1 gains a copy on each new
-//! member instead (recorded as rebuilding, then rebuilt).
+//! Reshape: `uraid grow --add` restripes an array's volume onto more
+//! members (RAID 0, 5, 6 and 10), crash-safe and resumable, as md's
+//! `mdadm --grow --raid-devices` does, stopped or served; a RAID 1 gains a
+//! copy on each new member instead (recorded as rebuilding, then
+//! rebuilt). `uraid grow --size` grows the last volume into the room past
+//! it ([`resize`]).
 //!
 //! # How
 //!
@@ -35,9 +37,13 @@
 //! write) finishes an interrupted reshape before anything else
 //! ([`resume`]); `uraid status` shows it.
 //!
-//! Not here yet: a reshape of a served array (it must be stopped), RAID
-//! 10, level and chunk changes, `--size`, arrays with several volumes,
-//! and a degraded array (every member must be present and in sync).
+//! A served array's reshape ([`Array::grow_live`], [`LiveGrow`]) moves the
+//! same windows while users go on through `raid/reshape.rs`, which routes
+//! each request by the position and holds those to the window being moved.
+//!
+//! Not here yet: level and chunk changes, adding members to arrays with
+//! several volumes, and a degraded array (every member must be present
+//! and in sync; a member that fails stops the reshape where it is).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -145,9 +151,53 @@ fn move_window(vol: &Arc<Volume>, write: bool, pos: u64, data: &mut [u8], row: u
     }
 }
 
-/// Logical bytes per row of `g` (chunk-sized rows on every member).
-fn row_bytes(g: &Geometry) -> u64 {
-    g.capacity() / (g.member_size() / g.chunk())
+/// A unit of layout `g`: the fewest chunk-sized rows (on every member)
+/// that hold whole chunks of data, as (logical bytes, member bytes): one
+/// row, or two for RAID 10 over an odd member count (whose copy pairs
+/// straddle rows).
+fn unit(g: &Geometry) -> (u64, u64) {
+    let rows = if g.level() == Level::Raid10 && g.members() % 2 == 1 { 2 } else { 1 };
+    let data = Geometry::new(g.level(), g.members(), g.chunk(), rows * g.chunk()).map_or(0, |u| u.capacity());
+    (data, rows * g.chunk())
+}
+
+/// The windows of a reshape from layout `old` to `new` (the new one holds
+/// more data per member byte) from logical byte `start` (a multiple of the
+/// new unit's data) to the new capacity, in order: (logical start, length,
+/// through the backup), each at most `max_units` new units when written
+/// in place.
+///
+/// New unit `u` is written over member bytes `[u un, (u+1) un)`, where the
+/// old layout keeps logical bytes from `floor(pos / wo) uo` on: the units
+/// below that may be written in place, their old contents being moved
+/// already. When none may (the first units: md's critical section), the
+/// window is the fewest units whose overwritten old units hold nothing
+/// past the window's end, and it goes through the backup area.
+fn windows(old: &Geometry, new: &Geometry, start: u64, max_units: u64) -> impl Iterator<Item = (u64, u64, bool)> {
+    let ((wo, uo), (wn, un)) = (unit(old), unit(new));
+    let new_cap = new.capacity();
+    let mut pos = start;
+    std::iter::from_fn(move || {
+        if pos >= new_cap {
+            return None;
+        }
+        let first = pos / wn;
+        let safe = (pos / wo * uo / un).saturating_sub(first);
+        let (units, critical) = if safe > 0 {
+            (safe.min(max_units), false)
+        } else {
+            // The old units that writing `k` new units overwrites (in part)
+            // hold logical bytes up to `((end - 1) / uo + 1) wo`.
+            let mut k = 1;
+            while (((first + k) * un - 1) / uo + 1) * wo > pos + k * wn && k < 64 {
+                k += 1;
+            }
+            (k, true)
+        };
+        let w = (pos, (units * wn).min(new_cap - pos), critical);
+        pos += w.1;
+        Some(w)
+    })
 }
 
 /// Adds `opts.add` to the stopped array of `specs` and restripes its
@@ -156,7 +206,7 @@ fn row_bytes(g: &Geometry) -> u64 {
 ///
 /// Errors, before anything is written: as [`open`]; `Busy` when a process
 /// holds a member (a served array: stop it first); `Unsupported` for what
-/// is not here yet (several volumes, RAID 10, a journal on the volume); `Membership` for an array not stopped cleanly or not in sync;
+/// is not here yet (several volumes, a journal on the volume); `Membership` for an array not stopped cleanly or not in sync;
 /// `InvalidInput` / `WouldDestroy` / `TooSmall` for a new device that is a
 /// member, holds something (without `force`) or is too small, or members
 /// too small for the backup area. During the reshape, an I/O error stops
@@ -178,13 +228,6 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
     }
     let v = sb.volumes[0].clone();
     let level = Level::from_number(v.level)?;
-    if level == Level::Raid10 {
-        bail!(
-            Unsupported,
-            "array '{name}' is RAID 10: adding members restripes RAID 0, 5 and 6 and adds copies to RAID 1; RAID 10 is not \
-             there yet. Nothing was written"
-        );
-    }
     if v.cache_mode == crate::cache::CacheMode::Journal.to_u8() {
         bail!(
             Unsupported,
@@ -388,14 +431,14 @@ fn check_record(sb: &Superblock) -> Result<()> {
     let v = &sb.volumes[0];
     let level = Level::from_number(v.level)?;
     let n = sb.member_count as usize;
-    let ok = matches!(level, Level::Raid0 | Level::Raid5 | Level::Raid6)
+    let ok = matches!(level, Level::Raid0 | Level::Raid5 | Level::Raid6 | Level::Raid10)
         && sb.volumes.len() == 1
         && match (Geometry::new(level, r.old_members as usize, v.chunk, v.member_size), Geometry::new(level, n, v.chunk, v.member_size)) {
             (Ok(old_g), Ok(new_g)) => {
-                let (wo, wn) = (row_bytes(&old_g), row_bytes(&new_g));
-                wn > wo
+                let ((wo, uo), (wn, un)) = (unit(&old_g), unit(&new_g));
+                wn * uo > wo * un
                     && (r.position >= new_g.capacity() || r.position.is_multiple_of(wn))
-                    && r.backup.is_none_or(|k| k.len <= wn && k.len.is_multiple_of(512) && (k.role as usize) < n)
+                    && r.backup.is_none_or(|k| k.len <= 64 * wn && k.len.is_multiple_of(512) && (k.role as usize) < n)
             }
             _ => false,
         };
@@ -414,19 +457,27 @@ fn check_record(sb: &Superblock) -> Result<()> {
 }
 
 /// Refuses members too small to keep the backup area apart from the
-/// critical section (the backup lies in the last rows of the first new
-/// member, which the new layout writes last).
+/// critical section (the backup lies in the last member bytes of the
+/// first new member, which the new layout writes last).
 fn check_backup_room(name: &str, old_g: &Geometry, new_g: &Geometry) -> Result<()> {
-    let rows = new_g.member_size() / new_g.chunk();
-    let (wo, wn) = (row_bytes(old_g), row_bytes(new_g));
-    let critical = wo.div_ceil(wn - wo);
-    let backup_rows = wn / new_g.chunk();
-    if critical + backup_rows + 1 > rows {
+    let (wn, un) = unit(new_g);
+    // The critical windows: their member bytes, and the largest backup.
+    let (mut end, mut backup) = (0u64, 0u64);
+    for (pos, len, critical) in windows(old_g, new_g, 0, 1) {
+        if !critical {
+            break;
+        }
+        end = (pos + len).div_ceil(wn) * un;
+        backup = backup.max(len.div_ceil(new_g.chunk()) * new_g.chunk());
+    }
+    if end + backup > new_g.member_size() {
         bail!(
             TooSmall,
-            "array '{name}': its volume has {rows} rows of {} on each member, too few for a reshape that must keep the first \
-             {critical} row(s) in a backup area of {backup_rows} row(s) apart from them. Nothing was written",
-            fmt_size(new_g.chunk())
+            "array '{name}': its volume has {} on each member, too little for a reshape that must keep its first {} in a \
+             backup area of {} apart from them. Nothing was written",
+            fmt_size(new_g.member_size()),
+            fmt_size(end),
+            fmt_size(backup)
         );
     }
     Ok(())
@@ -490,7 +541,7 @@ fn run(
     let n = sb.member_count as usize;
     let old_n = r.old_members as usize;
     let (old_g, new_g) = (*old_vol.geometry(), *new_vol.geometry());
-    let (wo, wn) = (row_bytes(&old_g), row_bytes(&new_g));
+    let ((wo, _), (wn, un)) = (unit(&old_g), unit(&new_g));
     let (old_cap, new_cap) = (old_g.capacity(), new_g.capacity());
     let mut report = GrowReport {
         array: sb.name.clone(),
@@ -503,7 +554,7 @@ fn run(
         backed_up_rows: 0,
         seconds: 0.0,
     };
-    let data_per_row = |bytes: u64| bytes / wn * new_g.chunk() * n as u64;
+    let data_per_row = |bytes: u64| bytes / wn * un * n as u64;
     // A window that was being written from the backup: write it again.
     if let Some(k) = r.backup {
         let dev = &devs[k.role as usize];
@@ -533,26 +584,10 @@ fn run(
         }
     }
     let backup_at = |len: u64| v.member_start + v.member_size - len.div_ceil(new_g.chunk()) * new_g.chunk();
-    let max_rows = (if served.is_some() { SERVED_WINDOW } else { WINDOW } / wn).max(1);
+    let max_units = (if served.is_some() { SERVED_WINDOW } else { WINDOW } / wn).max(1);
     let start = sb.reshape.expect("recorded").position;
     // The windows, in order: (logical start, length, through the backup).
-    let windows = move || {
-        let mut pos = start;
-        std::iter::from_fn(move || {
-            if pos >= new_cap {
-                return None;
-            }
-            let r0 = pos / wn;
-            // Rows that may be written in place: their old contents are all
-            // below the window's start (already moved).
-            let safe = (r0 * wn / wo).saturating_sub(r0);
-            let critical = safe == 0;
-            let rows = if critical { 1 } else { safe.min(max_rows) };
-            let w = (pos, (rows * wn).min(new_cap - pos), critical);
-            pos += w.1;
-            Some(w)
-        })
-    };
+    let windows = move || windows(&old_g, &new_g, start, max_units);
     let mut paced = 0u64;
     let crash = crate::io::fault::reshape_crash_point;
     // A reader thread reads the next window from the old layout while this
@@ -812,7 +847,7 @@ impl LiveGrow {
 
 impl Array {
     /// Starts adding `opts.add` to this served array and restriping its
-    /// volume onto every member (RAID 0, 5 and 6): the new superblocks
+    /// volume onto every member (RAID 0, 5, 6 and 10): the new superblocks
     /// are written (the reshape recorded at position 0, as served), and
     /// the array is frozen for the reshape's length (see [`LiveGrow`]).
     /// Move the users to [`LiveGrow::volume`], then run
@@ -838,12 +873,11 @@ impl Array {
         }
         let v = sb.volumes[0].clone();
         let level = Level::from_number(v.level)?;
-        if !matches!(level, Level::Raid0 | Level::Raid5 | Level::Raid6) {
+        if level == Level::Raid1 {
             bail!(
                 Unsupported,
-                "array '{name}' is RAID {}: a served array is restriped at RAID 0, 5 and 6; stop it ('uraid stop {name}') and \
-                 grow it stopped (RAID 1 gains copies; RAID 10 is not there yet). Nothing was written",
-                v.level
+                "array '{name}' is RAID 1: it gains copies on new members with the array stopped ('uraid stop {name}', then \
+                 'uraid grow --add'). Nothing was written"
             );
         }
         if v.cache_mode != crate::cache::CacheMode::Off.to_u8() || !self.journals.is_empty() {
