@@ -183,7 +183,7 @@ fn a_reshape_record_grow_did_not_write_is_refused() {
         let path = s.to_string();
         let mut bytes = std::fs::read(&path).unwrap();
         let mut sb = Superblock::decode(&bytes[..SB_SIZE]).unwrap();
-        sb.reshape = Some(Reshape { old_members: 1, position: 0, backup: None, live: false });
+        sb.reshape = Some(Reshape { old_members: 1, position: 0, backup: None, live: false, old_level: None });
         bytes[..SB_SIZE].copy_from_slice(&sb.encode());
         std::fs::write(&path, &bytes).unwrap();
     }
@@ -321,4 +321,79 @@ fn a_volume_grows_into_larger_members_and_keeps_its_data() {
     assert!(a.volumes()[1].read_at(8 << 20, 12 << 20).unwrap().iter().all(|&b| b == 0));
     assert_eq!(a.check(1, false, &mut |_, _| {}).unwrap().mismatches, 0);
     a.stop().unwrap();
+}
+
+/// Level conversions (`--level`): RAID 1 over 2 members to RAID 10 and
+/// back (the same bytes), RAID 1 over 2 restriped as RAID 5 over 3 and as
+/// RAID 10 over 4, RAID 0 to RAID 10 with as many new members (each
+/// rebuilt as a copy); the data reads back equal and checks
+/// clean. Conversions that drop redundancy, or are not there yet, are
+/// refused and write nothing.
+#[test]
+fn levels_convert_where_the_bytes_stay_in_place() {
+    let d = tempfile::tempdir().unwrap();
+    let conv = |specs: &[MemberSpec], add: &[MemberSpec], level: u32| {
+        array::grow(specs, &GrowOptions { add: add.to_vec(), level: Some(level), ..Default::default() }, &mut |_, _| {})
+    };
+    // RAID 1 -> 10 and back (2 members: the same bytes), then 1 -> 5 with
+    // a third member (restriped).
+    let dir = d.path().join("r1");
+    std::fs::create_dir(&dir).unwrap();
+    let (specs, model) = filled(&dir, 1, 2, 24 << 20, 64 << 10, 50);
+    let e = conv(&specs, &[], 5).unwrap_err().to_string();
+    assert!(e.contains("RAID 5 needs 3 members or more"), "{e}");
+    let rep = conv(&specs, &[], 10).unwrap();
+    assert_eq!((rep.level, rep.members), (10, (2, 2)), "{rep:?}");
+    verify(&specs, &model, model.len() as u64, 10, 1);
+    conv(&specs, &[], 1).unwrap();
+    verify(&specs, &model, model.len() as u64, 1, 2);
+    let add = files(&dir, "new", 1, 24 << 20);
+    let rep = conv(&specs, &add, 5).unwrap();
+    assert_eq!((rep.level, rep.members), (5, (2, 3)), "{rep:?}");
+    let all: Vec<MemberSpec> = specs.iter().chain(&add).cloned().collect();
+    verify(&all, &model, rep.capacity.1, 5, 3);
+    assert_eq!(rep.capacity.1, 2 * model.len() as u64);
+    // RAID 1 -> 10 (2 members) and onto 2 more.
+    let dir = d.path().join("r10");
+    std::fs::create_dir(&dir).unwrap();
+    let (specs, model) = filled(&dir, 1, 2, 24 << 20, 32 << 10, 51);
+    let add = files(&dir, "new", 2, 24 << 20);
+    let rep = conv(&specs, &add, 10).unwrap();
+    assert_eq!((rep.level, rep.members), (10, (2, 4)), "{rep:?}");
+    let all: Vec<MemberSpec> = specs.iter().chain(&add).cloned().collect();
+    verify(&all, &model, rep.capacity.1, 10, 4);
+    // RAID 0 -> 10 with as many new members: each a rebuilt copy.
+    let dir = d.path().join("r0");
+    std::fs::create_dir(&dir).unwrap();
+    let (specs, model) = filled(&dir, 0, 3, 24 << 20, 64 << 10, 52);
+    let e = conv(&specs, &files(&dir, "few", 2, 24 << 20), 10).unwrap_err().to_string();
+    assert!(e.contains("give 3 new device(s)") && e.contains("Nothing was written"), "{e}");
+    let add = files(&dir, "new", 3, 24 << 20);
+    let rep = conv(&specs, &add, 10).unwrap();
+    assert_eq!((rep.level, rep.members, rep.capacity.0), (10, (3, 6), model.len() as u64), "{rep:?}");
+    let all: Vec<MemberSpec> = specs.iter().chain(&add).cloned().collect();
+    verify(&all, &model, model.len() as u64, 10, 5);
+    // Member i is role 2i now: its copy is role 2i + 1; role 1 alone may go.
+    let mut a = array::assemble(&all).unwrap();
+    let st = a.status();
+    assert_eq!(st.members[2].device.as_deref(), Some(all[1].to_string().as_str()), "{st:?}");
+    a.fail(0, false).unwrap();
+    for at in (0..model.len()).step_by(16 << 20) {
+        let len = (model.len() - at).min(16 << 20);
+        assert!(a.volume().read_at(at as u64, len).unwrap() == model[at..at + len], "role 0 failed: bytes {at}+{len} differ");
+    }
+    a.stop().unwrap();
+    // Refused, nothing written: dropping redundancy, and what is not there yet.
+    let dir = d.path().join("no");
+    std::fs::create_dir(&dir).unwrap();
+    let (specs, _) = filled(&dir, 6, 4, 16 << 20, 64 << 10, 53);
+    let before: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
+    let e = conv(&specs, &[], 5).unwrap_err().to_string();
+    assert!(e.contains("second parity") && e.contains("Nothing was written"), "{e}");
+    let e = conv(&specs, &[], 0).unwrap_err().to_string();
+    assert!(e.contains("would drop its parity"), "{e}");
+    let e = conv(&specs, &files(&dir, "new", 1, 16 << 20), 10).unwrap_err().to_string();
+    assert!(e.contains("not there yet") && e.contains("Nothing"), "{e}");
+    let after: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
+    assert!(before == after, "a refused conversion changed a member");
 }

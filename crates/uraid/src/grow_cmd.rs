@@ -18,8 +18,15 @@ pub(crate) struct GrowArgs {
     /// A drive that becomes a member; give --add once per drive. The
     /// volume is restriped onto every member (RAID 0, 5, 6 and 10), or a
     /// RAID 1 gains a copy on it.
-    #[arg(long, value_name = "NEWDEV", required_unless_present = "size", conflicts_with = "size")]
+    #[arg(long, value_name = "NEWDEV", required_unless_present_any = ["size", "level"], conflicts_with = "size")]
     add: Vec<String>,
+    /// Convert the volume to this RAID level (with the array stopped):
+    /// RAID 1 <-> 10 over 2 members; RAID 1 over 2 to RAID 5 or 10 over
+    /// more (give the new members with --add: the volume is restriped);
+    /// RAID 0 -> 10 with as many new members (--add), each rebuilt as the
+    /// copy of one. A conversion that would drop redundancy is refused.
+    #[arg(long, value_name = "LEVEL", conflicts_with = "size")]
+    level: Option<u32>,
     /// Grow the (last) volume into the room past it on every member
     /// instead: its usable size (100G, 1T; rounded up to whole rows), or
     /// `max` for all the room (mdadm's --size=max, after every member was
@@ -54,6 +61,14 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         return grow_size(&a, size);
     }
     if let Some(c) = crate::service::client::find(&a.array.members) {
+        if a.level.is_some() {
+            drop(c);
+            bail!(
+                "array {} is served: a level change needs it stopped ('uraid stop {}'), then serve it again; nothing was written",
+                a.array.members.join(" "),
+                a.array.members.join(" ")
+            );
+        }
         if a.json {
             bail!("--json is for a stopped array's reshape; a served array's reshape runs in the background ('uraid status --json NAME' shows it)");
         }
@@ -61,9 +76,23 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         return crate::live_cmds::grow(c, &a.add, a.force, rate, a.wait);
     }
     let add: Vec<MemberSpec> = a.add.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
-    let opts = GrowOptions { add, force: a.force, rate: rate(&a.rate).context("--rate")? };
+    let opts = GrowOptions { add, force: a.force, rate: rate(&a.rate).context("--rate")?, level: a.level };
     let specs = specs(&a.array.members)?;
     let Some(rep) = with_bar(&a, "reshaping", |p| array::grow(&specs, &opts, p))? else { return Ok(()) };
+    if a.level.is_some() && rep.members.0 == rep.members.1 {
+        println!("array '{}': its volume is RAID {} now, over the same {} members; no data moved", rep.array, rep.level, rep.members.1);
+        return Ok(());
+    }
+    if a.level == Some(10) && rep.capacity.0 == rep.capacity.1 {
+        println!(
+            "array '{}': its volume is RAID 10 over {} members now; the new members were rebuilt as copies in {:.1} s ({} written)",
+            rep.array,
+            rep.members.1,
+            rep.seconds,
+            fmt_size(rep.bytes_written)
+        );
+        return Ok(());
+    }
     if rep.level == 1 {
         println!(
             "array '{}' grew from {} to {} members: RAID 1 keeps {} copies now; the new members were rebuilt in {:.1} s ({} written)",

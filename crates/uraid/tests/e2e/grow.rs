@@ -143,10 +143,19 @@ fn grow_adds_a_member_to_raid5_and_the_data_stays() {
 fn interrupted(seed: u64, level: &str, crash: Option<&str>, kill_after: Option<Duration>) {
     let d = tmpdir();
     let what = format!("RAID {level}, crash {crash:?}, kill after {kill_after:?} (seed {seed})");
-    let (n, k) = if level == "6" { (4, 1) } else { (3, 2) };
+    // "1>5": RAID 1 over 2 members restriped as RAID 5 over 4.
+    let (level, to) = level.split_once('>').map_or((level, None), |(a, b)| (a, Some(b)));
+    let (n, k) = match (level, to) {
+        ("6", _) => (4, 1),
+        (_, Some(_)) => (2, 2),
+        _ => (3, 2),
+    };
     let (mut m, data) = filled(d.path(), "gc", level, n, "16K", &format!("grow-crash-{seed}"));
     let new: Vec<PathBuf> = (0..k).map(|i| sparse_file(d.path(), &format!("new{i}"), 32 << 20)).collect();
     let mut args = vec!["grow", "--quiet"];
+    if let Some(to) = to {
+        args.extend(["--level", to]);
+    }
     for p in &new {
         args.extend(["--add", s(p)]);
     }
@@ -203,6 +212,11 @@ fn an_interrupted_grow_is_finished_by_the_next_assemble() {
     for (i, c) in ["0:half", "1:backed-up", "1:half", "1:written", "4:half"].iter().enumerate() {
         interrupted(10 + i as u64, "6", Some(c), None);
     }
+    // RAID 1 over 2 restriped as RAID 5 over 4 (a level change): new row
+    // 0 (3 chunks) overwrites old row 0 and is the critical section.
+    for (i, c) in ["0:backed-up", "0:half", "1:half", "3:written"].iter().enumerate() {
+        interrupted(20 + i as u64, "1>5", Some(c), None);
+    }
 }
 
 #[test]
@@ -212,9 +226,9 @@ fn a_grow_killed_at_random_moments_is_finished_by_the_next_assemble() {
     let seed: u64 = std::env::var("URAID_E2E_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random());
     println!("grow kill test: seed {seed} (set URAID_E2E_SEED to replay)");
     let mut r = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(seed);
-    for i in 0..6 {
+    for i in 0..8 {
         // Half the kills early (the critical section is the first rows).
         let ms = if i % 2 == 0 { r.random_range(0..60) } else { r.random_range(0..600) };
-        interrupted(seed.wrapping_add(i), ["5", "10", "6"][i as usize % 3], None, Some(Duration::from_millis(ms)));
+        interrupted(seed.wrapping_add(i), ["5", "10", "6", "1>5"][i as usize % 4], None, Some(Duration::from_millis(ms)));
     }
 }

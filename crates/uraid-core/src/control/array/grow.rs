@@ -69,6 +69,9 @@ pub struct GrowOptions {
     /// Most bytes per second the reshape reads (and as many it writes);
     /// `None`: as fast as the members go.
     pub rate: Option<u64>,
+    /// Convert the volume to this RAID level number (`--level`) first;
+    /// see [`grow`] for the conversions there are.
+    pub level: Option<u32>,
 }
 
 /// What a reshape did.
@@ -213,8 +216,8 @@ fn windows(old: &Geometry, new: &Geometry, start: u64, max_units: u64) -> impl I
 /// it where it is: the superblocks say how far it got, and the next
 /// assemble goes on from there.
 pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<GrowReport> {
-    if opts.add.is_empty() {
-        bail!(InvalidInput, "grow needs --add DEVICE...: the devices that become members (other changes are not there yet)");
+    if opts.add.is_empty() && opts.level.is_none() {
+        bail!(InvalidInput, "grow needs --add DEVICE... (the devices that become members), --level L or --size SIZE");
     }
     let a = open(specs)?;
     let sb = a.superblock();
@@ -249,6 +252,12 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
             s.state.name()
         );
     }
+    if let Some(to) = opts.level.filter(|&l| l != v.level) {
+        return convert(a, &sb, to, specs, opts, progress);
+    }
+    if opts.add.is_empty() {
+        bail!(InvalidInput, "volume '{}' is RAID {} already; nothing to do", v.name, v.level);
+    }
     let n = sb.member_count as usize;
     let k = opts.add.len();
     let (old_g, new_g, added) = open_added(&a, opts, level, &v)?;
@@ -261,10 +270,191 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
     drop(added);
     let mut new_sb = with_new_roles(&sb, k, MemberState::Active, None);
     new_sb.state = State::Active;
-    new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: false });
+    new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: false, old_level: None });
     persist_all(&devs, &mut new_sb)?;
     let (old_vol, new_vol) = layouts(&devs, &new_sb)?;
     run(&devs, &mut new_sb, &old_vol, &new_vol, opts.rate, progress, None).map_err(stopped)
+}
+
+/// Converts the volume of the opened, checked array `a` (superblock `sb`)
+/// to RAID level `to`, as md's level takeovers do, where no byte has to
+/// move:
+///
+/// - RAID 1 over 2 members and RAID 10 over 2 members store the same bytes
+///   at the same places (RAID 10's two copies of chunk `c` are row `c` of
+///   both members): the volume table changes, nothing else. With new
+///   members (`opts.add`), RAID 1 over 2 is restriped as RAID 5 or 10
+///   over them all, read as the RAID 5 or 10 over 2 it equals (RAID 5's
+///   parity of one data chunk is its copy; md's raid1 -> raid5 takeover).
+/// - RAID 0 over `n` members becomes RAID 10 over `2n` with `n` new
+///   members (`opts.add`): member `i` becomes role `2i`, whose chunks RAID
+///   10 keeps where RAID 0 kept them, and new member `i` role `2i + 1`, its
+///   copy, rebuilt at once (md's raid0 -> raid10 takeover).
+///
+/// Errors, before anything is
+/// written: `WouldDestroy` for a conversion that drops redundancy (the
+/// message says what would be lost); `Unsupported` for one not there yet;
+/// `InvalidInput` for the wrong number of new members; as [`grow`].
+fn convert(a: Array, sb: &Superblock, to: u32, specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<GrowReport> {
+    let name = sb.name.clone();
+    let v = sb.volumes[0].clone();
+    let from = v.level;
+    let n = sb.member_count as usize;
+    let target = Level::from_number(to)?;
+    let cap = |l: Level, count: usize| Geometry::new(l, count, v.chunk, v.member_size).map(|g| g.capacity());
+    let add = opts.add.len();
+    if n == 2 && add == 0 && matches!((from, to), (1, 10) | (10, 1)) {
+        if cap(target, 2)? != cap(Level::from_number(from)?, 2)? {
+            bail!(
+                Unsupported,
+                "volume '{}' has {} per member, not a whole number of {} chunks, so RAID {to} would hold less than it does; \
+                 nothing was written",
+                v.name,
+                fmt_size(v.member_size),
+                fmt_size(v.chunk)
+            );
+        }
+        let devs = slot_order(&a, n, &[])?;
+        a.release();
+        let mut new_sb = sb.clone();
+        new_sb.volumes[0].level = to;
+        persist_all(&devs, &mut new_sb)?;
+        let capacity = cap(target, 2)?;
+        return Ok(GrowReport {
+            array: name,
+            level: to,
+            members: (2, 2),
+            capacity: (capacity, capacity),
+            started_at: 0,
+            bytes_read: 0,
+            bytes_written: 0,
+            backed_up_rows: 0,
+            seconds: 0.0,
+        });
+    }
+    if n == 2 && matches!((from, to), (1, 5) | (1, 10)) {
+        if to == 5 && add == 0 {
+            bail!(InvalidInput, "RAID 5 needs 3 members or more: give the new one(s) with --add. Nothing was written");
+        }
+        // RAID 1 over 2 members reads as RAID 5 or 10 over 2 would: the
+        // reshape reads it as RAID 1 and writes the new level over more.
+        let (_, _, added) = open_added(&a, opts, Level::Raid1, &v)?;
+        let old_g = Geometry::new(Level::Raid1, 2, v.chunk, v.member_size)?;
+        let new_g = Geometry::new(target, 2 + add, v.chunk, v.member_size)?;
+        check_backup_room(&name, &old_g, &new_g)?;
+        let devs = slot_order(&a, n, &added)?;
+        a.release();
+        drop(added);
+        let mut new_sb = with_new_roles(sb, add, MemberState::Active, None);
+        new_sb.volumes[0].level = to;
+        new_sb.state = State::Active;
+        new_sb.reshape = Some(Reshape { old_members: 2, position: 0, backup: None, live: false, old_level: Some(1) });
+        persist_all(&devs, &mut new_sb)?;
+        let (old_vol, new_vol) = layouts(&devs, &new_sb)?;
+        return run(&devs, &mut new_sb, &old_vol, &new_vol, opts.rate, progress, None).map_err(stopped);
+    }
+    if (from, to) == (0, 10) {
+        if opts.add.len() != n {
+            bail!(
+                InvalidInput,
+                "RAID 0 over {n} members becomes RAID 10 over {}: give {n} new device(s) with --add, each the copy of one \
+                 member (gave {}). Nothing was written",
+                2 * n,
+                opts.add.len()
+            );
+        }
+        return mirror(a, sb, specs, opts, progress);
+    }
+    let lost = match (from, to) {
+        (10, 0) | (1, 0) => Some("its copies: every chunk would be kept once, and the array would not survive a failed member"),
+        (5, 0) | (6, 0) => Some("its parity: the array would not survive a failed member"),
+        (6, 5) => Some("its second parity (Q): it would survive one failed member instead of two"),
+        _ => None,
+    };
+    if let Some(what) = lost {
+        bail!(
+            WouldDestroy,
+            "converting volume '{}' from RAID {from} to RAID {to} would drop {what}. Nothing was written; a conversion that \
+             loses redundancy is not offered",
+            v.name
+        );
+    }
+    bail!(
+        Unsupported,
+        "converting volume '{}' from RAID {from} over {n} members to RAID {to} is not there yet; there are RAID 1 <-> 10 \
+         over 2 members, RAID 1 over 2 to RAID 5 or 10 over more (--add) and RAID 0 -> 10 with as many new members. \
+         Nothing was written",
+        v.name
+    )
+}
+
+/// RAID 0 over `n` members to RAID 10 over `2n` (see [`convert`]): the new
+/// superblocks (member `i` in role `2i`, new member `i` in role `2i + 1`,
+/// rebuilding from its start), then the array is assembled over every
+/// device and rebuilt (the rebuild resumes from its checkpoint at the
+/// next assemble if it is stopped).
+fn mirror(a: Array, sb: &Superblock, specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<GrowReport> {
+    let t0 = std::time::Instant::now();
+    let n = sb.member_count as usize;
+    let v = sb.volumes[0].clone();
+    let (_, _, added) = open_added(&a, opts, Level::Raid0, &v)?;
+    let old = slot_order(&a, n, &[])?;
+    let spares: Vec<Slot> = sb.spares().to_vec();
+    let mut devs = Vec::with_capacity(2 * n);
+    let mut slots = Vec::with_capacity(2 * n + spares.len());
+    for (i, (m, (_, new))) in old.into_iter().take(n).zip(added.iter()).enumerate() {
+        devs.push(m);
+        devs.push(new.try_clone()?);
+        slots.push(sb.slots[i]);
+        slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Rebuilding, resync_from_bitmap: false, recovery_offset: Some(0) });
+    }
+    let spare_devs: Vec<Member> = slot_order(&a, n, &[])?.into_iter().skip(n).collect();
+    devs.extend(spare_devs);
+    slots.extend(spares);
+    a.release();
+    let mut new_sb = sb.clone();
+    new_sb.slots = slots;
+    new_sb.member_count = (2 * n) as u32;
+    new_sb.volumes[0].level = 10;
+    persist_all(&devs, &mut new_sb)?;
+    drop(devs);
+    rebuild_copies(specs, added, &sb.name, 10, n as u32, opts, progress, t0)
+}
+
+/// The end of a growth that adds copies (RAID 1's more copies, RAID 0 ->
+/// 10): the array over `specs` and `added`, whose new roles the
+/// superblocks record as rebuilding, is assembled and rebuilt, then
+/// stopped. Errors: from the assemble or the rebuild (the rebuild goes on
+/// from its checkpoint at the next assemble).
+#[allow(clippy::too_many_arguments)]
+fn rebuild_copies(
+    specs: &[MemberSpec],
+    added: Vec<NewMember>,
+    name: &str,
+    level: u32,
+    before: u32,
+    opts: &GrowOptions,
+    progress: &mut dyn FnMut(u64, u64),
+    t0: std::time::Instant,
+) -> Result<GrowReport> {
+    let all: Vec<MemberSpec> = specs.iter().cloned().chain(added.into_iter().map(|(s, _)| s)).collect();
+    let mut arr = assemble(&all)?;
+    let capacity = arr.volume().raid().capacity();
+    let members = arr.member_count();
+    let reports = arr.rebuild(opts.rate, &mut |_, done, total| progress(done, total))?;
+    arr.stop()?;
+    let written: u64 = reports.iter().map(|r| r.bytes_written).sum();
+    Ok(GrowReport {
+        array: name.to_string(),
+        level,
+        members: (before, members),
+        capacity: (capacity, capacity),
+        started_at: 0,
+        bytes_read: written,
+        bytes_written: written,
+        backed_up_rows: 0,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
 }
 
 /// The two layouts of the reshape `sb` records, over `devs` (slot order):
@@ -273,10 +463,9 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
 fn layouts(devs: &[Member], sb: &Superblock) -> Result<(Arc<Volume>, Arc<Volume>)> {
     let r = sb.reshape.expect("a reshape is recorded");
     let v = &sb.volumes[0];
-    let level = Level::from_number(v.level)?;
     let roles = |count: usize| -> Result<Arc<Vec<Member>>> { Ok(Arc::new(devs[..count].iter().map(Member::try_clone).collect::<Result<_>>()?)) };
-    let old_g = Geometry::new(level, r.old_members as usize, v.chunk, v.member_size)?;
-    let new_g = Geometry::new(level, sb.member_count as usize, v.chunk, v.member_size)?;
+    let old_g = Geometry::new(Level::from_number(r.old_level.unwrap_or(v.level))?, r.old_members as usize, v.chunk, v.member_size)?;
+    let new_g = Geometry::new(Level::from_number(v.level)?, sb.member_count as usize, v.chunk, v.member_size)?;
     Ok((Volume::new(roles(r.old_members as usize)?, old_g, v.member_start)?, Volume::new(roles(sb.member_count as usize)?, new_g, v.member_start)?))
 }
 
@@ -354,23 +543,7 @@ fn more_copies(
     let mut new_sb = with_new_roles(sb, added.len(), MemberState::Rebuilding, Some(0));
     persist_all(&devs, &mut new_sb)?;
     drop(devs);
-    let all: Vec<MemberSpec> = specs.iter().cloned().chain(added.into_iter().map(|(s, _)| s)).collect();
-    let mut arr = assemble(&all)?;
-    let capacity = arr.volume().raid().capacity();
-    let reports = arr.rebuild(opts.rate, &mut |_, done, total| progress(done, total))?;
-    arr.stop()?;
-    let written: u64 = reports.iter().map(|r| r.bytes_written).sum();
-    Ok(GrowReport {
-        array: sb.name.clone(),
-        level: 1,
-        members: (n as u32, new_sb.member_count),
-        capacity: (capacity, capacity),
-        started_at: 0,
-        bytes_read: written,
-        bytes_written: written,
-        backed_up_rows: 0,
-        seconds: t0.elapsed().as_secs_f64(),
-    })
+    rebuild_copies(specs, added, &sb.name, 1, n as u32, opts, progress, t0)
 }
 
 /// Finishes the reshape the superblocks of `specs` record, if any: the
@@ -431,9 +604,16 @@ fn check_record(sb: &Superblock) -> Result<()> {
     let v = &sb.volumes[0];
     let level = Level::from_number(v.level)?;
     let n = sb.member_count as usize;
+    // A level change: RAID 1 over 2 members restriped as RAID 5 or 10.
+    let old_level = match r.old_level {
+        None => Ok(level),
+        Some(1) if r.old_members == 2 && matches!(level, Level::Raid5 | Level::Raid10) => Ok(Level::Raid1),
+        Some(l) => Err(l),
+    };
     let ok = matches!(level, Level::Raid0 | Level::Raid5 | Level::Raid6 | Level::Raid10)
         && sb.volumes.len() == 1
-        && match (Geometry::new(level, r.old_members as usize, v.chunk, v.member_size), Geometry::new(level, n, v.chunk, v.member_size)) {
+        && old_level.is_ok()
+        && match (Geometry::new(old_level.unwrap_or(level), r.old_members as usize, v.chunk, v.member_size), Geometry::new(level, n, v.chunk, v.member_size)) {
             (Ok(old_g), Ok(new_g)) => {
                 let ((wo, uo), (wn, un)) = (unit(&old_g), unit(&new_g));
                 wn * uo > wo * un
@@ -921,7 +1101,7 @@ impl Array {
         };
         let mut new_sb = with_new_roles(&sb, k, MemberState::Active, None);
         new_sb.state = State::Active;
-        new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: true });
+        new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: true, old_level: None });
         if let Err(e) = persist_all(&devs, &mut new_sb) {
             if let Some((b, s, e)) = &held {
                 b.end_write(*s, e - s);
