@@ -304,10 +304,35 @@ pub fn reshape_crash_point(window: u64, stage: &str) {
     #[cfg(feature = "failpoints")]
     if std::env::var("URAID_FAILPOINT_RESHAPE_CRASH").is_ok_and(|v| v == format!("{window}:{stage}")) {
         eprintln!("uraid: failpoint: the reshape crashes in window {window} at {stage}");
+        power_cut_failpoint(window);
         std::process::abort();
     }
     #[cfg(not(feature = "failpoints"))]
     let _ = (window, stage);
+}
+
+/// The members under the `URAID_FAILPOINT_VOLATILE` failpoint: each
+/// one's fault plan (a volatile drive cache) and the name it was opened as.
+#[cfg(feature = "failpoints")]
+static VOLATILE: std::sync::Mutex<Vec<(Arc<Faults>, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// The `URAID_FAILPOINT_VOLATILE=SEED` failpoint (power-cut tests of the
+/// crash failpoints): every member opened as part of an array gets a
+/// volatile drive cache ([`Faults::volatile_cache`]), and when a crash
+/// failpoint fires the power goes first: each member loses a random subset
+/// (drawn from SEED and `window`) of its writes not yet flushed
+/// ([`Faults::power_cut`]). Only with the `failpoints` feature.
+#[cfg(feature = "failpoints")]
+fn power_cut_failpoint(window: u64) {
+    let Some(seed) = std::env::var("URAID_FAILPOINT_VOLATILE").ok().and_then(|v| v.parse::<u64>().ok()) else { return };
+    let members = std::mem::take(&mut *VOLATILE.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut lost = 0;
+    for (i, (f, name)) in members.iter().enumerate() {
+        let Ok(spec) = name.parse::<crate::io::member::MemberSpec>() else { continue };
+        let Ok(m) = Member::open(&spec, crate::io::member::OpenMode { write: true, exclusive: false }) else { continue };
+        lost += f.power_cut(&m, seed ^ window.wrapping_mul(0x9E37_79B9) ^ i as u64).unwrap_or(0);
+    }
+    eprintln!("uraid: failpoint: power cut: {lost} write(s) not yet flushed lost");
 }
 
 /// Stacks the fault plans the `URAID_FAILPOINT_*` variables ask for over
@@ -325,6 +350,15 @@ pub fn failpoints(m: &mut Member) {
             if existing.is_none() {
                 f.attach(m);
             }
+        }
+        if std::env::var_os("URAID_FAILPOINT_VOLATILE").is_some() {
+            let f = Faults::of(m).unwrap_or_else(|| {
+                let f = Arc::new(Faults::new());
+                f.attach(m);
+                f
+            });
+            f.volatile_cache();
+            VOLATILE.lock().unwrap_or_else(|e| e.into_inner()).push((f, m.name().to_string()));
         }
     }
     #[cfg(not(feature = "failpoints"))]

@@ -41,9 +41,14 @@
 //! same windows while users go on through `raid/reshape.rs`, which routes
 //! each request by the position and holds those to the window being moved.
 //!
-//! Not here yet: level and chunk changes, adding members to arrays with
-//! several volumes, and a degraded array (every member must be present
-//! and in sync; a member that fails stops the reshape where it is).
+//! A member that fails during a reshape (or is not given when an
+//! interrupted one resumes) is recorded as faulty, and the reshape goes on
+//! degraded where both layouts survive without it ([`note_failures`]).
+//!
+//! Not here yet: level changes other than md's takeovers ([`convert`]),
+//! chunk changes, adding members to arrays with several volumes, and
+//! starting a reshape of a degraded array (every member must be present
+//! and in sync when it starts).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -272,8 +277,8 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
     new_sb.state = State::Active;
     new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: false, old_level: None });
     persist_all(&devs, &mut new_sb)?;
-    let (old_vol, new_vol) = layouts(&devs, &new_sb)?;
-    run(&devs, &mut new_sb, &old_vol, &new_vol, opts.rate, progress, None).map_err(stopped)
+    let (old_vol, new_vol, health) = layouts(&devs, &new_sb)?;
+    run(&devs, &mut new_sb, &old_vol, &new_vol, [&health[0], &health[1]], opts.rate, progress, None).map_err(stopped)
 }
 
 /// Converts the volume of the opened, checked array `a` (superblock `sb`)
@@ -350,8 +355,8 @@ fn convert(a: Array, sb: &Superblock, to: u32, specs: &[MemberSpec], opts: &Grow
         new_sb.state = State::Active;
         new_sb.reshape = Some(Reshape { old_members: 2, position: 0, backup: None, live: false, old_level: Some(1) });
         persist_all(&devs, &mut new_sb)?;
-        let (old_vol, new_vol) = layouts(&devs, &new_sb)?;
-        return run(&devs, &mut new_sb, &old_vol, &new_vol, opts.rate, progress, None).map_err(stopped);
+        let (old_vol, new_vol, health) = layouts(&devs, &new_sb)?;
+        return run(&devs, &mut new_sb, &old_vol, &new_vol, [&health[0], &health[1]], opts.rate, progress, None).map_err(stopped);
     }
     if (from, to) == (0, 10) {
         if opts.add.len() != n {
@@ -457,16 +462,34 @@ fn rebuild_copies(
     })
 }
 
+/// The old layout, the new one, and their member states.
+type Layouts = (Arc<Volume>, Arc<Volume>, [Arc<Health>; 2]);
+
 /// The two layouts of the reshape `sb` records, over `devs` (slot order):
-/// the old member count's and the new one's, plain (no member states of
-/// an array, no bitmap).
-fn layouts(devs: &[Member], sb: &Superblock) -> Result<(Arc<Volume>, Arc<Volume>)> {
+/// the old member count's and the new one's, each with member states of
+/// its own (the roles the superblock says are faulty or missing are down
+/// in both), no bitmap.
+fn layouts(devs: &[Member], sb: &Superblock) -> Result<Layouts> {
     let r = sb.reshape.expect("a reshape is recorded");
     let v = &sb.volumes[0];
+    let (old_n, n) = (r.old_members as usize, sb.member_count as usize);
     let roles = |count: usize| -> Result<Arc<Vec<Member>>> { Ok(Arc::new(devs[..count].iter().map(Member::try_clone).collect::<Result<_>>()?)) };
-    let old_g = Geometry::new(Level::from_number(r.old_level.unwrap_or(v.level))?, r.old_members as usize, v.chunk, v.member_size)?;
-    let new_g = Geometry::new(Level::from_number(v.level)?, sb.member_count as usize, v.chunk, v.member_size)?;
-    Ok((Volume::new(roles(r.old_members as usize)?, old_g, v.member_start)?, Volume::new(roles(sb.member_count as usize)?, new_g, v.member_start)?))
+    let old_g = Geometry::new(Level::from_number(r.old_level.unwrap_or(v.level))?, old_n, v.chunk, v.member_size)?;
+    let new_g = Geometry::new(Level::from_number(v.level)?, n, v.chunk, v.member_size)?;
+    let health = [Arc::new(Health::new(old_n)), Arc::new(Health::new(n))];
+    for (role, slot) in sb.roles().iter().enumerate() {
+        if matches!(slot.state, MemberState::Faulty | MemberState::Missing) {
+            for h in &health {
+                if role < h.members() {
+                    h.set_state(role as u32, MemberState::Faulty);
+                }
+            }
+        }
+    }
+    let shared = |h: &Arc<Health>| Shared { health: h.clone(), bitmap: None };
+    let old_vol = Volume::with_state(roles(old_n)?, old_g, v.member_start, shared(&health[0]))?;
+    let new_vol = Volume::with_state(roles(n)?, new_g, v.member_start, shared(&health[1]))?;
+    Ok((old_vol, new_vol, health))
 }
 
 /// A device to become a member: how it was named, and opened.
@@ -547,13 +570,16 @@ fn more_copies(
 }
 
 /// Finishes the reshape the superblocks of `specs` record, if any: the
-/// members (all of them: a reshape does not run degraded) are opened,
-/// the window that was being written is written again (from the backup
-/// when it was one of the critical section's) and the reshape goes on to
-/// the end. `Ok(None)` when no reshape is recorded.
+/// members are opened, the window that was being written is written again
+/// (from the backup when it was one of the critical section's) and the
+/// reshape goes on to the end; degraded when members failed or are not
+/// given and both layouts survive without them (they are then recorded as
+/// missing: rebuild them afterwards). `Ok(None)` when no reshape is
+/// recorded.
 ///
-/// Errors: as [`open`] for the members; `Membership` when a member is
-/// missing (the reshape waits for it: nothing is written); `Superblock`
+/// Errors: as [`open`] for the members; `Membership` when more members
+/// are missing than the layouts survive, or the one with the backup of the
+/// window being written (the reshape waits for them: nothing is written); `Superblock`
 /// when the backup does not match its checksum; an I/O error stops the
 /// reshape where it is, as in [`grow`].
 pub fn resume(specs: &[MemberSpec], progress: &mut dyn FnMut(u64, u64)) -> Result<Option<GrowReport>> {
@@ -578,20 +604,44 @@ pub fn resume(specs: &[MemberSpec], progress: &mut dyn FnMut(u64, u64)) -> Resul
             by_slot[s] = Some(m);
         }
     }
-    if let Some(r) = (0..auth.member_count as usize).find(|&r| by_slot[r].is_none()) {
-        bail!(
-            Membership,
-            "array '{}' is in the middle of a reshape, and role {r} (member UUID {}) was not given; a reshape goes on with \
-             every member only. Give all the members; nothing was written",
-            auth.name,
-            fmt_uuid(&auth.slots[r].uuid)
-        );
-    }
-    let devs: Vec<Member> = by_slot.into_iter().flatten().collect();
+    let n = auth.member_count as usize;
     let mut sb = auth;
     check_record(&sb)?;
-    let (old_vol, new_vol) = layouts(&devs, &sb)?;
-    run(&devs, &mut sb, &old_vol, &new_vol, None, progress, None).map(Some).map_err(stopped)
+    // Roles that failed or were not given are left out (placeholders that
+    // are never read or written), when both layouts survive without them:
+    // the reshape goes on degraded.
+    let is_down = |s: &Slot| matches!(s.state, MemberState::Faulty | MemberState::Missing);
+    let mut devs = Vec::with_capacity(by_slot.len());
+    for (slot, m) in by_slot.into_iter().enumerate() {
+        match m {
+            Some(m) if slot >= n || !is_down(&sb.slots[slot]) => devs.push(m),
+            _ => {
+                if slot < n && !is_down(&sb.slots[slot]) {
+                    sb.slots[slot].state = MemberState::Missing;
+                }
+                devs.push(placeholder(sb.used_end())?);
+            }
+        }
+    }
+    let r = sb.reshape.expect("a reshape is recorded");
+    let down: Vec<bool> = sb.roles().iter().map(is_down).collect();
+    let mut old_v = sb.volumes[0].clone();
+    old_v.level = r.old_level.unwrap_or(old_v.level);
+    let backup_lost = r.backup.is_some_and(|k| down[k.role as usize]);
+    let old_n = r.old_members as usize;
+    if backup_lost || !volume_survives(&old_v, old_n, &down[..old_n]) || !volume_survives(&sb.volumes[0], n, &down) {
+        let roles: Vec<String> = (0..n).filter(|&r| down[r]).map(|r| format!("{r} (member UUID {})", fmt_uuid(&sb.slots[r].uuid))).collect();
+        bail!(
+            Membership,
+            "array '{}' is in the middle of a reshape, and role(s) {} are missing or failed: {}. Give the members; nothing \
+             was written",
+            sb.name,
+            roles.join(", "),
+            if backup_lost { "one keeps the backup of the window being written" } else { "the array would lose data without them" }
+        );
+    }
+    let (old_vol, new_vol, health) = layouts(&devs, &sb)?;
+    run(&devs, &mut sb, &old_vol, &new_vol, [&health[0], &health[1]], None, progress, None).map(Some).map_err(stopped)
 }
 
 /// Refuses a reshape record `grow` would not write (it comes from the
@@ -671,13 +721,15 @@ fn check_backup_room(name: &str, old_g: &Geometry, new_g: &Geometry) -> Result<(
 fn persist_all(devs: &[Member], sb: &mut Superblock) -> Result<()> {
     sb.events += 1;
     sb.utime = superblock::unix_now();
-    for (slot, m) in devs.iter().enumerate().rev() {
+    // A role that failed (or is missing) keeps its old superblock.
+    let up = |slot: usize| !matches!(sb.slots[slot].state, MemberState::Faulty | MemberState::Missing);
+    for (slot, m) in devs.iter().enumerate().rev().filter(|(slot, _)| up(*slot)) {
         let mut s = sb.clone();
         s.slot = slot as u32;
         s.member_uuid = sb.slots[slot].uuid;
         write_superblock(m, &s)?;
     }
-    for m in devs {
+    for (_, m) in devs.iter().enumerate().filter(|(slot, _)| up(*slot)) {
         m.file().sync_data().map_err(|e| Error::io("cannot flush the superblock of", std::path::Path::new(m.name()), e))?;
     }
     Ok(())
@@ -691,9 +743,6 @@ struct Served<'a> {
     /// Set to stop at the end of the next window (a command waits, or the
     /// service stops).
     stop: &'a AtomicBool,
-    /// The member states the two layouts' data paths keep: a member they
-    /// fail stops the reshape.
-    health: [&'a Health; 2],
 }
 
 /// Most logical bytes one window moves while the array is served: users'
@@ -706,11 +755,13 @@ const SERVED_WINDOW: u64 = 8 << 20;
 /// requests while they move, and the run stops (`Interrupted`) at the end
 /// of a window once the stop flag is set; at the end the record is left
 /// in place (with the position at the end) for [`LiveGrow::finish`].
+#[allow(clippy::too_many_arguments)]
 fn run(
     devs: &[Member],
     sb: &mut Superblock,
     old_vol: &Arc<Volume>,
     new_vol: &Arc<Volume>,
+    health: [&Health; 2],
     rate: Option<u64>,
     progress: &mut dyn FnMut(u64, u64),
     served: Option<&Served>,
@@ -821,6 +872,9 @@ fn run(
             if critical {
                 // md's critical section: the bytes go to the backup area first.
                 let role = old_n as u32;
+                if !health[1].writable(role) {
+                    bail!(Membership, "role {role}, which keeps the reshape's backup area, failed before the critical section was done");
+                }
                 let offset = backup_at(len);
                 let dev = &devs[role as usize];
                 let mut buf = IoBuf::new(len as usize);
@@ -843,9 +897,9 @@ fn run(
             new_vol.flush()?;
             crash(window, "written");
             report.bytes_written += data_per_row(len);
-            if let Some(l) = served {
-                check_health(&l.health)?;
-            }
+            // A member the data paths failed meanwhile: the window was
+            // written without it (degraded), and the superblocks say so.
+            note_failures(sb, health)?;
             set_position(devs, sb, pos + len, None)?;
             if let Some(st) = state {
                 st.advance(pos + len, false);
@@ -877,17 +931,40 @@ fn run(
     Ok(report)
 }
 
-/// Refuses to go on when a data path failed a member (the reshape goes
-/// on with every member only).
-fn check_health(health: &[&Health; 2]) -> Result<()> {
-    for h in health {
-        if let Some(r) = (0..h.members() as u32).find(|&r| h.state(r) != MemberState::Active) {
-            bail!(
-                Membership,
-                "role {r} became {} during the reshape; a reshape goes on with every member only",
-                h.state(r).name()
-            );
+/// Records in `sb` the roles the data paths of either layout failed (both
+/// layouts then leave them out: the reshape goes on degraded), as md does
+/// when a member fails during a reshape. Errors: `Membership` when either
+/// layout would then lose data (RAID 0, or past RAID 5, 6 or 10's
+/// tolerance): the reshape stops where it is.
+fn note_failures(sb: &mut Superblock, health: [&Health; 2]) -> Result<()> {
+    let n = sb.member_count as usize;
+    for role in 0..n as u32 {
+        let failed = health.iter().any(|h| (role as usize) < h.members() && !h.writable(role));
+        if !failed {
+            continue;
         }
+        for h in health {
+            if (role as usize) < h.members() {
+                let _ = h.fail(role);
+            }
+        }
+        if sb.slots[role as usize].state == MemberState::Active {
+            sb.slots[role as usize].state = MemberState::Faulty;
+        }
+    }
+    let r = sb.reshape.expect("a reshape is recorded");
+    let mut old_v = sb.volumes[0].clone();
+    old_v.level = r.old_level.unwrap_or(old_v.level);
+    let down: Vec<bool> = sb.roles().iter().map(|s| matches!(s.state, MemberState::Faulty | MemberState::Missing)).collect();
+    let old_n = r.old_members as usize;
+    if !volume_survives(&old_v, old_n, &down[..old_n]) || !volume_survives(&sb.volumes[0], n, &down) {
+        let roles: Vec<usize> = (0..n).filter(|&r| down[r]).collect();
+        bail!(
+            Membership,
+            "role(s) {roles:?} failed during the reshape, more than RAID {} over {old_n} or RAID {} over {n} survives",
+            old_v.level,
+            sb.volumes[0].level
+        );
     }
     Ok(())
 }
@@ -959,8 +1036,8 @@ impl LiveGrow {
     /// [`volume`](Self::volume); stop the array, and the next assemble
     /// with every member goes on from there.
     pub fn step(&mut self, rate: Option<u64>, stop: &AtomicBool, progress: &mut dyn FnMut(u64, u64)) -> Result<bool> {
-        let served = Served { state: &self.state, stop, health: [&self.health[0], &self.health[1]] };
-        match run(&self.devs, &mut self.sb, &self.old, &self.new, rate, progress, Some(&served)) {
+        let served = Served { state: &self.state, stop };
+        match run(&self.devs, &mut self.sb, &self.old, &self.new, [&self.health[0], &self.health[1]], rate, progress, Some(&served)) {
             Ok(r) => {
                 self.report.bytes_read += r.bytes_read;
                 self.report.bytes_written += r.bytes_written;
@@ -998,6 +1075,11 @@ impl LiveGrow {
         let mut meta = Meta { sb: self.sb.clone(), devices, specs: self.specs.clone(), roles: Arc::new(Vec::new()) };
         meta.rebuild_roles()?;
         let health = Arc::new(Health::new(n));
+        for (role, slot) in self.sb.roles().iter().enumerate() {
+            if slot.state != MemberState::Active {
+                health.set_state(role as u32, slot.state);
+            }
+        }
         let end = self.sb.data_end();
         let bitmap = match self.sb.bitmap_region {
             0 => None,
