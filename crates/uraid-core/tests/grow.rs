@@ -397,3 +397,41 @@ fn levels_convert_where_the_bytes_stay_in_place() {
     let after: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
     assert!(before == after, "a refused conversion changed a member");
 }
+
+/// RAID 0 -> 5 and RAID 5 -> 6 with one new member each (md's takeovers:
+/// the new member keeps P, then Q; no data chunk moves): the data reads
+/// back, checks clean, and survives losing the members the level allows;
+/// a parity-last volume is not restriped (refused, nothing written).
+#[test]
+fn raid0_becomes_raid5_and_raid5_becomes_raid6_with_a_parity_member() {
+    let d = tempfile::tempdir().unwrap();
+    let (specs, model) = filled(d.path(), 0, 3, 24 << 20, 64 << 10, 60);
+    let p = files(d.path(), "p", 1, 24 << 20);
+    let rep = array::grow(&specs, &GrowOptions { add: p.clone(), level: Some(5), ..Default::default() }, &mut |_, _| {}).unwrap();
+    assert_eq!((rep.level, rep.members, rep.capacity.0, rep.capacity.1), (5, (3, 4), model.len() as u64, model.len() as u64), "{rep:?}");
+    let all: Vec<MemberSpec> = specs.iter().chain(&p).cloned().collect();
+    verify(&all, &model, model.len() as u64, 5, 7);
+    let q = files(d.path(), "q", 1, 24 << 20);
+    let e = array::grow(&all, &GrowOptions { add: q.clone(), ..Default::default() }, &mut |_, _| {}).unwrap_err().to_string();
+    assert!(e.contains("parity on its last member") && e.contains("Nothing was written"), "{e}");
+    let rep = array::grow(&all, &GrowOptions { add: q.clone(), level: Some(6), ..Default::default() }, &mut |_, _| {});
+    // RAID 6 from a parity-last RAID 5 is not there yet; from a standard one it is.
+    assert!(rep.unwrap_err().to_string().contains("not there yet"));
+    let dir = d.path().join("r5");
+    std::fs::create_dir(&dir).unwrap();
+    let (specs, model) = filled(&dir, 5, 4, 24 << 20, 32 << 10, 61);
+    let q = files(&dir, "q", 1, 24 << 20);
+    let rep = array::grow(&specs, &GrowOptions { add: q.clone(), level: Some(6), ..Default::default() }, &mut |_, _| {}).unwrap();
+    assert_eq!((rep.level, rep.members, rep.capacity.1), (6, (4, 5), model.len() as u64), "{rep:?}");
+    let all: Vec<MemberSpec> = specs.iter().chain(&q).cloned().collect();
+    verify(&all, &model, model.len() as u64, 6, 8);
+    // Two members gone: RAID 6 reads every byte back.
+    let mut a = array::assemble(&all).unwrap();
+    a.fail(0, false).unwrap();
+    a.fail(4, false).unwrap();
+    for at in (0..model.len()).step_by(16 << 20) {
+        let len = (model.len() - at).min(16 << 20);
+        assert!(a.volume().read_at(at as u64, len).unwrap() == model[at..at + len], "two members failed: bytes {at}+{len} differ");
+    }
+    a.stop().unwrap();
+}

@@ -24,7 +24,9 @@ pub(crate) struct GrowArgs {
     /// RAID 1 <-> 10 over 2 members; RAID 1 over 2 to RAID 5 or 10 over
     /// more (give the new members with --add: the volume is restriped);
     /// RAID 0 -> 10 with as many new members (--add), each rebuilt as the
-    /// copy of one. A conversion that would drop redundancy is refused.
+    /// copy of one; RAID 0 -> 5 and RAID 5 -> 6 with one new member (--add)
+    /// that keeps the new parity (md's parity-last layouts: no data moves).
+    /// A conversion that would drop redundancy is refused.
     #[arg(long, value_name = "LEVEL", conflicts_with = "size")]
     level: Option<u32>,
     /// Grow the (last) volume into the room past it on every member
@@ -83,10 +85,12 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         println!("array '{}': its volume is RAID {} now, over the same {} members; no data moved", rep.array, rep.level, rep.members.1);
         return Ok(());
     }
-    if a.level == Some(10) && rep.capacity.0 == rep.capacity.1 {
+    if a.level.is_some() && rep.capacity.0 == rep.capacity.1 {
         println!(
-            "array '{}': its volume is RAID 10 over {} members now; the new members were rebuilt as copies in {:.1} s ({} written)",
+            "array '{}': its volume is RAID {} over {} members now; the new member(s) were rebuilt in {:.1} s ({} written), \
+             no data moved",
             rep.array,
+            rep.level,
             rep.members.1,
             rep.seconds,
             fmt_size(rep.bytes_written)

@@ -51,6 +51,7 @@
 //! | 64 | 8 | member size: bytes of every member the volume uses (whole chunks) |
 //! | 72 | 1 | cache mode: 0 off, 1 write-through, 2 write-back, 3 write-back with a journal |
 //! | 73 | 1 | flags: bit 0 = mode 3 with a journal device of its own that was lost while running (a write to it failed): its records are stale and never replayed, and the volume runs without it until a journal is set again |
+//! | 74 | 1 | RAID 5 and 6 parity placement: 0 md's left-symmetric, 1 parity-last (`raid::layout::Variant`; a superblock with a volume of layout 1 is written as version 3, which an older uraid refuses) |
 //! | 76 | 4 | cache size in MiB (0: the default, 256) |
 //! | 80 | 4 | cache dirty limit in MiB (0: the default, 64) |
 //! | 84 | 16 | journal UUID (mode 3: the journal's, see `journal`; else zero) |
@@ -190,6 +191,9 @@ pub struct VolumeEntry {
     /// Journal mode with the journal on a member: where it lies (`None`:
     /// the journal is a device of its own, or there is none).
     pub journal_region: Option<JournalRegion>,
+    /// RAID 5 and 6: where the parity is ([`crate::raid::layout::Variant`]
+    /// as its byte; 0 = md's left-symmetric).
+    pub layout: u8,
 }
 
 /// Where a volume's journal lies on a member (see [`crate::cache::journal`]).
@@ -386,7 +390,7 @@ impl std::fmt::Display for DecodeError {
                  to copy the data off, then create the array again"
             ),
             DecodeError::Version(v) => {
-                write!(f, "superblock format version {v} is newer than this uraid knows ({VERSION}, and {VERSION_RESHAPE} during a reshape); use a newer uraid")
+                write!(f, "superblock format version {v} is newer than this uraid knows ({VERSION}, and {VERSION_RESHAPE} during a reshape or with a parity-last volume); use a newer uraid")
             }
             DecodeError::Invalid(s) => write!(f, "superblock field out of range: {s}"),
         }
@@ -473,6 +477,9 @@ impl Superblock {
         };
         b[120..124].copy_from_slice(&st.to_le_bytes());
         b[128..136].copy_from_slice(&self.bitmap_region.to_le_bytes());
+        if self.volumes.iter().any(|v| v.layout != 0) {
+            b[8..12].copy_from_slice(&VERSION_RESHAPE.to_le_bytes());
+        }
         if let Some(r) = &self.reshape {
             b[8..12].copy_from_slice(&VERSION_RESHAPE.to_le_bytes());
             b[136..140].copy_from_slice(&(1u32 | if r.backup.is_some() { 2 } else { 0 } | if r.live { 4 } else { 0 } | r.old_level.map_or(0, |l| (l + 1) << 8)).to_le_bytes());
@@ -503,6 +510,7 @@ impl Superblock {
             b[o + 64..o + 72].copy_from_slice(&v.member_size.to_le_bytes());
             b[o + 72] = v.cache_mode;
             b[o + 73] = v.journal_lost as u8;
+            b[o + 74] = v.layout;
             b[o + 76..o + 80].copy_from_slice(&v.cache_size_mib.to_le_bytes());
             b[o + 80..o + 84].copy_from_slice(&v.dirty_limit_mib.to_le_bytes());
             b[o + 84..o + 100].copy_from_slice(&v.journal_uuid);
@@ -608,7 +616,11 @@ impl Superblock {
                     0 => None,
                     r => Some(JournalRegion { role: r - 1, start: u64_at(b, o + 104), size: u64_at(b, o + 112) }),
                 },
+                layout: b[o + 74],
             };
+            if v.layout != 0 && (version != VERSION_RESHAPE || !matches!(v.level, 5 | 6) || crate::raid::layout::Variant::from_u8(v.layout).is_none()) {
+                return inv(format!("layout {} of volume {i} (RAID {})", v.layout, v.level));
+            }
             if check_name_of("volume", &v.name).is_err() {
                 return inv(format!("name of volume {i} ({:?}: not 1 to {NAME_MAX} letters, digits, '-', '_' or '.')", v.name));
             }
@@ -659,7 +671,7 @@ impl Superblock {
         if check_name(&name).is_err() {
             return inv(format!("array name ({name:?}: not 1 to {NAME_MAX} letters, digits, '-', '_' or '.')"));
         }
-        let reshape = if version == VERSION_RESHAPE {
+        let reshape = if version == VERSION_RESHAPE && u32_at(b, 136) != 0 {
             let flags = u32_at(b, 136);
             let old_members = u32_at(b, 140);
             if flags & 1 == 0 || flags & !0xff07 != 0 || (flags >> 8) > 11 || old_members == 0 || old_members >= member_count {
@@ -702,7 +714,7 @@ mod tests {
     use super::*;
 
     fn volume(name: &str, level: u32, chunk: u64, start: u64, size: u64) -> VolumeEntry {
-        VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_lost: false, journal_region: None }
+        VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_lost: false, journal_region: None, layout: 0 }
     }
 
     fn sample() -> Superblock {

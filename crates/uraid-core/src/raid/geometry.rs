@@ -109,6 +109,18 @@ impl Geometry {
         }
     }
 
+    /// This geometry with RAID 5 or 6 parity placed as `variant` says (see
+    /// [`crate::raid::layout::Variant`]). Errors: `InvalidInput` for a
+    /// variant other than the standard one at another level.
+    pub fn with_variant(mut self, variant: crate::raid::layout::Variant) -> Result<Geometry> {
+        match self.layout {
+            Some(l) => self.layout = Some(l.with_variant(variant)?),
+            None if variant == crate::raid::layout::Variant::Standard => {}
+            None => bail!(InvalidInput, "RAID 0 keeps no parity: its layout has no variants"),
+        }
+        Ok(self)
+    }
+
     /// The redundant layout; `None` for RAID 0.
     pub fn layout(&self) -> Option<&Layout> {
         self.layout.as_ref()

@@ -193,6 +193,7 @@ pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<V
             journal_uuid: [0; 16],
             journal_lost: false,
             journal_region: None,
+            layout: 0,
         });
     }
     Ok(plan)

@@ -260,6 +260,7 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
     if let Some(to) = opts.level.filter(|&l| l != v.level) {
         return convert(a, &sb, to, specs, opts, progress);
     }
+    not_parity_last(&v)?;
     if opts.add.is_empty() {
         bail!(InvalidInput, "volume '{}' is RAID {} already; nothing to do", v.name, v.level);
     }
@@ -295,6 +296,12 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
 ///   members (`opts.add`): member `i` becomes role `2i`, whose chunks RAID
 ///   10 keeps where RAID 0 kept them, and new member `i` role `2i + 1`, its
 ///   copy, rebuilt at once (md's raid0 -> raid10 takeover).
+/// - RAID 0 over `n` becomes RAID 5 over `n + 1`, and RAID 5 over `n`
+///   RAID 6 over `n + 1`, with one new member that keeps the new parity
+///   (P, or Q), rebuilt at once: the volume's layout becomes parity-last
+///   ([`crate::raid::layout::Variant::ParityLast`], md's
+///   `ALGORITHM_PARITY_N` and `ALGORITHM_LEFT_SYMMETRIC_6`), which keeps
+///   every data chunk where it was.
 ///
 /// Errors, before anything is
 /// written: `WouldDestroy` for a conversion that drops redundancy (the
@@ -358,6 +365,34 @@ fn convert(a: Array, sb: &Superblock, to: u32, specs: &[MemberSpec], opts: &Grow
         let (old_vol, new_vol, health) = layouts(&devs, &new_sb)?;
         return run(&devs, &mut new_sb, &old_vol, &new_vol, [&health[0], &health[1]], opts.rate, progress, None).map_err(stopped);
     }
+    if matches!((from, to), (0, 5) | (5, 6)) {
+        let what = if to == 5 { "P" } else { "Q" };
+        if opts.add.len() != 1 {
+            bail!(
+                InvalidInput,
+                "RAID {from} over {n} members becomes RAID {to} over {}: give one new device with --add (it keeps the {what} \
+                 parity; gave {}). Nothing was written",
+                n + 1,
+                opts.add.len()
+            );
+        }
+        if v.layout != 0 {
+            bail!(Unsupported, "volume '{}' keeps its parity on its last member already; RAID {to} from it is not there yet. Nothing was written", v.name);
+        }
+        let t0 = std::time::Instant::now();
+        // The new layout with the parity (RAID 5) or Q (RAID 6) on the new
+        // member keeps every data chunk where it is: md's takeovers.
+        Geometry::new(target, n + 1, v.chunk, v.member_size)?;
+        let (_, _, added) = open_added(&a, opts, Level::from_number(from)?, &v)?;
+        let devs = slot_order(&a, n, &added)?;
+        a.release();
+        let mut new_sb = with_new_roles(sb, 1, MemberState::Rebuilding, Some(0));
+        new_sb.volumes[0].level = to;
+        new_sb.volumes[0].layout = crate::raid::layout::Variant::ParityLast.to_u8();
+        persist_all(&devs, &mut new_sb)?;
+        drop(devs);
+        return rebuild_copies(specs, added, &name, to, n as u32, opts, progress, t0);
+    }
     if (from, to) == (0, 10) {
         if opts.add.len() != n {
             bail!(
@@ -387,8 +422,8 @@ fn convert(a: Array, sb: &Superblock, to: u32, specs: &[MemberSpec], opts: &Grow
     bail!(
         Unsupported,
         "converting volume '{}' from RAID {from} over {n} members to RAID {to} is not there yet; there are RAID 1 <-> 10 \
-         over 2 members, RAID 1 over 2 to RAID 5 or 10 over more (--add) and RAID 0 -> 10 with as many new members. \
-         Nothing was written",
+         over 2 members, RAID 1 over 2 to RAID 5 or 10 over more (--add), RAID 0 -> 10 with as many new members, and \
+         RAID 0 -> 5 and RAID 5 -> 6 with one new member. Nothing was written",
         v.name
     )
 }
@@ -490,6 +525,20 @@ fn layouts(devs: &[Member], sb: &Superblock) -> Result<Layouts> {
     let old_vol = Volume::with_state(roles(old_n)?, old_g, v.member_start, shared(&health[0]))?;
     let new_vol = Volume::with_state(roles(n)?, new_g, v.member_start, shared(&health[1]))?;
     Ok((old_vol, new_vol, health))
+}
+
+/// Refuses to restripe volume `v` when it keeps its parity on its last
+/// member (the layout of a level change: not there yet).
+fn not_parity_last(v: &VolumeEntry) -> Result<()> {
+    if v.layout != 0 {
+        bail!(
+            Unsupported,
+            "volume '{}' keeps its parity on its last member (the layout of a level change); restriping it onto more \
+             members is not there yet. Nothing was written",
+            v.name
+        );
+    }
+    Ok(())
 }
 
 /// A device to become a member: how it was named, and opened.
@@ -662,6 +711,7 @@ fn check_record(sb: &Superblock) -> Result<()> {
     };
     let ok = matches!(level, Level::Raid0 | Level::Raid5 | Level::Raid6 | Level::Raid10)
         && sb.volumes.len() == 1
+        && v.layout == 0
         && old_level.is_ok()
         && match (Geometry::new(old_level.unwrap_or(level), r.old_members as usize, v.chunk, v.member_size), Geometry::new(level, n, v.chunk, v.member_size)) {
             (Ok(old_g), Ok(new_g)) => {
@@ -1135,6 +1185,7 @@ impl Array {
         }
         let v = sb.volumes[0].clone();
         let level = Level::from_number(v.level)?;
+        not_parity_last(&v)?;
         if level == Level::Raid1 {
             bail!(
                 Unsupported,

@@ -503,7 +503,8 @@ impl Array {
             (m.roles.clone(), m.sb.volumes[i].clone())
         };
         let shared = Shared { health: self.health.clone(), bitmap: self.bitmap.clone() };
-        let g = Geometry::new(Level::from_number(v.level)?, roles.len(), v.chunk, v.member_size)?;
+        let variant = crate::raid::layout::Variant::from_u8(v.layout).unwrap_or_default();
+        let g = Geometry::new(Level::from_number(v.level)?, roles.len(), v.chunk, v.member_size)?.with_variant(variant)?;
         let vol = Volume::with_state(roles, g, v.member_start, shared)?;
         let cfg = v.cache_config()?;
         match old.and_then(|o| o.cache().map(|c| (o, c.clone()))) {
@@ -897,7 +898,7 @@ mod tests {
     use super::*;
 
     fn entry(level: u32, chunk: u64, member_size: u64) -> VolumeEntry {
-        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_lost: false, journal_region: None }
+        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_lost: false, journal_region: None, layout: 0 }
     }
 
     #[test]

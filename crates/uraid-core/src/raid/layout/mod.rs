@@ -28,6 +28,13 @@
 //!   syndrome at the member after Q), which is what
 //!   [`parity`](crate::raid::parity) expects.
 //!
+//! [`Variant::ParityLast`] is the layout md's level takeovers make, so that
+//! a level changes without moving data (`uraid grow --level`): RAID 5 with
+//! P on the last member (md's `ALGORITHM_PARITY_N`: data chunk `i` on
+//! member `i`, as RAID 0 over the others keeps it), and RAID 6 with Q on
+//! the last member and P and the data as RAID 5 left-symmetric over the
+//! others (md's `ALGORITHM_LEFT_SYMMETRIC_6`).
+//!
 //! # Stripes
 //!
 //! A *stripe* is the unit over which redundancy is kept. For RAID 5 and 6 it
@@ -406,6 +413,36 @@ impl StripeWrite {
     }
 }
 
+/// Where a RAID 5 or 6 stripe keeps its parity (see the module's
+/// documentation). Part of the on-disk format (a volume entry's byte 74).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Variant {
+    /// md's left-symmetric: P (and Q) rotate over every member.
+    #[default]
+    Standard,
+    /// RAID 5: P on the last member; RAID 6: Q on the last member, P
+    /// left-symmetric over the others.
+    ParityLast,
+}
+
+impl Variant {
+    /// The on-disk number (0 standard, 1 parity-last).
+    pub fn to_u8(self) -> u8 {
+        match self {
+            Variant::Standard => 0,
+            Variant::ParityLast => 1,
+        }
+    }
+    /// From the on-disk number; `None` for an unknown one.
+    pub fn from_u8(v: u8) -> Option<Variant> {
+        match v {
+            0 => Some(Variant::Standard),
+            1 => Some(Variant::ParityLast),
+            _ => None,
+        }
+    }
+}
+
 /// The layout of one redundant volume over its members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
@@ -413,6 +450,7 @@ pub struct Layout {
     members: u32,
     chunk: u64,
     member_size: u64,
+    variant: Variant,
 }
 
 impl Layout {
@@ -446,7 +484,32 @@ impl Layout {
                  but only {member_size} bytes are available; use larger members or a smaller --chunk"
             );
         }
-        Ok(Layout { level, members: members as u32, chunk, member_size })
+        Ok(Layout { level, members: members as u32, chunk, member_size, variant: Variant::Standard })
+    }
+
+    /// This layout with parity placed as `variant` says. Errors:
+    /// `InvalidInput` for a variant other than the standard one on RAID 1
+    /// or 10.
+    pub fn with_variant(mut self, variant: Variant) -> Result<Layout> {
+        if variant != Variant::Standard && !self.level.has_parity() {
+            bail!(InvalidInput, "RAID {} keeps no parity: its layout has no variants", self.level.number());
+        }
+        self.variant = variant;
+        Ok(self)
+    }
+
+    /// Where the parity is (see [`Variant`]).
+    pub fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    /// Members P rotates over: all of them, or all but the last when the
+    /// last keeps Q (RAID 6, parity-last).
+    fn rotation(&self) -> u64 {
+        match (self.level, self.variant) {
+            (RedundantLevel::Raid6, Variant::ParityLast) => self.members as u64 - 1,
+            _ => self.members as u64,
+        }
     }
 
     /// RAID level.
@@ -529,7 +592,10 @@ impl Layout {
     /// Panics for RAID 1 and RAID 10, which have no parity.
     pub fn parity_member(&self, stripe: u64) -> u32 {
         self.assert_parity("parity_member");
-        let n = self.members as u64;
+        if (self.level, self.variant) == (RedundantLevel::Raid5, Variant::ParityLast) {
+            return self.members - 1;
+        }
+        let n = self.rotation();
         (n - 1 - stripe % n) as u32
     }
 
@@ -537,6 +603,7 @@ impl Layout {
     /// wrapping); `None` for the other levels.
     pub fn q_member(&self, stripe: u64) -> Option<u32> {
         match self.level {
+            RedundantLevel::Raid6 if self.variant == Variant::ParityLast => Some(self.members - 1),
             RedundantLevel::Raid6 => Some((self.parity_member(stripe) + 1) % self.members),
             _ => None,
         }
@@ -552,6 +619,9 @@ impl Layout {
     pub fn data_member(&self, stripe: u64, i: u32) -> u32 {
         self.assert_parity("data_member");
         debug_assert!(i < self.data_chunks(), "data index {i} out of range");
+        if (self.level, self.variant) == (RedundantLevel::Raid6, Variant::ParityLast) {
+            return ((self.parity_member(stripe) as u64 + 1 + i as u64) % self.rotation()) as u32;
+        }
         let skip = self.level.parity_chunks() as u32;
         (self.parity_member(stripe) + skip + i) % self.members
     }
@@ -597,6 +667,19 @@ impl Layout {
                     Role::Data(chunk_no * self.chunk + within)
                 } else {
                     Role::Unused
+                }
+            }
+            RedundantLevel::Raid6 if self.variant == Variant::ParityLast => {
+                let m = self.rotation() as u32;
+                let pd = self.parity_member(row);
+                if member == m {
+                    return Role::Q;
+                }
+                let after_p = (member + m - pd) % m;
+                if after_p == 0 {
+                    Role::P
+                } else {
+                    Role::Data((row * self.data_chunks() as u64 + after_p as u64 - 1) * self.chunk + within)
                 }
             }
             RedundantLevel::Raid5 | RedundantLevel::Raid6 => {

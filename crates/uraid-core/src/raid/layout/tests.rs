@@ -605,3 +605,41 @@ fn stripe_writes_exhaustive_small() {
         }
     }
 }
+
+/// The parity-last variant (md's takeover layouts): every byte maps to
+/// distinct places and back, P, Q and the data chunks of a stripe are on
+/// distinct members; RAID 5 keeps data chunk `i` on member `i` and P on
+/// the last (RAID 0 over the others, plus P); RAID 6 keeps Q on the last
+/// and everything else where RAID 5 left-symmetric over the others does.
+#[test]
+fn the_parity_last_variant_keeps_the_data_where_the_level_below_had_it() {
+    for level in [Raid5, Raid6] {
+        for n in level.min_members()..=8 {
+            let chunk = 4096;
+            let l = Layout::new(level, n, chunk, rows_for(n) * chunk).unwrap().with_variant(Variant::ParityLast).unwrap();
+            assert_eq!(l.variant(), Variant::ParityLast);
+            check_mapping(&l, &[0, 1, 511, chunk - 1]);
+            for s in 0..rows_for(n) {
+                let mut used: BTreeSet<u32> = (0..l.data_chunks()).map(|i| l.data_member(s, i)).collect();
+                used.insert(l.parity_member(s));
+                used.extend(l.q_member(s));
+                assert_eq!(used.len(), n, "{l:?} stripe {s}: P, Q and data share a member");
+                assert_eq!(l.role(l.parity_member(s), s * chunk), Role::P);
+                match level {
+                    Raid5 => {
+                        assert_eq!(l.parity_member(s), n as u32 - 1);
+                        assert!((0..l.data_chunks()).all(|i| l.data_member(s, i) == i));
+                    }
+                    _ => {
+                        assert_eq!(l.q_member(s), Some(n as u32 - 1));
+                        assert_eq!(l.role(n as u32 - 1, s * chunk), Role::Q);
+                        let below = Layout::new(Raid5, n - 1, chunk, rows_for(n) * chunk).unwrap();
+                        assert_eq!(l.parity_member(s), below.parity_member(s), "stripe {s}");
+                        assert!((0..l.data_chunks()).all(|i| l.data_member(s, i) == below.data_member(s, i)), "stripe {s}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(Layout::new(Raid10, 4, 4096, 1 << 20).unwrap().with_variant(Variant::ParityLast).is_err());
+}
