@@ -29,6 +29,11 @@ pub(crate) struct GrowArgs {
     /// A conversion that would drop redundancy is refused.
     #[arg(long, value_name = "LEVEL", conflicts_with = "size")]
     level: Option<u32>,
+    /// Restripe to this chunk size (4K to 1M, a power of two) while the
+    /// volume is restriped onto the new members (--add; the array
+    /// stopped). It must divide the volume's size on each member.
+    #[arg(long, value_name = "SIZE", conflicts_with_all = ["size", "level"])]
+    chunk: Option<String>,
     /// Grow the (last) volume into the room past it on every member
     /// instead: its usable size (100G, 1T; rounded up to whole rows), or
     /// `max` for all the room (mdadm's --size=max, after every member was
@@ -63,10 +68,10 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         return grow_size(&a, size);
     }
     if let Some(c) = crate::service::client::find(&a.array.members) {
-        if a.level.is_some() {
+        if a.level.is_some() || a.chunk.is_some() {
             drop(c);
             bail!(
-                "array {} is served: a level change needs it stopped ('uraid stop {}'), then serve it again; nothing was written",
+                "array {} is served: a level or chunk change needs it stopped ('uraid stop {}'), then serve it again; nothing was written",
                 a.array.members.join(" "),
                 a.array.members.join(" ")
             );
@@ -78,7 +83,8 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         return crate::live_cmds::grow(c, &a.add, a.force, rate, a.wait);
     }
     let add: Vec<MemberSpec> = a.add.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
-    let opts = GrowOptions { add, force: a.force, rate: rate(&a.rate).context("--rate")?, level: a.level };
+    let chunk = a.chunk.as_deref().map(|c| uraid_core::units::parse_size(c, "--chunk")).transpose()?;
+    let opts = GrowOptions { add, force: a.force, rate: rate(&a.rate).context("--rate")?, level: a.level, chunk };
     let specs = specs(&a.array.members)?;
     let Some(rep) = with_bar(&a, "reshaping", |p| array::grow(&specs, &opts, p))? else { return Ok(()) };
     if a.level.is_some() && rep.members.0 == rep.members.1 {

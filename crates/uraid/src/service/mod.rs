@@ -336,7 +336,7 @@ impl<'a> Manager<'a> {
             return Err(ErrorBody::new("InvalidInput", "a reshape rate of 0 would never finish; give a positive rate or none"));
         }
         let specs = add.iter().map(|d| d.parse()).collect::<Result<Vec<MemberSpec>, uraid_core::Error>>()?;
-        let opts = uraid_core::control::array::GrowOptions { add: specs, force, rate: None, level: None };
+        let opts = uraid_core::control::array::GrowOptions { add: specs, force, rate: None, level: None, chunk: None };
         let grow = self.arr.grow_live(&opts)?;
         let vol = grow.volume().clone();
         let old = self.arr.volume().clone();

@@ -166,7 +166,9 @@ fn interrupted(seed: u64, level: &str, crash: Option<&str>, kill_after: Option<D
 fn interrupted_with(seed: u64, level: &str, crash: Option<&str>, kill_after: Option<Duration>, power_cut: bool) {
     let d = tmpdir();
     let what = format!("RAID {level}, crash {crash:?}, kill after {kill_after:?} (seed {seed})");
-    // "1>5": RAID 1 over 2 members restriped as RAID 5 over 4.
+    // "1>5": RAID 1 over 2 members restriped as RAID 5 over 4; "5@64K":
+    // RAID 5 restriped with 64K chunks (from 16K).
+    let (level, chunk) = level.split_once('@').map_or((level, None), |(a, b)| (a, Some(b)));
     let (level, to) = level.split_once('>').map_or((level, None), |(a, b)| (a, Some(b)));
     let (n, k) = match (level, to) {
         ("6", _) => (4, 1),
@@ -178,6 +180,9 @@ fn interrupted_with(seed: u64, level: &str, crash: Option<&str>, kill_after: Opt
     let mut args = vec!["grow", "--quiet"];
     if let Some(to) = to {
         args.extend(["--level", to]);
+    }
+    if let Some(c) = chunk {
+        args.extend(["--chunk", c]);
     }
     for p in &new {
         args.extend(["--add", s(p)]);
@@ -244,6 +249,12 @@ fn an_interrupted_grow_is_finished_by_the_next_assemble() {
     for (i, c) in ["0:backed-up", "0:half", "1:half", "3:written"].iter().enumerate() {
         interrupted(20 + i as u64, "1>5", Some(c), None);
     }
+    // A chunk change: a larger chunk (one critical window of a new row),
+    // and a smaller one (a critical window spans the new rows that
+    // overwrite a whole old row).
+    for (i, (l, c)) in [("5@64K", "0:backed-up"), ("5@64K", "0:half"), ("5@64K", "2:half"), ("5@4K", "0:half"), ("5@4K", "3:half")].iter().enumerate() {
+        interrupted(40 + i as u64, l, Some(c), None);
+    }
 }
 
 /// The power-cut model: members with volatile caches, the power cut in
@@ -256,7 +267,7 @@ fn an_interrupted_grow_is_finished_by_the_next_assemble() {
 fn a_grow_cut_by_a_power_loss_is_finished_by_the_next_assemble() {
     let _g = shared();
     require_tool("nbdcopy", "libnbd-bin");
-    for (i, (level, c)) in [("5", "0:half"), ("5", "2:half"), ("6", "1:half"), ("6", "4:half"), ("10", "0:half"), ("10", "3:half"), ("1>5", "0:half"), ("1>5", "2:half")]
+    for (i, (level, c)) in [("5", "0:half"), ("5", "2:half"), ("6", "1:half"), ("6", "4:half"), ("10", "0:half"), ("10", "3:half"), ("1>5", "0:half"), ("1>5", "2:half"), ("5@64K", "0:half"), ("10@4K", "2:half")]
         .iter()
         .enumerate()
     {

@@ -77,6 +77,8 @@ pub struct GrowOptions {
     /// Convert the volume to this RAID level number (`--level`) first;
     /// see [`grow`] for the conversions there are.
     pub level: Option<u32>,
+    /// Restripe to this chunk size in bytes (`--chunk`), with `add`.
+    pub chunk: Option<u64>,
 }
 
 /// What a reshape did.
@@ -169,6 +171,10 @@ fn unit(g: &Geometry) -> (u64, u64) {
     (data, rows * g.chunk())
 }
 
+/// Most new units one critical window spans (a smaller chunk than the old
+/// one: the units that together overwrite whole old rows).
+const MAX_CRITICAL_UNITS: u64 = 1024;
+
 /// The windows of a reshape from layout `old` to `new` (the new one holds
 /// more data per member byte) from logical byte `start` (a multiple of the
 /// new unit's data) to the new capacity, in order: (logical start, length,
@@ -197,7 +203,7 @@ fn windows(old: &Geometry, new: &Geometry, start: u64, max_units: u64) -> impl I
             // The old units that writing `k` new units overwrites (in part)
             // hold logical bytes up to `((end - 1) / uo + 1) wo`.
             let mut k = 1;
-            while (((first + k) * un - 1) / uo + 1) * wo > pos + k * wn && k < 64 {
+            while (((first + k) * un - 1) / uo + 1) * wo > pos + k * wn && k < MAX_CRITICAL_UNITS {
                 k += 1;
             }
             (k, true)
@@ -221,7 +227,7 @@ fn windows(old: &Geometry, new: &Geometry, start: u64, max_units: u64) -> impl I
 /// it where it is: the superblocks say how far it got, and the next
 /// assemble goes on from there.
 pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<GrowReport> {
-    if opts.add.is_empty() && opts.level.is_none() {
+    if opts.add.is_empty() && opts.level.is_none() && opts.chunk.is_none() {
         bail!(InvalidInput, "grow needs --add DEVICE... (the devices that become members), --level L or --size SIZE");
     }
     let a = open(specs)?;
@@ -262,13 +268,38 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
     }
     not_parity_last(&v)?;
     if opts.add.is_empty() {
+        if opts.chunk.is_some_and(|c| c != v.chunk) {
+            bail!(
+                Unsupported,
+                "a chunk change is done while the volume is restriped onto new members: give them with --add (a change \
+                 over the same members is not there yet). Nothing was written"
+            );
+        }
         bail!(InvalidInput, "volume '{}' is RAID {} already; nothing to do", v.name, v.level);
     }
     let n = sb.member_count as usize;
     let k = opts.add.len();
-    let (old_g, new_g, added) = open_added(&a, opts, level, &v)?;
+    let (old_g, mut new_g, added) = open_added(&a, opts, level, &v)?;
+    let chunk = opts.chunk.filter(|&c| c != v.chunk);
     if level == Level::Raid1 {
+        if chunk.is_some() {
+            bail!(InvalidInput, "RAID 1 has no stripes: its chunk only cuts requests; nothing to restripe. Nothing was written");
+        }
         return more_copies(a, &sb, added, specs, opts, progress);
+    }
+    if let Some(c) = chunk {
+        check_chunk(c)?;
+        if !v.member_size.is_multiple_of(c) {
+            bail!(
+                InvalidInput,
+                "volume '{}' has {} on each member, not a whole number of {} chunks; choose a chunk that divides it. \
+                 Nothing was written",
+                v.name,
+                fmt_size(v.member_size),
+                fmt_size(c)
+            );
+        }
+        new_g = Geometry::new(level, n + k, c, v.member_size)?;
     }
     check_backup_room(&name, &old_g, &new_g)?;
     let devs = slot_order(&a, n, &added)?;
@@ -276,7 +307,8 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
     drop(added);
     let mut new_sb = with_new_roles(&sb, k, MemberState::Active, None);
     new_sb.state = State::Active;
-    new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: false, old_level: None });
+    new_sb.volumes[0].chunk = new_g.chunk();
+    new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: false, old_level: None, old_chunk: chunk.map(|_| v.chunk) });
     persist_all(&devs, &mut new_sb)?;
     let (old_vol, new_vol, health) = layouts(&devs, &new_sb)?;
     run(&devs, &mut new_sb, &old_vol, &new_vol, [&health[0], &health[1]], opts.rate, progress, None).map_err(stopped)
@@ -360,7 +392,7 @@ fn convert(a: Array, sb: &Superblock, to: u32, specs: &[MemberSpec], opts: &Grow
         let mut new_sb = with_new_roles(sb, add, MemberState::Active, None);
         new_sb.volumes[0].level = to;
         new_sb.state = State::Active;
-        new_sb.reshape = Some(Reshape { old_members: 2, position: 0, backup: None, live: false, old_level: Some(1) });
+        new_sb.reshape = Some(Reshape { old_members: 2, position: 0, backup: None, live: false, old_level: Some(1), old_chunk: None });
         persist_all(&devs, &mut new_sb)?;
         let (old_vol, new_vol, health) = layouts(&devs, &new_sb)?;
         return run(&devs, &mut new_sb, &old_vol, &new_vol, [&health[0], &health[1]], opts.rate, progress, None).map_err(stopped);
@@ -509,7 +541,7 @@ fn layouts(devs: &[Member], sb: &Superblock) -> Result<Layouts> {
     let v = &sb.volumes[0];
     let (old_n, n) = (r.old_members as usize, sb.member_count as usize);
     let roles = |count: usize| -> Result<Arc<Vec<Member>>> { Ok(Arc::new(devs[..count].iter().map(Member::try_clone).collect::<Result<_>>()?)) };
-    let old_g = Geometry::new(Level::from_number(r.old_level.unwrap_or(v.level))?, old_n, v.chunk, v.member_size)?;
+    let old_g = Geometry::new(Level::from_number(r.old_level.unwrap_or(v.level))?, old_n, r.old_chunk.unwrap_or(v.chunk), v.member_size)?;
     let new_g = Geometry::new(Level::from_number(v.level)?, n, v.chunk, v.member_size)?;
     let health = [Arc::new(Health::new(old_n)), Arc::new(Health::new(n))];
     for (role, slot) in sb.roles().iter().enumerate() {
@@ -713,12 +745,15 @@ fn check_record(sb: &Superblock) -> Result<()> {
         && sb.volumes.len() == 1
         && v.layout == 0
         && old_level.is_ok()
-        && match (Geometry::new(old_level.unwrap_or(level), r.old_members as usize, v.chunk, v.member_size), Geometry::new(level, n, v.chunk, v.member_size)) {
+        && match (
+            Geometry::new(old_level.unwrap_or(level), r.old_members as usize, r.old_chunk.unwrap_or(v.chunk), v.member_size),
+            Geometry::new(level, n, v.chunk, v.member_size),
+        ) {
             (Ok(old_g), Ok(new_g)) => {
                 let ((wo, uo), (wn, un)) = (unit(&old_g), unit(&new_g));
                 wn * uo > wo * un
                     && (r.position >= new_g.capacity() || r.position.is_multiple_of(wn))
-                    && r.backup.is_none_or(|k| k.len <= 64 * wn && k.len.is_multiple_of(512) && (k.role as usize) < n)
+                    && r.backup.is_none_or(|k| k.len <= MAX_CRITICAL_UNITS * wn.max(wo) && k.len.is_multiple_of(512) && (k.role as usize) < n)
             }
             _ => false,
         };
@@ -1234,7 +1269,7 @@ impl Array {
         };
         let mut new_sb = with_new_roles(&sb, k, MemberState::Active, None);
         new_sb.state = State::Active;
-        new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: true, old_level: None });
+        new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: true, old_level: None, old_chunk: None });
         if let Err(e) = persist_all(&devs, &mut new_sb) {
             if let Some((b, s, e)) = &held {
                 b.end_write(*s, e - s);
