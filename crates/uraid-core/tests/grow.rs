@@ -205,14 +205,23 @@ fn a_served_array_is_reshaped_while_a_writer_writes() {
     use std::sync::{Arc, Mutex};
     use uraid_core::BlockQueue;
     let d = tempfile::tempdir().unwrap();
-    for (i, (level, n, k, chunk)) in [(5u32, 3usize, 1usize, 64u64 << 10), (6, 4, 2, 32 << 10), (0, 2, 1, 16 << 10), (10, 3, 1, 64 << 10)].into_iter().enumerate() {
+    let cases = [
+        (5u32, 3usize, 1usize, 64u64 << 10, None),
+        (6, 4, 2, 32 << 10, None),
+        (0, 2, 1, 16 << 10, None),
+        (10, 3, 1, 64 << 10, None),
+        // And to another chunk size.
+        (5, 3, 1, 64 << 10, Some(128u64 << 10)),
+        (6, 4, 1, 32 << 10, Some(8 << 10)),
+    ];
+    for (i, (level, n, k, chunk, new_chunk)) in cases.into_iter().enumerate() {
         let dir = d.path().join(format!("live{i}"));
         std::fs::create_dir(&dir).unwrap();
         let (specs, model) = filled(&dir, level, n, 40 << 20, chunk, 10 + i as u64);
         let add = files(&dir, "new", k, 40 << 20);
         let mut arr = array::assemble(&specs).unwrap();
         arr.activate().unwrap();
-        let mut live = arr.grow_live(&GrowOptions { add: add.clone(), ..Default::default() }).unwrap();
+        let mut live = arr.grow_live(&GrowOptions { add: add.clone(), chunk: new_chunk, ..Default::default() }).unwrap();
         // The array is frozen: its membership cannot change meanwhile.
         assert!(arr.fail(0, true).is_err(), "a frozen array took a membership change");
         let model = Arc::new(Mutex::new(model));
@@ -260,6 +269,7 @@ fn a_served_array_is_reshaped_while_a_writer_writes() {
         assert_eq!(rep.members, (n as u32, (n + k) as u32));
         assert_eq!(arr.volume().capacity(), rep.capacity.1);
         assert_eq!(arr.member_count() as usize, n + k);
+        assert_eq!(arr.volume_entries()[0].chunk, new_chunk.unwrap_or(chunk));
         arr.stop().unwrap();
         let model = model.lock().unwrap().clone();
         let all: Vec<MemberSpec> = specs.iter().chain(&add).cloned().collect();

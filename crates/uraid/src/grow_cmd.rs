@@ -30,8 +30,8 @@ pub(crate) struct GrowArgs {
     #[arg(long, value_name = "LEVEL", conflicts_with = "size")]
     level: Option<u32>,
     /// Restripe to this chunk size (4K to 1M, a power of two) while the
-    /// volume is restriped onto the new members (--add; the array
-    /// stopped). It must divide the volume's size on each member.
+    /// volume is restriped onto the new members (--add; stopped or
+    /// served). It must divide the volume's size on each member.
     #[arg(long, value_name = "SIZE", conflicts_with_all = ["size", "level"])]
     chunk: Option<String>,
     /// Grow the (last) volume into the room past it on every member
@@ -68,10 +68,10 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         return grow_size(&a, size);
     }
     if let Some(c) = crate::service::client::find(&a.array.members) {
-        if a.level.is_some() || a.chunk.is_some() {
+        if a.level.is_some() {
             drop(c);
             bail!(
-                "array {} is served: a level or chunk change needs it stopped ('uraid stop {}'), then serve it again; nothing was written",
+                "array {} is served: a level change needs it stopped ('uraid stop {}'), then serve it again; nothing was written",
                 a.array.members.join(" "),
                 a.array.members.join(" ")
             );
@@ -80,7 +80,8 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
             bail!("--json is for a stopped array's reshape; a served array's reshape runs in the background ('uraid status --json NAME' shows it)");
         }
         let rate = rate(&a.rate).context("--rate")?;
-        return crate::live_cmds::grow(c, &a.add, a.force, rate, a.wait);
+        let chunk = a.chunk.as_deref().map(|c| uraid_core::units::parse_size(c, "--chunk")).transpose()?;
+        return crate::live_cmds::grow(c, &a.add, a.force, rate, chunk, a.wait);
     }
     let add: Vec<MemberSpec> = a.add.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
     let chunk = a.chunk.as_deref().map(|c| uraid_core::units::parse_size(c, "--chunk")).transpose()?;

@@ -100,9 +100,9 @@ fn after(name: &str) -> Result<()> {
 
 /// `uraid grow --add` on a served array: the reshape starts and runs in
 /// the background; with `wait`, this follows it to its end.
-pub(crate) fn grow(c: Client, add: &[String], force: bool, rate: Option<u64>, wait: bool) -> Result<()> {
+pub(crate) fn grow(c: Client, add: &[String], force: bool, rate: Option<u64>, chunk: Option<u64>, wait: bool) -> Result<()> {
     let name = c.name.clone();
-    let v = c.call(Command::Grow { add: add.to_vec(), force, rate, size: None }, &mut |_| {})?;
+    let v = c.call(Command::Grow { add: add.to_vec(), force, rate, size: None, chunk }, &mut |_| {})?;
     println!(
         "array '{name}' is being reshaped from {} to {} members in the background at most {:.0} MB/s; the volume grows to {} \
          bytes when it ends ('uraid status {name}' shows how far)",
@@ -133,7 +133,7 @@ pub(crate) fn grow(c: Client, add: &[String], force: bool, rate: Option<u64>, wa
 /// room past it; the export moves to it (new connections see the size).
 pub(crate) fn grow_size(c: Client, size: &str) -> Result<()> {
     let name = c.name.clone();
-    let v = c.call(Command::Grow { add: Vec::new(), force: false, rate: None, size: Some(size.to_string()) }, &mut |_| {})?;
+    let v = c.call(Command::Grow { add: Vec::new(), force: false, rate: None, size: Some(size.to_string()), chunk: None }, &mut |_| {})?;
     println!(
         "volume '{}' of array '{name}' grew from {} to {} bytes; new connections see the new size: grow the filesystem on it \
          (resize2fs for ext4, xfs_growfs for xfs)",

@@ -321,7 +321,7 @@ impl<'a> Manager<'a> {
     /// Starts a reshape of the served array onto `add` (see
     /// `uraid_core::control::array::Array::grow_live`): the export moves
     /// to the reshaping volume; the windows move in the background.
-    fn grow(&mut self, add: &[String], force: bool, rate: Option<u64>) -> Result<serde_json::Value, ErrorBody> {
+    fn grow(&mut self, add: &[String], force: bool, rate: Option<u64>, chunk: Option<u64>) -> Result<serde_json::Value, ErrorBody> {
         let name = self.arr.name();
         if self.reshape.is_some() {
             return Err(ErrorBody::new("Busy", format!("array '{name}' is being reshaped already; 'uraid status {name}' shows how far")));
@@ -336,7 +336,7 @@ impl<'a> Manager<'a> {
             return Err(ErrorBody::new("InvalidInput", "a reshape rate of 0 would never finish; give a positive rate or none"));
         }
         let specs = add.iter().map(|d| d.parse()).collect::<Result<Vec<MemberSpec>, uraid_core::Error>>()?;
-        let opts = uraid_core::control::array::GrowOptions { add: specs, force, rate: None, level: None, chunk: None };
+        let opts = uraid_core::control::array::GrowOptions { add: specs, force, rate: None, level: None, chunk };
         let grow = self.arr.grow_live(&opts)?;
         let vol = grow.volume().clone();
         let old = self.arr.volume().clone();
@@ -884,7 +884,7 @@ impl<'a> Manager<'a> {
             Command::Config { volume, mode, cache_size, dirty_limit } => self.config(volume.as_deref(), mode, *cache_size, *dirty_limit),
             Command::Grow { size: Some(size), add, .. } if add.is_empty() => self.resize(size),
             Command::Grow { size: Some(_), .. } => Err(ErrorBody::new("InvalidInput", "grow takes --add or --size, not both: one change at a time")),
-            Command::Grow { add, force, rate, size: None } => self.grow(add, *force, *rate),
+            Command::Grow { add, force, rate, size: None, chunk } => self.grow(add, *force, *rate, *chunk),
             Command::Status | Command::Stop | Command::Monitor | Command::TestMessage => {
                 Err(ErrorBody::new("Protocol", format!("'{}' is answered by the control socket, not the manager", job.cmd.name())))
             }

@@ -135,6 +135,9 @@ pub enum Command {
         /// rate.
         #[serde(default)]
         rate: Option<u64>,
+        /// With `add`: restripe to this chunk size (bytes) too.
+        #[serde(default)]
+        chunk: Option<u64>,
     },
     /// Stop the array cleanly (as SIGTERM does); replies with the pid.
     Stop,

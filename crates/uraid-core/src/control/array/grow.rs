@@ -288,18 +288,7 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
         return more_copies(a, &sb, added, specs, opts, progress);
     }
     if let Some(c) = chunk {
-        check_chunk(c)?;
-        if !v.member_size.is_multiple_of(c) {
-            bail!(
-                InvalidInput,
-                "volume '{}' has {} on each member, not a whole number of {} chunks; choose a chunk that divides it. \
-                 Nothing was written",
-                v.name,
-                fmt_size(v.member_size),
-                fmt_size(c)
-            );
-        }
-        new_g = Geometry::new(level, n + k, c, v.member_size)?;
+        new_g = rechunked(level, n + k, &v, c)?;
     }
     check_backup_room(&name, &old_g, &new_g)?;
     let devs = slot_order(&a, n, &added)?;
@@ -571,6 +560,25 @@ fn not_parity_last(v: &VolumeEntry) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The layout of volume `v` at `level` over `members` with chunk size
+/// `chunk` (bytes) instead of its own (`grow --chunk`). Errors:
+/// `InvalidInput` for a chunk that is not a power of two from 4 KiB to 1
+/// MiB, or that does not divide the volume's size on each member.
+fn rechunked(level: Level, members: usize, v: &VolumeEntry, chunk: u64) -> Result<Geometry> {
+    check_chunk(chunk)?;
+    if !v.member_size.is_multiple_of(chunk) {
+        bail!(
+            InvalidInput,
+            "volume '{}' has {} on each member, not a whole number of {} chunks; choose a chunk that divides it. \
+             Nothing was written",
+            v.name,
+            fmt_size(v.member_size),
+            fmt_size(chunk)
+        );
+    }
+    Geometry::new(level, members, chunk, v.member_size)
 }
 
 /// A device to become a member: how it was named, and opened.
@@ -1247,7 +1255,11 @@ impl Array {
         }
         let n = sb.member_count as usize;
         let k = opts.add.len();
-        let (old_g, new_g, added) = open_added(self, opts, level, &v)?;
+        let (old_g, mut new_g, added) = open_added(self, opts, level, &v)?;
+        let chunk = opts.chunk.filter(|&c| c != v.chunk);
+        if let Some(c) = chunk {
+            new_g = rechunked(level, n + k, &v, c)?;
+        }
         check_backup_room(&name, &old_g, &new_g)?;
         let devs = slot_order(self, n, &added)?;
         let specs: Vec<Option<MemberSpec>> = {
@@ -1269,7 +1281,8 @@ impl Array {
         };
         let mut new_sb = with_new_roles(&sb, k, MemberState::Active, None);
         new_sb.state = State::Active;
-        new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: true, old_level: None, old_chunk: None });
+        new_sb.volumes[0].chunk = new_g.chunk();
+        new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: true, old_level: None, old_chunk: chunk.map(|_| v.chunk) });
         if let Err(e) = persist_all(&devs, &mut new_sb) {
             if let Some((b, s, e)) = &held {
                 b.end_write(*s, e - s);
