@@ -315,6 +315,18 @@ impl ReshapeQueue {
         self.ready.push(Completion { tag: p.tag, result, buf: p.buf });
     }
 
+    /// Takes the layouts' completions in `tmp` (whichever layout completed
+    /// them: a part's tag says its slot and part), and keeps the emptied
+    /// vector for the next wait.
+    fn parts_done(&mut self, mut tmp: Vec<Completion>) {
+        for c in tmp.drain(..) {
+            let s = (c.tag >> 1) as usize;
+            let part = c.tag & 1;
+            self.part_done(s, c.result, c.buf.map(|b| (part, b)));
+        }
+        self.tmp = tmp;
+    }
+
     /// Tries the waiting requests again when the mover moved.
     fn retry_waiting(&mut self) {
         if self.waiting.is_empty() {
@@ -338,12 +350,7 @@ impl ReshapeQueue {
             let mut tmp = std::mem::take(&mut self.tmp);
             let q = if new { &mut self.new } else { &mut self.old };
             fired |= q.wait_until(0, &mut tmp, None);
-            for c in tmp.drain(..) {
-                let s = (c.tag >> 1) as usize;
-                let part = c.tag & 1;
-                self.part_done(s, c.result, c.buf.map(|b| (part, b)));
-            }
-            self.tmp = tmp;
+            self.parts_done(tmp);
         }
         fired
     }
@@ -380,13 +387,7 @@ impl ReshapeQueue {
             }
             let mut tmp = std::mem::take(&mut self.tmp);
             let fired = if n && !o { self.new.wait_until(1, &mut tmp, until) } else { self.old.wait_until(1, &mut tmp, until) };
-            for c in tmp.drain(..) {
-                let s = (c.tag >> 1) as usize;
-                let part = c.tag & 1;
-                // Which layout completed it does not matter here.
-                self.part_done(s, c.result, c.buf.map(|b| (part, b)));
-            }
-            self.tmp = tmp;
+            self.parts_done(tmp);
             if fired {
                 out.append(&mut self.ready);
                 self.old.submit();

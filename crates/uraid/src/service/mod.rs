@@ -292,7 +292,7 @@ impl<'a> Manager<'a> {
         if let Some(r) = self.reshape.take() {
             // The users quiet, the reshape is left recorded for the next
             // assemble (the frozen array's own stop writes nothing).
-            self.quiet_export(Duration::from_secs(30));
+            let _ = self.quiet_export(Duration::from_secs(30));
             match r.grow.stop() {
                 Ok(()) => self.log("the reshape stops where it is; the next assemble goes on from there".to_string()),
                 Err(e) => self.log(format!("the reshape could not record its stop ({e}); the next assemble resyncs once it has finished it")),
@@ -302,20 +302,28 @@ impl<'a> Manager<'a> {
     }
 
     /// Pauses the export and waits until its requests are answered, at
-    /// most `limit`; false when they were not (the export is resumed).
-    fn quiet_export(&self, limit: Duration) -> bool {
-        if self.server.pause(&self.export).is_err() {
-            return true;
-        }
+    /// most `limit`; `Ok(false)` when they were not (the export is
+    /// resumed). Errors: the export cannot be paused (the server's why).
+    fn quiet_export(&self, limit: Duration) -> Result<bool, String> {
+        self.server.pause(&self.export)?;
         let t0 = Instant::now();
         while !self.server.is_quiet(&self.export) {
             if t0.elapsed() > limit {
                 let _ = self.server.resume(&self.export);
-                return false;
+                return Ok(false);
             }
             std::thread::sleep(Duration::from_millis(2));
         }
-        true
+        Ok(true)
+    }
+
+    /// Waits until only `holders` handles on the export's former volume
+    /// `old` are left: every connection moved on (they move between
+    /// requests; a stop ends them).
+    fn wait_unused(&self, old: &Arc<uraid_core::Volume>, holders: usize) {
+        while Arc::strong_count(old) > holders && !self.server.shutdown_flag().load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Starts a reshape of the served array onto `add` (see
@@ -352,11 +360,8 @@ impl<'a> Manager<'a> {
             }
             return Err(ErrorBody::new("Io", format!("the export could not be moved to the reshaping volume: {e}; stop the array, and the next assemble reshapes it")));
         }
-        while Arc::strong_count(&old) > 2 && !self.server.shutdown_flag().load(Ordering::Relaxed) {
-            // The array and this function hold it; connections move
-            // between requests.
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // The frozen array and this function hold it.
+        self.wait_unused(&old, 2);
         self.live.set_reshape(serde_json::json!({"members": [n0, n1], "position": 0, "total": total, "failed": null}));
         self.events.emit("ReshapeStarted", None, format!("from {n0} to {n1} members; the volume grows to {total} bytes when it ends"));
         Ok(serde_json::json!({"members": [n0, n1], "capacity": total, "rate": rate}))
@@ -383,7 +388,7 @@ impl<'a> Manager<'a> {
         };
         let plan = self.arr.plan_resize(size)?;
         self.arr.zero_new_area(&plan, &mut |_, _| {})?;
-        if !self.quiet_export(Duration::from_secs(30)) {
+        if self.quiet_export(Duration::from_secs(30)) == Ok(false) {
             return Err(ErrorBody::new(
                 "Busy",
                 "the export's clients did not finish their requests within 30 s; the volume was not grown (its new area was zeroed), try again",
@@ -451,7 +456,7 @@ impl<'a> Manager<'a> {
     /// becomes whole over every member, the export moves to its volume
     /// (new connections see the new size).
     fn finish_reshape(&mut self, r: Reshaping) {
-        if !self.quiet_export(Duration::from_secs(30)) {
+        if self.quiet_export(Duration::from_secs(30)) == Ok(false) {
             // Users on the reshaping volume are fine; try again later.
             self.reshape = Some(r);
             std::thread::sleep(Duration::from_millis(200));
@@ -608,10 +613,7 @@ impl<'a> Manager<'a> {
             self.log(format!("cannot move the export to the new volume: {e}"));
             return false;
         }
-        // Connections move between requests; a stop ends them.
-        while Arc::strong_count(&old) > 1 && !self.server.shutdown_flag().load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.wait_unused(&old, 1);
         true
     }
 
@@ -932,19 +934,11 @@ impl Manager<'_> {
         }
         // The exported volume: quiet its clients first.
         let exported = chosen.contains(&0);
-        if exported {
-            self.server.pause(&self.export).map_err(|e| ErrorBody::new("InvalidInput", e))?;
-            let t0 = Instant::now();
-            while !self.server.is_quiet(&self.export) {
-                if t0.elapsed() > Duration::from_secs(30) {
-                    let _ = self.server.resume(&self.export);
-                    return Err(ErrorBody::new(
-                        "Busy",
-                        "the export's clients did not finish their requests within 30 s; nothing was changed, try again",
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
+        if exported && !self.quiet_export(Duration::from_secs(30)).map_err(|e| ErrorBody::new("InvalidInput", e))? {
+            return Err(ErrorBody::new(
+                "Busy",
+                "the export's clients did not finish their requests within 30 s; nothing was changed, try again",
+            ));
         }
         let old = self.arr.volume().clone();
         let mut result = Ok(());

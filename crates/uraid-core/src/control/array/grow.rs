@@ -285,19 +285,47 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
         if chunk.is_some() {
             bail!(InvalidInput, "RAID 1 has no stripes: its chunk only cuts requests; nothing to restripe. Nothing was written");
         }
-        return more_copies(a, &sb, added, specs, opts, progress);
+        return rebuilt_roles(a, &sb, added, specs, opts, progress, |_| {});
     }
     if let Some(c) = chunk {
         new_g = rechunked(level, n + k, &v, c)?;
     }
-    check_backup_room(&name, &old_g, &new_g)?;
-    let devs = slot_order(&a, n, &added)?;
-    a.release();
-    drop(added);
-    let mut new_sb = with_new_roles(&sb, k, MemberState::Active, None);
+    restripe(a, &sb, added, &old_g, &new_g, opts, progress)
+}
+
+/// The superblock of a reshape of `sb`'s volume from layout `old_g` onto
+/// `k` more members in layout `new_g` (the new roles active), recorded at
+/// position 0 with the old level and chunk where they change (`live`: the
+/// array is served), the array active.
+fn reshape_superblock(sb: &Superblock, k: usize, old_g: &Geometry, new_g: &Geometry, live: bool) -> Superblock {
+    let mut new_sb = with_new_roles(sb, k, MemberState::Active, None);
     new_sb.state = State::Active;
+    new_sb.volumes[0].level = new_g.level().number();
     new_sb.volumes[0].chunk = new_g.chunk();
-    new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: false, old_level: None, old_chunk: chunk.map(|_| v.chunk) });
+    let old_level = (old_g.level() != new_g.level()).then(|| old_g.level().number());
+    let old_chunk = (old_g.chunk() != new_g.chunk()).then_some(old_g.chunk());
+    new_sb.reshape = Some(Reshape { old_members: sb.member_count, position: 0, backup: None, live, old_level, old_chunk });
+    new_sb
+}
+
+/// Restripes the volume of the opened, checked, stopped array `a`
+/// (superblock `sb`) from layout `old_g` onto `added` in layout `new_g`:
+/// the backup room is checked, the reshape recorded in every superblock,
+/// then run to its end (see the module's documentation).
+fn restripe(
+    a: Array,
+    sb: &Superblock,
+    added: Vec<NewMember>,
+    old_g: &Geometry,
+    new_g: &Geometry,
+    opts: &GrowOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<GrowReport> {
+    check_backup_room(&sb.name, old_g, new_g)?;
+    let devs = slot_order(&a, sb.member_count as usize, &added)?;
+    a.release();
+    let mut new_sb = reshape_superblock(sb, added.len(), old_g, new_g, false);
+    drop(added);
     persist_all(&devs, &mut new_sb)?;
     let (old_vol, new_vol, health) = layouts(&devs, &new_sb)?;
     run(&devs, &mut new_sb, &old_vol, &new_vol, [&health[0], &health[1]], opts.rate, progress, None).map_err(stopped)
@@ -371,20 +399,9 @@ fn convert(a: Array, sb: &Superblock, to: u32, specs: &[MemberSpec], opts: &Grow
         }
         // RAID 1 over 2 members reads as RAID 5 or 10 over 2 would: the
         // reshape reads it as RAID 1 and writes the new level over more.
-        let (_, _, added) = open_added(&a, opts, Level::Raid1, &v)?;
-        let old_g = Geometry::new(Level::Raid1, 2, v.chunk, v.member_size)?;
+        let (old_g, _, added) = open_added(&a, opts, Level::Raid1, &v)?;
         let new_g = Geometry::new(target, 2 + add, v.chunk, v.member_size)?;
-        check_backup_room(&name, &old_g, &new_g)?;
-        let devs = slot_order(&a, n, &added)?;
-        a.release();
-        drop(added);
-        let mut new_sb = with_new_roles(sb, add, MemberState::Active, None);
-        new_sb.volumes[0].level = to;
-        new_sb.state = State::Active;
-        new_sb.reshape = Some(Reshape { old_members: 2, position: 0, backup: None, live: false, old_level: Some(1), old_chunk: None });
-        persist_all(&devs, &mut new_sb)?;
-        let (old_vol, new_vol, health) = layouts(&devs, &new_sb)?;
-        return run(&devs, &mut new_sb, &old_vol, &new_vol, [&health[0], &health[1]], opts.rate, progress, None).map_err(stopped);
+        return restripe(a, sb, added, &old_g, &new_g, opts, progress);
     }
     if matches!((from, to), (0, 5) | (5, 6)) {
         let what = if to == 5 { "P" } else { "Q" };
@@ -400,19 +417,14 @@ fn convert(a: Array, sb: &Superblock, to: u32, specs: &[MemberSpec], opts: &Grow
         if v.layout != 0 {
             bail!(Unsupported, "volume '{}' keeps its parity on its last member already; RAID {to} from it is not there yet. Nothing was written", v.name);
         }
-        let t0 = std::time::Instant::now();
         // The new layout with the parity (RAID 5) or Q (RAID 6) on the new
         // member keeps every data chunk where it is: md's takeovers.
         Geometry::new(target, n + 1, v.chunk, v.member_size)?;
         let (_, _, added) = open_added(&a, opts, Level::from_number(from)?, &v)?;
-        let devs = slot_order(&a, n, &added)?;
-        a.release();
-        let mut new_sb = with_new_roles(sb, 1, MemberState::Rebuilding, Some(0));
-        new_sb.volumes[0].level = to;
-        new_sb.volumes[0].layout = crate::raid::layout::Variant::ParityLast.to_u8();
-        persist_all(&devs, &mut new_sb)?;
-        drop(devs);
-        return rebuild_copies(specs, added, &name, to, n as u32, opts, progress, t0);
+        return rebuilt_roles(a, sb, added, specs, opts, progress, |v| {
+            v.level = to;
+            v.layout = crate::raid::layout::Variant::ParityLast.to_u8();
+        });
     }
     if (from, to) == (0, 10) {
         if opts.add.len() != n {
@@ -459,17 +471,17 @@ fn mirror(a: Array, sb: &Superblock, specs: &[MemberSpec], opts: &GrowOptions, p
     let n = sb.member_count as usize;
     let v = sb.volumes[0].clone();
     let (_, _, added) = open_added(&a, opts, Level::Raid0, &v)?;
-    let old = slot_order(&a, n, &[])?;
+    let mut old = slot_order(&a, n, &[])?;
+    let spare_devs = old.split_off(n);
     let spares: Vec<Slot> = sb.spares().to_vec();
-    let mut devs = Vec::with_capacity(2 * n);
+    let mut devs = Vec::with_capacity(2 * n + spare_devs.len());
     let mut slots = Vec::with_capacity(2 * n + spares.len());
-    for (i, (m, (_, new))) in old.into_iter().take(n).zip(added.iter()).enumerate() {
+    for (i, (m, (_, new))) in old.into_iter().zip(added.iter()).enumerate() {
         devs.push(m);
         devs.push(new.try_clone()?);
         slots.push(sb.slots[i]);
         slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Rebuilding, resync_from_bitmap: false, recovery_offset: Some(0) });
     }
-    let spare_devs: Vec<Member> = slot_order(&a, n, &[])?.into_iter().skip(n).collect();
     devs.extend(spare_devs);
     slots.extend(spares);
     a.release();
@@ -530,8 +542,7 @@ fn layouts(devs: &[Member], sb: &Superblock) -> Result<Layouts> {
     let v = &sb.volumes[0];
     let (old_n, n) = (r.old_members as usize, sb.member_count as usize);
     let roles = |count: usize| -> Result<Arc<Vec<Member>>> { Ok(Arc::new(devs[..count].iter().map(Member::try_clone).collect::<Result<_>>()?)) };
-    let old_g = Geometry::new(Level::from_number(r.old_level.unwrap_or(v.level))?, old_n, r.old_chunk.unwrap_or(v.chunk), v.member_size)?;
-    let new_g = Geometry::new(Level::from_number(v.level)?, n, v.chunk, v.member_size)?;
+    let (old_g, new_g) = record_geometries(sb)?;
     let health = [Arc::new(Health::new(old_n)), Arc::new(Health::new(n))];
     for (role, slot) in sb.roles().iter().enumerate() {
         if matches!(slot.state, MemberState::Faulty | MemberState::Missing) {
@@ -546,6 +557,17 @@ fn layouts(devs: &[Member], sb: &Superblock) -> Result<Layouts> {
     let old_vol = Volume::with_state(roles(old_n)?, old_g, v.member_start, shared(&health[0]))?;
     let new_vol = Volume::with_state(roles(n)?, new_g, v.member_start, shared(&health[1]))?;
     Ok((old_vol, new_vol, health))
+}
+
+/// The old and the new layout of the reshape `sb` records: the old member
+/// count, level and chunk (the record's, else the volume's), and the
+/// volume table's. Errors: as [`Geometry::new`].
+fn record_geometries(sb: &Superblock) -> Result<(Geometry, Geometry)> {
+    let r = sb.reshape.expect("a reshape is recorded");
+    let v = &sb.volumes[0];
+    let old_g = Geometry::new(Level::from_number(r.old_level.unwrap_or(v.level))?, r.old_members as usize, r.old_chunk.unwrap_or(v.chunk), v.member_size)?;
+    let new_g = Geometry::new(Level::from_number(v.level)?, sb.member_count as usize, v.chunk, v.member_size)?;
+    Ok((old_g, new_g))
 }
 
 /// Refuses to restripe volume `v` when it keeps its parity on its last
@@ -634,28 +656,31 @@ fn slot_order(a: &Array, n: usize, added: &[(MemberSpec, Member)]) -> Result<Vec
     roles.chain(added.iter().map(|(_, d)| d)).chain(spares).map(Member::try_clone).collect()
 }
 
-/// RAID 1 gains a copy per new member (md's `--grow --raid-devices` on a
-/// mirror): the new roles are recorded as rebuilding from their start,
-/// and the array is assembled over every device and rebuilt (the rebuild
-/// resumes from its checkpoint at the next assemble if it is stopped; the
-/// volume keeps its size). `a` is the opened array, `added` the new
-/// devices opened and checked.
-fn more_copies(
+/// Adds `added` as new roles after the others, recorded as rebuilding from
+/// their start, with the volume entry changed by `edit` (a RAID 1 gains
+/// copies: md's `--grow --raid-devices` on a mirror, nothing to change; a
+/// takeover: the new level and layout); then the array is assembled over
+/// every device and rebuilt (the rebuild resumes from its checkpoint at
+/// the next assemble if it is stopped; the volume keeps its size). `a` is
+/// the opened array, `added` the new devices opened and checked.
+fn rebuilt_roles(
     a: Array,
     sb: &Superblock,
-    added: Vec<(MemberSpec, Member)>,
+    added: Vec<NewMember>,
     specs: &[MemberSpec],
     opts: &GrowOptions,
     progress: &mut dyn FnMut(u64, u64),
+    edit: impl FnOnce(&mut VolumeEntry),
 ) -> Result<GrowReport> {
     let t0 = std::time::Instant::now();
     let n = sb.member_count as usize;
     let devs = slot_order(&a, n, &added)?;
     a.release();
     let mut new_sb = with_new_roles(sb, added.len(), MemberState::Rebuilding, Some(0));
+    edit(&mut new_sb.volumes[0]);
     persist_all(&devs, &mut new_sb)?;
     drop(devs);
-    rebuild_copies(specs, added, &sb.name, 1, n as u32, opts, progress, t0)
+    rebuild_copies(specs, added, &sb.name, new_sb.volumes[0].level, n as u32, opts, progress, t0)
 }
 
 /// Finishes the reshape the superblocks of `specs` record, if any: the
@@ -713,12 +738,9 @@ pub fn resume(specs: &[MemberSpec], progress: &mut dyn FnMut(u64, u64)) -> Resul
         }
     }
     let r = sb.reshape.expect("a reshape is recorded");
-    let down: Vec<bool> = sb.roles().iter().map(is_down).collect();
-    let mut old_v = sb.volumes[0].clone();
-    old_v.level = r.old_level.unwrap_or(old_v.level);
+    let down = down_roles_of(&sb);
     let backup_lost = r.backup.is_some_and(|k| down[k.role as usize]);
-    let old_n = r.old_members as usize;
-    if backup_lost || !volume_survives(&old_v, old_n, &down[..old_n]) || !volume_survives(&sb.volumes[0], n, &down) {
+    if backup_lost || !layouts_survive(&sb, &down) {
         let roles: Vec<String> = (0..n).filter(|&r| down[r]).map(|r| format!("{r} (member UUID {})", fmt_uuid(&sb.slots[r].uuid))).collect();
         bail!(
             Membership,
@@ -744,24 +766,23 @@ fn check_record(sb: &Superblock) -> Result<()> {
     let level = Level::from_number(v.level)?;
     let n = sb.member_count as usize;
     // A level change: RAID 1 over 2 members restriped as RAID 5 or 10.
-    let old_level = match r.old_level {
-        None => Ok(level),
-        Some(1) if r.old_members == 2 && matches!(level, Level::Raid5 | Level::Raid10) => Ok(Level::Raid1),
-        Some(l) => Err(l),
+    let old_level_ok = match r.old_level {
+        None => true,
+        Some(l) => l == 1 && r.old_members == 2 && matches!(level, Level::Raid5 | Level::Raid10),
     };
+    // The backup, when there is one, holds exactly the critical window
+    // that starts at the position (so its length, read back, is bounded).
     let ok = matches!(level, Level::Raid0 | Level::Raid5 | Level::Raid6 | Level::Raid10)
         && sb.volumes.len() == 1
         && v.layout == 0
-        && old_level.is_ok()
-        && match (
-            Geometry::new(old_level.unwrap_or(level), r.old_members as usize, r.old_chunk.unwrap_or(v.chunk), v.member_size),
-            Geometry::new(level, n, v.chunk, v.member_size),
-        ) {
-            (Ok(old_g), Ok(new_g)) => {
+        && old_level_ok
+        && match record_geometries(sb) {
+            Ok((old_g, new_g)) => {
                 let ((wo, uo), (wn, un)) = (unit(&old_g), unit(&new_g));
+                let window = windows(&old_g, &new_g, r.position, 1).next();
                 wn * uo > wo * un
                     && (r.position >= new_g.capacity() || r.position.is_multiple_of(wn))
-                    && r.backup.is_none_or(|k| k.len <= MAX_CRITICAL_UNITS * wn.max(wo) && k.len.is_multiple_of(512) && (k.role as usize) < n)
+                    && r.backup.is_none_or(|k| window == Some((r.position, k.len, true)) && (k.role as usize) < n)
             }
             _ => false,
         };
@@ -1045,21 +1066,34 @@ fn note_failures(sb: &mut Superblock, health: [&Health; 2]) -> Result<()> {
             sb.slots[role as usize].state = MemberState::Faulty;
         }
     }
-    let r = sb.reshape.expect("a reshape is recorded");
-    let mut old_v = sb.volumes[0].clone();
-    old_v.level = r.old_level.unwrap_or(old_v.level);
-    let down: Vec<bool> = sb.roles().iter().map(|s| matches!(s.state, MemberState::Faulty | MemberState::Missing)).collect();
-    let old_n = r.old_members as usize;
-    if !volume_survives(&old_v, old_n, &down[..old_n]) || !volume_survives(&sb.volumes[0], n, &down) {
+    let down = down_roles_of(sb);
+    if !layouts_survive(sb, &down) {
+        let r = sb.reshape.expect("a reshape is recorded");
         let roles: Vec<usize> = (0..n).filter(|&r| down[r]).collect();
         bail!(
             Membership,
-            "role(s) {roles:?} failed during the reshape, more than RAID {} over {old_n} or RAID {} over {n} survives",
-            old_v.level,
+            "role(s) {roles:?} failed during the reshape, more than RAID {} over {} or RAID {} over {n} survives",
+            r.old_level.unwrap_or(sb.volumes[0].level),
+            r.old_members,
             sb.volumes[0].level
         );
     }
     Ok(())
+}
+
+/// Per role of `sb`, whether it is down (faulty or missing).
+fn down_roles_of(sb: &Superblock) -> Vec<bool> {
+    sb.roles().iter().map(|s| matches!(s.state, MemberState::Faulty | MemberState::Missing)).collect()
+}
+
+/// Whether both layouts of the reshape `sb` records keep every byte with
+/// the roles flagged in `down` unavailable.
+fn layouts_survive(sb: &Superblock, down: &[bool]) -> bool {
+    let r = sb.reshape.expect("a reshape is recorded");
+    let mut old_v = sb.volumes[0].clone();
+    old_v.level = r.old_level.unwrap_or(old_v.level);
+    let old_n = r.old_members as usize;
+    volume_survives(&old_v, old_n, &down[..old_n]) && volume_survives(&sb.volumes[0], sb.member_count as usize, down)
 }
 
 /// Records in every superblock that the logical bytes below `position` are
@@ -1279,10 +1313,7 @@ impl Array {
             }
             None => None,
         };
-        let mut new_sb = with_new_roles(&sb, k, MemberState::Active, None);
-        new_sb.state = State::Active;
-        new_sb.volumes[0].chunk = new_g.chunk();
-        new_sb.reshape = Some(Reshape { old_members: n as u32, position: 0, backup: None, live: true, old_level: None, old_chunk: chunk.map(|_| v.chunk) });
+        let mut new_sb = reshape_superblock(&sb, k, &old_g, &new_g, true);
         if let Err(e) = persist_all(&devs, &mut new_sb) {
             if let Some((b, s, e)) = &held {
                 b.end_write(*s, e - s);
