@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use rand::{Rng, RngCore, SeedableRng};
-use uraid_core::control::array::{self, CreateOptions, GrowOptions};
+use uraid_core::control::array::{self, CreateOptions, GrowOptions, LiveChange};
 use uraid_core::MemberSpec;
 
 fn files(dir: &Path, prefix: &str, n: usize, size: u64) -> Vec<MemberSpec> {
@@ -206,22 +206,31 @@ fn a_served_array_is_reshaped_while_a_writer_writes() {
     use uraid_core::BlockQueue;
     let d = tempfile::tempdir().unwrap();
     let cases = [
-        (5u32, 3usize, 1usize, 64u64 << 10, None),
-        (6, 4, 2, 32 << 10, None),
-        (0, 2, 1, 16 << 10, None),
-        (10, 3, 1, 64 << 10, None),
+        (5u32, 3usize, 1usize, 64u64 << 10, None, None),
+        (6, 4, 2, 32 << 10, None, None),
+        (0, 2, 1, 16 << 10, None, None),
+        (10, 3, 1, 64 << 10, None, None),
         // And to another chunk size.
-        (5, 3, 1, 64 << 10, Some(128u64 << 10)),
-        (6, 4, 1, 32 << 10, Some(8 << 10)),
+        (5, 3, 1, 64 << 10, Some(128u64 << 10), None),
+        (6, 4, 1, 32 << 10, Some(8 << 10), None),
+        // And over the same members.
+        (5, 4, 0, 64 << 10, Some(128 << 10), None),
+        (10, 3, 0, 32 << 10, Some(8 << 10), None),
+        // And RAID 1 over 2 restriped as RAID 5 and RAID 10 over more.
+        (1, 2, 1, 64 << 10, None, Some(5u32)),
+        (1, 2, 2, 32 << 10, None, Some(10)),
     ];
-    for (i, (level, n, k, chunk, new_chunk)) in cases.into_iter().enumerate() {
+    for (i, (level, n, k, chunk, new_chunk, to)) in cases.into_iter().enumerate() {
         let dir = d.path().join(format!("live{i}"));
         std::fs::create_dir(&dir).unwrap();
         let (specs, model) = filled(&dir, level, n, 40 << 20, chunk, 10 + i as u64);
         let add = files(&dir, "new", k, 40 << 20);
         let mut arr = array::assemble(&specs).unwrap();
         arr.activate().unwrap();
-        let mut live = arr.grow_live(&GrowOptions { add: add.clone(), chunk: new_chunk, ..Default::default() }).unwrap();
+        let mut live = match arr.grow_live(&GrowOptions { add: add.clone(), chunk: new_chunk, level: to, ..Default::default() }, &mut || Ok(())).unwrap() {
+            LiveChange::Reshape(l) => l,
+            LiveChange::Converted(r) => panic!("a takeover: {r:?}"),
+        };
         // The array is frozen: its membership cannot change meanwhile.
         assert!(arr.fail(0, true).is_err(), "a frozen array took a membership change");
         let model = Arc::new(Mutex::new(model));
@@ -270,10 +279,11 @@ fn a_served_array_is_reshaped_while_a_writer_writes() {
         assert_eq!(arr.volume().capacity(), rep.capacity.1);
         assert_eq!(arr.member_count() as usize, n + k);
         assert_eq!(arr.volume_entries()[0].chunk, new_chunk.unwrap_or(chunk));
+        assert_eq!(arr.volume_entries()[0].level, to.unwrap_or(level));
         arr.stop().unwrap();
         let model = model.lock().unwrap().clone();
         let all: Vec<MemberSpec> = specs.iter().chain(&add).cloned().collect();
-        verify(&all, &model, rep.capacity.1, level, i as u64);
+        verify(&all, &model, rep.capacity.1, to.unwrap_or(level), i as u64);
     }
 }
 
@@ -453,7 +463,18 @@ fn raid0_becomes_raid5_and_raid5_becomes_raid6_with_a_parity_member() {
 #[test]
 fn the_chunk_changes_while_the_volume_is_restriped_onto_more_members() {
     let d = tempfile::tempdir().unwrap();
-    let cases = [(5u32, 3usize, 1usize, 64u64 << 10, 128u64 << 10), (0, 2, 1, 64 << 10, 4 << 10), (6, 4, 1, 16 << 10, 256 << 10), (10, 4, 2, 64 << 10, 32 << 10)];
+    let cases = [
+        (5u32, 3usize, 1usize, 64u64 << 10, 128u64 << 10),
+        (0, 2, 1, 64 << 10, 4 << 10),
+        (6, 4, 1, 16 << 10, 256 << 10),
+        (10, 4, 2, 64 << 10, 32 << 10),
+        // Over the same members: every window through the backup spread
+        // past the bitmap on every member.
+        (5, 4, 0, 64 << 10, 128 << 10),
+        (0, 3, 0, 64 << 10, 16 << 10),
+        (6, 5, 0, 32 << 10, 1 << 20),
+        (10, 3, 0, 16 << 10, 64 << 10),
+    ];
     for (i, (level, n, k, from, to)) in cases.into_iter().enumerate() {
         let dir = d.path().join(format!("chunk{i}"));
         std::fs::create_dir(&dir).unwrap();
@@ -473,10 +494,20 @@ fn the_chunk_changes_while_the_volume_is_restriped_onto_more_members() {
     let (specs, _) = filled(&dir, 5, 3, (24 << 20) + (64 << 10), 64 << 10, 80);
     let before: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
     let e = array::grow(&specs, &GrowOptions { chunk: Some(128 << 10), ..Default::default() }, &mut |_, _| {}).unwrap_err().to_string();
-    assert!(e.contains("give them with --add") && e.contains("Nothing was written"), "{e}");
+    assert!(e.contains("not a whole number of") && e.contains("Nothing was written"), "{e}");
     let add = files(&dir, "new", 1, (24 << 20) + (64 << 10));
     let e = array::grow(&specs, &GrowOptions { add, chunk: Some(128 << 10), ..Default::default() }, &mut |_, _| {}).unwrap_err().to_string();
     assert!(e.contains("not a whole number of") && e.contains("Nothing was written"), "{e}");
+    let after: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
+    assert!(before == after, "a refused chunk change changed a member");
+    // RAID 0 over 8 members from 64K to 1M chunks over the same members:
+    // a window is 8 MiB, more than the backup room past the bitmap holds.
+    let dir = d.path().join("noroom");
+    std::fs::create_dir(&dir).unwrap();
+    let (specs, _) = filled(&dir, 0, 8, 8 << 20, 64 << 10, 81);
+    let before: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
+    let e = array::grow(&specs, &GrowOptions { chunk: Some(1 << 20), ..Default::default() }, &mut |_, _| {}).unwrap_err().to_string();
+    assert!(e.contains("the room for it") && e.contains("(--add)") && e.contains("Nothing was written"), "{e}");
     let after: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
     assert!(before == after, "a refused chunk change changed a member");
 }

@@ -1,5 +1,5 @@
 //! `uraid grow`: add members to an array and restripe its volume onto all
-//! of them (RAID 0, 5, 6 and 10; a stopped RAID 1 gains copies), crash-safe
+//! of them (RAID 0, 5, 6 and 10; a RAID 1 gains copies), crash-safe
 //! and resumable; the reshape itself is `uraid_core::control::array::grow`.
 //! A served array's reshape is started through its control socket and
 //! runs in the background in `uraid serve` (`service::Manager`).
@@ -18,9 +18,9 @@ pub(crate) struct GrowArgs {
     /// A drive that becomes a member; give --add once per drive. The
     /// volume is restriped onto every member (RAID 0, 5, 6 and 10), or a
     /// RAID 1 gains a copy on it.
-    #[arg(long, value_name = "NEWDEV", required_unless_present_any = ["size", "level"], conflicts_with = "size")]
+    #[arg(long, value_name = "NEWDEV", required_unless_present_any = ["size", "level", "chunk"], conflicts_with = "size")]
     add: Vec<String>,
-    /// Convert the volume to this RAID level (with the array stopped):
+    /// Convert the volume to this RAID level (stopped or served):
     /// RAID 1 <-> 10 over 2 members; RAID 1 over 2 to RAID 5 or 10 over
     /// more (give the new members with --add: the volume is restriped);
     /// RAID 0 -> 10 with as many new members (--add), each rebuilt as the
@@ -29,9 +29,12 @@ pub(crate) struct GrowArgs {
     /// A conversion that would drop redundancy is refused.
     #[arg(long, value_name = "LEVEL", conflicts_with = "size")]
     level: Option<u32>,
-    /// Restripe to this chunk size (4K to 1M, a power of two) while the
-    /// volume is restriped onto the new members (--add; stopped or
-    /// served). It must divide the volume's size on each member.
+    /// Restripe to this chunk size (4K to 1M, a power of two), over the
+    /// same members or while the volume is restriped onto new ones
+    /// (--add); stopped or served. It must divide the volume's size on
+    /// each member. Over the same members every window goes through a
+    /// backup kept past the bitmap on every member, so a change far from
+    /// the current chunk over many members may not fit (it says so).
     #[arg(long, value_name = "SIZE", conflicts_with_all = ["size", "level"])]
     chunk: Option<String>,
     /// Grow the (last) volume into the room past it on every member
@@ -68,20 +71,12 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         return grow_size(&a, size);
     }
     if let Some(c) = crate::service::client::find(&a.array.members) {
-        if a.level.is_some() {
-            drop(c);
-            bail!(
-                "array {} is served: a level change needs it stopped ('uraid stop {}'), then serve it again; nothing was written",
-                a.array.members.join(" "),
-                a.array.members.join(" ")
-            );
-        }
         if a.json {
             bail!("--json is for a stopped array's reshape; a served array's reshape runs in the background ('uraid status --json NAME' shows it)");
         }
         let rate = rate(&a.rate).context("--rate")?;
         let chunk = a.chunk.as_deref().map(|c| uraid_core::units::parse_size(c, "--chunk")).transpose()?;
-        return crate::live_cmds::grow(c, &a.add, a.force, rate, chunk, a.wait);
+        return crate::live_cmds::grow(c, &a.add, a.force, rate, chunk, a.level, a.wait);
     }
     let add: Vec<MemberSpec> = a.add.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
     let chunk = a.chunk.as_deref().map(|c| uraid_core::units::parse_size(c, "--chunk")).transpose()?;
@@ -100,6 +95,20 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
             rep.level,
             rep.members.1,
             rep.seconds,
+            fmt_size(rep.bytes_written)
+        );
+        return Ok(());
+    }
+    if rep.members.0 == rep.members.1 {
+        println!(
+            "array '{}': its RAID {} volume was restriped to {} chunks over the same {} members in {:.1} s (read {}, wrote {} \
+             with the backups)",
+            rep.array,
+            rep.level,
+            a.chunk.as_deref().unwrap_or("new"),
+            rep.members.1,
+            rep.seconds,
+            fmt_size(rep.bytes_read),
             fmt_size(rep.bytes_written)
         );
         return Ok(());

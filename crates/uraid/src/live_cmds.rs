@@ -100,10 +100,45 @@ fn after(name: &str) -> Result<()> {
 
 /// `uraid grow --add` on a served array: the reshape starts and runs in
 /// the background; with `wait`, this follows it to its end.
-pub(crate) fn grow(c: Client, add: &[String], force: bool, rate: Option<u64>, chunk: Option<u64>, wait: bool) -> Result<()> {
+pub(crate) fn grow(c: Client, add: &[String], force: bool, rate: Option<u64>, chunk: Option<u64>, level: Option<u32>, wait: bool) -> Result<()> {
     let name = c.name.clone();
-    let v = c.call(Command::Grow { add: add.to_vec(), force, rate, size: None, chunk }, &mut |_| {})?;
-    println!(
+    let v = c.call(Command::Grow { add: add.to_vec(), force, rate, size: None, chunk, level }, &mut |_| {})?;
+    if v.get("rebuilding").is_some() {
+        // A takeover: done already; its new roles (if any) are rebuilt.
+        println!(
+            "array '{name}': its volume is RAID {} over {} members now (no data moved){}",
+            v["level"][1],
+            v["members"][1],
+            if v["rebuilding"].as_array().is_some_and(|r| !r.is_empty()) {
+                "; the new member(s) are rebuilt in the background ('uraid status' shows how far)"
+            } else {
+                ""
+            }
+        );
+        if !wait {
+            return Ok(());
+        }
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            let Some(c) = Client::connect(&name) else { bail!("array '{name}' is no longer served; the next assemble goes on with the rebuild") };
+            let st = c.call(Command::Status, &mut |_| {})?;
+            let vols = st["array"]["volumes"].as_array().cloned().unwrap_or_default();
+            if vols.iter().all(|v| v["state"] != "rebuilding") {
+                println!("array '{name}': the new member(s) were rebuilt; the volume is {}", vols.first().and_then(|v| v["state"].as_str()).unwrap_or("gone"));
+                return Ok(());
+            }
+        }
+    }
+    if v["members"][0] == v["members"][1] {
+        println!(
+            "array '{name}' is being restriped to {} chunks over the same {} members in the background at most {:.0} MB/s \
+             ('uraid status {name}' shows how far)",
+            chunk.map(uraid_core::units::fmt_size).unwrap_or_default(),
+            v["members"][1],
+            v["rate"].as_f64().unwrap_or(0.0) / 1e6
+        );
+    } else {
+        println!(
         "array '{name}' is being reshaped from {} to {} members in the background at most {:.0} MB/s; the volume grows to {} \
          bytes when it ends ('uraid status {name}' shows how far)",
         v["members"][0],
@@ -111,6 +146,7 @@ pub(crate) fn grow(c: Client, add: &[String], force: bool, rate: Option<u64>, ch
         v["rate"].as_f64().unwrap_or(0.0) / 1e6,
         v["capacity"]
     );
+    }
     if !wait {
         return Ok(());
     }
@@ -133,7 +169,7 @@ pub(crate) fn grow(c: Client, add: &[String], force: bool, rate: Option<u64>, ch
 /// room past it; the export moves to it (new connections see the size).
 pub(crate) fn grow_size(c: Client, size: &str) -> Result<()> {
     let name = c.name.clone();
-    let v = c.call(Command::Grow { add: Vec::new(), force: false, rate: None, size: Some(size.to_string()), chunk: None }, &mut |_| {})?;
+    let v = c.call(Command::Grow { add: Vec::new(), force: false, rate: None, size: Some(size.to_string()), chunk: None, level: None }, &mut |_| {})?;
     println!(
         "volume '{}' of array '{name}' grew from {} to {} bytes; new connections see the new size: grow the filesystem on it \
          (resize2fs for ext4, xfs_growfs for xfs)",

@@ -381,12 +381,13 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
     }
     for v in &st.volumes {
         println!(
-            "  volume '{}': raid{} {} ({} bytes), chunk {}, {} [{n}/{up}] [{map}]",
+            "  volume '{}': raid{} {} ({} bytes), chunk {}{}, {} [{n}/{up}] [{map}]",
             v.name,
             v.level,
             fmt_size(v.capacity),
             v.capacity,
             fmt_size(v.chunk),
+            if v.layout.is_empty() { String::new() } else { format!(", {}", v.layout) },
             v.state
         );
         if let Some(p) = v.rebuild_percent {

@@ -74,13 +74,13 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 136 | 4 | flags: bit 0 = a reshape is in progress, bit 1 = its backup holds a window, bit 2 = the array is served during it (writes of users may have been cut by a crash: the array is resynced once it ends), bits 8..16 = the level number before the reshape plus one when it changes (RAID 1 over 2 members restriped as RAID 5 or 10), else 0; bits 16..24 = log2 of the chunk size before the reshape minus 11 when it changes (1 = 4 KiB .. 9 = 1 MiB), else 0 |
-//! | 140 | 4 | the member count before the reshape (the member count field holds the one after) |
+//! | 140 | 4 | the member count before the reshape (the member count field holds the one after; equal to it only for a chunk change over the same members) |
 //! | 144 | 8 | position: logical bytes of the volume, from 0, already in the new layout (durable) |
 //! | 152 | 8 | backup: the logical byte where the backed-up window starts (equal to the position) |
 //! | 160 | 8 | backup: its length in bytes |
 //! | 168 | 4 | backup: CRC-32C of its bytes |
-//! | 172 | 4 | backup: the role whose device holds it |
-//! | 176 | 8 | backup: absolute byte offset on that device |
+//! | 172 | 4 | backup: the role whose device holds it; `0xFFFF_FFFF` for a chunk change over the same members (the member count before equals the one after): spread over every role that is up, in role order, `ceil(len / roles up)` bytes rounded up to 4 KiB on each (the last holds the rest) |
+//! | 176 | 8 | backup: absolute byte offset on that device (spread: on each, past the write-intent bitmap, below the data area) |
 //!
 //! Spares: a spare is a device with its own superblock whose slot is at or
 //! above the member count; its slot entry has the state `Spare`. Every
@@ -679,13 +679,20 @@ impl Superblock {
         let reshape = if version == VERSION_RESHAPE && u32_at(b, 136) != 0 {
             let flags = u32_at(b, 136);
             let old_members = u32_at(b, 140);
-            if flags & 1 == 0 || flags & !0x00ff_ff07 != 0 || (flags >> 8) & 0xff > 11 || (flags >> 16) > 9 || old_members == 0 || old_members >= member_count {
+            if flags & 1 == 0 || flags & !0x00ff_ff07 != 0 || (flags >> 8) & 0xff > 11 || (flags >> 16) > 9 || old_members == 0 || old_members > member_count || (old_members == member_count && flags >> 16 == 0) {
                 return inv(format!("reshape record (flags {flags}, from {old_members} to {member_count} members)"));
             }
             let position = u64_at(b, 144);
             let backup = if flags & 2 != 0 {
                 let k = ReshapeBackup { len: u64_at(b, 160), crc: u32_at(b, 168), role: u32_at(b, 172), offset: u64_at(b, 176) };
-                if u64_at(b, 152) != position || k.role >= member_count || k.len == 0 || k.offset < DATA_OFFSET || k.offset.checked_add(k.len).is_none() {
+                // A spread backup (a chunk change over the same members)
+                // lies past the bitmap on every member that is up.
+                let placed = if k.role == u32::MAX {
+                    old_members == member_count && k.offset >= 64 << 10 && k.offset < DATA_OFFSET
+                } else {
+                    k.role < member_count && k.offset >= DATA_OFFSET
+                };
+                if u64_at(b, 152) != position || !placed || k.len == 0 || k.offset.checked_add(k.len).is_none() {
                     return inv(format!("reshape backup (role {}, bytes {}+{})", k.role, k.offset, k.len));
                 }
                 Some(k)

@@ -91,9 +91,14 @@ fn main() {
         "run" => {
             if let Ok(devs) = std::env::var("URAID_TORTURE_GROW") {
                 let add = devs.split(',').map(|d| d.parse().unwrap_or_else(|e| panic!("{d}: {e}"))).collect();
-                let opts = uraid_core::control::array::GrowOptions { add, ..Default::default() };
-                let mut live = match array.grow_live(&opts) {
-                    Ok(l) => l,
+                let level = std::env::var("URAID_TORTURE_GROW_LEVEL").ok().and_then(|l| l.parse().ok());
+                let opts = uraid_core::control::array::GrowOptions { add, level, ..Default::default() };
+                let mut live = match array.grow_live(&opts, &mut || Ok(())) {
+                    Ok(uraid_core::control::array::LiveChange::Reshape(l)) => *l,
+                    Ok(_) => {
+                        eprintln!("uraid-torture: URAID_TORTURE_GROW takes a change that restripes (not a takeover)");
+                        std::process::exit(3);
+                    }
                     Err(e) => {
                         eprintln!("uraid-torture: cannot start the reshape: {e}");
                         std::process::exit(3);

@@ -29,7 +29,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use uraid_core::control::array::{Array, ArrayStatus};
+use uraid_core::control::array::{Array, ArrayStatus, LiveChange};
 use uraid_core::control::maint::{CheckOptions, CheckReport};
 use uraid_core::raid::health::MemberState;
 use uraid_core::MemberSpec;
@@ -302,19 +302,9 @@ impl<'a> Manager<'a> {
     }
 
     /// Pauses the export and waits until its requests are answered, at
-    /// most `limit`; `Ok(false)` when they were not (the export is
-    /// resumed). Errors: the export cannot be paused (the server's why).
+    /// most `limit` (see [`quiet_export`]).
     fn quiet_export(&self, limit: Duration) -> Result<bool, String> {
-        self.server.pause(&self.export)?;
-        let t0 = Instant::now();
-        while !self.server.is_quiet(&self.export) {
-            if t0.elapsed() > limit {
-                let _ = self.server.resume(&self.export);
-                return Ok(false);
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        Ok(true)
+        quiet_export(self.server, &self.export, limit)
     }
 
     /// Waits until only `holders` handles on the export's former volume
@@ -326,10 +316,13 @@ impl<'a> Manager<'a> {
         }
     }
 
-    /// Starts a reshape of the served array onto `add` (see
-    /// `uraid_core::control::array::Array::grow_live`): the export moves
-    /// to the reshaping volume; the windows move in the background.
-    fn grow(&mut self, add: &[String], force: bool, rate: Option<u64>, chunk: Option<u64>) -> Result<serde_json::Value, ErrorBody> {
+    /// Starts a reshape of the served array onto `add`, to `level` and
+    /// `chunk` (see `uraid_core::control::array::Array::grow_live`): the
+    /// export moves to the reshaping volume; the windows move in the
+    /// background. A takeover (no data moves) pauses the export, swaps the
+    /// array and moves the export to its volume; its new roles are then
+    /// rebuilt in the background.
+    fn grow(&mut self, add: &[String], force: bool, rate: Option<u64>, chunk: Option<u64>, level: Option<u32>) -> Result<serde_json::Value, ErrorBody> {
         let name = self.arr.name();
         if self.reshape.is_some() {
             return Err(ErrorBody::new("Busy", format!("array '{name}' is being reshaped already; 'uraid status {name}' shows how far")));
@@ -344,11 +337,54 @@ impl<'a> Manager<'a> {
             return Err(ErrorBody::new("InvalidInput", "a reshape rate of 0 would never finish; give a positive rate or none"));
         }
         let specs = add.iter().map(|d| d.parse()).collect::<Result<Vec<MemberSpec>, uraid_core::Error>>()?;
-        let opts = uraid_core::control::array::GrowOptions { add: specs, force, rate: None, level: None, chunk };
-        let grow = self.arr.grow_live(&opts)?;
-        let vol = grow.volume().clone();
+        let opts = uraid_core::control::array::GrowOptions { add: specs, force, rate: None, level, chunk };
         let old = self.arr.volume().clone();
-        let (n0, n1) = (self.arr.member_count(), grow.superblock().member_count);
+        let (n0, level0) = (self.arr.member_count(), self.arr.volume_entries()[0].level);
+        let (server, export) = (&self.server, &self.export);
+        let mut paused = false;
+        let mut quiet = || -> uraid_core::Result<()> {
+            paused = true;
+            match quiet_export(server, export, Duration::from_secs(30)) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(uraid_core::Error::new(
+                    uraid_core::ErrorKind::Busy,
+                    "the export's clients did not finish their requests within 30 s; nothing was written, try again",
+                )),
+                Err(e) => Err(uraid_core::Error::new(uraid_core::ErrorKind::Io, format!("the export cannot be paused: {e}; nothing was written"))),
+            }
+        };
+        let change = self.arr.grow_live(&opts, &mut quiet);
+        let grow = match change {
+            Ok(LiveChange::Reshape(grow)) => *grow,
+            Ok(LiveChange::Converted(rep)) => {
+                let moved = self.server.replace_volume(&self.export, self.arr.volume().clone());
+                let _ = self.server.resume(&self.export);
+                if let Err(e) = moved {
+                    self.log(format!("cannot move the export to the converted volume: {e}"));
+                }
+                self.move_export(old);
+                self.seen = self.arr.health().states();
+                let what = format!(
+                    "RAID {level0} over {n0} members became RAID {} over {} (no data moved){}",
+                    rep.level,
+                    rep.members.1,
+                    if rep.members.1 > n0 { "; the new member(s) are rebuilt now" } else { "" }
+                );
+                self.log(what.clone());
+                self.events.emit("ReshapeStarted", None, what.clone());
+                self.events.emit("ReshapeFinished", None, what);
+                return Ok(serde_json::json!({"members": [n0, rep.members.1], "capacity": rep.capacity.1, "level": [level0, rep.level], "rebuilding": self.arr.rebuilding()}));
+            }
+            Err(e) => {
+                if paused {
+                    let _ = self.server.resume(&self.export);
+                }
+                return Err(e.into());
+            }
+        };
+        let vol = grow.volume().clone();
+        let n1 = grow.superblock().member_count;
+        let level1 = grow.superblock().volumes[0].level;
         let (_, total) = grow.position();
         let rate = rate.or(Some(DEFAULT_RESHAPE_RATE));
         self.reshape = Some(Reshaping { grow, rate, announced: 0, since: (0, Instant::now()), failed: None });
@@ -363,8 +399,9 @@ impl<'a> Manager<'a> {
         // The frozen array and this function hold it.
         self.wait_unused(&old, 2);
         self.live.set_reshape(serde_json::json!({"members": [n0, n1], "position": 0, "total": total, "failed": null}));
-        self.events.emit("ReshapeStarted", None, format!("from {n0} to {n1} members; the volume grows to {total} bytes when it ends"));
-        Ok(serde_json::json!({"members": [n0, n1], "capacity": total, "rate": rate}))
+        let levels = if level1 != level0 { format!(", RAID {level0} to RAID {level1}") } else { String::new() };
+        self.events.emit("ReshapeStarted", None, format!("from {n0} to {n1} members{levels}; the volume grows to {total} bytes when it ends"));
+        Ok(serde_json::json!({"members": [n0, n1], "capacity": total, "rate": rate, "level": [level0, level1]}))
     }
 
     /// Grows the last volume into the room past it on every member
@@ -886,7 +923,7 @@ impl<'a> Manager<'a> {
             Command::Config { volume, mode, cache_size, dirty_limit } => self.config(volume.as_deref(), mode, *cache_size, *dirty_limit),
             Command::Grow { size: Some(size), add, .. } if add.is_empty() => self.resize(size),
             Command::Grow { size: Some(_), .. } => Err(ErrorBody::new("InvalidInput", "grow takes --add or --size, not both: one change at a time")),
-            Command::Grow { add, force, rate, size: None, chunk } => self.grow(add, *force, *rate, *chunk),
+            Command::Grow { add, force, rate, size: None, chunk, level } => self.grow(add, *force, *rate, *chunk, *level),
             Command::Status | Command::Stop | Command::Monitor | Command::TestMessage => {
                 Err(ErrorBody::new("Protocol", format!("'{}' is answered by the control socket, not the manager", job.cmd.name())))
             }
@@ -972,6 +1009,22 @@ impl Manager<'_> {
             "warning": (mode == CacheMode::WriteBack).then_some(uraid_core::control::array::WRITEBACK_WARNING),
         }))
     }
+}
+
+/// Pauses `export` of `server` and waits until its requests are answered,
+/// at most `limit`; `Ok(false)` when they were not (the export is
+/// resumed). Errors: the export cannot be paused (the server's why).
+fn quiet_export(server: &Server, export: &str, limit: Duration) -> Result<bool, String> {
+    server.pause(export)?;
+    let t0 = Instant::now();
+    while !server.is_quiet(export) {
+        if t0.elapsed() > limit {
+            let _ = server.resume(export);
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(true)
 }
 
 fn new_scrub(volumes: Vec<usize>, repair: bool, rate: Option<u64>) -> Scrub {

@@ -138,6 +138,10 @@ pub enum Command {
         /// With `add`: restripe to this chunk size (bytes) too.
         #[serde(default)]
         chunk: Option<u64>,
+        /// Convert the volume to this RAID level (with `add` where the
+        /// conversion needs new members).
+        #[serde(default)]
+        level: Option<u32>,
     },
     /// Stop the array cleanly (as SIGTERM does); replies with the pid.
     Stop,

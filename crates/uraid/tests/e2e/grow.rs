@@ -73,6 +73,12 @@ fn filled(dir: &Path, name: &str, level: &str, n: usize, chunk: &str, seed: &str
 /// Serves `members`, reads the whole export back and compares it with
 /// `data` (the new space past it reads as zeros); returns the export's size.
 fn verify(dir: &Path, name: &str, members: &[PathBuf], data: &[u8], what: &str) -> u64 {
+    verify_from(dir, name, members, data, 0, what)
+}
+
+/// As [`verify`], for the bytes of `data` from `skip` on (a writer wrote
+/// those before).
+fn verify_from(dir: &Path, name: &str, members: &[PathBuf], data: &[u8], skip: usize, what: &str) -> u64 {
     let mut size = 0;
     with_export(dir, name, members, |uri| {
         size = export_size(uri);
@@ -80,7 +86,8 @@ fn verify(dir: &Path, name: &str, members: &[PathBuf], data: &[u8], what: &str) 
         let _ = std::fs::remove_file(&back);
         run_tool(Command::new("nbdcopy").arg(uri).arg(&back));
         let got = std::fs::read(&back).unwrap();
-        assert!(first_difference(&got[..data.len()], data).is_none(), "{what}: the data moved: {:?}", first_difference(&got[..data.len()], data));
+        let diff = first_difference(&got[skip..data.len()], &data[skip..]).map(|(at, len)| (at + skip, len));
+        assert!(diff.is_none(), "{what}: the data moved: first difference at {diff:?}");
         assert!(got[data.len()..].iter().all(|&b| b == 0), "{what}: the new space does not read as zeros");
     });
     let o = uraid_ok(&with(&["check", "--json"], &strs(members)));
@@ -168,7 +175,9 @@ fn interrupted_with(seed: u64, level: &str, crash: Option<&str>, kill_after: Opt
     let d = tmpdir();
     let what = format!("RAID {level}, crash {crash:?}, kill after {kill_after:?} (seed {seed})");
     // "1>5": RAID 1 over 2 members restriped as RAID 5 over 4; "5@64K":
-    // RAID 5 restriped with 64K chunks (from 16K).
+    // RAID 5 restriped with 64K chunks (from 16K); "5@64K=": over the
+    // same members.
+    let (level, same) = level.strip_suffix('=').map_or((level, false), |l| (l, true));
     let (level, chunk) = level.split_once('@').map_or((level, None), |(a, b)| (a, Some(b)));
     let (level, to) = level.split_once('>').map_or((level, None), |(a, b)| (a, Some(b)));
     let (n, k) = match (level, to) {
@@ -176,6 +185,7 @@ fn interrupted_with(seed: u64, level: &str, crash: Option<&str>, kill_after: Opt
         (_, Some(_)) => (2, 2),
         _ => (3, 2),
     };
+    let k = if same { 0 } else { k };
     let (mut m, data) = filled(d.path(), "gc", level, n, "16K", &format!("grow-crash-{seed}"));
     let new: Vec<PathBuf> = (0..k).map(|i| sparse_file(d.path(), &format!("new{i}"), 32 << 20)).collect();
     let mut args = vec!["grow", "--quiet"];
@@ -256,6 +266,11 @@ fn an_interrupted_grow_is_finished_by_the_next_assemble() {
     for (i, (l, c)) in [("5@64K", "0:backed-up"), ("5@64K", "0:half"), ("5@64K", "2:half"), ("5@4K", "0:half"), ("5@4K", "3:half")].iter().enumerate() {
         interrupted(40 + i as u64, l, Some(c), None);
     }
+    // A chunk change over the same members: every window goes through the
+    // backup spread over the members (past their bitmaps).
+    for (i, (l, c)) in [("5@64K=", "0:backed-up"), ("5@64K=", "0:half"), ("5@64K=", "0:written"), ("6@4K=", "3:half"), ("10@64K=", "2:backed-up")].iter().enumerate() {
+        interrupted(50 + i as u64, l, Some(c), None);
+    }
 }
 
 /// The power-cut model: members with volatile caches, the power cut in
@@ -268,7 +283,7 @@ fn an_interrupted_grow_is_finished_by_the_next_assemble() {
 fn a_grow_cut_by_a_power_loss_is_finished_by_the_next_assemble() {
     let _g = shared();
     require_tool("nbdcopy", "libnbd-bin");
-    for (i, (level, c)) in [("5", "0:half"), ("5", "2:half"), ("6", "1:half"), ("6", "4:half"), ("10", "0:half"), ("10", "3:half"), ("1>5", "0:half"), ("1>5", "2:half"), ("5@64K", "0:half"), ("10@4K", "2:half")]
+    for (i, (level, c)) in [("5", "0:half"), ("5", "2:half"), ("6", "1:half"), ("6", "4:half"), ("10", "0:half"), ("10", "3:half"), ("1>5", "0:half"), ("1>5", "2:half"), ("5@64K", "0:half"), ("10@4K", "2:half"), ("5@64K=", "1:half"), ("6@4K=", "2:half")]
         .iter()
         .enumerate()
     {
@@ -283,10 +298,10 @@ fn a_grow_killed_at_random_moments_is_finished_by_the_next_assemble() {
     let seed: u64 = std::env::var("URAID_E2E_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random());
     println!("grow kill test: seed {seed} (set URAID_E2E_SEED to replay)");
     let mut r = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(seed);
-    for i in 0..8 {
+    for i in 0..10 {
         // Half the kills early (the critical section is the first rows).
         let ms = if i % 2 == 0 { r.random_range(0..60) } else { r.random_range(0..600) };
-        interrupted(seed.wrapping_add(i), ["5", "10", "6", "1>5"][i as usize % 4], None, Some(Duration::from_millis(ms)));
+        interrupted(seed.wrapping_add(i), ["5", "10", "6", "1>5", "5@64K="][i as usize % 5], None, Some(Duration::from_millis(ms)));
     }
 }
 
@@ -335,4 +350,82 @@ fn a_reshape_goes_on_degraded_when_a_member_fails() {
     assert!(o.status.success(), "assemble without two members: {}{}", o.stdout, o.stderr);
     assert_contains(&format!("{}{}", o.stdout, o.stderr), &["went on from there and finished"], "assemble");
     verify(d.path(), "gm", &without, &data, "a reshape finished without two members");
+}
+
+/// Level changes of a served array while fio writes and verifies through
+/// its export, one fio run after the other until the change (and the
+/// rebuild of its new members) has ended: RAID 1 over 2 restriped as RAID
+/// 5 over 3 (at a low rate, so that the writer runs through it), then RAID
+/// 5 -> 6 with a new member (a takeover: the export pauses, the array is
+/// swapped, the new member is rebuilt while the writer goes on); RAID 0 ->
+/// 10 and RAID 0 -> 5; RAID 1 -> 10 -> 1 over 2 and a RAID 1's new copy.
+/// The bytes written before the writer's area read back equal, fio's
+/// verify covers the bytes written during, check finds 0 mismatches, and
+/// status (members given in another order) shows the new level and
+/// layout.
+#[test]
+fn a_served_array_changes_level_while_a_client_writes() {
+    let _g = shared();
+    require_tool("nbdcopy", "libnbd-bin");
+    require_tool("fio", "fio");
+    type Step = (&'static [&'static str], usize);
+    type Want = (u64, usize, &'static str);
+    let cases: [(&str, usize, &[Step], Want); 4] = [
+        ("1", 2, &[(&["--level", "5", "--rate", "8M"], 1), (&["--level", "6"], 1)], (6, 4, "parity-last")),
+        ("0", 2, &[(&["--level", "10"], 2)], (10, 4, "")),
+        ("0", 2, &[(&["--level", "5"], 1)], (5, 3, "parity-last")),
+        ("1", 2, &[(&["--level", "10"], 0), (&["--level", "1"], 0), (&[], 1)], (1, 3, "")),
+    ];
+    const AREA: usize = 12 << 20;
+    for (i, (level, n, steps, want)) in cases.into_iter().enumerate() {
+        let d = tmpdir();
+        let name = format!("lv{i}");
+        let (mut m, data) = filled(d.path(), &name, level, n, "64K", &name);
+        let what = format!("RAID {level} over {n}, {steps:?}");
+        let mut added = 0;
+        with_export(d.path(), &name, &m.clone(), |uri| {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (uri2, stop2) = (uri.to_string(), stop.clone());
+            let writer = std::thread::spawn(move || {
+                let mut runs = 0;
+                loop {
+                    let o = Command::new("fio")
+                        .args(["--name=w", "--ioengine=nbd", "--rw=randwrite", "--bs=4k,64k", "--iodepth=16", "--size=12M"])
+                        .args(["--verify=crc32c", "--verify_fatal=1", "--verify_state_save=0", "--do_verify=1"])
+                        .arg(format!("--uri={uri2}"))
+                        .output()
+                        .unwrap();
+                    assert!(o.status.success(), "fio run {runs}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+                    runs += 1;
+                    if stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                        return runs;
+                    }
+                }
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            for (args, k) in steps.iter() {
+                let new: Vec<PathBuf> = (0..*k).map(|j| sparse_file(d.path(), &format!("n{}", added + j), 32 << 20)).collect();
+                added += k;
+                let mut a: Vec<&str> = vec!["grow", "--wait"];
+                a.extend(args.iter());
+                for p in &new {
+                    a.extend(["--add", s(p)]);
+                }
+                let o = Command::new(URAID).env("URAID_RUN_DIR", d.path().join("run")).args(with(&a, &strs(&m))).output().unwrap();
+                let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+                assert!(o.status.success(), "{what}: served grow {a:?}: {out}{err}");
+                m.extend(new);
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let runs = writer.join().unwrap();
+            assert!(runs >= 2, "{what}: the writer ran {runs} time(s)");
+        });
+        verify_from(d.path(), &name, &m, &data, AREA, &what);
+        let mut shuffled = m.clone();
+        shuffled.reverse();
+        let st: serde_json::Value = serde_json::from_str(&uraid_ok(&with(&["status", "--json"], &strs(&shuffled))).stdout).unwrap();
+        let v = &st["volumes"][0];
+        assert_eq!((v["level"].as_u64(), st["members"].as_array().map(|a| a.len()), v["layout"].as_str()), (Some(want.0), Some(want.1), Some(want.2)), "{what}: {st}");
+        assert_eq!(v["state"].as_str(), Some("clean"), "{what}: {st}");
+    }
 }

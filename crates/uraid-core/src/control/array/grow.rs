@@ -1,5 +1,6 @@
 //! Reshape: `uraid grow --add` restripes an array's volume onto more
-//! members (RAID 0, 5, 6 and 10), crash-safe and resumable, as md's
+//! members (RAID 0, 5, 6 and 10; `--chunk` to another chunk size, onto
+//! more members or the same), crash-safe and resumable, as md's
 //! `mdadm --grow --raid-devices` does, stopped or served; a RAID 1 gains a
 //! copy on each new member instead (recorded as rebuilding, then
 //! rebuilt). `uraid grow --size` grows the last volume into the room past
@@ -45,10 +46,22 @@
 //! interrupted one resumes) is recorded as faulty, and the reshape goes on
 //! degraded where both layouts survive without it ([`note_failures`]).
 //!
-//! Not here yet: level changes other than md's takeovers ([`convert`]),
-//! chunk changes, adding members to arrays with several volumes, and
-//! starting a reshape of a degraded array (every member must be present
-//! and in sync when it starts).
+//! A chunk change over the same members ([`plan`]) has as much data per
+//! member byte in both layouts: every window overwrites its own old place,
+//! so every window goes through a backup, spread over every member that
+//! is up in the room past the write-intent bitmap ([`spare_room`],
+//! [`write_backup`]; md keeps such a backup in a file or moves the data
+//! offset instead).
+//!
+//! Level changes where no data moves (md's takeovers: RAID 1 <-> 10 over
+//! 2, RAID 0 -> 5, 5 -> 6 and 0 -> 10, a RAID 1's new copies) change the
+//! superblocks only and rebuild the new roles ([`takeover`]); a served
+//! array's pause its users for the switch ([`Array::grow_live`]).
+//!
+//! Not here yet: other level changes, restriping a parity-last volume,
+//! adding members to arrays with several volumes, and starting a reshape
+//! of a degraded array (every member must be present and in sync when it
+//! starts).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -176,18 +189,21 @@ fn unit(g: &Geometry) -> (u64, u64) {
 const MAX_CRITICAL_UNITS: u64 = 1024;
 
 /// The windows of a reshape from layout `old` to `new` (the new one holds
-/// more data per member byte) from logical byte `start` (a multiple of the
-/// new unit's data) to the new capacity, in order: (logical start, length,
-/// through the backup), each at most `max_units` new units when written
-/// in place.
+/// more data per member byte, or as much: a chunk change over the same
+/// members) from logical byte `start` (a multiple of the new unit's data)
+/// to the new capacity, in order: (logical start, length, through the
+/// backup), each at most `max_units` new units when written in place.
 ///
 /// New unit `u` is written over member bytes `[u un, (u+1) un)`, where the
 /// old layout keeps logical bytes from `floor(pos / wo) uo` on: the units
 /// below that may be written in place, their old contents being moved
 /// already. When none may (the first units: md's critical section), the
 /// window is the fewest units whose overwritten old units hold nothing
-/// past the window's end, and it goes through the backup area.
-fn windows(old: &Geometry, new: &Geometry, start: u64, max_units: u64) -> impl Iterator<Item = (u64, u64, bool)> {
+/// past the window's end, and it goes through the backup area. With as
+/// much data per member byte in both layouts, every window is such a one;
+/// with `spread` (the logical bytes the backup area holds), each is then
+/// as many of those as the backup holds.
+fn windows(old: &Geometry, new: &Geometry, start: u64, max_units: u64, spread: Option<u64>) -> impl Iterator<Item = (u64, u64, bool)> {
     let ((wo, uo), (wn, un)) = (unit(old), unit(new));
     let new_cap = new.capacity();
     let mut pos = start;
@@ -206,7 +222,8 @@ fn windows(old: &Geometry, new: &Geometry, start: u64, max_units: u64) -> impl I
             while (((first + k) * un - 1) / uo + 1) * wo > pos + k * wn && k < MAX_CRITICAL_UNITS {
                 k += 1;
             }
-            (k, true)
+            let times = spread.map_or(1, |room| (room / (k * wn)).clamp(1, max_units.div_ceil(k)));
+            (k * times, true)
         };
         let w = (pos, (units * wn).min(new_cap - pos), critical);
         pos += w.1;
@@ -214,21 +231,58 @@ fn windows(old: &Geometry, new: &Geometry, start: u64, max_units: u64) -> impl I
     })
 }
 
-/// Adds `opts.add` to the stopped array of `specs` and restripes its
-/// volume onto every member; `progress(done, total)` is called after each
-/// window, in logical bytes of the new layout.
+/// The backup room of a chunk change over the same members: on every
+/// member, the end of the bitmap area that the bitmap does not use, as
+/// (absolute offset, bytes), 4 KiB aligned.
+fn spare_room(sb: &Superblock) -> (u64, u64) {
+    let start = crate::raid::bitmap::area_end(sb.bitmap_region, sb.data_end()).next_multiple_of(4096);
+    let end = sb.volumes.iter().map(|v| v.member_start).min().unwrap_or(crate::raid::DATA_OFFSET).min(crate::raid::DATA_OFFSET);
+    (start, end.saturating_sub(start) / 4096 * 4096)
+}
+
+/// The role of a [`ReshapeBackup`] spread over every role that is up (a
+/// chunk change over the same members: [`spread_backup`]).
+const SPREAD: u32 = u32::MAX;
+
+/// For the reshape `sb` records, when it keeps the members it had (a
+/// chunk change): the roles that hold a piece of a backup (those up, in
+/// role order) and the logical bytes the backup holds at most (a piece of
+/// [`spare_room`] on each); `None` when the reshape adds members (the
+/// backup is then on the first new member).
+fn spread_backup(sb: &Superblock) -> Option<(Vec<u32>, u64)> {
+    let r = sb.reshape.as_ref()?;
+    if r.old_members != sb.member_count {
+        return None;
+    }
+    let down = down_roles_of(sb);
+    let holders: Vec<u32> = (0..sb.member_count).filter(|&role| !down[role as usize]).collect();
+    let room = spare_room(sb).1 * holders.len() as u64;
+    Some((holders, room))
+}
+
+/// The piece of a spread backup of `len` bytes over `holders` roles:
+/// bytes each holds (4 KiB multiples; the last holds the rest).
+fn spread_piece(len: u64, holders: usize) -> u64 {
+    len.div_ceil(holders.max(1) as u64).next_multiple_of(4096)
+}
+
+/// Changes the stopped array of `specs` as `opts` asks (see `plan` in this module): adds
+/// `opts.add` and restripes its volume onto every member, converts its
+/// level, or restripes it to another chunk; `progress(done, total)` is
+/// called after each window, in logical bytes of the new layout (or of
+/// the rebuild of new roles).
 ///
 /// Errors, before anything is written: as [`open`]; `Busy` when a process
 /// holds a member (a served array: stop it first); `Unsupported` for what
 /// is not here yet (several volumes, a journal on the volume); `Membership` for an array not stopped cleanly or not in sync;
 /// `InvalidInput` / `WouldDestroy` / `TooSmall` for a new device that is a
 /// member, holds something (without `force`) or is too small, or members
-/// too small for the backup area. During the reshape, an I/O error stops
+/// too small for the backup area; as `plan`. During the reshape, an I/O error stops
 /// it where it is: the superblocks say how far it got, and the next
 /// assemble goes on from there.
 pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<GrowReport> {
     if opts.add.is_empty() && opts.level.is_none() && opts.chunk.is_none() {
-        bail!(InvalidInput, "grow needs --add DEVICE... (the devices that become members), --level L or --size SIZE");
+        bail!(InvalidInput, "grow needs --add DEVICE... (the devices that become members), --level L, --chunk SIZE or --size SIZE");
     }
     let a = open(specs)?;
     let sb = a.superblock();
@@ -241,7 +295,6 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
         );
     }
     let v = sb.volumes[0].clone();
-    let level = Level::from_number(v.level)?;
     if v.cache_mode == crate::cache::CacheMode::Journal.to_u8() {
         bail!(
             Unsupported,
@@ -263,34 +316,204 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
             s.state.name()
         );
     }
-    if let Some(to) = opts.level.filter(|&l| l != v.level) {
-        return convert(a, &sb, to, specs, opts, progress);
+    match plan(&sb, opts)? {
+        Change::Restripe(old_g, new_g) => {
+            let added = open_added(&a, opts)?;
+            restripe(a, &sb, added, &old_g, &new_g, opts, progress)
+        }
+        Change::Takeover(t) => {
+            let t0 = std::time::Instant::now();
+            let added = open_added(&a, opts)?;
+            let (devs, _, mut new_sb) = takeover(&a, &sb, &t, &added)?;
+            a.release();
+            persist_all(&devs, &mut new_sb)?;
+            drop(devs);
+            let (n, to) = (sb.member_count, new_sb.volumes[0].level);
+            if added.is_empty() {
+                let capacity = a_capacity(&new_sb)?;
+                return Ok(GrowReport {
+                    array: name,
+                    level: to,
+                    members: (n, n),
+                    capacity: (capacity, capacity),
+                    started_at: 0,
+                    bytes_read: 0,
+                    bytes_written: 0,
+                    backed_up_rows: 0,
+                    seconds: 0.0,
+                });
+            }
+            rebuild_copies(specs, added, &name, to, n, opts, progress, t0)
+        }
     }
-    not_parity_last(&v)?;
-    if opts.add.is_empty() {
-        if opts.chunk.is_some_and(|c| c != v.chunk) {
+}
+
+/// The usable bytes of the (only) volume of `sb`.
+fn a_capacity(sb: &Superblock) -> Result<u64> {
+    let v = &sb.volumes[0];
+    Ok(Geometry::new(Level::from_number(v.level)?, sb.member_count as usize, v.chunk, v.member_size)?.capacity())
+}
+
+/// What a `grow` of a one-volume array does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// The volume is restriped from the first layout to the second (more
+    /// members, perhaps another chunk, or RAID 1 over 2 read as RAID 5 or
+    /// 10 over 2), window by window through the reshape record.
+    Restripe(Geometry, Geometry),
+    /// No data moves: the superblocks change, and new roles (if any) are
+    /// rebuilt.
+    Takeover(Takeover),
+}
+
+/// A change of the volume in which no data moves (md's level takeovers,
+/// and a RAID 1's new copies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Takeover {
+    /// RAID 1 <-> 10 over 2 members: the same bytes at the same places;
+    /// only the level in the volume table changes (to this one).
+    Relabel(u32),
+    /// The new devices become roles after the others, rebuilt from their
+    /// start, and the volume becomes this level (RAID 1's new copies: 1;
+    /// RAID 0 -> 5 and RAID 5 -> 6 with the new parity on the new member:
+    /// 5 or 6, parity-last).
+    Rebuilt(u32),
+    /// RAID 0 over `n` members to RAID 10 over `2n`: member `i` becomes
+    /// role `2i`, new member `i` role `2i + 1` (its copy, rebuilt).
+    Mirror,
+}
+
+/// What `opts` asks of the volume of `sb` (one volume), checked before
+/// anything is written:
+///
+/// - `add` alone: RAID 0, 5, 6 and 10 are restriped onto the new members
+///   (with `chunk`: to that chunk size too); a RAID 1 gains copies.
+/// - `level`, as md's takeovers where no byte has to move:
+///   - RAID 1 over 2 members and RAID 10 over 2 members store the same
+///     bytes at the same places (RAID 10's two copies of chunk `c` are row
+///     `c` of both members): only the volume table changes. With new
+///     members (`add`), RAID 1 over 2 is restriped as RAID 5 or 10 over
+///     them all, read as the RAID 5 or 10 over 2 it equals (RAID 5's parity
+///     of one data chunk is its copy; md's raid1 -> raid5 takeover).
+///   - RAID 0 over `n` members becomes RAID 10 over `2n` with `n` new
+///     members: member `i` becomes role `2i`, whose chunks RAID 10 keeps
+///     where RAID 0 kept them, and new member `i` role `2i + 1`, its copy,
+///     rebuilt (md's raid0 -> raid10 takeover).
+///   - RAID 0 over `n` becomes RAID 5 over `n + 1`, and RAID 5 over `n`
+///     RAID 6 over `n + 1`, with one new member that keeps the new parity
+///     (P, or Q), rebuilt: the volume's layout becomes parity-last
+///     ([`crate::raid::layout::Variant::ParityLast`], md's
+///     `ALGORITHM_PARITY_N` and `ALGORITHM_LEFT_SYMMETRIC_6`), which keeps
+///     every data chunk where it was.
+///
+/// Errors: `WouldDestroy` for a conversion that drops redundancy (the
+/// message says what would be lost); `Unsupported` for one not there yet;
+/// `InvalidInput` for nothing to do, the wrong number of new members,
+/// more than [`MAX_MEMBERS`], or a chunk that does not fit.
+fn plan(sb: &Superblock, opts: &GrowOptions) -> Result<Change> {
+    let name = &sb.name;
+    let v = &sb.volumes[0];
+    let from = v.level;
+    let level = Level::from_number(from)?;
+    let n = sb.member_count as usize;
+    let add = opts.add.len();
+    if n + add > MAX_MEMBERS {
+        bail!(InvalidInput, "array '{name}' has {n} members; {add} more would pass the most, {MAX_MEMBERS}. Nothing was written");
+    }
+    let chunk = opts.chunk.filter(|&c| c != v.chunk);
+    let to = opts.level.unwrap_or(from);
+    let geometry = |l: Level, count: usize| Geometry::new(l, count, v.chunk, v.member_size);
+    if to == from {
+        if add == 0 && chunk.is_none() {
+            bail!(InvalidInput, "volume '{}' is RAID {from} already; nothing to do", v.name);
+        }
+        if level == Level::Raid1 {
+            if chunk.is_some() {
+                bail!(InvalidInput, "RAID 1 has no stripes: its chunk only cuts requests; nothing to restripe. Nothing was written");
+            }
+            return Ok(Change::Takeover(Takeover::Rebuilt(1)));
+        }
+        not_parity_last(v)?;
+        let new_g = match chunk {
+            Some(c) => rechunked(level, n + add, v, c)?,
+            None => geometry(level, n + add)?,
+        };
+        return Ok(Change::Restripe(geometry(level, n)?, new_g));
+    }
+    if chunk.is_some() {
+        bail!(InvalidInput, "--chunk goes with --add alone: change the level first, then the chunk. Nothing was written");
+    }
+    let target = Level::from_number(to)?;
+    let cap = |l: Level, count: usize| geometry(l, count).map(|g| g.capacity());
+    if n == 2 && add == 0 && matches!((from, to), (1, 10) | (10, 1)) {
+        if cap(target, 2)? != cap(level, 2)? {
             bail!(
                 Unsupported,
-                "a chunk change is done while the volume is restriped onto new members: give them with --add (a change \
-                 over the same members is not there yet). Nothing was written"
+                "volume '{}' has {} per member, not a whole number of {} chunks, so RAID {to} would hold less than it does; \
+                 nothing was written",
+                v.name,
+                fmt_size(v.member_size),
+                fmt_size(v.chunk)
             );
         }
-        bail!(InvalidInput, "volume '{}' is RAID {} already; nothing to do", v.name, v.level);
+        return Ok(Change::Takeover(Takeover::Relabel(to)));
     }
-    let n = sb.member_count as usize;
-    let k = opts.add.len();
-    let (old_g, mut new_g, added) = open_added(&a, opts, level, &v)?;
-    let chunk = opts.chunk.filter(|&c| c != v.chunk);
-    if level == Level::Raid1 {
-        if chunk.is_some() {
-            bail!(InvalidInput, "RAID 1 has no stripes: its chunk only cuts requests; nothing to restripe. Nothing was written");
+    if n == 2 && matches!((from, to), (1, 5) | (1, 10)) {
+        if to == 5 && add == 0 {
+            bail!(InvalidInput, "RAID 5 needs 3 members or more: give the new one(s) with --add. Nothing was written");
         }
-        return rebuilt_roles(a, &sb, added, specs, opts, progress, |_| {});
+        // RAID 1 over 2 members reads as RAID 5 or 10 over 2 would: the
+        // reshape reads it as RAID 1 and writes the new level over more.
+        return Ok(Change::Restripe(geometry(Level::Raid1, 2)?, geometry(target, 2 + add)?));
     }
-    if let Some(c) = chunk {
-        new_g = rechunked(level, n + k, &v, c)?;
+    if matches!((from, to), (0, 5) | (5, 6)) {
+        let what = if to == 5 { "P" } else { "Q" };
+        if add != 1 {
+            bail!(
+                InvalidInput,
+                "RAID {from} over {n} members becomes RAID {to} over {}: give one new device with --add (it keeps the {what} \
+                 parity; gave {add}). Nothing was written",
+                n + 1
+            );
+        }
+        if v.layout != 0 {
+            bail!(Unsupported, "volume '{}' keeps its parity on its last member already; RAID {to} from it is not there yet. Nothing was written", v.name);
+        }
+        geometry(target, n + 1)?;
+        return Ok(Change::Takeover(Takeover::Rebuilt(to)));
     }
-    restripe(a, &sb, added, &old_g, &new_g, opts, progress)
+    if (from, to) == (0, 10) {
+        if add != n {
+            bail!(
+                InvalidInput,
+                "RAID 0 over {n} members becomes RAID 10 over {}: give {n} new device(s) with --add, each the copy of one \
+                 member (gave {add}). Nothing was written",
+                2 * n
+            );
+        }
+        return Ok(Change::Takeover(Takeover::Mirror));
+    }
+    let lost = match (from, to) {
+        (10, 0) | (1, 0) => Some("its copies: every chunk would be kept once, and the array would not survive a failed member"),
+        (5, 0) | (6, 0) => Some("its parity: the array would not survive a failed member"),
+        (6, 5) => Some("its second parity (Q): it would survive one failed member instead of two"),
+        _ => None,
+    };
+    if let Some(what) = lost {
+        bail!(
+            WouldDestroy,
+            "converting volume '{}' from RAID {from} to RAID {to} would drop {what}. Nothing was written; a conversion that \
+             loses redundancy is not offered",
+            v.name
+        );
+    }
+    bail!(
+        Unsupported,
+        "converting volume '{}' from RAID {from} over {n} members to RAID {to} is not there yet; there are RAID 1 <-> 10 \
+         over 2 members, RAID 1 over 2 to RAID 5 or 10 over more (--add), RAID 0 -> 10 with as many new members, and \
+         RAID 0 -> 5 and RAID 5 -> 6 with one new member. Nothing was written",
+        v.name
+    )
 }
 
 /// The superblock of a reshape of `sb`'s volume from layout `old_g` onto
@@ -321,181 +544,67 @@ fn restripe(
     opts: &GrowOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<GrowReport> {
-    check_backup_room(&sb.name, old_g, new_g)?;
+    let mut new_sb = reshape_superblock(sb, added.len(), old_g, new_g, false);
+    check_backup_room(&new_sb, old_g, new_g)?;
     let devs = slot_order(&a, sb.member_count as usize, &added)?;
     a.release();
-    let mut new_sb = reshape_superblock(sb, added.len(), old_g, new_g, false);
     drop(added);
     persist_all(&devs, &mut new_sb)?;
     let (old_vol, new_vol, health) = layouts(&devs, &new_sb)?;
     run(&devs, &mut new_sb, &old_vol, &new_vol, [&health[0], &health[1]], opts.rate, progress, None).map_err(stopped)
 }
 
-/// Converts the volume of the opened, checked array `a` (superblock `sb`)
-/// to RAID level `to`, as md's level takeovers do, where no byte has to
-/// move:
-///
-/// - RAID 1 over 2 members and RAID 10 over 2 members store the same bytes
-///   at the same places (RAID 10's two copies of chunk `c` are row `c` of
-///   both members): the volume table changes, nothing else. With new
-///   members (`opts.add`), RAID 1 over 2 is restriped as RAID 5 or 10
-///   over them all, read as the RAID 5 or 10 over 2 it equals (RAID 5's
-///   parity of one data chunk is its copy; md's raid1 -> raid5 takeover).
-/// - RAID 0 over `n` members becomes RAID 10 over `2n` with `n` new
-///   members (`opts.add`): member `i` becomes role `2i`, whose chunks RAID
-///   10 keeps where RAID 0 kept them, and new member `i` role `2i + 1`, its
-///   copy, rebuilt at once (md's raid0 -> raid10 takeover).
-/// - RAID 0 over `n` becomes RAID 5 over `n + 1`, and RAID 5 over `n`
-///   RAID 6 over `n + 1`, with one new member that keeps the new parity
-///   (P, or Q), rebuilt at once: the volume's layout becomes parity-last
-///   ([`crate::raid::layout::Variant::ParityLast`], md's
-///   `ALGORITHM_PARITY_N` and `ALGORITHM_LEFT_SYMMETRIC_6`), which keeps
-///   every data chunk where it was.
-///
-/// Errors, before anything is
-/// written: `WouldDestroy` for a conversion that drops redundancy (the
-/// message says what would be lost); `Unsupported` for one not there yet;
-/// `InvalidInput` for the wrong number of new members; as [`grow`].
-fn convert(a: Array, sb: &Superblock, to: u32, specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<GrowReport> {
-    let name = sb.name.clone();
-    let v = sb.volumes[0].clone();
-    let from = v.level;
+/// The devices (slot order) and the superblock (not yet written) of
+/// takeover `t` of the opened, checked array `a` (superblock `sb`) with
+/// the new devices `added`: the new roles rebuilding from their start.
+fn takeover(a: &Array, sb: &Superblock, t: &Takeover, added: &[NewMember]) -> Result<(Vec<Member>, Vec<Option<MemberSpec>>, Superblock)> {
     let n = sb.member_count as usize;
-    let target = Level::from_number(to)?;
-    let cap = |l: Level, count: usize| Geometry::new(l, count, v.chunk, v.member_size).map(|g| g.capacity());
-    let add = opts.add.len();
-    if n == 2 && add == 0 && matches!((from, to), (1, 10) | (10, 1)) {
-        if cap(target, 2)? != cap(Level::from_number(from)?, 2)? {
-            bail!(
-                Unsupported,
-                "volume '{}' has {} per member, not a whole number of {} chunks, so RAID {to} would hold less than it does; \
-                 nothing was written",
-                v.name,
-                fmt_size(v.member_size),
-                fmt_size(v.chunk)
-            );
+    let specs = a.meta().specs.clone();
+    let new_specs = || specs[..n].iter().cloned().chain(added.iter().map(|(s, _)| Some(s.clone()))).chain(specs[n..].iter().cloned()).collect();
+    match *t {
+        Takeover::Relabel(to) => {
+            let mut new_sb = sb.clone();
+            new_sb.volumes[0].level = to;
+            Ok((slot_order(a, n, &[])?, specs.clone(), new_sb))
         }
-        let devs = slot_order(&a, n, &[])?;
-        a.release();
-        let mut new_sb = sb.clone();
-        new_sb.volumes[0].level = to;
-        persist_all(&devs, &mut new_sb)?;
-        let capacity = cap(target, 2)?;
-        return Ok(GrowReport {
-            array: name,
-            level: to,
-            members: (2, 2),
-            capacity: (capacity, capacity),
-            started_at: 0,
-            bytes_read: 0,
-            bytes_written: 0,
-            backed_up_rows: 0,
-            seconds: 0.0,
-        });
-    }
-    if n == 2 && matches!((from, to), (1, 5) | (1, 10)) {
-        if to == 5 && add == 0 {
-            bail!(InvalidInput, "RAID 5 needs 3 members or more: give the new one(s) with --add. Nothing was written");
+        Takeover::Rebuilt(to) => {
+            let mut new_sb = with_new_roles(sb, added.len(), MemberState::Rebuilding, Some(0));
+            if to != sb.volumes[0].level {
+                new_sb.volumes[0].level = to;
+                new_sb.volumes[0].layout = crate::raid::layout::Variant::ParityLast.to_u8();
+            }
+            Ok((slot_order(a, n, added)?, new_specs(), new_sb))
         }
-        // RAID 1 over 2 members reads as RAID 5 or 10 over 2 would: the
-        // reshape reads it as RAID 1 and writes the new level over more.
-        let (old_g, _, added) = open_added(&a, opts, Level::Raid1, &v)?;
-        let new_g = Geometry::new(target, 2 + add, v.chunk, v.member_size)?;
-        return restripe(a, sb, added, &old_g, &new_g, opts, progress);
-    }
-    if matches!((from, to), (0, 5) | (5, 6)) {
-        let what = if to == 5 { "P" } else { "Q" };
-        if opts.add.len() != 1 {
-            bail!(
-                InvalidInput,
-                "RAID {from} over {n} members becomes RAID {to} over {}: give one new device with --add (it keeps the {what} \
-                 parity; gave {}). Nothing was written",
-                n + 1,
-                opts.add.len()
-            );
+        Takeover::Mirror => {
+            let mut old = slot_order(a, n, &[])?;
+            let spare_devs = old.split_off(n);
+            let spares: Vec<Slot> = sb.spares().to_vec();
+            let mut devs = Vec::with_capacity(2 * n + spare_devs.len());
+            let mut slots = Vec::with_capacity(2 * n + spares.len());
+            let mut names = Vec::with_capacity(2 * n + spares.len());
+            for (i, (m, (spec, new))) in old.into_iter().zip(added).enumerate() {
+                devs.push(m);
+                devs.push(new.try_clone()?);
+                names.push(specs[i].clone());
+                names.push(Some(spec.clone()));
+                slots.push(sb.slots[i]);
+                slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Rebuilding, resync_from_bitmap: false, recovery_offset: Some(0) });
+            }
+            devs.extend(spare_devs);
+            slots.extend(spares);
+            names.extend(specs[n..].iter().cloned());
+            let mut new_sb = sb.clone();
+            new_sb.slots = slots;
+            new_sb.member_count = (2 * n) as u32;
+            new_sb.volumes[0].level = 10;
+            Ok((devs, names, new_sb))
         }
-        if v.layout != 0 {
-            bail!(Unsupported, "volume '{}' keeps its parity on its last member already; RAID {to} from it is not there yet. Nothing was written", v.name);
-        }
-        // The new layout with the parity (RAID 5) or Q (RAID 6) on the new
-        // member keeps every data chunk where it is: md's takeovers.
-        Geometry::new(target, n + 1, v.chunk, v.member_size)?;
-        let (_, _, added) = open_added(&a, opts, Level::from_number(from)?, &v)?;
-        return rebuilt_roles(a, sb, added, specs, opts, progress, |v| {
-            v.level = to;
-            v.layout = crate::raid::layout::Variant::ParityLast.to_u8();
-        });
     }
-    if (from, to) == (0, 10) {
-        if opts.add.len() != n {
-            bail!(
-                InvalidInput,
-                "RAID 0 over {n} members becomes RAID 10 over {}: give {n} new device(s) with --add, each the copy of one \
-                 member (gave {}). Nothing was written",
-                2 * n,
-                opts.add.len()
-            );
-        }
-        return mirror(a, sb, specs, opts, progress);
-    }
-    let lost = match (from, to) {
-        (10, 0) | (1, 0) => Some("its copies: every chunk would be kept once, and the array would not survive a failed member"),
-        (5, 0) | (6, 0) => Some("its parity: the array would not survive a failed member"),
-        (6, 5) => Some("its second parity (Q): it would survive one failed member instead of two"),
-        _ => None,
-    };
-    if let Some(what) = lost {
-        bail!(
-            WouldDestroy,
-            "converting volume '{}' from RAID {from} to RAID {to} would drop {what}. Nothing was written; a conversion that \
-             loses redundancy is not offered",
-            v.name
-        );
-    }
-    bail!(
-        Unsupported,
-        "converting volume '{}' from RAID {from} over {n} members to RAID {to} is not there yet; there are RAID 1 <-> 10 \
-         over 2 members, RAID 1 over 2 to RAID 5 or 10 over more (--add), RAID 0 -> 10 with as many new members, and \
-         RAID 0 -> 5 and RAID 5 -> 6 with one new member. Nothing was written",
-        v.name
-    )
-}
-
-/// RAID 0 over `n` members to RAID 10 over `2n` (see [`convert`]): the new
-/// superblocks (member `i` in role `2i`, new member `i` in role `2i + 1`,
-/// rebuilding from its start), then the array is assembled over every
-/// device and rebuilt (the rebuild resumes from its checkpoint at the
-/// next assemble if it is stopped).
-fn mirror(a: Array, sb: &Superblock, specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<GrowReport> {
-    let t0 = std::time::Instant::now();
-    let n = sb.member_count as usize;
-    let v = sb.volumes[0].clone();
-    let (_, _, added) = open_added(&a, opts, Level::Raid0, &v)?;
-    let mut old = slot_order(&a, n, &[])?;
-    let spare_devs = old.split_off(n);
-    let spares: Vec<Slot> = sb.spares().to_vec();
-    let mut devs = Vec::with_capacity(2 * n + spare_devs.len());
-    let mut slots = Vec::with_capacity(2 * n + spares.len());
-    for (i, (m, (_, new))) in old.into_iter().zip(added.iter()).enumerate() {
-        devs.push(m);
-        devs.push(new.try_clone()?);
-        slots.push(sb.slots[i]);
-        slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Rebuilding, resync_from_bitmap: false, recovery_offset: Some(0) });
-    }
-    devs.extend(spare_devs);
-    slots.extend(spares);
-    a.release();
-    let mut new_sb = sb.clone();
-    new_sb.slots = slots;
-    new_sb.member_count = (2 * n) as u32;
-    new_sb.volumes[0].level = 10;
-    persist_all(&devs, &mut new_sb)?;
-    drop(devs);
-    rebuild_copies(specs, added, &sb.name, 10, n as u32, opts, progress, t0)
 }
 
 /// The end of a growth that adds copies (RAID 1's more copies, RAID 0 ->
-/// 10): the array over `specs` and `added`, whose new roles the
+/// 10, the parity of RAID 0 -> 5 and 5 -> 6): the array over `specs` and
+/// `added`, whose new roles the
 /// superblocks record as rebuilding, is assembled and rebuilt, then
 /// stopped. Errors: from the assemble or the rebuild (the rebuild goes on
 /// from its checkpoint at the next assemble).
@@ -606,25 +715,18 @@ fn rechunked(level: Level, members: usize, v: &VolumeEntry, chunk: u64) -> Resul
 /// A device to become a member: how it was named, and opened.
 type NewMember = (MemberSpec, Member);
 
-/// The old and new layouts of volume `v` (`level`) of `a` with
-/// `opts.add` as more members, and those devices opened and checked.
-/// Errors: `InvalidInput` past [`MAX_MEMBERS`] or a device given twice;
-/// as [`Array::open_new`] for each device.
-fn open_added(a: &Array, opts: &GrowOptions, level: Level, v: &VolumeEntry) -> Result<(Geometry, Geometry, Vec<NewMember>)> {
-    let (n, k) = (a.member_count() as usize, opts.add.len());
-    if n + k > MAX_MEMBERS {
-        bail!(InvalidInput, "array '{}' has {n} members; {k} more would pass the most, {MAX_MEMBERS}. Nothing was written", a.name());
-    }
-    let old_g = Geometry::new(level, n, v.chunk, v.member_size)?;
-    let new_g = Geometry::new(level, n + k, v.chunk, v.member_size)?;
-    let mut added: Vec<NewMember> = Vec::with_capacity(k);
+/// The devices of `opts.add` opened and checked to become members of
+/// `a`. Errors: `InvalidInput` for a device given twice; as
+/// [`Array::open_new`] for each device.
+fn open_added(a: &Array, opts: &GrowOptions) -> Result<Vec<NewMember>> {
+    let mut added: Vec<NewMember> = Vec::with_capacity(opts.add.len());
     for spec in &opts.add {
         if added.iter().any(|(s, _)| s == spec) {
             bail!(InvalidInput, "{spec} is given twice");
         }
         added.push((spec.clone(), a.open_new(spec, opts.force)?));
     }
-    Ok((old_g, new_g, added))
+    Ok(added)
 }
 
 /// An error of a reshape under way, saying that it can go on.
@@ -654,33 +756,6 @@ fn slot_order(a: &Array, n: usize, added: &[(MemberSpec, Member)]) -> Result<Vec
     let roles = m.devices.iter().take(n).map(|d| d.as_ref().expect("every role is active, so held"));
     let spares = m.devices.iter().skip(n).flatten();
     roles.chain(added.iter().map(|(_, d)| d)).chain(spares).map(Member::try_clone).collect()
-}
-
-/// Adds `added` as new roles after the others, recorded as rebuilding from
-/// their start, with the volume entry changed by `edit` (a RAID 1 gains
-/// copies: md's `--grow --raid-devices` on a mirror, nothing to change; a
-/// takeover: the new level and layout); then the array is assembled over
-/// every device and rebuilt (the rebuild resumes from its checkpoint at
-/// the next assemble if it is stopped; the volume keeps its size). `a` is
-/// the opened array, `added` the new devices opened and checked.
-fn rebuilt_roles(
-    a: Array,
-    sb: &Superblock,
-    added: Vec<NewMember>,
-    specs: &[MemberSpec],
-    opts: &GrowOptions,
-    progress: &mut dyn FnMut(u64, u64),
-    edit: impl FnOnce(&mut VolumeEntry),
-) -> Result<GrowReport> {
-    let t0 = std::time::Instant::now();
-    let n = sb.member_count as usize;
-    let devs = slot_order(&a, n, &added)?;
-    a.release();
-    let mut new_sb = with_new_roles(sb, added.len(), MemberState::Rebuilding, Some(0));
-    edit(&mut new_sb.volumes[0]);
-    persist_all(&devs, &mut new_sb)?;
-    drop(devs);
-    rebuild_copies(specs, added, &sb.name, new_sb.volumes[0].level, n as u32, opts, progress, t0)
 }
 
 /// Finishes the reshape the superblocks of `specs` record, if any: the
@@ -721,6 +796,8 @@ pub fn resume(specs: &[MemberSpec], progress: &mut dyn FnMut(u64, u64)) -> Resul
     let n = auth.member_count as usize;
     let mut sb = auth;
     check_record(&sb)?;
+    // The roles that hold pieces of a spread backup (a chunk change).
+    let holders = spread_backup(&sb).map(|(h, _)| h).unwrap_or_default();
     // Roles that failed or were not given are left out (placeholders that
     // are never read or written), when both layouts survive without them:
     // the reshape goes on degraded.
@@ -739,7 +816,10 @@ pub fn resume(specs: &[MemberSpec], progress: &mut dyn FnMut(u64, u64)) -> Resul
     }
     let r = sb.reshape.expect("a reshape is recorded");
     let down = down_roles_of(&sb);
-    let backup_lost = r.backup.is_some_and(|k| down[k.role as usize]);
+    let backup_lost = r.backup.is_some_and(|k| match k.role {
+        SPREAD => holders.iter().any(|&h| down[h as usize]),
+        role => down[role as usize],
+    });
     if backup_lost || !layouts_survive(&sb, &down) {
         let roles: Vec<String> = (0..n).filter(|&r| down[r]).map(|r| format!("{r} (member UUID {})", fmt_uuid(&sb.slots[r].uuid))).collect();
         bail!(
@@ -779,10 +859,23 @@ fn check_record(sb: &Superblock) -> Result<()> {
         && match record_geometries(sb) {
             Ok((old_g, new_g)) => {
                 let ((wo, uo), (wn, un)) = (unit(&old_g), unit(&new_g));
-                let window = windows(&old_g, &new_g, r.position, 1).next();
-                wn * uo > wo * un
+                let window = windows(&old_g, &new_g, r.position, 1, None).next();
+                let backup_ok = |k: ReshapeBackup| match spread_backup(sb) {
+                    // Over the same members: whole windows, as many as the
+                    // room holds (or the rest of the volume).
+                    Some((_, room)) => {
+                        let least = window.map_or(0, |w| w.1);
+                        k.role == SPREAD
+                            && k.len > 0
+                            && k.len <= room
+                            && (k.len.is_multiple_of(least.max(1)) || r.position + k.len == new_g.capacity())
+                    }
+                    None => window == Some((r.position, k.len, true)) && (k.role as usize) < n,
+                };
+                let denser = if r.old_members == sb.member_count { r.old_chunk.is_some() && wn * uo == wo * un } else { wn * uo > wo * un };
+                denser
                     && (r.position >= new_g.capacity() || r.position.is_multiple_of(wn))
-                    && r.backup.is_none_or(|k| window == Some((r.position, k.len, true)) && (k.role as usize) < n)
+                    && r.backup.is_none_or(backup_ok)
             }
             _ => false,
         };
@@ -802,12 +895,34 @@ fn check_record(sb: &Superblock) -> Result<()> {
 
 /// Refuses members too small to keep the backup area apart from the
 /// critical section (the backup lies in the last member bytes of the
-/// first new member, which the new layout writes last).
-fn check_backup_room(name: &str, old_g: &Geometry, new_g: &Geometry) -> Result<()> {
+/// first new member, which the new layout writes last), and a chunk
+/// change over the same members whose windows do not fit the backup room
+/// ([`spare_room`] on every member). `sb` is the reshape's superblock.
+fn check_backup_room(sb: &Superblock, old_g: &Geometry, new_g: &Geometry) -> Result<()> {
+    let name = &sb.name;
+    if let Some((holders, room)) = spread_backup(sb) {
+        let least = windows(old_g, new_g, 0, 1, None).next().map_or(0, |w| w.1);
+        if least > room {
+            bail!(
+                TooSmall,
+                "array '{name}': restriping its volume from {} to {} chunks over the same members moves windows of {} \
+                 that must be kept in a backup first, and the room for it ({} past the bitmap on each of {} members) holds \
+                 {}. Choose a chunk size closer to the current one, or grow onto a new member (--add) and change the chunk \
+                 then. Nothing was written",
+                fmt_size(old_g.chunk()),
+                fmt_size(new_g.chunk()),
+                fmt_size(least),
+                fmt_size(spare_room(sb).1),
+                holders.len(),
+                fmt_size(room)
+            );
+        }
+        return Ok(());
+    }
     let (wn, un) = unit(new_g);
     // The critical windows: their member bytes, and the largest backup.
     let (mut end, mut backup) = (0u64, 0u64);
-    for (pos, len, critical) in windows(old_g, new_g, 0, 1) {
+    for (pos, len, critical) in windows(old_g, new_g, 0, 1, None) {
         if !critical {
             break;
         }
@@ -902,20 +1017,7 @@ fn run(
     let data_per_row = |bytes: u64| bytes / wn * un * n as u64;
     // A window that was being written from the backup: write it again.
     if let Some(k) = r.backup {
-        let dev = &devs[k.role as usize];
-        let mut buf = IoBuf::new(k.len as usize);
-        dev.read_exact_at(&mut buf, k.offset)?;
-        if crc32c::crc32c(&buf) != k.crc {
-            bail!(
-                Superblock,
-                "array '{}': the reshape's backup on {} (bytes {}+{}) does not match its checksum; the reshape cannot go on \
-                 safely. Nothing was written",
-                sb.name,
-                dev.name(),
-                k.offset,
-                k.len
-            );
-        }
+        let buf = read_backup(devs, sb, &k)?;
         if let Some(l) = served {
             l.state.lock_to(r.position + k.len);
         }
@@ -932,7 +1034,8 @@ fn run(
     let max_units = (if served.is_some() { SERVED_WINDOW } else { WINDOW } / wn).max(1);
     let start = sb.reshape.expect("recorded").position;
     // The windows, in order: (logical start, length, through the backup).
-    let windows = move || windows(&old_g, &new_g, start, max_units);
+    let spread = spread_backup(sb).map(|(_, room)| room);
+    let windows = move || windows(&old_g, &new_g, start, max_units, spread);
     let mut paced = 0u64;
     let crash = crate::io::fault::reshape_crash_point;
     // A reader thread reads the next window from the old layout while this
@@ -985,19 +1088,9 @@ fn run(
             report.bytes_read += old_cap.saturating_sub(pos).min(len);
             if critical {
                 // md's critical section: the bytes go to the backup area first.
-                let role = old_n as u32;
-                if !health[1].writable(role) {
-                    bail!(Membership, "role {role}, which keeps the reshape's backup area, failed before the critical section was done");
-                }
-                let offset = backup_at(len);
-                let dev = &devs[role as usize];
-                let mut buf = IoBuf::new(len as usize);
-                buf.copy_from_slice(&data);
-                dev.write_all_at(&buf, offset)?;
-                dev.file().sync_data().map_err(|e| Error::io("cannot flush the reshape's backup on", std::path::Path::new(dev.name()), e))?;
+                let k = write_backup(devs, sb, health, &data, old_n, backup_at)?;
                 report.bytes_written += len;
                 report.backed_up_rows += len / wn;
-                let k = ReshapeBackup { len, crc: crc32c::crc32c(&data), role, offset };
                 set_position(devs, sb, pos, Some(k))?;
                 crash(window, "backed-up");
             }
@@ -1043,6 +1136,96 @@ fn run(
     sb.state = if live { State::Active } else { State::Clean };
     persist_all(devs, sb)?;
     Ok(report)
+}
+
+/// Writes the window `data` to the backup area and flushes it: on role
+/// `old_n` (the first new member) at `backup_at(len)`, or, for a chunk
+/// change over the same members, spread over every role that is up (the
+/// failures the data paths saw recorded in `sb` first), a piece of
+/// [`spread_piece`] bytes on each at [`spare_room`]. Returns the record.
+/// Errors: `Membership` when the first new member failed; `Io`.
+fn write_backup(
+    devs: &[Member],
+    sb: &mut Superblock,
+    health: [&Health; 2],
+    data: &[u8],
+    old_n: usize,
+    backup_at: impl Fn(u64) -> u64,
+) -> Result<ReshapeBackup> {
+    let len = data.len() as u64;
+    let crc = crc32c::crc32c(data);
+    let flush = |dev: &Member| dev.file().sync_data().map_err(|e| Error::io("cannot flush the reshape's backup on", std::path::Path::new(dev.name()), e));
+    let write = |dev: &Member, bytes: &[u8], offset: u64| -> Result<()> {
+        let mut buf = IoBuf::new(bytes.len().next_multiple_of(4096));
+        buf[..bytes.len()].copy_from_slice(bytes);
+        dev.write_all_at(&buf, offset)
+    };
+    if spread_backup(sb).is_some() {
+        note_failures(sb, health)?;
+        let (holders, _) = spread_backup(sb).expect("a chunk change");
+        let piece = spread_piece(len, holders.len()) as usize;
+        let (at, room) = spare_room(sb);
+        if piece as u64 > room {
+            bail!(
+                Membership,
+                "a member failed during the reshape, and the window of {} no longer fits the backup room of the others",
+                fmt_size(len)
+            );
+        }
+        for (chunk, &role) in data.chunks(piece).zip(&holders) {
+            write(&devs[role as usize], chunk, at)?;
+        }
+        for &role in &holders {
+            flush(&devs[role as usize])?;
+        }
+        return Ok(ReshapeBackup { len, crc, role: SPREAD, offset: at });
+    }
+    let role = old_n as u32;
+    if !health[1].writable(role) {
+        bail!(Membership, "role {role}, which keeps the reshape's backup area, failed before the critical section was done");
+    }
+    let dev = &devs[role as usize];
+    let offset = backup_at(len);
+    write(dev, data, offset)?;
+    flush(dev)?;
+    Ok(ReshapeBackup { len, crc, role, offset })
+}
+
+/// Reads back the window the backup record `k` of `sb` keeps (see
+/// [`write_backup`]). Errors: `Superblock` when it does not match its
+/// checksum; `Io`.
+fn read_backup(devs: &[Member], sb: &Superblock, k: &ReshapeBackup) -> Result<IoBuf> {
+    let mut buf = IoBuf::new(k.len as usize);
+    let (places, piece): (Vec<u32>, u64) = match (k.role, spread_backup(sb)) {
+        (SPREAD, Some((holders, _))) => {
+            let piece = spread_piece(k.len, holders.len());
+            (holders, piece)
+        }
+        (role, _) => (vec![role], k.len),
+    };
+    for (i, &role) in places.iter().enumerate() {
+        let from = i as u64 * piece;
+        if from >= k.len {
+            break;
+        }
+        let part = piece.min(k.len - from) as usize;
+        let mut b = IoBuf::new(part.next_multiple_of(4096));
+        devs[role as usize].read_exact_at(&mut b, k.offset)?;
+        buf[from as usize..from as usize + part].copy_from_slice(&b[..part]);
+    }
+    if crc32c::crc32c(&buf) != k.crc {
+        let on: Vec<&str> = places.iter().map(|&r| devs[r as usize].name()).collect();
+        bail!(
+            Superblock,
+            "array '{}': the reshape's backup on {} (bytes {}+{}) does not match its checksum; the reshape cannot go on \
+             safely. Nothing was written",
+            sb.name,
+            on.join(", "),
+            k.offset,
+            k.len
+        );
+    }
+    Ok(buf)
 }
 
 /// Records in `sb` the roles the data paths of either layout failed (both
@@ -1197,23 +1380,7 @@ impl LiveGrow {
         self.sb.reshape = None;
         self.sb.state = State::Clean;
         persist_all(&self.devs, &mut self.sb)?;
-        let n = self.sb.member_count as usize;
-        let devices: Vec<Option<Member>> = self.devs.iter().map(|d| d.try_clone().map(Some)).collect::<Result<_>>()?;
-        let mut meta = Meta { sb: self.sb.clone(), devices, specs: self.specs.clone(), roles: Arc::new(Vec::new()) };
-        meta.rebuild_roles()?;
-        let health = Arc::new(Health::new(n));
-        for (role, slot) in self.sb.roles().iter().enumerate() {
-            if slot.state != MemberState::Active {
-                health.set_state(role as u32, slot.state);
-            }
-        }
-        let end = self.sb.data_end();
-        let bitmap = match self.sb.bitmap_region {
-            0 => None,
-            region => Some(Arc::new(Bitmap::load(meta.roles.clone(), health.clone(), region, end)?)),
-        };
-        let mut fresh = Array::new(meta, health, bitmap, Vec::new(), Vec::new(), false)?;
-        fresh.activate()?;
+        let fresh = array_over(&self.devs, self.specs.clone(), &self.sb)?;
         self.report.capacity.1 = fresh.volume().capacity();
         self.report.seconds = self.t0.elapsed().as_secs_f64();
         *arr = fresh;
@@ -1234,24 +1401,70 @@ impl LiveGrow {
     }
 }
 
+/// The array over `devs` (every device, in slot order, named by `specs`)
+/// that the superblock `sb` (written to them) describes, as an assemble
+/// would make it, activated: member states and recovery offsets from the
+/// slot table, the bitmap loaded. Errors: from loading the bitmap, making
+/// the volumes and activating (superblock writes).
+fn array_over(devs: &[Member], specs: Vec<Option<MemberSpec>>, sb: &Superblock) -> Result<Array> {
+    let n = sb.member_count as usize;
+    let devices: Vec<Option<Member>> = devs.iter().map(|d| d.try_clone().map(Some)).collect::<Result<_>>()?;
+    let mut meta = Meta { sb: sb.clone(), devices, specs, roles: Arc::new(Vec::new()) };
+    meta.rebuild_roles()?;
+    let health = Arc::new(Health::new(n));
+    for (role, slot) in sb.roles().iter().enumerate() {
+        if slot.state != MemberState::Active {
+            health.set_state(role as u32, slot.state);
+        }
+        if let (MemberState::Rebuilding, Some(o)) = (slot.state, slot.recovery_offset) {
+            health.set_recovery(role as u32, o);
+        }
+    }
+    let bitmap = match sb.bitmap_region {
+        0 => None,
+        region => Some(Arc::new(Bitmap::load(meta.roles.clone(), health.clone(), region, sb.data_end())?)),
+    };
+    let mut fresh = Array::new(meta, health, bitmap, Vec::new(), Vec::new(), false)?;
+    fresh.activate()?;
+    Ok(fresh)
+}
+
+/// What [`Array::grow_live`] started.
+pub enum LiveChange {
+    /// A reshape that runs while users go on (more members, another chunk,
+    /// RAID 1 over 2 restriped as RAID 5 or 10).
+    Reshape(Box<LiveGrow>),
+    /// A change in which no data moves, done already (md's takeovers, a
+    /// RAID 1's new copies): the array is the new one, whose new roles (if
+    /// any) are rebuilding; move the users to its volume and rebuild it.
+    Converted(GrowReport),
+}
+
 impl Array {
-    /// Starts adding `opts.add` to this served array and restriping its
-    /// volume onto every member (RAID 0, 5, 6 and 10): the new superblocks
-    /// are written (the reshape recorded at position 0, as served), and
-    /// the array is frozen for the reshape's length (see [`LiveGrow`]).
-    /// Move the users to [`LiveGrow::volume`], then run
-    /// [`LiveGrow::step`].
+    /// Changes this served array as `opts` asks (see `plan` in this module), while its
+    /// users go on:
+    ///
+    /// - a restripe (more members, another chunk, RAID 1 over 2 as RAID 5
+    ///   or 10 over more): the new superblocks are written (the reshape
+    ///   recorded at position 0, as served), and the array is frozen for
+    ///   the reshape's length (see [`LiveGrow`]). Move the users to
+    ///   [`LiveGrow::volume`], then run [`LiveGrow::step`].
+    /// - a takeover (RAID 1's new copies, 1 <-> 10 over 2, 0 -> 5, 5 -> 6,
+    ///   0 -> 10): `quiet` is called to pause the users until nothing of
+    ///   theirs is in flight; the volume is flushed, the new superblocks
+    ///   written, and this array becomes the new one (its new roles
+    ///   rebuilding): move the users to its volume and resume them, then
+    ///   [`rebuild`](Self::rebuild_until) it.
     ///
     /// Errors, before anything is written (the array is then as it was):
-    /// `Unsupported` for several volumes, RAID 1 and 10 (stop the array
-    /// and grow it), a cache on the volume (set it off first) or a
-    /// journal; `Membership` when a role is not active and in sync, or the
-    /// array is not activated; as [`grow`] for the new devices.
-    pub fn grow_live(&mut self, opts: &GrowOptions) -> Result<LiveGrow> {
+    /// `Unsupported` for several volumes, a cache on the volume (set it
+    /// off first) or a journal; `Membership` when a role is not active and
+    /// in sync, or the array is not activated; as `plan`; as [`grow`]
+    /// for the new devices; `quiet`'s error. An `Io` error while the
+    /// takeover's superblocks are written leaves the members disagreeing:
+    /// stop the array and assemble it.
+    pub fn grow_live(&mut self, opts: &GrowOptions, quiet: &mut dyn FnMut() -> Result<()>) -> Result<LiveChange> {
         let t0 = std::time::Instant::now();
-        if opts.add.is_empty() {
-            bail!(InvalidInput, "grow needs --add DEVICE...: the devices that become members (other changes are not there yet)");
-        }
         let sb = self.superblock();
         let name = sb.name.clone();
         if self.inspect || self.frozen {
@@ -1261,15 +1474,6 @@ impl Array {
             bail!(Unsupported, "array '{name}' holds {} volumes; growing an array with several (Matrix) volumes is not there yet. Nothing was written", sb.volumes.len());
         }
         let v = sb.volumes[0].clone();
-        let level = Level::from_number(v.level)?;
-        not_parity_last(&v)?;
-        if level == Level::Raid1 {
-            bail!(
-                Unsupported,
-                "array '{name}' is RAID 1: it gains copies on new members with the array stopped ('uraid stop {name}', then \
-                 'uraid grow --add'). Nothing was written"
-            );
-        }
         if v.cache_mode != crate::cache::CacheMode::Off.to_u8() || !self.journals.is_empty() {
             bail!(
                 Unsupported,
@@ -1289,12 +1493,13 @@ impl Array {
         }
         let n = sb.member_count as usize;
         let k = opts.add.len();
-        let (old_g, mut new_g, added) = open_added(self, opts, level, &v)?;
-        let chunk = opts.chunk.filter(|&c| c != v.chunk);
-        if let Some(c) = chunk {
-            new_g = rechunked(level, n + k, &v, c)?;
-        }
-        check_backup_room(&name, &old_g, &new_g)?;
+        let (old_g, new_g) = match plan(&sb, opts)? {
+            Change::Restripe(old_g, new_g) => (old_g, new_g),
+            Change::Takeover(t) => return self.takeover_live(&sb, &t, opts, quiet, t0).map(LiveChange::Converted),
+        };
+        let added = open_added(self, opts)?;
+        let mut new_sb = reshape_superblock(&sb, k, &old_g, &new_g, true);
+        check_backup_room(&new_sb, &old_g, &new_g)?;
         let devs = slot_order(self, n, &added)?;
         let specs: Vec<Option<MemberSpec>> = {
             let m = self.meta();
@@ -1313,7 +1518,6 @@ impl Array {
             }
             None => None,
         };
-        let mut new_sb = reshape_superblock(&sb, k, &old_g, &new_g, true);
         if let Err(e) = persist_all(&devs, &mut new_sb) {
             if let Some((b, s, e)) = &held {
                 b.end_write(*s, e - s);
@@ -1329,7 +1533,7 @@ impl Array {
         let volume = Volume::reshaping(old_raid.clone(), new_raid.clone(), state.clone());
         let report = GrowReport {
             array: name,
-            level: v.level,
+            level: new_g.level().number(),
             members: (n as u32, (n + k) as u32),
             capacity: (old_g.capacity(), new_g.capacity()),
             started_at: 0,
@@ -1338,7 +1542,7 @@ impl Array {
             backed_up_rows: 0,
             seconds: 0.0,
         };
-        Ok(LiveGrow {
+        Ok(LiveChange::Reshape(Box::new(LiveGrow {
             devs,
             specs,
             sb: new_sb,
@@ -1350,6 +1554,46 @@ impl Array {
             held,
             report,
             t0,
+        })))
+    }
+
+    /// Takeover `t` of this served array (see [`Array::grow_live`]).
+    fn takeover_live(
+        &mut self,
+        sb: &Superblock,
+        t: &Takeover,
+        opts: &GrowOptions,
+        quiet: &mut dyn FnMut() -> Result<()>,
+        t0: std::time::Instant,
+    ) -> Result<GrowReport> {
+        let added = open_added(self, opts)?;
+        let (devs, specs, mut new_sb) = takeover(self, sb, t, &added)?;
+        quiet()?;
+        for v in &self.volumes {
+            v.flush()?;
+        }
+        // The users are quiet and their writes on the members: the new
+        // array starts clean (activate marks it active).
+        self.daemon = None;
+        new_sb.state = State::Clean;
+        if let Err(e) = persist_all(&devs, &mut new_sb) {
+            self.start_daemon();
+            return Err(e);
+        }
+        self.frozen = true;
+        self.health.set_on_change(|_, _| Ok(()));
+        *self = array_over(&devs, specs, &new_sb)?;
+        let capacity = self.volume().capacity();
+        Ok(GrowReport {
+            array: sb.name.clone(),
+            level: new_sb.volumes[0].level,
+            members: (sb.member_count, new_sb.member_count),
+            capacity: (capacity, capacity),
+            started_at: 0,
+            bytes_read: 0,
+            bytes_written: 0,
+            backed_up_rows: 0,
+            seconds: t0.elapsed().as_secs_f64(),
         })
     }
 }

@@ -59,7 +59,7 @@ mod status;
 pub use assemble::*;
 pub use config::*;
 pub use create::*;
-pub use grow::{grow, resize, GrowOptions, GrowReport, LiveGrow, NewSize, ResizePlan, ResizeReport};
+pub use grow::{grow, resize, GrowOptions, GrowReport, LiveChange, LiveGrow, NewSize, ResizePlan, ResizeReport};
 pub use status::*;
 
 /// Opens a member of an array (or one to become one): [`Member::open`],

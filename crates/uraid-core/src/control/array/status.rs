@@ -32,6 +32,11 @@ pub struct VolumeStatus {
     pub level: u32,
     /// Chunk in bytes.
     pub chunk: u64,
+    /// Where RAID 5 and 6 keep their parity: `left-symmetric` (md's
+    /// default) or `parity-last` (after a RAID 0 -> 5 or 5 -> 6 takeover:
+    /// md's `parity-last`, `left-symmetric-6`); empty for other levels.
+    #[serde(default)]
+    pub layout: String,
     /// Usable bytes.
     pub capacity: u64,
     /// Absolute byte offset of the volume's area on every member.
@@ -99,6 +104,7 @@ pub(super) fn volume_status(
         uuid: fmt_uuid(&v.uuid),
         level: v.level,
         chunk: v.chunk,
+        layout: layout_name(v).to_string(),
         capacity,
         member_start: v.member_start,
         member_size: v.member_size,
@@ -256,5 +262,16 @@ impl Array {
             members,
             stale_members: self.stale.clone(),
         }
+    }
+}
+
+/// The parity placement of volume `v` by md's name (`mdadm --detail`'s
+/// "Layout"): `left-symmetric` or `parity-last` for RAID 5 and 6, empty
+/// for other levels.
+pub fn layout_name(v: &VolumeEntry) -> &'static str {
+    match (v.level, crate::raid::layout::Variant::from_u8(v.layout)) {
+        (5 | 6, Some(crate::raid::layout::Variant::ParityLast)) => "parity-last",
+        (5 | 6, _) => "left-symmetric",
+        _ => "",
     }
 }

@@ -176,6 +176,18 @@ impl std::fmt::Debug for Bitmap {
     }
 }
 
+/// Absolute member offset just past the bitmap (header and bits) of an
+/// array with bitmap regions of `region_size` bytes (0: no bitmap, then
+/// [`BITMAP_OFFSET`]) over a data area ending at `data_end`: the rest of
+/// the area, up to [`DATA_OFFSET`], holds nothing of the bitmap.
+pub fn area_end(region_size: u64, data_end: u64) -> u64 {
+    if region_size == 0 {
+        return BITMAP_OFFSET;
+    }
+    let regions = data_end.saturating_sub(DATA_OFFSET).div_ceil(region_size);
+    (BITS_OFFSET + bits_bytes(regions) as u64).min(DATA_OFFSET)
+}
+
 /// Bytes of bits for `regions` regions, padded to whole blocks.
 fn bits_bytes(regions: u64) -> usize {
     (regions.div_ceil(4) as usize).next_multiple_of(BLOCK)
