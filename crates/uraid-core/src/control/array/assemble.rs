@@ -135,8 +135,10 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
         let in_service = auth.slots.iter().any(|s| s.uuid == sb.member_uuid && matches!(s.state, MemberState::Active | MemberState::Rebuilding | MemberState::Spare));
         // In a reshape, the superblocks are written one after the other at
         // each step: one that missed the last step is rewritten when the
-        // reshape goes on (only looking reaches here).
-        if sb.events < max_events && (!in_service || auth.reshape.is_some()) {
+        // reshape goes on (only looking reaches here). And one that missed
+        // only the last change (a crash between the superblock writes of a
+        // change: md's one-event margin) has the superblock from before it.
+        if sb.events < max_events && (!in_service || auth.reshape.is_some() || one_behind(sb, &auth)) {
             continue;
         }
         if !sb.same_layout(&auth) {
@@ -234,7 +236,16 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
                 auth.name
             );
         }
-        if slot < n && sb.events < max_events && auth.reshape.is_none() && matches!(slots[slot].state, MemberState::Active | MemberState::Rebuilding) {
+        if one_behind(sb, &auth) && auth.reshape.is_none() {
+            warnings.push(format!(
+                "{} missed the last superblock change of array '{}' (event counter {}, the others {max_events}: a crash \
+                 between the superblock writes of one change); it is taken as the others say, as md does, and its \
+                 superblock is written again",
+                m.name(),
+                auth.name,
+                sb.events
+            ));
+        } else if slot < n && sb.events < max_events && auth.reshape.is_none() && matches!(slots[slot].state, MemberState::Active | MemberState::Rebuilding) {
             if !opts.force {
                 let how = if redundant {
                     "with 'uraid assemble --force' it is taken back and rebuilt in full from the others"
@@ -507,4 +518,17 @@ pub(super) fn dirty_ranges(sb: &Superblock, bitmap: Option<&Bitmap>) -> Vec<Rang
         Some(b) => b.dirty(),
         None => sb.volumes.iter().filter(|v| is_redundant(v)).map(|v| v.member_start..v.member_end()).collect(),
     }
+}
+
+/// Whether the member whose superblock is `sb` missed only the last
+/// superblock change of the array `auth` describes: one event behind, and
+/// a role that `auth` records as active or rebuilding. The superblocks of
+/// one change are written one member after the other; a crash between
+/// them leaves such members, whose data the change did not touch (data is
+/// written only once the change is on every member). md allows the same
+/// one-event margin when it assembles (`super_1_validate`: `++ev1`;
+/// mdadm's `event_margin`).
+fn one_behind(sb: &Superblock, auth: &Superblock) -> bool {
+    sb.events + 1 == auth.events
+        && auth.roles().iter().any(|s| s.uuid == sb.member_uuid && matches!(s.state, MemberState::Active | MemberState::Rebuilding))
 }

@@ -316,6 +316,7 @@ impl Bitmap {
         let len = HEADER_SIZE + bits_bytes(b.regions);
         let mut valid = 0usize;
         let mut bad: Vec<u32> = Vec::new();
+        let mut regrown = false;
         let mut buf = IoBuf::new(len);
         for (m, member) in b.members.iter().enumerate() {
             let m = m as u32;
@@ -336,6 +337,16 @@ impl Bitmap {
                 continue;
             }
             let field = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().expect("8 bytes"));
+            if field(16) == region_size && field(40) < data_end && field(40) > DATA_OFFSET {
+                // The bitmap from before the volume grew (`grow --size`: a
+                // crash between the superblocks' new volume table and the
+                // new bitmap): every region is counted as written and dirty
+                // (a resync or rebuild skips nothing), and it is written
+                // again at the new size.
+                regrown = true;
+                bad.push(m);
+                continue;
+            }
             if field(16) != region_size || field(24) != b.regions || field(40) != data_end {
                 bail!(
                     Superblock,
@@ -353,6 +364,13 @@ impl Bitmap {
                 let v = u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
                 word.fetch_or(v & b.word_mask(w), Ordering::Relaxed);
             }
+        }
+        if regrown {
+            // Both bits of every region: dirty and written.
+            for (w, word) in b.image.iter().enumerate() {
+                word.fetch_or(b.word_mask(w), Ordering::Relaxed);
+            }
+            valid += 1;
         }
         if valid == 0 {
             bail!(
