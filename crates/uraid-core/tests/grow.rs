@@ -183,7 +183,7 @@ fn a_reshape_record_grow_did_not_write_is_refused() {
         let path = s.to_string();
         let mut bytes = std::fs::read(&path).unwrap();
         let mut sb = Superblock::decode(&bytes[..SB_SIZE]).unwrap();
-        sb.reshape = Some(Reshape { old_members: 1, position: 0, backup: None, live: false, old_level: None, old_chunk: None });
+        sb.reshape = Some(Reshape { old_members: 1, position: 0, backup: None, live: false, old_level: None, old_chunk: None, old_parity_last: false });
         bytes[..SB_SIZE].copy_from_slice(&sb.encode());
         std::fs::write(&path, &bytes).unwrap();
     }
@@ -432,11 +432,19 @@ fn raid0_becomes_raid5_and_raid5_becomes_raid6_with_a_parity_member() {
     let all: Vec<MemberSpec> = specs.iter().chain(&p).cloned().collect();
     verify(&all, &model, model.len() as u64, 5, 7);
     let q = files(d.path(), "q", 1, 24 << 20);
-    let e = array::grow(&all, &GrowOptions { add: q.clone(), ..Default::default() }, &mut |_, _| {}).unwrap_err().to_string();
-    assert!(e.contains("parity on its last member") && e.contains("Nothing was written"), "{e}");
     let rep = array::grow(&all, &GrowOptions { add: q.clone(), level: Some(6), ..Default::default() }, &mut |_, _| {});
     // RAID 6 from a parity-last RAID 5 is not there yet; from a standard one it is.
     assert!(rep.unwrap_err().to_string().contains("not there yet"));
+    let e = array::grow(&all, &GrowOptions { chunk: Some(128 << 10), ..Default::default() }, &mut |_, _| {}).unwrap_err().to_string();
+    assert!(e.contains("parity on its last member") && e.contains("Nothing was written"), "{e}");
+    // Restriped onto one more member: into md's rotating layout.
+    let rep = array::grow(&all, &GrowOptions { add: q.clone(), ..Default::default() }, &mut |_, _| {}).unwrap();
+    assert_eq!((rep.level, rep.members, rep.capacity.1), (5, (4, 5), model.len() as u64 / 3 * 4), "{rep:?}");
+    let all: Vec<MemberSpec> = all.iter().chain(&q).cloned().collect();
+    verify(&all, &model, rep.capacity.1, 5, 17);
+    let a = array::open(&all).unwrap();
+    assert_eq!(a.volume_entries()[0].layout, 0, "the restriped volume is not in the rotating layout");
+    a.release();
     let dir = d.path().join("r5");
     std::fs::create_dir(&dir).unwrap();
     let (specs, model) = filled(&dir, 5, 4, 24 << 20, 32 << 10, 61);

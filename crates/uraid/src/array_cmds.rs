@@ -161,14 +161,14 @@ fn print_superblock(name: &str, sb: &Superblock) {
     for (i, v) in sb.volumes.iter().enumerate() {
         let cap = v.capacity(sb.member_count as usize);
         println!(
-            "       volume {i} : '{}' raid{}{}, chunk {}, capacity {} bytes ({}), member bytes {}..{}, cache {}, uuid {}",
+            "       volume {i} : '{}' raid{}, chunk {}{}, capacity {} bytes ({}), member bytes {}..{}, cache {}, uuid {}",
             v.name,
             v.level,
+            fmt_size(v.chunk),
             match uraid_core::control::array::layout_name(v) {
                 "" => String::new(),
-                l => format!(" {l}"),
+                l => format!(", layout {l}"),
             },
-            fmt_size(v.chunk),
             cap,
             fmt_size(cap),
             v.member_start,

@@ -263,7 +263,7 @@ fn after_change(mut arr: Array, flags: Option<&RebuildFlags>) -> Result<()> {
     match flags {
         Some(f) if !f.no_rebuild && !pending.is_empty() => {
             let r = rate(&f.run.rate)?;
-            arr.activate()?;
+            arr.activate_for_rebuild()?;
             warn(&mut arr);
             let done = run_rebuild(&mut arr, r, f.run.quiet);
             print_status(&arr.status());
@@ -523,7 +523,7 @@ pub(crate) fn cmd_rebuild(a: RebuildArgs) -> Result<()> {
         return Ok(());
     }
     // Activation also moves spares into failed roles.
-    arr.activate()?;
+    arr.activate_for_rebuild()?;
     if a.json {
         let done = rebuild_reports(&mut arr, rate, true);
         let status = serde_json::to_value(arr.status())?;

@@ -73,7 +73,7 @@
 //!
 //! | offset | size | field |
 //! |---|---|---|
-//! | 136 | 4 | flags: bit 0 = a reshape is in progress, bit 1 = its backup holds a window, bit 2 = the array is served during it (writes of users may have been cut by a crash: the array is resynced once it ends), bits 8..16 = the level number before the reshape plus one when it changes (RAID 1 over 2 members restriped as RAID 5 or 10), else 0; bits 16..24 = log2 of the chunk size before the reshape minus 11 when it changes (1 = 4 KiB .. 9 = 1 MiB), else 0 |
+//! | 136 | 4 | flags: bit 0 = a reshape is in progress, bit 1 = its backup holds a window, bit 2 = the array is served during it (writes of users may have been cut by a crash: the array is resynced once it ends), bits 8..16 = the level number before the reshape plus one when it changes (RAID 1 over 2 members restriped as RAID 5 or 10), else 0; bits 16..24 = log2 of the chunk size before the reshape minus 11 when it changes (1 = 4 KiB .. 9 = 1 MiB), else 0; bit 24 = the volume was parity-last before the reshape (byte 74 of its entry is the layout after) |
 //! | 140 | 4 | the member count before the reshape (the member count field holds the one after; equal to it only for a chunk change over the same members) |
 //! | 144 | 8 | position: logical bytes of the volume, from 0, already in the new layout (durable) |
 //! | 152 | 8 | backup: the logical byte where the backed-up window starts (equal to the position) |
@@ -310,6 +310,11 @@ pub struct Reshape {
     /// The chunk size in bytes before the reshape when it changes (the
     /// volume table holds the one after), else `None`.
     pub old_chunk: Option<u64>,
+    /// The volume kept its parity on its last member before the reshape
+    /// (`raid::layout::Variant::ParityLast`, after a takeover); the volume
+    /// table holds the layout after (md's rotating one).
+    #[serde(default)]
+    pub old_parity_last: bool,
 }
 
 /// A window of a reshape kept in a backup area: the logical bytes
@@ -486,7 +491,8 @@ impl Superblock {
         if let Some(r) = &self.reshape {
             b[8..12].copy_from_slice(&VERSION_RESHAPE.to_le_bytes());
             b[136..140].copy_from_slice(&(1u32 | if r.backup.is_some() { 2 } else { 0 } | if r.live { 4 } else { 0 } | r.old_level.map_or(0, |l| (l + 1) << 8)
-                | r.old_chunk.map_or(0, |c| (c.trailing_zeros() - 11) << 16))
+                | r.old_chunk.map_or(0, |c| (c.trailing_zeros() - 11) << 16)
+                | if r.old_parity_last { 1 << 24 } else { 0 })
                 .to_le_bytes());
             b[140..144].copy_from_slice(&r.old_members.to_le_bytes());
             b[144..152].copy_from_slice(&r.position.to_le_bytes());
@@ -679,7 +685,7 @@ impl Superblock {
         let reshape = if version == VERSION_RESHAPE && u32_at(b, 136) != 0 {
             let flags = u32_at(b, 136);
             let old_members = u32_at(b, 140);
-            if flags & 1 == 0 || flags & !0x00ff_ff07 != 0 || (flags >> 8) & 0xff > 11 || (flags >> 16) > 9 || old_members == 0 || old_members > member_count || (old_members == member_count && flags >> 16 == 0) {
+            if flags & 1 == 0 || flags & !0x01ff_ff07 != 0 || (flags >> 8) & 0xff > 11 || (flags >> 16) & 0xff > 9 || old_members == 0 || old_members > member_count || (old_members == member_count && (flags >> 16) & 0xff == 0) {
                 return inv(format!("reshape record (flags {flags}, from {old_members} to {member_count} members)"));
             }
             let position = u64_at(b, 144);
@@ -699,7 +705,7 @@ impl Superblock {
             } else {
                 None
             };
-            Some(Reshape { old_members, position, backup, live: flags & 4 != 0, old_level: ((flags >> 8) & 0xff).checked_sub(1), old_chunk: match flags >> 16 { 0 => None, c => Some(1u64 << (c + 11)) } })
+            Some(Reshape { old_members, position, backup, live: flags & 4 != 0, old_level: ((flags >> 8) & 0xff).checked_sub(1), old_chunk: match (flags >> 16) & 0xff { 0 => None, c => Some(1u64 << (c + 11)) }, old_parity_last: flags & (1 << 24) != 0 })
         } else {
             None
         };
@@ -758,17 +764,17 @@ mod tests {
     #[test]
     fn a_reshape_record_roundtrips_as_version_3() {
         let mut s = sample();
-        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, backup: None, live: true, old_level: Some(1), old_chunk: Some(64 << 10) });
+        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, backup: None, live: true, old_level: Some(1), old_chunk: Some(64 << 10), old_parity_last: true });
         let b = s.encode();
         assert_eq!(u32_at(&b, 8), VERSION_RESHAPE);
         assert_eq!(Superblock::decode(&b).unwrap(), s);
-        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, live: false, old_level: None, old_chunk: None, backup: Some(ReshapeBackup { len: 1 << 20, crc: 7, role: 2, offset: 900 << 20 }) });
+        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, live: false, old_level: None, old_chunk: None, old_parity_last: false, backup: Some(ReshapeBackup { len: 1 << 20, crc: 7, role: 2, offset: 900 << 20 }) });
         assert_eq!(Superblock::decode(&s.encode()).unwrap(), s);
         // Back to version 2 when it ends.
         s.reshape = None;
         assert_eq!(u32_at(&s.encode(), 8), VERSION);
         // A record that cannot be right: from as many members as after.
-        s.reshape = Some(Reshape { old_members: 3, position: 0, backup: None, live: false, old_level: None, old_chunk: None });
+        s.reshape = Some(Reshape { old_members: 3, position: 0, backup: None, live: false, old_level: None, old_chunk: None, old_parity_last: false });
         assert!(matches!(Superblock::decode(&s.encode()), Err(DecodeError::Invalid(_))));
     }
 

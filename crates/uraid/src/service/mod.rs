@@ -164,6 +164,8 @@ struct Reshaping {
     since: (u64, Instant),
     /// Why it stopped, when it failed (it is then left where it is).
     failed: Option<String>,
+    /// New roles whose failure was announced (Fail).
+    reported: Vec<u32>,
 }
 
 /// The thread that owns the array while it is served (see the module docs).
@@ -387,7 +389,7 @@ impl<'a> Manager<'a> {
         let level1 = grow.superblock().volumes[0].level;
         let (_, total) = grow.position();
         let rate = rate.or(Some(DEFAULT_RESHAPE_RATE));
-        self.reshape = Some(Reshaping { grow, rate, announced: 0, since: (0, Instant::now()), failed: None });
+        self.reshape = Some(Reshaping { grow, rate, announced: 0, since: (0, Instant::now()), failed: None, reported: Vec::new() });
         if let Err(e) = self.server.replace_volume(&self.export, vol) {
             // Users stay on the old layout; nothing is moved meanwhile.
             self.log(format!("cannot move the export to the reshaping volume: {e}"));
@@ -471,6 +473,12 @@ impl<'a> Manager<'a> {
             }
         });
         r.announced = announced;
+        for (role, dev) in r.grow.failed_new_roles() {
+            if !r.reported.contains(&role) {
+                r.reported.push(role);
+                self.events.emit("Fail", Some(&dev), format!("role {role} (a new member) is faulty: the reshape goes on without it where the level allows"));
+            }
+        }
         let (position, total) = r.grow.position();
         match res {
             Ok(false) => {

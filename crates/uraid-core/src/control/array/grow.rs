@@ -433,12 +433,22 @@ fn plan(sb: &Superblock, opts: &GrowOptions) -> Result<Change> {
             }
             return Ok(Change::Takeover(Takeover::Rebuilt(1)));
         }
-        not_parity_last(v)?;
+        // A parity-last volume (after a takeover) is restriped into md's
+        // rotating layout.
+        let variant = crate::raid::layout::Variant::from_u8(v.layout).unwrap_or_default();
+        if add == 0 && variant != crate::raid::layout::Variant::Standard {
+            bail!(
+                Unsupported,
+                "volume '{}' keeps its parity on its last member; a chunk change over the same members is not there yet for \
+                 that layout: add a member with it (--add), which restripes it into the rotating layout. Nothing was written",
+                v.name
+            );
+        }
         let new_g = match chunk {
             Some(c) => rechunked(level, n + add, v, c)?,
             None => geometry(level, n + add)?,
         };
-        return Ok(Change::Restripe(geometry(level, n)?, new_g));
+        return Ok(Change::Restripe(geometry(level, n)?.with_variant(variant)?, new_g));
     }
     if chunk.is_some() {
         bail!(InvalidInput, "--chunk goes with --add alone: change the level first, then the chunk. Nothing was written");
@@ -527,7 +537,10 @@ fn reshape_superblock(sb: &Superblock, k: usize, old_g: &Geometry, new_g: &Geome
     new_sb.volumes[0].chunk = new_g.chunk();
     let old_level = (old_g.level() != new_g.level()).then(|| old_g.level().number());
     let old_chunk = (old_g.chunk() != new_g.chunk()).then_some(old_g.chunk());
-    new_sb.reshape = Some(Reshape { old_members: sb.member_count, position: 0, backup: None, live, old_level, old_chunk });
+    let old_parity_last = old_g.layout().is_some_and(|l| l.variant() == crate::raid::layout::Variant::ParityLast);
+    // The new layout is always md's rotating one.
+    new_sb.volumes[0].layout = 0;
+    new_sb.reshape = Some(Reshape { old_members: sb.member_count, position: 0, backup: None, live, old_level, old_chunk, old_parity_last });
     new_sb
 }
 
@@ -620,7 +633,8 @@ fn rebuild_copies(
     t0: std::time::Instant,
 ) -> Result<GrowReport> {
     let all: Vec<MemberSpec> = specs.iter().cloned().chain(added.into_iter().map(|(s, _)| s)).collect();
-    let mut arr = assemble(&all)?;
+    let mut arr = open(&all)?;
+    arr.activate_for_rebuild()?;
     let capacity = arr.volume().raid().capacity();
     let members = arr.member_count();
     let reports = arr.rebuild(opts.rate, &mut |_, done, total| progress(done, total))?;
@@ -674,23 +688,11 @@ fn layouts(devs: &[Member], sb: &Superblock) -> Result<Layouts> {
 fn record_geometries(sb: &Superblock) -> Result<(Geometry, Geometry)> {
     let r = sb.reshape.expect("a reshape is recorded");
     let v = &sb.volumes[0];
-    let old_g = Geometry::new(Level::from_number(r.old_level.unwrap_or(v.level))?, r.old_members as usize, r.old_chunk.unwrap_or(v.chunk), v.member_size)?;
+    let variant = if r.old_parity_last { crate::raid::layout::Variant::ParityLast } else { crate::raid::layout::Variant::Standard };
+    let old_g = Geometry::new(Level::from_number(r.old_level.unwrap_or(v.level))?, r.old_members as usize, r.old_chunk.unwrap_or(v.chunk), v.member_size)?
+        .with_variant(variant)?;
     let new_g = Geometry::new(Level::from_number(v.level)?, sb.member_count as usize, v.chunk, v.member_size)?;
     Ok((old_g, new_g))
-}
-
-/// Refuses to restripe volume `v` when it keeps its parity on its last
-/// member (the layout of a level change: not there yet).
-fn not_parity_last(v: &VolumeEntry) -> Result<()> {
-    if v.layout != 0 {
-        bail!(
-            Unsupported,
-            "volume '{}' keeps its parity on its last member (the layout of a level change); restriping it onto more \
-             members is not there yet. Nothing was written",
-            v.name
-        );
-    }
-    Ok(())
 }
 
 /// The layout of volume `v` at `level` over `members` with chunk size
@@ -856,6 +858,7 @@ fn check_record(sb: &Superblock) -> Result<()> {
         && sb.volumes.len() == 1
         && v.layout == 0
         && old_level_ok
+        && (!r.old_parity_last || (matches!(level, Level::Raid5 | Level::Raid6) && r.old_level.is_none()))
         && match record_geometries(sb) {
             Ok((old_g, new_g)) => {
                 let ((wo, uo), (wn, un)) = (unit(&old_g), unit(&new_g));
@@ -1333,6 +1336,14 @@ impl LiveGrow {
     /// The superblock the reshape keeps (the new members, the record).
     pub fn superblock(&self) -> &Superblock {
         &self.sb
+    }
+
+    /// The new roles (past the old member count) that a data path failed
+    /// during the reshape, with their devices' names (failures of the old
+    /// roles show in the array's own member states).
+    pub fn failed_new_roles(&self) -> Vec<(u32, String)> {
+        let old_n = self.sb.reshape.map_or(self.sb.member_count, |r| r.old_members);
+        (old_n..self.sb.member_count).filter(|&r| !self.health[1].writable(r)).map(|r| (r, self.devs[r as usize].name().to_string())).collect()
     }
 
     /// Moves windows at most `rate` bytes/s until the end (`Ok(true)`) or

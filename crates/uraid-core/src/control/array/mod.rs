@@ -754,6 +754,23 @@ impl Array {
         Ok(())
     }
 
+    /// For a stopped array that only a rebuild writes (no users: `uraid
+    /// rebuild`, the new members of `uraid grow`): [`activate`](Self::activate),
+    /// then the superblocks say clean again (event counter + 1), as md
+    /// marks an array clean while no write of its users is in flight. A
+    /// crash during the rebuild then leaves nothing to resync: the rebuild
+    /// writes only the members it rebuilds, past their recorded recovery
+    /// offsets, and goes on from there. Without this, a degraded parity
+    /// array left active by such a crash is refused at the next assemble
+    /// (the write hole, which no user write opened).
+    ///
+    /// Errors: as [`activate`](Self::activate); `Io` from the superblock writes.
+    pub fn activate_for_rebuild(&mut self) -> Result<()> {
+        self.activate()?;
+        self.meta().sb.state = State::Clean;
+        self.persist()
+    }
+
     /// Lets go of the members without writing anything.
     pub fn release(self) {}
 
