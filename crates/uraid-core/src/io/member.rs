@@ -778,8 +778,8 @@ mod tests {
         std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
         let held = File::open(&path).unwrap();
         // SAFETY: the child only calls flock and _exit (async-signal-safe)
-        // before it ends; the parent waits for it.
-        unsafe {
+        // before it ends; the parent reaps it below.
+        let pid = unsafe {
             let pid = libc::fork();
             assert!(pid >= 0);
             if pid == 0 {
@@ -788,8 +788,13 @@ mod tests {
                 libc::flock(held.as_raw_fd(), libc::LOCK_EX);
                 libc::_exit(0);
             }
-            let mut st = 0;
-            libc::waitpid(pid, &mut st, 0);
+            pid
+        };
+        // The child stays a zombie (not reaped) until the open below is
+        // done: its pid cannot go to another process meanwhile, which
+        // /proc/locks would then name as a live holder.
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| st.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z'))) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
         let release = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_secs(5));
@@ -799,6 +804,9 @@ mod tests {
         let t0 = std::time::Instant::now();
         let m = Member::open(&spec, OpenMode { write: true, exclusive: true });
         release.join().unwrap();
+        let mut st = 0;
+        // SAFETY: waitpid(2) on this test's own child.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
         assert!(m.is_ok(), "after {:?}: {}", t0.elapsed(), m.unwrap_err());
         // A live holder (this process, through another descriptor) is still
         // refused after the short wait.
