@@ -137,8 +137,8 @@ fn refusals_write_nothing() {
 }
 
 /// What a reshape cannot do (yet) is refused before anything is written,
-/// saying what to do: several volumes, a degraded array, an array not
-/// stopped cleanly.
+/// saying what to do: a Matrix array with a RAID 1 volume, a degraded
+/// array, an array not stopped cleanly.
 #[test]
 fn arrays_a_reshape_cannot_take_are_refused() {
     let d = tempfile::tempdir().unwrap();
@@ -157,11 +157,11 @@ fn arrays_a_reshape_cannot_take_are_refused() {
     };
     let vols = vec![
         array::VolumeSpec { name: "fast".into(), level: 0, size: Some(8 << 20), chunk: None },
-        array::VolumeSpec { name: "safe".into(), level: 5, size: None, chunk: None },
+        array::VolumeSpec { name: "copies".into(), level: 1, size: None, chunk: None },
     ];
     let (matrix, a) = mk("mx-", 3, CreateOptions { level: 5, name: "mx".into(), volumes: vols, ..Default::default() });
     a.stop().unwrap();
-    refused(&matrix, "matrix", "several (Matrix) volumes");
+    refused(&matrix, "matrix", "adding members to a Matrix array with such a volume");
     let (deg, mut a) = mk("deg-", 3, CreateOptions { level: 5, name: "deg".into(), ..Default::default() });
     a.fail(1, false).unwrap();
     a.stop().unwrap();
@@ -183,7 +183,7 @@ fn a_reshape_record_grow_did_not_write_is_refused() {
         let path = s.to_string();
         let mut bytes = std::fs::read(&path).unwrap();
         let mut sb = Superblock::decode(&bytes[..SB_SIZE]).unwrap();
-        sb.reshape = Some(Reshape { old_members: 1, position: 0, backup: None, live: false, old_level: None, old_chunk: None, old_parity_last: false });
+        sb.reshape = Some(Reshape { old_members: 1, position: 0, backup: None, live: false, old_level: None, old_chunk: None, old_parity_last: false, volume: 0 });
         bytes[..SB_SIZE].copy_from_slice(&sb.encode());
         std::fs::write(&path, &bytes).unwrap();
     }
@@ -585,4 +585,60 @@ fn a_resize_cut_before_its_new_bitmap_assembles() {
     }
     array::assemble(&specs).unwrap().stop().unwrap();
     verify(&specs, &model, rep.capacity.1, 5, 6);
+}
+
+/// A Matrix array (RAID 0, RAID 5 and RAID 10 volumes over the same 4
+/// members) gains 2 members: every volume is restriped onto all 6 in turn,
+/// each keeps its bytes (the new space reads as zeros) and checks clean,
+/// and the array assembles in another order. A level or chunk change of
+/// such an array is refused, writing nothing.
+#[test]
+fn a_matrix_array_gains_members_and_every_volume_is_restriped() {
+    use rand::RngCore;
+    let d = tempfile::tempdir().unwrap();
+    let specs = files(d.path(), "mx", 4, 40 << 20);
+    let vols = vec![
+        array::VolumeSpec { name: "fast".into(), level: 0, size: Some(24 << 20), chunk: Some(16 << 10) },
+        array::VolumeSpec { name: "safe".into(), level: 5, size: Some(36 << 20), chunk: None },
+        array::VolumeSpec { name: "both".into(), level: 10, size: None, chunk: Some(32 << 10) },
+    ];
+    let a = array::create(&specs, &CreateOptions { level: 5, chunk: 64 << 10, name: "mx".into(), volumes: vols, ..Default::default() }).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(95);
+    let mut models = Vec::new();
+    for v in a.volumes() {
+        let mut data = vec![0u8; v.capacity() as usize];
+        rng.fill_bytes(&mut data);
+        for at in (0..data.len()).step_by(4 << 20) {
+            let end = (at + (4 << 20)).min(data.len());
+            v.write_at(at as u64, &data[at..end]).unwrap();
+        }
+        models.push(data);
+    }
+    a.stop().unwrap();
+    let before: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
+    for opts in [GrowOptions { level: Some(6), add: files(d.path(), "x", 1, 40 << 20), ..Default::default() }, GrowOptions { chunk: Some(128 << 10), ..Default::default() }] {
+        let e = array::grow(&specs, &opts, &mut |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("Matrix") && e.contains("Nothing was written"), "{e}");
+    }
+    let after: Vec<Vec<u8>> = specs.iter().map(|s| std::fs::read(s.to_string()).unwrap()).collect();
+    assert!(before == after, "a refused Matrix grow changed a member");
+    let add = files(d.path(), "new", 2, 40 << 20);
+    let rep = array::grow(&specs, &GrowOptions { add: add.clone(), ..Default::default() }, &mut |_, _| {}).unwrap();
+    assert_eq!(rep.members, (4, 6), "{rep:?}");
+    let mut all: Vec<MemberSpec> = specs.iter().chain(&add).cloned().collect();
+    all.reverse();
+    let a = array::assemble(&all).unwrap();
+    assert!(a.superblock().reshape.is_none());
+    for (i, (v, model)) in a.volumes().iter().zip(&models).enumerate() {
+        let cap = v.capacity() as usize;
+        assert!(cap > model.len(), "volume {i} did not grow: {cap} bytes");
+        let got = v.read_at(0, cap).unwrap();
+        assert!(got[..model.len()] == model[..], "volume {i}: the data moved: first difference at {:?}", got.iter().zip(model).position(|(a, b)| a != b));
+        assert!(got[model.len()..].iter().all(|&b| b == 0), "volume {i}: the new space does not read as zeros");
+        if a.volume_entries()[i].level != 0 {
+            let r = a.check(i, false, &mut |_, _| {}).unwrap();
+            assert_eq!(r.mismatches, 0, "volume {i}: {r:?}");
+        }
+    }
+    a.stop().unwrap();
 }

@@ -81,6 +81,7 @@
 //! | 168 | 4 | backup: CRC-32C of its bytes |
 //! | 172 | 4 | backup: the role whose device holds it; `0xFFFF_FFFF` for a chunk change over the same members (the member count before equals the one after): spread over every role that is up, in role order, `ceil(len / roles up)` bytes rounded up to 4 KiB on each (the last holds the rest) |
 //! | 176 | 8 | backup: absolute byte offset on that device (spread: on each, past the write-intent bitmap, below the data area) |
+//! | 184 | 4 | the volume being restriped (a Matrix array that gains members: the volumes before it are in the new layout, those after it in the old one; 0 for one volume) |
 //!
 //! Spares: a spare is a device with its own superblock whose slot is at or
 //! above the member count; its slot entry has the state `Spare`. Every
@@ -315,6 +316,10 @@ pub struct Reshape {
     /// table holds the layout after (md's rotating one).
     #[serde(default)]
     pub old_parity_last: bool,
+    /// The volume being restriped (Matrix arrays, members added: those
+    /// before it are in the new layout, those after it in the old one).
+    #[serde(default)]
+    pub volume: u32,
 }
 
 /// A window of a reshape kept in a backup area: the logical bytes
@@ -496,6 +501,7 @@ impl Superblock {
                 .to_le_bytes());
             b[140..144].copy_from_slice(&r.old_members.to_le_bytes());
             b[144..152].copy_from_slice(&r.position.to_le_bytes());
+            b[184..188].copy_from_slice(&r.volume.to_le_bytes());
             if let Some(k) = &r.backup {
                 b[152..160].copy_from_slice(&r.position.to_le_bytes());
                 b[160..168].copy_from_slice(&k.len.to_le_bytes());
@@ -689,6 +695,10 @@ impl Superblock {
                 return inv(format!("reshape record (flags {flags}, from {old_members} to {member_count} members)"));
             }
             let position = u64_at(b, 144);
+            let volume = u32_at(b, 184);
+            if volume >= volume_count {
+                return inv(format!("reshape record (volume {volume} of {volume_count})"));
+            }
             let backup = if flags & 2 != 0 {
                 let k = ReshapeBackup { len: u64_at(b, 160), crc: u32_at(b, 168), role: u32_at(b, 172), offset: u64_at(b, 176) };
                 // A spread backup (a chunk change over the same members)
@@ -705,7 +715,7 @@ impl Superblock {
             } else {
                 None
             };
-            Some(Reshape { old_members, position, backup, live: flags & 4 != 0, old_level: ((flags >> 8) & 0xff).checked_sub(1), old_chunk: match (flags >> 16) & 0xff { 0 => None, c => Some(1u64 << (c + 11)) }, old_parity_last: flags & (1 << 24) != 0 })
+            Some(Reshape { old_members, position, backup, live: flags & 4 != 0, old_level: ((flags >> 8) & 0xff).checked_sub(1), old_chunk: match (flags >> 16) & 0xff { 0 => None, c => Some(1u64 << (c + 11)) }, old_parity_last: flags & (1 << 24) != 0, volume })
         } else {
             None
         };
@@ -764,17 +774,17 @@ mod tests {
     #[test]
     fn a_reshape_record_roundtrips_as_version_3() {
         let mut s = sample();
-        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, backup: None, live: true, old_level: Some(1), old_chunk: Some(64 << 10), old_parity_last: true });
+        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, backup: None, live: true, old_level: Some(1), old_chunk: Some(64 << 10), old_parity_last: true, volume: 0 });
         let b = s.encode();
         assert_eq!(u32_at(&b, 8), VERSION_RESHAPE);
         assert_eq!(Superblock::decode(&b).unwrap(), s);
-        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, live: false, old_level: None, old_chunk: None, old_parity_last: false, backup: Some(ReshapeBackup { len: 1 << 20, crc: 7, role: 2, offset: 900 << 20 }) });
+        s.reshape = Some(Reshape { old_members: 2, position: 3 << 20, live: false, old_level: None, old_chunk: None, old_parity_last: false, volume: 0, backup: Some(ReshapeBackup { len: 1 << 20, crc: 7, role: 2, offset: 900 << 20 }) });
         assert_eq!(Superblock::decode(&s.encode()).unwrap(), s);
         // Back to version 2 when it ends.
         s.reshape = None;
         assert_eq!(u32_at(&s.encode(), 8), VERSION);
         // A record that cannot be right: from as many members as after.
-        s.reshape = Some(Reshape { old_members: 3, position: 0, backup: None, live: false, old_level: None, old_chunk: None, old_parity_last: false });
+        s.reshape = Some(Reshape { old_members: 3, position: 0, backup: None, live: false, old_level: None, old_chunk: None, old_parity_last: false, volume: 0 });
         assert!(matches!(Superblock::decode(&s.encode()), Err(DecodeError::Invalid(_))));
     }
 

@@ -103,7 +103,10 @@ pub struct GrowReport {
     pub level: u32,
     /// Members before and after.
     pub members: (u32, u32),
-    /// The volume's usable bytes before and after.
+    /// Volumes restriped or converted (more than 1: a Matrix array).
+    pub volumes: u32,
+    /// The volume's usable bytes before and after (the sum over the
+    /// volumes of a Matrix array).
     pub capacity: (u64, u64),
     /// Where this run started: logical bytes already in the new layout
     /// (0, or the position of an interrupted reshape).
@@ -287,15 +290,7 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
     let a = open(specs)?;
     let sb = a.superblock();
     let name = sb.name.clone();
-    if sb.volumes.len() != 1 {
-        bail!(
-            Unsupported,
-            "array '{name}' holds {} volumes; growing an array with several (Matrix) volumes is not there yet. Nothing was written",
-            sb.volumes.len()
-        );
-    }
-    let v = sb.volumes[0].clone();
-    if v.cache_mode == crate::cache::CacheMode::Journal.to_u8() {
+    if let Some(v) = sb.volumes.iter().find(|v| v.cache_mode == crate::cache::CacheMode::Journal.to_u8()) {
         bail!(
             Unsupported,
             "volume '{}' keeps a write journal; set its cache to off or writeback first (uraid config {name} --cache off), \
@@ -335,6 +330,7 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
                     array: name,
                     level: to,
                     members: (n, n),
+                    volumes: 1,
                     capacity: (capacity, capacity),
                     started_at: 0,
                     bytes_read: 0,
@@ -412,6 +408,9 @@ enum Takeover {
 /// more than [`MAX_MEMBERS`], or a chunk that does not fit.
 fn plan(sb: &Superblock, opts: &GrowOptions) -> Result<Change> {
     let name = &sb.name;
+    if sb.volumes.len() > 1 {
+        return plan_matrix(sb, opts);
+    }
     let v = &sb.volumes[0];
     let from = v.level;
     let level = Level::from_number(from)?;
@@ -526,6 +525,53 @@ fn plan(sb: &Superblock, opts: &GrowOptions) -> Result<Change> {
     )
 }
 
+/// [`plan`] for an array with several (Matrix) volumes: new members
+/// only, every volume restriped onto them in turn (volume 0 first), as
+/// Intel's Matrix RAID migrates both volumes of a set. Errors:
+/// `Unsupported` for a level or chunk change, or a volume that is RAID 1
+/// or parity-last; `InvalidInput` for no new member.
+fn plan_matrix(sb: &Superblock, opts: &GrowOptions) -> Result<Change> {
+    let name = &sb.name;
+    let n = sb.member_count as usize;
+    let add = opts.add.len();
+    if opts.level.is_some() || opts.chunk.is_some() {
+        bail!(
+            Unsupported,
+            "array '{name}' holds {} volumes; a level or chunk change of an array with several (Matrix) volumes is not there \
+             yet (adding members is). Nothing was written",
+            sb.volumes.len()
+        );
+    }
+    if add == 0 {
+        bail!(InvalidInput, "grow needs --add DEVICE...: the devices that become members. Nothing was written");
+    }
+    if n + add > MAX_MEMBERS {
+        bail!(InvalidInput, "array '{name}' has {n} members; {add} more would pass the most, {MAX_MEMBERS}. Nothing was written");
+    }
+    for v in &sb.volumes {
+        if !matches!(v.level, 0 | 5 | 6 | 10) || v.layout != 0 {
+            bail!(
+                Unsupported,
+                "volume '{}' of array '{name}' is RAID {}{}: adding members to a Matrix array with such a volume is not there \
+                 yet (RAID 0, 5, 6 and 10 volumes are restriped). Nothing was written",
+                v.name,
+                v.level,
+                if v.layout != 0 { " with its parity on its last member" } else { "" }
+            );
+        }
+    }
+    let (old_g, new_g) = volume_geometries(sb, 0, n, n + add)?;
+    Ok(Change::Restripe(old_g, new_g))
+}
+
+/// Volume `i` of `sb` over `old_n` and over `n` members, as it is.
+/// Errors: as [`Geometry::new`].
+fn volume_geometries(sb: &Superblock, i: usize, old_n: usize, n: usize) -> Result<(Geometry, Geometry)> {
+    let v = &sb.volumes[i];
+    let level = Level::from_number(v.level)?;
+    Ok((Geometry::new(level, old_n, v.chunk, v.member_size)?, Geometry::new(level, n, v.chunk, v.member_size)?))
+}
+
 /// The superblock of a reshape of `sb`'s volume from layout `old_g` onto
 /// `k` more members in layout `new_g` (the new roles active), recorded at
 /// position 0 with the old level and chunk where they change (`live`: the
@@ -540,7 +586,7 @@ fn reshape_superblock(sb: &Superblock, k: usize, old_g: &Geometry, new_g: &Geome
     let old_parity_last = old_g.layout().is_some_and(|l| l.variant() == crate::raid::layout::Variant::ParityLast);
     // The new layout is always md's rotating one.
     new_sb.volumes[0].layout = 0;
-    new_sb.reshape = Some(Reshape { old_members: sb.member_count, position: 0, backup: None, live, old_level, old_chunk, old_parity_last });
+    new_sb.reshape = Some(Reshape { old_members: sb.member_count, position: 0, backup: None, live, old_level, old_chunk, old_parity_last, volume: 0 });
     new_sb
 }
 
@@ -559,12 +605,40 @@ fn restripe(
 ) -> Result<GrowReport> {
     let mut new_sb = reshape_superblock(sb, added.len(), old_g, new_g, false);
     check_backup_room(&new_sb, old_g, new_g)?;
+    for i in 1..sb.volumes.len() {
+        let (o, g) = volume_geometries(sb, i, sb.member_count as usize, new_sb.member_count as usize)?;
+        check_backup_room(&new_sb, &o, &g)?;
+    }
     let devs = slot_order(&a, sb.member_count as usize, &added)?;
     a.release();
     drop(added);
     persist_all(&devs, &mut new_sb)?;
-    let (old_vol, new_vol, health) = layouts(&devs, &new_sb)?;
-    run(&devs, &mut new_sb, &old_vol, &new_vol, [&health[0], &health[1]], opts.rate, progress, None).map_err(stopped)
+    run_all(&devs, &mut new_sb, opts.rate, progress).map_err(stopped)
+}
+
+/// Runs the reshape `sb` records over `devs` (every device in slot order)
+/// to its end: the volume it is at, then each volume after it (a Matrix
+/// array). The report sums the volumes' bytes and capacities. Errors: as
+/// [`run`].
+fn run_all(devs: &[Member], sb: &mut Superblock, rate: Option<u64>, progress: &mut dyn FnMut(u64, u64)) -> Result<GrowReport> {
+    let mut total: Option<GrowReport> = None;
+    while sb.reshape.is_some() {
+        let (old_vol, new_vol, health) = layouts(devs, sb)?;
+        let rep = run(devs, sb, &old_vol, &new_vol, [&health[0], &health[1]], rate, progress, None)?;
+        total = Some(match total {
+            None => rep,
+            Some(mut t) => {
+                t.capacity = (t.capacity.0 + rep.capacity.0, t.capacity.1 + rep.capacity.1);
+                t.volumes += 1;
+                t.bytes_read += rep.bytes_read;
+                t.bytes_written += rep.bytes_written;
+                t.backed_up_rows += rep.backed_up_rows;
+                t.seconds += rep.seconds;
+                t
+            }
+        });
+    }
+    total.ok_or_else(|| Error::new(ErrorKind::InvalidInput, "no reshape is recorded"))
 }
 
 /// The devices (slot order) and the superblock (not yet written) of
@@ -644,6 +718,7 @@ fn rebuild_copies(
         array: name.to_string(),
         level,
         members: (before, members),
+        volumes: 1,
         capacity: (capacity, capacity),
         started_at: 0,
         bytes_read: written,
@@ -662,7 +737,7 @@ type Layouts = (Arc<Volume>, Arc<Volume>, [Arc<Health>; 2]);
 /// in both), no bitmap.
 fn layouts(devs: &[Member], sb: &Superblock) -> Result<Layouts> {
     let r = sb.reshape.expect("a reshape is recorded");
-    let v = &sb.volumes[0];
+    let v = &sb.volumes[r.volume as usize];
     let (old_n, n) = (r.old_members as usize, sb.member_count as usize);
     let roles = |count: usize| -> Result<Arc<Vec<Member>>> { Ok(Arc::new(devs[..count].iter().map(Member::try_clone).collect::<Result<_>>()?)) };
     let (old_g, new_g) = record_geometries(sb)?;
@@ -687,7 +762,7 @@ fn layouts(devs: &[Member], sb: &Superblock) -> Result<Layouts> {
 /// volume table's. Errors: as [`Geometry::new`].
 fn record_geometries(sb: &Superblock) -> Result<(Geometry, Geometry)> {
     let r = sb.reshape.expect("a reshape is recorded");
-    let v = &sb.volumes[0];
+    let v = &sb.volumes[r.volume as usize];
     let variant = if r.old_parity_last { crate::raid::layout::Variant::ParityLast } else { crate::raid::layout::Variant::Standard };
     let old_g = Geometry::new(Level::from_number(r.old_level.unwrap_or(v.level))?, r.old_members as usize, r.old_chunk.unwrap_or(v.chunk), v.member_size)?
         .with_variant(variant)?;
@@ -833,8 +908,7 @@ pub fn resume(specs: &[MemberSpec], progress: &mut dyn FnMut(u64, u64)) -> Resul
             if backup_lost { "one keeps the backup of the window being written" } else { "the array would lose data without them" }
         );
     }
-    let (old_vol, new_vol, health) = layouts(&devs, &sb)?;
-    run(&devs, &mut sb, &old_vol, &new_vol, [&health[0], &health[1]], None, progress, None).map(Some).map_err(stopped)
+    run_all(&devs, &mut sb, None, progress).map(Some).map_err(stopped)
 }
 
 /// Refuses a reshape record `grow` would not write (it comes from the
@@ -844,7 +918,7 @@ pub fn resume(specs: &[MemberSpec], progress: &mut dyn FnMut(u64, u64)) -> Resul
 /// Errors: `Superblock`, naming the record.
 fn check_record(sb: &Superblock) -> Result<()> {
     let r = sb.reshape.expect("a reshape is recorded");
-    let v = &sb.volumes[0];
+    let v = &sb.volumes[r.volume as usize];
     let level = Level::from_number(v.level)?;
     let n = sb.member_count as usize;
     // A level change: RAID 1 over 2 members restriped as RAID 5 or 10.
@@ -855,7 +929,9 @@ fn check_record(sb: &Superblock) -> Result<()> {
     // The backup, when there is one, holds exactly the critical window
     // that starts at the position (so its length, read back, is bounded).
     let ok = matches!(level, Level::Raid0 | Level::Raid5 | Level::Raid6 | Level::Raid10)
-        && sb.volumes.len() == 1
+        // Several volumes: members added, nothing else changes.
+        && (sb.volumes.len() == 1
+            || (r.old_level.is_none() && r.old_chunk.is_none() && !r.old_parity_last && r.old_members < sb.member_count && r.backup.is_none_or(|k| k.role != SPREAD)))
         && v.layout == 0
         && old_level_ok
         && (!r.old_parity_last || (matches!(level, Level::Raid5 | Level::Raid6) && r.old_level.is_none()))
@@ -1000,7 +1076,7 @@ fn run(
 ) -> Result<GrowReport> {
     let t0 = std::time::Instant::now();
     let r = sb.reshape.expect("a reshape is recorded");
-    let v = sb.volumes[0].clone();
+    let v = sb.volumes[r.volume as usize].clone();
     let n = sb.member_count as usize;
     let old_n = r.old_members as usize;
     let (old_g, new_g) = (*old_vol.geometry(), *new_vol.geometry());
@@ -1010,6 +1086,7 @@ fn run(
         array: sb.name.clone(),
         level: v.level,
         members: (r.old_members, n as u32),
+        volumes: 1,
         capacity: (old_cap, new_cap),
         started_at: r.position,
         bytes_read: 0,
@@ -1133,6 +1210,14 @@ fn run(
         return Ok(report);
     }
     let live = sb.reshape.expect("recorded").live;
+    if let Some(r) = sb.reshape.as_mut().filter(|r| (r.volume as usize) + 1 < sb.volumes.len()) {
+        // A Matrix array: on to the next volume.
+        r.volume += 1;
+        r.position = 0;
+        r.backup = None;
+        persist_all(devs, sb)?;
+        return Ok(report);
+    }
     sb.reshape = None;
     // A reshape of a served array that a crash cut: users' writes may
     // have been cut too; the assemble that follows resyncs.
@@ -1259,9 +1344,9 @@ fn note_failures(sb: &mut Superblock, health: [&Health; 2]) -> Result<()> {
         bail!(
             Membership,
             "role(s) {roles:?} failed during the reshape, more than RAID {} over {} or RAID {} over {n} survives",
-            r.old_level.unwrap_or(sb.volumes[0].level),
+            r.old_level.unwrap_or(sb.volumes[r.volume as usize].level),
             r.old_members,
-            sb.volumes[0].level
+            sb.volumes[r.volume as usize].level
         );
     }
     Ok(())
@@ -1276,10 +1361,15 @@ fn down_roles_of(sb: &Superblock) -> Vec<bool> {
 /// the roles flagged in `down` unavailable.
 fn layouts_survive(sb: &Superblock, down: &[bool]) -> bool {
     let r = sb.reshape.expect("a reshape is recorded");
-    let mut old_v = sb.volumes[0].clone();
-    old_v.level = r.old_level.unwrap_or(old_v.level);
     let old_n = r.old_members as usize;
-    volume_survives(&old_v, old_n, &down[..old_n]) && volume_survives(&sb.volumes[0], sb.member_count as usize, down)
+    // The volumes before the one being restriped are in the new layout,
+    // those after it in the old one, and it in both.
+    sb.volumes.iter().enumerate().all(|(i, v)| {
+        let mut old_v = v.clone();
+        old_v.level = r.old_level.unwrap_or(old_v.level);
+        let at = r.volume as usize;
+        (i < at || volume_survives(&old_v, old_n, &down[..old_n])) && (i > at || volume_survives(v, sb.member_count as usize, down))
+    })
 }
 
 /// Records in every superblock that the logical bytes below `position` are
@@ -1482,7 +1572,12 @@ impl Array {
             bail!(Membership, "array '{name}' is not running (or a reshape is under way); nothing was written");
         }
         if sb.volumes.len() != 1 {
-            bail!(Unsupported, "array '{name}' holds {} volumes; growing an array with several (Matrix) volumes is not there yet. Nothing was written", sb.volumes.len());
+            bail!(
+                Unsupported,
+                "array '{name}' holds {} volumes; a served array with several (Matrix) volumes is not grown yet: stop it \
+                 ('uraid stop {name}'), then 'uraid grow --add' restripes every volume. Nothing was written",
+                sb.volumes.len()
+            );
         }
         let v = sb.volumes[0].clone();
         if v.cache_mode != crate::cache::CacheMode::Off.to_u8() || !self.journals.is_empty() {
@@ -1546,6 +1641,7 @@ impl Array {
             array: name,
             level: new_g.level().number(),
             members: (n as u32, (n + k) as u32),
+            volumes: 1,
             capacity: (old_g.capacity(), new_g.capacity()),
             started_at: 0,
             bytes_read: 0,
@@ -1599,6 +1695,7 @@ impl Array {
             array: sb.name.clone(),
             level: new_sb.volumes[0].level,
             members: (sb.member_count, new_sb.member_count),
+            volumes: 1,
             capacity: (capacity, capacity),
             started_at: 0,
             bytes_read: 0,
