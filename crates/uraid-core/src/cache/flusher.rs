@@ -175,7 +175,7 @@ impl Cache {
             j.wait_written();
         }
         let mut q = vol.queue(FLUSH_DEPTH)?;
-        let mut fill_q = if journal.is_some() && self.parity { Some(vol.queue(1)?) } else { None };
+        let mut fill_q = if journal.is_some() && self.parity { Some(vol.queue(FLUSH_DEPTH)?) } else { None };
         let mut out = Vec::new();
         // Member writes in flight, by tag.
         let mut inflight: HashMap<u64, InFlight> = HashMap::new();
@@ -184,8 +184,35 @@ impl Cache {
         // A line left for the next pass: the writes it holds are not on the
         // members, so this pass does not move the durable mark.
         let mut skipped = false;
-        let sector = CACHE_SECTOR as usize;
-        for Snap { idx, mut generation, mut data, dirty: mut bits, valid, mut last_seq } in lines {
+        // Lines whose records are submitted and not yet written, and the
+        // newest of those records: written (one group commit) before the
+        // lines go to the members.
+        let mut ready: Vec<Ready> = Vec::new();
+        let mut recorded: Option<crate::cache::journal::Reservation> = None;
+        let count = lines.len();
+        let mut lines: Vec<Option<Snap>> = lines.into_iter().map(Some).collect();
+        // The members' bytes under the lines' holes that their records
+        // need, read for RECORD_BATCH lines at a time, all in flight
+        // together (see `prefetch`).
+        let mut pre: Vec<Option<PreRead>> = Vec::new();
+        for i in 0..count {
+            if i % RECORD_BATCH == 0 {
+                pre = match (journal, fill_q.as_mut()) {
+                    (Some(_), Some(fq)) if first_err.is_none() => {
+                        let end = (i + RECORD_BATCH).min(count);
+                        match self.prefetch(fq, &mut lines[i..end]) {
+                            Ok(p) => p,
+                            Err(e) => {
+                                first_err.get_or_insert(e);
+                                Vec::new()
+                            }
+                        }
+                    }
+                    _ => Vec::new(),
+                };
+            }
+            let pre_read = pre.get_mut(i % RECORD_BATCH).and_then(Option::take);
+            let Snap { idx, mut generation, mut data, dirty: mut bits, valid, mut last_seq } = lines[i].take().expect("each line once");
             if first_err.is_some() {
                 lock(&self.pool).push(data);
                 continue;
@@ -201,14 +228,15 @@ impl Cache {
             let mut runs = runs_of(&bits, self.sectors);
             if let (Some(j), Some(fq)) = (journal, fill_q.as_mut()) {
                 if runs != [(0, self.sectors)] {
-                    match self.record_line(j, fq, idx, &mut data, &valid, &bits) {
+                    match self.record_line(j, fq, idx, &mut data, &valid, &bits, pre_read) {
                         // The line as recorded (it may hold writes that came
                         // after the snapshot) is what goes to the members:
                         // whole, or its dirty sectors, every one in the
                         // rows recorded.
-                        Ok(Recorded::Line { generation: g, dirty, last_seq: l, whole }) => {
+                        Ok(Recorded::Line { generation: g, dirty, last_seq: l, whole, record }) => {
                             runs = if whole { vec![(0, self.sectors)] } else { runs_of(&dirty, self.sectors) };
                             (generation, bits, last_seq) = (g, dirty, l);
+                            recorded = Some(record);
                         }
                         Ok(Recorded::Clean) => {
                             lock(&self.pool).push(data);
@@ -233,43 +261,24 @@ impl Cache {
                     }
                 }
             }
-            let full = runs == [(0, self.sectors)];
-            let mut data = Some(data);
-            {
-                let mut s = lock(&self.stats);
-                s.writebacks += runs.len() as u64;
-                s.full_lines += full as u64;
+            ready.push(Ready { idx, generation, data, bits, last_seq, runs });
+            if ready.len() < RECORD_BATCH && i + 1 < count {
+                continue;
             }
-            for (a, b) in runs {
-                while !q.has_room() {
-                    q.wait(1, &mut out);
-                    self.reap(&mut out, &mut inflight, &mut first_err);
-                }
-                let len = (b - a) * sector;
-                let buf = if full {
-                    // The snapshot itself goes out: no second copy.
-                    data.take().expect("one run")
-                } else {
-                    let src = data.as_ref().expect("kept for the runs");
-                    let mut buf = lock(&self.pool).pop().filter(|p| p.len() >= len).unwrap_or_else(|| IoBuf::new(self.line as usize));
-                    buf[..len].copy_from_slice(&src[a * sector..b * sector]);
-                    buf
-                };
-                // A whole line written after a stripe record cleans only
-                // what was dirty in the snapshot.
-                let mut mine = vec![0u64; bits.len()];
-                set_bits(&mut mine, a, b);
-                mine.iter_mut().zip(&bits).for_each(|(m, d)| *m &= d);
-                tag += 1;
-                inflight.insert(tag, InFlight { idx, generation, bits: mine, last_seq });
-                let r = Request { op: Op::Write, offset: idx * self.line + (a * sector) as u64, len, buf: Some(buf), tag, fua: false };
-                if let Err(r) = q.push(r) {
-                    inflight.remove(&tag);
-                    first_err.get_or_insert(r.error);
+            if let (Some(j), Some(r)) = (journal, recorded.take()) {
+                // Every record of the batch, in one write or a few.
+                if let Err(e) = j.wait_record(&r) {
+                    if !j.is_lost() {
+                        first_err.get_or_insert(e);
+                    }
                 }
             }
-            if let Some(d) = data {
-                lock(&self.pool).push(d);
+            for line in ready.drain(..) {
+                if first_err.is_some() {
+                    lock(&self.pool).push(line.data);
+                    continue;
+                }
+                self.write_line(&mut q, line, &mut out, &mut inflight, &mut tag, &mut first_err);
             }
         }
         while q.in_flight() > 0 {
@@ -305,6 +314,124 @@ impl Cache {
             *d = (*d).max(start_seq);
         }
         res
+    }
+
+    /// Journal mode, RAID 5/6: reads, for each line of `lines` that
+    /// [`record_line`](Self::record_line) will record, the members' bytes
+    /// under the holes its record needs (the sectors of its rows, or of
+    /// the whole line, that the cache does not hold) into its snapshot,
+    /// all of them in flight together through `fq`; returns per line the
+    /// zeroing epoch before the reads and the sectors read (record_line
+    /// reads again if a zeroing started meanwhile, and reads the rest).
+    /// Errors: the first failed read's.
+    fn prefetch(&self, fq: &mut crate::raid::engine::RaidQueue, lines: &mut [Option<Snap>]) -> Result<Vec<Option<PreRead>>> {
+        let sector = CACHE_SECTOR as usize;
+        let epoch = self.zero_epoch.load(Ordering::Acquire);
+        let mut got: Vec<Option<PreRead>> = vec![None; lines.len()];
+        // Reads in flight: (line, first sector, end sector), by tag.
+        let mut reads: Vec<(usize, usize, usize)> = Vec::new();
+        let mut out = Vec::new();
+        let mut first_err = None;
+        let mut land = |c: crate::Completion, reads: &[(usize, usize, usize)], lines: &mut [Option<Snap>], got: &mut [Option<PreRead>]| {
+            let (i, a, b) = reads[c.tag as usize];
+            match (c.result, c.buf, lines[i].as_mut(), got[i].as_mut()) {
+                (Ok(_), Some(buf), Some(snap), Some((_, bits))) => {
+                    snap.data[a * sector..b * sector].copy_from_slice(&buf[..(b - a) * sector]);
+                    set_bits(bits, a, b);
+                }
+                (Err(e), ..) => {
+                    first_err.get_or_insert(e);
+                }
+                _ => {}
+            }
+        };
+        for i in 0..lines.len() {
+            let Some(snap) = lines[i].as_ref() else { continue };
+            if runs_of(&snap.dirty, self.sectors) == [(0, self.sectors)] || self.zeroing_over(snap.idx) {
+                continue;
+            }
+            let want = self.rows_of(&snap.dirty).map_or_else(|| vec![u64::MAX; snap.valid.len()], |r| self.rows_mask(r));
+            let holes: Vec<u64> = want.iter().zip(&snap.valid).map(|(w, v)| w & !v).collect();
+            got[i] = Some((epoch, vec![0u64; snap.valid.len()]));
+            let idx = snap.idx;
+            for (a, b) in runs_of(&holes, self.sectors) {
+                while !fq.has_room() {
+                    fq.wait(1, &mut out);
+                    for c in out.drain(..) {
+                        land(c, &reads, lines, &mut got);
+                    }
+                }
+                let len = (b - a) * sector;
+                reads.push((i, a, b));
+                let req = Request::read(idx * self.line + (a * sector) as u64, len, IoBuf::new(len), (reads.len() - 1) as u64);
+                if let Err(r) = fq.push(req) {
+                    return Err(r.error);
+                }
+            }
+        }
+        while fq.in_flight() > 0 {
+            fq.wait(1, &mut out);
+            for c in out.drain(..) {
+                land(c, &reads, lines, &mut got);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(got),
+        }
+    }
+
+    /// Sends the runs of `line` to the members through `q` (tagged in
+    /// `inflight`), waiting for room as it goes.
+    fn write_line(
+        &self,
+        q: &mut crate::raid::engine::RaidQueue,
+        line: Ready,
+        out: &mut Vec<crate::Completion>,
+        inflight: &mut HashMap<u64, InFlight>,
+        tag: &mut u64,
+        first_err: &mut Option<crate::Error>,
+    ) {
+        let sector = CACHE_SECTOR as usize;
+        let Ready { idx, generation, data, bits, last_seq, runs } = line;
+        let full = runs == [(0, self.sectors)];
+        let mut data = Some(data);
+        {
+            let mut s = lock(&self.stats);
+            s.writebacks += runs.len() as u64;
+            s.full_lines += full as u64;
+        }
+        for (a, b) in runs {
+            while !q.has_room() {
+                q.wait(1, out);
+                self.reap(out, inflight, first_err);
+            }
+            let len = (b - a) * sector;
+            let buf = if full {
+                // The snapshot itself goes out: no second copy.
+                data.take().expect("one run")
+            } else {
+                let src = data.as_ref().expect("kept for the runs");
+                let mut buf = lock(&self.pool).pop().filter(|p| p.len() >= len).unwrap_or_else(|| IoBuf::new(self.line as usize));
+                buf[..len].copy_from_slice(&src[a * sector..b * sector]);
+                buf
+            };
+            // A whole line written after a stripe record cleans only
+            // what was dirty in the snapshot.
+            let mut mine = vec![0u64; bits.len()];
+            set_bits(&mut mine, a, b);
+            mine.iter_mut().zip(&bits).for_each(|(m, d)| *m &= d);
+            *tag += 1;
+            inflight.insert(*tag, InFlight { idx, generation, bits: mine, last_seq });
+            let r = Request { op: Op::Write, offset: idx * self.line + (a * sector) as u64, len, buf: Some(buf), tag: *tag, fua: false };
+            if let Err(r) = q.push(r) {
+                inflight.remove(tag);
+                first_err.get_or_insert(r.error);
+            }
+        }
+        if let Some(d) = data {
+            lock(&self.pool).push(d);
+        }
     }
 
     /// The rows (sectors `a..b` of each chunk) a rows record of a line
@@ -352,14 +479,33 @@ impl Cache {
     /// line is recorded whole instead (what the flusher writes must hold
     /// every write up to the line's newest). The record may retire once the
     /// line's oldest dirty write is on the members.
-    pub(super) fn record_line(&self, j: &crate::cache::journal::Journal, fq: &mut crate::raid::engine::RaidQueue, idx: u64, data: &mut IoBuf, valid: &[u64], dirty: &[u64]) -> Result<Recorded> {
+    ///
+    /// `pre`: the zeroing epoch when [`prefetch`](Self::prefetch) started
+    /// and the sectors it read into `data` already.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn record_line(
+        &self,
+        j: &crate::cache::journal::Journal,
+        fq: &mut crate::raid::engine::RaidQueue,
+        idx: u64,
+        data: &mut IoBuf,
+        valid: &[u64],
+        dirty: &[u64],
+        mut pre: Option<PreRead>,
+    ) -> Result<Recorded> {
         let sector = CACHE_SECTOR as usize;
         let mut rows = self.rows_of(dirty);
         let mut read = vec![0u64; valid.len()];
         loop {
             // What the members hold under a zeroing in flight may be the
             // bytes from before it: not to be recorded, nor written back.
-            let zeroes = self.zero_epoch.load(Ordering::Acquire);
+            let zeroes = match pre.take() {
+                Some((epoch, got)) => {
+                    read = got;
+                    epoch
+                }
+                None => self.zero_epoch.load(Ordering::Acquire),
+            };
             if self.zeroing_over(idx) {
                 return Ok(Recorded::Later);
             }
@@ -410,11 +556,14 @@ impl Cache {
             let len = record.as_ref().map_or(self.line, |(_, _, b)| b.len() as u64);
             let Some(r) = j.reserve(len, oldest, None) else { return Ok(Recorded::Full) };
             drop(order);
+            // Submitted: written with the records of the other lines of
+            // this batch (and writers' records) in one group-commit write,
+            // which the line's member writes wait for.
             match record {
-                None => j.write(r, crate::cache::journal::RecordKind::Stripe, idx * self.line, last_seq, &data[..self.line as usize])?,
+                None => j.submit(r, crate::cache::journal::RecordKind::Stripe, idx * self.line, last_seq, &data[..self.line as usize])?,
                 Some((lo, piece, b)) => {
                     let stride = self.chunk_sectors as u64 * CACHE_SECTOR;
-                    j.write_rows(r, idx * self.line + (lo * sector) as u64, stride, piece, last_seq, &b)?
+                    j.submit_rows(r, idx * self.line + (lo * sector) as u64, stride, piece, last_seq, &b)?
                 }
             }
             {
@@ -425,7 +574,7 @@ impl Cache {
                     st.rows_records += 1;
                 }
             }
-            return Ok(Recorded::Line { generation, dirty, last_seq, whole });
+            return Ok(Recorded::Line { generation, dirty, last_seq, whole, record: r });
         }
     }
 

@@ -101,7 +101,9 @@ enum Recorded {
     /// Recorded as the line was then, whole (`whole`) or the rows of its
     /// dirty sectors (a rows record): its `generation`, `dirty` sectors
     /// (all in the rows recorded) and newest write `last_seq`.
-    Line { generation: u64, dirty: Vec<u64>, last_seq: u64, whole: bool },
+    /// The record is submitted, not yet written: `record` (member writes
+    /// of the line wait for it: [`crate::cache::journal::Journal::wait_record`]).
+    Line { generation: u64, dirty: Vec<u64>, last_seq: u64, whole: bool, record: crate::cache::journal::Reservation },
     /// Nothing of it is dirty any more.
     Clean,
     /// The log has no room for it now.
@@ -110,6 +112,25 @@ enum Recorded {
     /// missing sectors were read: try again at the next pass.
     Later,
 }
+
+/// Most lines whose journal records the flusher submits before it waits
+/// for them (one group-commit write) and writes the lines.
+const RECORD_BATCH: usize = 32;
+
+/// A line the flusher writes: its index, generation, snapshot, the
+/// sectors it cleans, its newest write, and the sector runs to write.
+struct Ready {
+    idx: u64,
+    generation: u64,
+    data: IoBuf,
+    bits: Vec<u64>,
+    last_seq: u64,
+    runs: Vec<(usize, usize)>,
+}
+
+/// What the flusher's prefetch read of a line: the zeroing epoch before
+/// the reads, and the sectors read into its snapshot.
+type PreRead = (u64, Vec<u64>);
 
 /// A dirty line as the flusher took it.
 struct Snap {
@@ -300,6 +321,11 @@ pub(crate) enum Taken {
     DurableThenMembers(u64),
     /// Wait for room (dirty limit), then offer it again.
     Full,
+    /// Wait until the journal record reserved as this is written
+    /// (committed with others: [`Cache::commit_journal`]); the write has
+    /// this cache write sequence number (if the record fails, it waits
+    /// for the members instead: [`Cache::record_failed`]).
+    Recorded(crate::cache::journal::Reservation, u64),
     /// Failed (the journal could not record it): complete with this error.
     Failed(crate::Error),
 }

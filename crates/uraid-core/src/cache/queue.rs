@@ -2,9 +2,10 @@
 //! [`RaidQueue`], present only when the volume has a cache.
 //!
 //! A request pushed here is offered to the volume's [`Cache`] first: it is
-//! done there (a hit, a write taken into write-back or the journal), parked
-//! (a flush or FUA write waiting for durability, a write waiting for room
-//! under the dirty limit), or sent down to the RAID queue (a read miss, a
+//! done there (a hit, a write taken into write-back), parked
+//! (a write whose journal record is being committed with others, a flush
+//! or FUA write waiting for durability, a write waiting for room under
+//! the dirty limit), or sent down to the RAID queue (a read miss, a
 //! write-through write, a discard). Completions from below come back up
 //! through here, where a read miss gets the cached lines laid over it and
 //! the cache learns that a write it sent on has landed. This layer never
@@ -31,6 +32,8 @@ enum Parked {
     DurableThenMembers(u64),
     /// Until the dirty bytes fall below the limit.
     Room,
+    /// Until its journal record (and every one before it) is written.
+    Recorded(crate::cache::journal::Reservation, u64),
 }
 
 /// What this layer remembers of a request it sent down (indexed by the
@@ -109,6 +112,7 @@ impl CacheQueue {
             Taken::Durable(t) => Parked::Durable(t),
             Taken::DurableThenMembers(t) => Parked::DurableThenMembers(t),
             Taken::Full => Parked::Room,
+            Taken::Recorded(r, seq) => Parked::Recorded(r, seq),
             Taken::Failed(e) => {
                 self.ready.push(Completion { tag: req.tag, result: Err(e), buf: req.buf });
                 return;
@@ -162,10 +166,23 @@ impl CacheQueue {
         // the next call, after the RAID queue has reaped and driven its own
         // member I/O (a stripe lock it holds may be what the flusher needs).
         let mut parked = std::mem::take(&mut self.parked);
-        for (req, why) in parked.drain(..) {
+        if parked.iter().any(|(_, why)| matches!(why, Parked::Recorded(..))) {
+            // Group commit: the records of every write parked here (and of
+            // other threads' writes submitted meanwhile) in one write.
+            self.cache.commit_journal();
+        }
+        for (req, mut why) in parked.drain(..) {
             let go = match why {
                 Parked::Durable(t) | Parked::DurableThenMembers(t) => self.cache.durable(t),
                 Parked::Room => self.cache.has_room().then_some(Ok(())),
+                Parked::Recorded(r, seq) => match self.cache.recorded(&r) {
+                    Some(Err(_)) => {
+                        // The journal is lost: on to the members.
+                        why = Parked::Durable(self.cache.record_failed(seq));
+                        None
+                    }
+                    done => done,
+                },
             };
             let Some(res) = go else {
                 self.parked.push((req, why));
@@ -177,7 +194,7 @@ impl CacheQueue {
                     self.cache.sent_on_done(req.op, req.offset, req.len);
                     out.push(Completion { tag: req.tag, result: Err(e), buf: req.buf })
                 }
-                (Parked::Durable(_), Ok(())) => out.push(Completion { tag: req.tag, result: Ok(req.len), buf: req.buf }),
+                (Parked::Durable(_) | Parked::Recorded(..), Ok(())) => out.push(Completion { tag: req.tag, result: Ok(req.len), buf: req.buf }),
                 (Parked::DurableThenMembers(_), Ok(())) => {
                     self.cache.invalidate(req.offset, req.len);
                     self.send_down(req, None, None);

@@ -116,16 +116,14 @@ impl Cache {
             self.kick();
         }
         if let Some((j, r)) = place {
-            // Acknowledged once the record is durable (FUA included).
-            if j.write(r, crate::cache::journal::RecordKind::Data, req.offset, seq, &data[..req.len]).is_err() {
-                // The journal is lost (it said why): the write is in the
-                // cache, and is acknowledged once it is on the members.
-                self.live_journal();
-                self.want(seq + 1);
-                return Taken::Durable(seq + 1);
+            // Acknowledged once the record is durable (FUA included): it
+            // goes out with the records of other writes submitted meanwhile
+            // (group commit), when the queue commits the journal.
+            if j.submit(r, crate::cache::journal::RecordKind::Data, req.offset, seq, &data[..req.len]).is_err() {
+                return Taken::Durable(self.record_failed(seq));
             }
             lock(&self.stats).journal_records += 1;
-            return Taken::Done(req.len);
+            return Taken::Recorded(r, seq);
         }
         if fua {
             self.want(seq + 1);
@@ -512,5 +510,36 @@ impl Cache {
             }
             Some(_) => false,
         }
+    }
+}
+
+impl Cache {
+    /// Writes the journal records submitted so far (group commit: see
+    /// [`crate::cache::journal::Journal::commit`]); nothing without a live
+    /// journal.
+    pub(crate) fn commit_journal(&self) {
+        if let Some(j) = &self.journal {
+            j.commit();
+        }
+    }
+
+    /// Whether the journal record reserved as `r` is acknowledged (see
+    /// [`crate::cache::journal::Journal::written`]); an error when the
+    /// volume has no journal.
+    pub(crate) fn recorded(&self, r: &crate::cache::journal::Reservation) -> Option<crate::Result<()>> {
+        match &self.journal {
+            Some(j) => j.written(r),
+            None => Some(Err(crate::Error::new(crate::ErrorKind::Io, "the volume has no journal"))),
+        }
+    }
+
+    /// The record of cache write `seq` will not be acknowledged (the
+    /// journal is lost; it said why): the write is in the cache, and is
+    /// acknowledged once it is on the members. Returns the sequence number
+    /// to wait for ([`Taken::Durable`]).
+    pub(crate) fn record_failed(&self, seq: u64) -> u64 {
+        self.live_journal();
+        self.want(seq + 1);
+        seq + 1
     }
 }

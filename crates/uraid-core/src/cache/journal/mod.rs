@@ -73,7 +73,9 @@
 //! that does not hold it.
 //!
 //! Records are written with `RWF_DSYNC` (FUA on a drive) and acknowledged
-//! in log order, so every acknowledged record lies before the first record
+//! in log order; the records of concurrent writes that lie back to back
+//! in the log go out together in one write (group commit, as databases
+//! and md's raid5-cache do: [`Journal::submit`], [`Journal::commit`]), so every acknowledged record lies before the first record
 //! that does not check out: replay ([`Journal::replay`]) reads from the
 //! tail until then. The tail moves ([`Journal::checkpoint`]) once the data
 //! of the records it passes is on the members and the members are flushed.
@@ -107,6 +109,11 @@ pub const RECORD_HEADER: u64 = 512;
 pub const MAX_UNIT: u64 = 4096;
 /// Smallest log a journal device must hold (bytes).
 pub const MIN_LOG: u64 = 64 << 20;
+/// Most bytes one group-commit write carries ([`Journal::commit`]).
+const GROUP_BYTES: usize = 1 << 20;
+/// Longest a thread waiting for a record sleeps before it looks again
+/// (a batch's end and a submission wake it sooner).
+const COMMIT_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 /// The largest log position a header may name (2^62 bytes).
 const MAX_POS: u64 = 1 << 62;
 /// The largest sequence number a header may name (one record per number:
@@ -320,6 +327,13 @@ struct State {
     /// Bumped by [`Journal::rehome`]: a record reserved before belongs to
     /// the device the journal left and never counts as acknowledged.
     epoch: u64,
+    /// Records submitted and not yet written, by sequence number: (log
+    /// position, the encoded record, the epoch it was reserved in). One
+    /// writer at a time ([`Journal::commit`]) writes them, each run of
+    /// records back to back in the log with one write (group commit).
+    pending: BTreeMap<u64, (u64, IoBuf, u64)>,
+    /// A thread is writing pending records.
+    writing: bool,
 }
 
 /// The member role a journal in a region lies on, and the array's health
@@ -474,6 +488,8 @@ impl Journal {
             nonce: h.nonce,
             promised: 0,
             epoch: 0,
+            pending: BTreeMap::new(),
+            writing: false,
         };
         Journal {
             member: RwLock::new(member),

@@ -34,8 +34,53 @@ impl Journal {
     }
 
     /// [`write`](Self::write) with the rows record's (stride, piece), the
-    /// zeroes record's (0, bytes zeroed), (0, 0) for the other kinds.
-    pub(super) fn write_record(&self, r: Reservation, kind: RecordKind, offset: u64, (stride, piece): (u64, u64), cache_seq: u64, data: &[u8]) -> Result<()> {
+    /// zeroes record's (0, bytes zeroed), (0, 0) for the other kinds:
+    /// [`submit_record`](Self::submit_record), then
+    /// [`commit`](Self::commit) until it is written.
+    pub(super) fn write_record(&self, r: Reservation, kind: RecordKind, offset: u64, shape: (u64, u64), cache_seq: u64, data: &[u8]) -> Result<()> {
+        self.submit_record(r, kind, offset, shape, cache_seq, data)?;
+        self.wait_record(&r)
+    }
+
+    /// Commits the pending records (see [`commit`](Self::commit)) until
+    /// the record reserved as `r` counts as acknowledged, and every one
+    /// before it (records are acknowledged in log order). Errors: as
+    /// [`written`](Self::written).
+    pub fn wait_record(&self, r: &Reservation) -> Result<()> {
+        loop {
+            self.commit();
+            let s = self.lock();
+            if let Some(res) = self.outcome(&s, r) {
+                return res;
+            }
+            // Another thread is writing a batch, or an earlier record is
+            // reserved and not yet submitted: a batch's end and a
+            // submission wake this.
+            let _ = self.cv.wait_timeout(s, COMMIT_WAIT).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Submits the rows record reserved as `r` (see
+    /// [`write_rows`](Self::write_rows)) without waiting, as
+    /// [`submit`](Self::submit) does.
+    pub fn submit_rows(&self, r: Reservation, offset: u64, stride: u64, piece: u64, cache_seq: u64, data: &[u8]) -> Result<()> {
+        debug_assert!(rows_shape_ok(data.len() as u64, stride, piece));
+        self.submit_record(r, RecordKind::Rows, offset, (stride, piece), cache_seq, data)
+    }
+
+    /// Submits a data record for the write reserved as `r` (as
+    /// [`write`](Self::write), without waiting): it is written with the
+    /// others submitted meanwhile at the next [`commit`](Self::commit);
+    /// [`written`](Self::written) says when it is durable. Errors: `Io`
+    /// when the journal moved since the reservation (the record is not
+    /// written).
+    pub fn submit(&self, r: Reservation, kind: RecordKind, offset: u64, cache_seq: u64, data: &[u8]) -> Result<()> {
+        self.submit_record(r, kind, offset, (0, 0), cache_seq, data)
+    }
+
+    /// Encodes the record reserved as `r` (see the format) and puts it
+    /// among the pending ones.
+    fn submit_record(&self, r: Reservation, kind: RecordKind, offset: u64, (stride, piece): (u64, u64), cache_seq: u64, data: &[u8]) -> Result<()> {
         let len = data.len() as u64;
         let unit = self.unit() as usize;
         // Zeroed: the header's unused bytes and the data's padding.
@@ -47,62 +92,123 @@ impl Journal {
         b[32..40].copy_from_slice(&offset.to_le_bytes());
         b[40..48].copy_from_slice(&len.to_le_bytes());
         b[48..52].copy_from_slice(&crc32c::crc32c(data).to_le_bytes());
-        let epoch = r.epoch;
-        let moved = || {
-            Error::new(
-                crate::ErrorKind::Io,
-                format!("the journal on {} was lost and moved since this record's place was taken", self.name()),
-            )
-        };
-        let nonce = {
-            let s = self.lock();
-            if s.epoch != epoch {
-                return Err(moved());
-            }
-            s.nonce
-        };
-        b[56..64].copy_from_slice(&nonce.to_le_bytes());
         b[64..72].copy_from_slice(&cache_seq.to_le_bytes());
         b[72..80].copy_from_slice(&stride.to_le_bytes());
         b[80..88].copy_from_slice(&piece.to_le_bytes());
+        b[unit..unit + data.len()].copy_from_slice(data);
+        let mut s = self.lock();
+        if s.epoch != r.epoch {
+            return Err(self.moved());
+        }
+        b[56..64].copy_from_slice(&s.nonce.to_le_bytes());
         let crc = crc32c::crc32c(&b[..508]);
         b[508..512].copy_from_slice(&crc.to_le_bytes());
-        b[unit..unit + data.len()].copy_from_slice(data);
-        let res = self.write_dsync(&b, HEADER_SIZE + r.pos % self.log_size, Some(epoch));
-        let mut s = self.lock();
-        if s.epoch != epoch {
-            // Rehomed meanwhile: the record went to the device the journal
-            // left, and the log's accounting started anew without it.
-            return Err(moved());
-        }
-        // Held records have consecutive numbers (reserved in order, retired
-        // from the front), so the record's place is its distance from the
-        // first.
-        let at = s.held.front().map(|h| r.seq.wrapping_sub(h.seq) as usize);
-        if let Some(h) = at.and_then(|i| s.held.get_mut(i)).filter(|h| h.seq == r.seq) {
-            h.written = res.is_ok();
-        }
-        s.early.insert(r.seq);
-        loop {
-            let w = s.written_below;
-            if !s.early.remove(&w) {
-                break;
-            }
-            s.written_below += 1;
-        }
+        s.pending.insert(r.seq, (r.pos, b, r.epoch));
+        drop(s);
+        // Those waiting for an earlier record's submission to commit.
         self.cv.notify_all();
-        while s.written_below <= r.seq && res.is_ok() || s.epoch != epoch {
-            if self.lost.load(Ordering::Acquire) || s.epoch != epoch {
-                // An earlier record may never be written: this one does not
-                // count as acknowledged in order.
-                return Err(Error::new(
-                    crate::ErrorKind::Io,
-                    format!("the journal on {} was lost before an earlier record was written", self.name()),
-                ));
-            }
-            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        Ok(())
+    }
+
+    /// The error of a record reserved before the journal moved.
+    fn moved(&self) -> Error {
+        Error::new(crate::ErrorKind::Io, format!("the journal on {} was lost and moved since this record's place was taken", self.name()))
+    }
+
+    /// Whether the record reserved as `r` counts as acknowledged: `Some(Ok)`
+    /// once it and every record before it are written, `Some(Err)` when it
+    /// never will (the journal was lost or moved), `None` while pending.
+    pub fn written(&self, r: &Reservation) -> Option<Result<()>> {
+        let s = self.lock();
+        self.outcome(&s, r)
+    }
+
+    fn outcome(&self, s: &State, r: &Reservation) -> Option<Result<()>> {
+        if s.epoch != r.epoch {
+            return Some(Err(self.moved()));
         }
-        res
+        if self.lost.load(Ordering::Acquire) {
+            // An earlier record may never be written: this one does not
+            // count as acknowledged in order.
+            return Some(Err(Error::new(
+                crate::ErrorKind::Io,
+                format!("the journal on {} was lost before this record or an earlier one was written", self.name()),
+            )));
+        }
+        (s.written_below > r.seq).then_some(Ok(()))
+    }
+
+    /// Writes the pending records, unless another thread is at it (it
+    /// writes those submitted meanwhile too): each run of records back to
+    /// back in the log (at most [`GROUP_BYTES`]) with one `RWF_DSYNC`
+    /// write, until none is pending. A failed write loses the journal (see
+    /// [`write_dsync`](Self::write_dsync)); [`written`](Self::written)
+    /// then says so to every record not yet acknowledged.
+    pub fn commit(&self) {
+        let mut s = self.lock();
+        if s.writing {
+            return;
+        }
+        s.writing = true;
+        while !s.pending.is_empty() {
+            let batch = std::mem::take(&mut s.pending);
+            drop(s);
+            let mut done: Vec<(u64, u64, bool)> = Vec::with_capacity(batch.len());
+            let mut run: Vec<(u64, u64, IoBuf)> = Vec::new();
+            let mut it = batch.into_iter().peekable();
+            while let Some((seq, (pos, buf, epoch))) = it.next() {
+                run.push((seq, pos, buf));
+                let end = pos % self.log_size + run.last().map_or(0, |r| r.2.len() as u64);
+                let bytes: usize = run.iter().map(|r| r.2.len()).sum();
+                let joins = it.peek().is_some_and(|(_, (p, b, e))| *e == epoch && p % self.log_size == end && bytes + b.len() <= GROUP_BYTES);
+                if joins {
+                    continue;
+                }
+                let res = self.write_run(&run, epoch);
+                done.extend(run.drain(..).map(|(seq, _, _)| (seq, epoch, res)));
+            }
+            s = self.lock();
+            for (seq, epoch, ok) in done {
+                if s.epoch != epoch {
+                    continue;
+                }
+                // Held records have consecutive numbers (reserved in order,
+                // retired from the front), so a record's place is its
+                // distance from the first.
+                let at = s.held.front().map(|h| seq.wrapping_sub(h.seq) as usize);
+                if let Some(h) = at.and_then(|i| s.held.get_mut(i)).filter(|h| h.seq == seq) {
+                    h.written = ok;
+                }
+                s.early.insert(seq);
+            }
+            loop {
+                let w = s.written_below;
+                if !s.early.remove(&w) {
+                    break;
+                }
+                s.written_below += 1;
+            }
+            self.cv.notify_all();
+        }
+        s.writing = false;
+        self.cv.notify_all();
+    }
+
+    /// Writes a run of records back to back in the log (sequence number,
+    /// log position, encoded record), reserved in `epoch`, with one
+    /// write. True when it is durable.
+    fn write_run(&self, run: &[(u64, u64, IoBuf)], epoch: u64) -> bool {
+        let at = HEADER_SIZE + run[0].1 % self.log_size;
+        if let [(_, _, one)] = run {
+            return self.write_dsync(one, at, Some(epoch)).is_ok();
+        }
+        let mut b = IoBuf::new(run.iter().map(|r| r.2.len()).sum());
+        let mut o = 0;
+        for (_, _, r) in run {
+            b[o..o + r.len()].copy_from_slice(r);
+            o += r.len();
+        }
+        self.write_dsync(&b, at, Some(epoch)).is_ok()
     }
 
     /// One write with `RWF_DSYNC` (durable when it returns: FUA on a drive)
@@ -165,12 +271,17 @@ impl Journal {
         Error::io(what, std::path::Path::new(&self.name()), why)
     }
 
-    /// Blocks until every record reserved so far is written.
+    /// Blocks until every record reserved so far is written (committing
+    /// the pending ones: see [`commit`](Self::commit)).
     pub fn wait_written(&self) {
-        let mut s = self.lock();
-        let target = s.next_seq;
-        while s.written_below < target && !self.lost.load(Ordering::Acquire) {
-            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        let target = self.lock().next_seq;
+        loop {
+            self.commit();
+            let s = self.lock();
+            if s.written_below >= target || self.lost.load(Ordering::Acquire) {
+                return;
+            }
+            let _ = self.cv.wait_timeout(s, COMMIT_WAIT).unwrap_or_else(|e| e.into_inner());
         }
     }
 
