@@ -262,7 +262,8 @@ impl Cache {
                 }
             }
             ready.push(Ready { idx, generation, data, bits, last_seq, runs });
-            if ready.len() < RECORD_BATCH && i + 1 < count {
+            // Without records to wait for, each line goes out at once.
+            if recorded.is_some() && ready.len() < RECORD_BATCH && i + 1 < count {
                 continue;
             }
             if let (Some(j), Some(r)) = (journal, recorded.take()) {
