@@ -3,13 +3,13 @@
 machine's 2 cores and 6 drives, from what it costs per I/O here.
 
 Measures: the in-process engine (`uraid bench`, the load generator and the
-engine in the same threads, one io_uring per thread) on testbed drives with
-no ceilings (RAM-backed loop devices: the drives cost almost nothing, so
-the CPU is what is measured), RAID 0, 10, 5 and 6 over 2, 4, 8 and 16
-members, RND4K Q32T1 and Q32T2 (1 and 2 engine threads), read and write:
-IOPS and CPU microseconds per I/O (the process's CPU time over the I/Os;
-the loop devices' own kernel workers, which stand for the drives'
-controllers, are not counted, and they share the 2 cores).
+engine in the same threads, one io_uring per thread) on `mem:` drives with
+no ceilings (in-process RAM drives: no device, no kernel block layer; the
+drives' own cost is a memory copy, counted in the CPU figure), as a
+temporary array (`uraid bench --level L`: no superblock, bitmap or cache),
+RAID 0, 10, 5 and 6 over 2, 4, 8 and 16 members, RND4K Q32T1 and Q32T2 (1
+and 2 engine threads), read and write: IOPS and CPU microseconds per I/O
+(the process's CPU time over the I/Os).
 
 Models (stated, not measured): an array on C cores and D drives of 1M IOPS
 each does min(C x 10^6 / c, D x 10^6 / a) IOPS, where c is the CPU µs per
@@ -22,10 +22,11 @@ and a is the member I/Os per array I/O (reads 1; writes: RAID 0 1, RAID 10
 SPDK's published RAID 0 figure, about 1.2 to 1.4 M IOPS per core (SPDK
 bdev performance reports, as quoted in issue 19).
 
-Needs root and the testbed (../shared/testbed). Usage:
-python3 bench/scaling.py [--runs N] [--time S] [--members 2,4,8,16]
+Usage: python3 bench/scaling.py [--runs N] [--time S] [--members 2,4,8,16]
 """
-from common import DRIVES, URAID, parser, prepare, sh, testbed_down, uraid_bench
+import json
+
+from common import URAID, parser, prepare, sh, uraid_bench
 
 MIN = {0: 1, 10: 2, 5: 3, 6: 4}
 MEMBER_IOS = {("read", 0): 1, ("read", 10): 1, ("read", 5): 1, ("read", 6): 1,
@@ -40,20 +41,19 @@ def main():
     counts = [int(x) for x in args.members.split(",")]
     rows = []
     for n in counts:
-        testbed_down()
-        devs = sh(DRIVES, "up", str(n), "--size", "512M", "--bw", "0", "--iops", "0").split()
         for level in (0, 10, 5, 6):
             if n < MIN[level] or (level == 10 and n % 2):
                 continue
-            sh(URAID, "create", "--level", str(level), "--chunk", "64K", "--name", "scale", "--force", *devs)
-            r = uraid_bench(args, devs, ["RND4K-Q32T1", "RND4K-Q32T2"], size="256M")
+            out = json.loads(sh(URAID, "bench", "--json", "--quiet", "--overwrite", "--profile", "RND4K-Q32T1,RND4K-Q32T2",
+                                "--runs", str(args.runs), "--time", str(args.time), "--warmup", "1", "--size", "256M",
+                                "--level", str(level), "--chunk", "64K", *(["mem:320M"] * n)))
+            r = {(x["test"]["profile"]["name"], x["test"]["dir"].lower()): x["best"] for x in out["results"]}
             for d in ("read", "write"):
                 t1, t2 = r[("RND4K Q32T1", d)], r[("RND4K Q32T2", d)]
                 us = lambda x: x["cpu_secs_per_gb"] * 4096 / 1e9 * 1e6
                 rows.append((level, n, d, t1["iops"], us(t1), t2["iops"], us(t2)))
                 print(f"RAID {level:<2} x{n:<2} {d:<5}  T1 {t1['iops']:>9.0f} IOPS {us(t1):6.2f} CPU µs/IO   "
                       f"T2 {t2['iops']:>9.0f} IOPS {us(t2):6.2f} CPU µs/IO   T2/T1 {t2['iops'] / t1['iops']:.2f}", flush=True)
-    sh(DRIVES, "down")
 
     print()
     print("model: IOPS = min(cores x 1e6 / c, drives x 1e6 / member I/Os per I/O); c = CPU µs per I/O at the most")

@@ -66,7 +66,8 @@ pub enum TargetKind {
     Array(String),
     /// The data area of one member of a uraid array (the array's name).
     MemberDataArea(String),
-    /// A RAID 0 made for this run over raw drives (chunk in bytes).
+    /// An array made for this run over raw drives (chunk in bytes; RAID 0
+    /// unless `uraid bench --level` asks for another level).
     Temporary(u64),
 }
 
@@ -176,7 +177,7 @@ pub fn open(spec: &TargetSpec, index: usize, o: OpenOptions) -> Result<Target> {
     let label = spec.label.clone().unwrap_or_else(|| match (&kind, vol.members().len()) {
         (TargetKind::Raw, _) | (TargetKind::MemberDataArea(_), _) => vol.members()[0].name().to_string(),
         (TargetKind::Array(n), k) => format!("{n} (RAID {} x{k})", vol.geometry().level().number()),
-        (TargetKind::Temporary(_), k) => format!("RAID 0 x{k}"),
+        (TargetKind::Temporary(_), k) => format!("RAID {} x{k}", vol.geometry().level().number()),
     });
     let _ = index;
     let description = describe(&vol, &kind);
@@ -209,7 +210,8 @@ pub fn describe(vol: &Volume, kind: &TargetKind) -> String {
             names.join(" ")
         ),
         TargetKind::Temporary(c) => format!(
-            "temporary RAID 0 over {} members, chunk {}, {} bytes: {}",
+            "temporary RAID {} over {} members, chunk {}, {} bytes: {}",
+            geo.level().number(),
             vol.members().len(),
             fmt_size(*c),
             vol.capacity(),

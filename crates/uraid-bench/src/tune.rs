@@ -21,7 +21,6 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use uraid_core::control::array::temporary;
 use uraid_core::raid::geometry::{check_chunk, DEFAULT_CHUNK, MAX_CHUNK, MIN_CHUNK};
 use uraid_core::control::superblock::DATA_OFFSET;
 use uraid_core::units::fmt_size;
@@ -256,14 +255,7 @@ pub fn tune(members: &[Member], opts: &TuneOptions, progress: &mut dyn FnMut(Tun
     for &chunk in &chunks {
         let ms = members.iter().map(Member::try_clone).collect::<Result<Vec<_>>>()?;
         // A temporary array at the chosen level (no superblock, no bitmap).
-        let vol = match level {
-            Level::Raid0 => temporary(ms, chunk)?.0,
-            _ => {
-                let size = ms.iter().map(Member::size).min().unwrap_or(0).saturating_sub(DATA_OFFSET);
-                let g = Geometry::new(level, ms.len(), chunk, size)?;
-                Volume::new(Arc::new(ms), g, DATA_OFFSET)?
-            }
-        };
+        let vol = uraid_core::control::array::temporary_at(ms, level, chunk)?.0;
         let label = format!("RAID {} x{} {}", level.number(), members.len(), fmt_size(chunk));
         let r = run_suite(&vol, &opts.suite, &mut |p| progress((&label, p)))?;
         results.push(ChunkResult { chunk, results: r, shares: vec![], score: 0.0, worst: 0.0 });

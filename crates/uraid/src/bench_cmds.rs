@@ -75,6 +75,11 @@ pub(crate) struct BenchArgs {
     /// Chunk of the temporary RAID 0 made when several raw targets are given.
     #[arg(long, default_value = "128K")]
     chunk: String,
+    /// RAID level of that temporary array (0, 1, 10, 5, 6): no superblock,
+    /// bitmap or cache, nothing persisted (bench/scaling.py runs it over
+    /// mem: drives).
+    #[arg(long, default_value_t = 0)]
+    level: u32,
     /// The volume of the array to run on (Matrix volumes; default: the first).
     #[arg(long)]
     volume: Option<String>,
@@ -224,7 +229,8 @@ pub(crate) fn cmd_bench(a: BenchArgs) -> Result<()> {
                 (Volume::new(Arc::new(vec![m]), Geometry::single(size), 0)?, TargetKind::Raw)
             } else {
                 let chunk = parse_size(&a.chunk, "chunk size")?;
-                let (v, warn) = array::temporary(members, chunk)?;
+                let level = uraid_core::raid::geometry::Level::from_number(a.level)?;
+                let (v, warn) = array::temporary_at(members, level, chunk)?;
                 if let Some(w) = warn {
                     eprintln!("uraid: warning: {w}");
                 }

@@ -14,6 +14,20 @@ pub fn temporary(members: Vec<Member>, chunk: u64) -> Result<(Arc<Volume>, Optio
     Ok((Volume::new(Arc::new(members), geometry, DATA_OFFSET)?, warning))
 }
 
+/// As [`temporary`], at RAID `level` (0, 1, 10, 5, 6) instead of 0: a
+/// volume over `members` with no superblock, no bitmap and no cache (the
+/// benchmarks' scaling model and `uraid bench --level`), its data from
+/// byte 1 MiB of each member. Errors: as [`temporary`], and as
+/// [`Geometry::new`] for a level the member count cannot hold.
+pub fn temporary_at(members: Vec<Member>, level: Level, chunk: u64) -> Result<(Arc<Volume>, Option<String>)> {
+    if level == Level::Raid0 {
+        return temporary(members, chunk);
+    }
+    let (data_size, warning) = data_size(&members, chunk)?;
+    let geometry = Geometry::new(level, members.len(), chunk, data_size)?;
+    Ok((Volume::new(Arc::new(members), geometry, DATA_OFFSET)?, warning))
+}
+
 pub(super) fn too_small(m: &Member, need: u64, why: &str) -> Error {
     Error::new(
         ErrorKind::TooSmall,
