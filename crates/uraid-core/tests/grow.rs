@@ -686,3 +686,67 @@ fn a_matrix_array_gains_members_and_every_volume_is_restriped() {
     check_matrix(&a, &models);
     a.stop().unwrap();
 }
+
+/// A served Matrix array gains a member: a writer writes and reads back
+/// through the first volume (the exported one) while it is restriped, the
+/// reshape pauses and goes on, then the other volumes are restriped in
+/// turn; at the end every volume holds its bytes (the first one the
+/// writer's too) and checks clean.
+#[test]
+fn a_served_matrix_array_gains_a_member() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use uraid_core::BlockQueue;
+    let d = tempfile::tempdir().unwrap();
+    let (specs, mut models) = matrix(d.path(), 97);
+    let add = files(d.path(), "new", 1, 40 << 20);
+    let mut arr = array::assemble(&specs).unwrap();
+    arr.activate().unwrap();
+    let mut live = match arr.grow_live(&GrowOptions { add: add.clone(), ..Default::default() }, &mut || Ok(())).unwrap() {
+        LiveChange::Reshape(l) => l,
+        LiveChange::Converted(r) => panic!("a takeover: {r:?}"),
+    };
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (vol, done, mut model) = (live.volume().clone(), done.clone(), models[0].clone());
+        std::thread::spawn(move || {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(98);
+            let mut q = vol.queue(4).unwrap();
+            let cap = vol.capacity();
+            let mut writes = 0;
+            while !done.load(Ordering::Relaxed) || writes < 50 {
+                let len = rng.random_range(1..=16usize) * 4096;
+                let at = rng.random_range(0..(cap - len as u64) / 4096) * 4096;
+                let mut data = vec![0u8; len];
+                rng.fill_bytes(&mut data);
+                q.write_at(at, &data).unwrap();
+                model[at as usize..at as usize + len].copy_from_slice(&data);
+                assert!(q.read_at(at, len).unwrap() == data, "a read after a write at {at}+{len} differs");
+                writes += 1;
+            }
+            q.flush().unwrap();
+            model
+        })
+    };
+    let stop = AtomicBool::new(false);
+    let mut windows = 0;
+    let paused = live
+        .step(None, &stop, &mut |_, _| {
+            windows += 1;
+            if windows == 2 {
+                stop.store(true, Ordering::Relaxed);
+            }
+        })
+        .unwrap();
+    assert!(!paused, "the reshape did not pause");
+    stop.store(false, Ordering::Relaxed);
+    assert!(live.step(None, &stop, &mut |_, _| {}).unwrap());
+    done.store(true, Ordering::Relaxed);
+    models[0] = writer.join().unwrap();
+    let rep = live.finish(&mut arr).unwrap();
+    assert_eq!((rep.members, rep.volumes), ((4, 5), 3), "{rep:?}");
+    arr.stop().unwrap();
+    let all: Vec<MemberSpec> = specs.iter().chain(&add).cloned().collect();
+    let a = array::assemble(&all).unwrap();
+    check_matrix(&a, &models);
+    a.stop().unwrap();
+}

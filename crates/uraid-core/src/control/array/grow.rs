@@ -1446,17 +1446,48 @@ impl LiveGrow {
     /// record the position) and users go on through
     /// [`volume`](Self::volume); stop the array, and the next assemble
     /// with every member goes on from there.
+    ///
+    /// A Matrix array's volumes after the first (which no user reaches
+    /// while it is served: the export is the first volume's) are
+    /// restriped after it, in turn, without routing; `progress` then counts
+    /// each volume on its own.
     pub fn step(&mut self, rate: Option<u64>, stop: &AtomicBool, progress: &mut dyn FnMut(u64, u64)) -> Result<bool> {
-        let served = Served { state: &self.state, stop };
-        match run(&self.devs, &mut self.sb, &self.old, &self.new, [&self.health[0], &self.health[1]], rate, progress, Some(&served)) {
-            Ok(r) => {
-                self.report.bytes_read += r.bytes_read;
-                self.report.bytes_written += r.bytes_written;
-                self.report.backed_up_rows += r.backed_up_rows;
-                Ok(true)
+        loop {
+            let r = self.sb.reshape.expect("a reshape is recorded");
+            let at = r.volume as usize;
+            let res = if at == 0 {
+                let served = Served { state: &self.state, stop };
+                run(&self.devs, &mut self.sb, &self.old, &self.new, [&self.health[0], &self.health[1]], rate, progress, Some(&served))
+            } else {
+                // No users: a routing state of its own, for the stop flag.
+                let (old, new, health) = layouts(&self.devs, &self.sb)?;
+                let state = ReshapeState::new(r.position);
+                let served = Served { state: &state, stop };
+                run(&self.devs, &mut self.sb, &old, &new, [&health[0], &health[1]], rate, progress, Some(&served))
+            };
+            match res {
+                Ok(r) => {
+                    self.report.bytes_read += r.bytes_read;
+                    self.report.bytes_written += r.bytes_written;
+                    self.report.backed_up_rows += r.backed_up_rows;
+                    if at > 0 {
+                        self.report.capacity.0 += r.capacity.0;
+                        self.report.capacity.1 += r.capacity.1;
+                        self.report.volumes += 1;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(false),
+                Err(e) => return Err(stopped(e)),
             }
-            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(false),
-            Err(e) => Err(stopped(e)),
+            if at + 1 == self.sb.volumes.len() {
+                return Ok(true);
+            }
+            // On to the next volume.
+            let r = self.sb.reshape.as_mut().expect("recorded");
+            r.volume += 1;
+            r.position = 0;
+            r.backup = None;
+            persist_all(&self.devs, &mut self.sb).map_err(stopped)?;
         }
     }
 
@@ -1471,8 +1502,10 @@ impl LiveGrow {
     /// flush or the superblock writes (the array is then left frozen and
     /// the record in place: the next assemble finishes it).
     pub fn finish(mut self, arr: &mut Array) -> Result<GrowReport> {
-        if self.state.position() < self.new.capacity() {
-            bail!(InvalidInput, "the reshape has not ended: it is at byte {} of {}", self.state.position(), self.new.capacity());
+        let r = self.sb.reshape.expect("a reshape is recorded");
+        let last = (r.volume as usize + 1 == self.sb.volumes.len()) && record_geometries(&self.sb).is_ok_and(|(_, g)| r.position >= g.capacity());
+        if self.state.position() < self.new.capacity() || !last {
+            bail!(InvalidInput, "the reshape has not ended: it is at byte {} of volume {}", r.position, r.volume);
         }
         self.new.flush()?;
         if let Some((b, s, e)) = &self.held {
@@ -1571,16 +1604,8 @@ impl Array {
         if self.inspect || self.frozen {
             bail!(Membership, "array '{name}' is not running (or a reshape is under way); nothing was written");
         }
-        if sb.volumes.len() != 1 {
-            bail!(
-                Unsupported,
-                "array '{name}' holds {} volumes; a served array with several (Matrix) volumes is not grown yet: stop it \
-                 ('uraid stop {name}'), then 'uraid grow --add' restripes every volume. Nothing was written",
-                sb.volumes.len()
-            );
-        }
         let v = sb.volumes[0].clone();
-        if v.cache_mode != crate::cache::CacheMode::Off.to_u8() || !self.journals.is_empty() {
+        if let Some(v) = sb.volumes.iter().find(|v| v.cache_mode != crate::cache::CacheMode::Off.to_u8()).or(if self.journals.is_empty() { None } else { Some(&v) }) {
             bail!(
                 Unsupported,
                 "volume '{}' has a cache ({}); a served array is reshaped with its cache off: 'uraid config {name} --cache \
@@ -1606,6 +1631,10 @@ impl Array {
         let added = open_added(self, opts)?;
         let mut new_sb = reshape_superblock(&sb, k, &old_g, &new_g, true);
         check_backup_room(&new_sb, &old_g, &new_g)?;
+        for i in 1..sb.volumes.len() {
+            let (o, g) = volume_geometries(&sb, i, n, n + k)?;
+            check_backup_room(&new_sb, &o, &g)?;
+        }
         let devs = slot_order(self, n, &added)?;
         let specs: Vec<Option<MemberSpec>> = {
             let m = self.meta();
@@ -1617,10 +1646,12 @@ impl Array {
         let new_raid = crate::raid::engine::RaidVolume::with_state(new_roles, new_g, v.member_start, shared)?;
         // Every region of the volume dirty until the reshape ends: a crash
         // is followed by a resync (the users' writes in either layout).
+        // (A Matrix array's: every volume's area.)
+        let (area_start, area_end) = (v.member_start, sb.data_end());
         let held = match &self.bitmap {
             Some(b) => {
-                b.start_write(v.member_start, v.member_size)?;
-                Some((b.clone(), v.member_start, v.member_start + v.member_size))
+                b.start_write(area_start, area_end - area_start)?;
+                Some((b.clone(), area_start, area_end))
             }
             None => None,
         };
