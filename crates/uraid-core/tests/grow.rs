@@ -201,9 +201,6 @@ fn a_reshape_record_grow_did_not_write_is_refused() {
 /// every member holds the model, checks clean and assembles again.
 #[test]
 fn a_served_array_is_reshaped_while_a_writer_writes() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
-    use uraid_core::BlockQueue;
     let d = tempfile::tempdir().unwrap();
     let cases = [
         (5u32, 3usize, 1usize, 64u64 << 10, None, None),
@@ -233,47 +230,7 @@ fn a_served_array_is_reshaped_while_a_writer_writes() {
         };
         // The array is frozen: its membership cannot change meanwhile.
         assert!(arr.fail(0, true).is_err(), "a frozen array took a membership change");
-        let model = Arc::new(Mutex::new(model));
-        let done = Arc::new(AtomicBool::new(false));
-        let writer = {
-            let (vol, model, done) = (live.volume().clone(), model.clone(), done.clone());
-            std::thread::spawn(move || {
-                let mut rng = rand::rngs::StdRng::seed_from_u64(99 + i as u64);
-                let mut q = vol.queue(4).unwrap();
-                let cap = vol.capacity();
-                let mut writes = 0u64;
-                while !done.load(Ordering::Relaxed) || writes < 50 {
-                    let len = rng.random_range(1..=64usize) * 4096;
-                    let at = rng.random_range(0..(cap - len as u64) / 4096) * 4096;
-                    let mut data = vec![0u8; len];
-                    rng.fill_bytes(&mut data);
-                    q.write_at(at, &data).unwrap();
-                    model.lock().unwrap()[at as usize..at as usize + len].copy_from_slice(&data);
-                    let back = q.read_at(at, len).unwrap();
-                    assert!(back == data, "a read after a write at {at}+{len} differs");
-                    writes += 1;
-                }
-                q.flush().unwrap();
-                writes
-            })
-        };
-        let stop = AtomicBool::new(false);
-        let mut windows = 0;
-        // A pause after the third window, then on to the end.
-        let paused = live
-            .step(None, &stop, &mut |_, _| {
-                windows += 1;
-                if windows == 3 {
-                    stop.store(true, Ordering::Relaxed);
-                }
-            })
-            .unwrap();
-        assert!(!paused, "the reshape did not pause");
-        stop.store(false, Ordering::Relaxed);
-        assert!(live.step(None, &stop, &mut |_, _| {}).unwrap());
-        done.store(true, Ordering::Relaxed);
-        let writes = writer.join().unwrap();
-        assert!(writes >= 50);
+        let model = step_with_a_writer(&mut live, model, 99 + i as u64, 64, 3);
         let rep = live.finish(&mut arr).unwrap();
         assert_eq!(rep.members, (n as u32, (n + k) as u32));
         assert_eq!(arr.volume().capacity(), rep.capacity.1);
@@ -281,7 +238,6 @@ fn a_served_array_is_reshaped_while_a_writer_writes() {
         assert_eq!(arr.volume_entries()[0].chunk, new_chunk.unwrap_or(chunk));
         assert_eq!(arr.volume_entries()[0].level, to.unwrap_or(level));
         arr.stop().unwrap();
-        let model = model.lock().unwrap().clone();
         let all: Vec<MemberSpec> = specs.iter().chain(&add).cloned().collect();
         verify(&all, &model, rep.capacity.1, to.unwrap_or(level), i as u64);
     }
@@ -694,8 +650,6 @@ fn a_matrix_array_gains_members_and_every_volume_is_restriped() {
 /// writer's too) and checks clean.
 #[test]
 fn a_served_matrix_array_gains_a_member() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use uraid_core::BlockQueue;
     let d = tempfile::tempdir().unwrap();
     let (specs, mut models) = matrix(d.path(), 97);
     let add = files(d.path(), "new", 1, 40 << 20);
@@ -705,16 +659,34 @@ fn a_served_matrix_array_gains_a_member() {
         LiveChange::Reshape(l) => l,
         LiveChange::Converted(r) => panic!("a takeover: {r:?}"),
     };
+    models[0] = step_with_a_writer(&mut live, models[0].clone(), 98, 16, 2);
+    let rep = live.finish(&mut arr).unwrap();
+    assert_eq!((rep.members, rep.volumes), ((4, 5), 3), "{rep:?}");
+    arr.stop().unwrap();
+    let all: Vec<MemberSpec> = specs.iter().chain(&add).cloned().collect();
+    let a = array::assemble(&all).unwrap();
+    check_matrix(&a, &models);
+    a.stop().unwrap();
+}
+
+/// Runs the served reshape `live` to its end while a writer thread writes
+/// random runs of 4 KiB blocks (1 to `max_blocks`) through its volume and
+/// reads each back (its reads must see its writes, whichever layout holds
+/// them), at least 50 of them: the reshape pauses after `pause_after`
+/// windows and goes on. Returns `model` with the writes laid over it.
+fn step_with_a_writer(live: &mut array::LiveGrow, mut model: Vec<u8>, seed: u64, max_blocks: usize, pause_after: usize) -> Vec<u8> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use uraid_core::BlockQueue;
     let done = std::sync::Arc::new(AtomicBool::new(false));
     let writer = {
-        let (vol, done, mut model) = (live.volume().clone(), done.clone(), models[0].clone());
+        let (vol, done) = (live.volume().clone(), done.clone());
         std::thread::spawn(move || {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(98);
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             let mut q = vol.queue(4).unwrap();
             let cap = vol.capacity();
             let mut writes = 0;
             while !done.load(Ordering::Relaxed) || writes < 50 {
-                let len = rng.random_range(1..=16usize) * 4096;
+                let len = rng.random_range(1..=max_blocks) * 4096;
                 let at = rng.random_range(0..(cap - len as u64) / 4096) * 4096;
                 let mut data = vec![0u8; len];
                 rng.fill_bytes(&mut data);
@@ -732,7 +704,7 @@ fn a_served_matrix_array_gains_a_member() {
     let paused = live
         .step(None, &stop, &mut |_, _| {
             windows += 1;
-            if windows == 2 {
+            if windows == pause_after {
                 stop.store(true, Ordering::Relaxed);
             }
         })
@@ -741,12 +713,5 @@ fn a_served_matrix_array_gains_a_member() {
     stop.store(false, Ordering::Relaxed);
     assert!(live.step(None, &stop, &mut |_, _| {}).unwrap());
     done.store(true, Ordering::Relaxed);
-    models[0] = writer.join().unwrap();
-    let rep = live.finish(&mut arr).unwrap();
-    assert_eq!((rep.members, rep.volumes), ((4, 5), 3), "{rep:?}");
-    arr.stop().unwrap();
-    let all: Vec<MemberSpec> = specs.iter().chain(&add).cloned().collect();
-    let a = array::assemble(&all).unwrap();
-    check_matrix(&a, &models);
-    a.stop().unwrap();
+    writer.join().unwrap()
 }
