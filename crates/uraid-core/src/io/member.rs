@@ -610,7 +610,50 @@ impl Member {
     /// flush of the rest of the device (the journal's record writes). Same
     /// alignment rule as [`read_exact_at`](Self::read_exact_at); fault
     /// plans apply. Errors: `Io` (a short write counts as one).
-    pub fn write_dsync_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+/// As [`write_dsync_at`](Self::write_dsync_at), for the buffers `bufs`
+    /// back to back from `offset`, in one `pwritev2(RWF_DSYNC)` (at most
+    /// `IOV_MAX` buffers): the journal's group commit writes a run of
+    /// records without copying them together. An injected fault sees it
+    /// as one write of their total length. Errors: as `write_dsync_at`.
+    pub fn write_dsync_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let what = || format!("cannot write {total} bytes at offset {offset} of");
+        let errno = match self.filter_verdict(Op::Write, offset, total as u64, true) {
+            Verdict::Pass => None,
+            Verdict::Fail(errno) => Some(errno),
+            Verdict::Tear(n) => {
+                // As one write of the buffers copied together, torn.
+                use std::os::unix::fs::FileExt;
+                let mut one = Vec::with_capacity(total);
+                bufs.iter().for_each(|b| one.extend_from_slice(b));
+                let _ = self.file.write_all_at(&one[..n.min(total)], offset);
+                Some(libc::EIO)
+            }
+        };
+        if let Some(errno) = errno {
+            return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::from_raw_os_error(errno)));
+        }
+        let Ok(off) = libc::off_t::try_from(offset) else {
+            return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::from_raw_os_error(libc::EINVAL)));
+        };
+        let iov: Vec<libc::iovec> = bufs.iter().map(|b| libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: b.len() }).collect();
+        let Ok(count) = libc::c_int::try_from(iov.len()) else {
+            return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::from_raw_os_error(libc::EINVAL)));
+        };
+        // SAFETY: `iov` names the buffers of `bufs`, which outlive the
+        // call, on the descriptor this member owns.
+        let n = unsafe { libc::pwritev2(self.file.as_raw_fd(), iov.as_ptr(), count, off, libc::RWF_DSYNC) };
+        if n < 0 {
+            return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::last_os_error()));
+        }
+        if n as usize != total {
+            return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::other("short write")));
+        }
+        Ok(())
+    }
+
+        pub fn write_dsync_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         use std::os::fd::AsRawFd;
         self.injected(Op::Write, offset, buf)?;
         let what = || format!("cannot write {} bytes at offset {offset} of", buf.len());

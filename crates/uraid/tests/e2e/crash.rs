@@ -157,9 +157,12 @@ fn one_with(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64, grow: usi
     }
     // The killed process's io_uring is torn down by the kernel after it
     // dies, and the members' locks go with it (on a block device its
-    // O_EXCL hold: "is in use (mounted, ..."): give that a few seconds.
+    // O_EXCL hold: "is in use (mounted, ..."), once its last I/O, a
+    // synchronous journal write included, has ended: on a loaded machine
+    // (the whole suite at once) that took more than 45 s once, so up to
+    // 180 s.
     files.extend(new);
-    let mut tries = 0;
+    let t0 = std::time::Instant::now();
     let out = loop {
         let out = Command::new(TORTURE)
             .arg("verify")
@@ -168,8 +171,7 @@ fn one_with(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64, grow: usi
             .args(files.iter().map(|f| s(f)))
             .output()
             .unwrap();
-        tries += 1;
-        if out.status.success() || tries >= 20 || !String::from_utf8_lossy(&out.stderr).contains(" in use ") {
+        if out.status.success() || t0.elapsed() > Duration::from_secs(180) || !String::from_utf8_lossy(&out.stderr).contains(" in use ") {
             break out;
         }
         std::thread::sleep(Duration::from_millis(250));

@@ -72,16 +72,22 @@ fn export_size(uri: &str) -> u64 {
 /// volume written through the export with random bytes (returned).
 fn filled(dir: &Path, name: &str, level: &str, n: usize, chunk: &str, seed: &str) -> (Vec<PathBuf>, Vec<u8>) {
     let m = sparse_files(dir, "m", n, 32 << 20);
-    uraid_ok(&with(&["create", "--level", level, "--chunk", chunk, "--name", name], &strs(&m)));
+    let data = filled_on(dir, name, level, &m, chunk, seed);
+    (m, data)
+}
+
+/// As [`filled`], over the devices `m` (files or loop devices).
+fn filled_on(dir: &Path, name: &str, level: &str, m: &[PathBuf], chunk: &str, seed: &str) -> Vec<u8> {
+    uraid_ok(&with(&["create", "--level", level, "--chunk", chunk, "--name", name], &strs(m)));
     let mut data = Vec::new();
-    with_export(dir, name, &m, |uri| {
+    with_export(dir, name, m, |uri| {
         data = vec![0u8; export_size(uri) as usize];
         rng(seed).fill_bytes(&mut data);
         let src = dir.join("before");
         std::fs::write(&src, &data).unwrap();
         run_tool(Command::new("nbdcopy").arg(&src).arg(uri));
     });
-    (m, data)
+    data
 }
 
 /// Serves `members`, reads the whole export back and compares it with
@@ -381,7 +387,7 @@ fn a_reshape_goes_on_degraded_when_a_member_fails() {
 /// The bytes written before the writer's area read back equal, fio's
 /// verify covers the bytes written during, check finds 0 mismatches, and
 /// status (members given in another order) shows the new level and
-/// layout.
+/// layout. The first case runs on loop devices, the others on files.
 #[test]
 fn a_served_array_changes_level_while_a_client_writes() {
     let _g = shared();
@@ -401,8 +407,19 @@ fn a_served_array_changes_level_while_a_client_writes() {
     for (i, (level, n, steps, want)) in cases.into_iter().enumerate() {
         let d = tmpdir();
         let name = format!("lv{i}");
-        let (mut m, data) = filled(d.path(), &name, level, n, "64K", &name);
-        let what = format!("RAID {level} over {n}, {steps:?}");
+        // The first case on loop devices (members and new ones), the
+        // others on files.
+        let on_loops = i == 0;
+        let mut loops: Vec<LoopDev> = Vec::new();
+        let (mut m, data) = if on_loops {
+            loops = sparse_files(d.path(), "m", n, 32 << 20).iter().map(|f| LoopDev::attach(f)).collect();
+            let m: Vec<PathBuf> = loops.iter().map(|l| l.dev.clone()).collect();
+            let data = filled_on(d.path(), &name, level, &m, "64K", &name);
+            (m, data)
+        } else {
+            filled(d.path(), &name, level, n, "64K", &name)
+        };
+        let what = format!("RAID {level} over {n}{}, {steps:?}", if on_loops { " loop devices" } else { "" });
         let mut added = 0;
         with_export(d.path(), &name, &m.clone(), |uri| {
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -425,7 +442,12 @@ fn a_served_array_changes_level_while_a_client_writes() {
             });
             std::thread::sleep(Duration::from_millis(300));
             for (args, k) in steps.iter() {
-                let new: Vec<PathBuf> = (0..*k).map(|j| sparse_file(d.path(), &format!("n{}", added + j), 32 << 20)).collect();
+                let mut new: Vec<PathBuf> = (0..*k).map(|j| sparse_file(d.path(), &format!("n{}", added + j), 32 << 20)).collect();
+                if on_loops {
+                    let attached: Vec<LoopDev> = new.iter().map(|f| LoopDev::attach(f)).collect();
+                    new = attached.iter().map(|l| l.dev.clone()).collect();
+                    loops.extend(attached);
+                }
                 added += k;
                 let mut a: Vec<&str> = vec!["grow", "--wait"];
                 a.extend(args.iter());
@@ -448,6 +470,7 @@ fn a_served_array_changes_level_while_a_client_writes() {
         let v = &st["volumes"][0];
         assert_eq!((v["level"].as_u64(), st["members"].as_array().map(|a| a.len()), v["layout"].as_str()), (Some(want.0), Some(want.1), Some(want.2)), "{what}: {st}");
         assert_eq!(v["state"].as_str(), Some("clean"), "{what}: {st}");
+        drop(loops);
     }
 }
 

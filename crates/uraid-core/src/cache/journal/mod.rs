@@ -111,6 +111,9 @@ pub const MAX_UNIT: u64 = 4096;
 pub const MIN_LOG: u64 = 64 << 20;
 /// Most bytes one group-commit write carries ([`Journal::commit`]).
 const GROUP_BYTES: usize = 1 << 20;
+/// Most records one group-commit write carries (one iovec each; Linux's
+/// `IOV_MAX` is 1024).
+const GROUP_RECORDS: usize = 1024;
 /// Longest a thread waiting for a record sleeps before it looks again
 /// (a batch's end and a submission wake it sooner).
 const COMMIT_WAIT: std::time::Duration = std::time::Duration::from_millis(1);

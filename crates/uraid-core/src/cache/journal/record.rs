@@ -160,7 +160,7 @@ impl Journal {
                 run.push((seq, pos, buf));
                 let end = pos % self.log_size + run.last().map_or(0, |r| r.2.len() as u64);
                 let bytes: usize = run.iter().map(|r| r.2.len()).sum();
-                let joins = it.peek().is_some_and(|(_, (p, b, e))| *e == epoch && p % self.log_size == end && bytes + b.len() <= GROUP_BYTES);
+                let joins = it.peek().is_some_and(|(_, (p, b, e))| *e == epoch && p % self.log_size == end && bytes + b.len() <= GROUP_BYTES && run.len() < GROUP_RECORDS);
                 if joins {
                     continue;
                 }
@@ -199,16 +199,8 @@ impl Journal {
     /// write. True when it is durable.
     fn write_run(&self, run: &[(u64, u64, IoBuf)], epoch: u64) -> bool {
         let at = HEADER_SIZE + run[0].1 % self.log_size;
-        if let [(_, _, one)] = run {
-            return self.write_dsync(one, at, Some(epoch)).is_ok();
-        }
-        let mut b = IoBuf::new(run.iter().map(|r| r.2.len()).sum());
-        let mut o = 0;
-        for (_, _, r) in run {
-            b[o..o + r.len()].copy_from_slice(r);
-            o += r.len();
-        }
-        self.write_dsync(&b, at, Some(epoch)).is_ok()
+        let bufs: Vec<&[u8]> = run.iter().map(|(_, _, b)| &b[..]).collect();
+        self.write_dsync_vectored(&bufs, at, Some(epoch)).is_ok()
     }
 
     /// One write with `RWF_DSYNC` (durable when it returns: FUA on a drive)
@@ -220,10 +212,19 @@ impl Journal {
     /// under the device's lock, so a record never reaches the device a
     /// rehome put in place after it was reserved.
     pub(super) fn write_dsync(&self, buf: &[u8], offset: u64, epoch: Option<u64>) -> Result<()> {
+        self.write_dsync_vectored(&[buf], offset, epoch)
+    }
+
+    /// [`write_dsync`](Self::write_dsync) of the buffers `bufs` back to
+    /// back from journal byte `offset`, in one write.
+    pub(super) fn write_dsync_vectored(&self, bufs: &[&[u8]], offset: u64, epoch: Option<u64>) -> Result<()> {
         let res = {
             let g = self.member.read().unwrap_or_else(|e| e.into_inner());
             match g.as_ref() {
-                Some(m) if epoch.is_none_or(|e| e == self.lock().epoch) => m.write_dsync_at(buf, self.base + offset),
+                Some(m) if epoch.is_none_or(|e| e == self.lock().epoch) => match bufs {
+                    [one] => m.write_dsync_at(one, self.base + offset),
+                    _ => m.write_dsync_vectored_at(bufs, self.base + offset),
+                },
                 _ => return Err(self.lost_error(&format!("cannot write the journal at byte {} of", self.base + offset))),
             }
         };
