@@ -65,6 +65,26 @@ pub(crate) struct GrowArgs {
     array: ArrayMembers,
 }
 
+/// After a grow that added `added` to array `name`: when the
+/// configuration file lists the array's members (`members = [...]`) without
+/// them, says to add them there (mdadm's `--grow` leaves mdadm.conf as it
+/// is too): the next `uraid serve NAME` would assemble without them.
+fn config_note(name: &str, added: &[String]) {
+    let Ok(cfg) = crate::conf::load() else { return };
+    let Some(members) = cfg.array(name).and_then(|a| a.members.as_ref()) else { return };
+    let same = |a: &str, b: &str| a == b || std::fs::canonicalize(a).ok().zip(std::fs::canonicalize(b).ok()).is_some_and(|(x, y)| x == y);
+    let missing: Vec<&String> = added.iter().filter(|d| !members.iter().any(|m| same(m, d))).collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "uraid: note: {} lists the members of array '{name}' without {}: add {} to its members = [...] (or leave the \
+             list out: the members are then found by UUID), else the next 'uraid serve {name}' assembles without them",
+            crate::conf::path().display(),
+            missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+            if missing.len() == 1 { "it" } else { "them" }
+        );
+    }
+}
+
 /// `uraid grow`.
 pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
     if let Some(size) = &a.size {
@@ -76,13 +96,17 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         }
         let rate = rate(&a.rate).context("--rate")?;
         let chunk = a.chunk.as_deref().map(|c| uraid_core::units::parse_size(c, "--chunk")).transpose()?;
-        return crate::live_cmds::grow(c, &a.add, a.force, rate, chunk, a.level, a.wait);
+        let name = c.name.clone();
+        crate::live_cmds::grow(c, &a.add, a.force, rate, chunk, a.level, a.wait)?;
+        config_note(&name, &a.add);
+        return Ok(());
     }
     let add: Vec<MemberSpec> = a.add.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
     let chunk = a.chunk.as_deref().map(|c| uraid_core::units::parse_size(c, "--chunk")).transpose()?;
     let opts = GrowOptions { add, force: a.force, rate: rate(&a.rate).context("--rate")?, level: a.level, chunk };
     let specs = specs(&a.array.members)?;
     let Some(rep) = with_bar(&a, "reshaping", |p| array::grow(&specs, &opts, p))? else { return Ok(()) };
+    config_note(&rep.array, &a.add);
     if a.level.is_some() && rep.members.0 == rep.members.1 {
         println!("array '{}': its volume is RAID {} now, over the same {} members; no data moved", rep.array, rep.level, rep.members.1);
         return Ok(());

@@ -136,8 +136,16 @@ fn grow_adds_a_member_to_raid5_and_the_data_stays() {
         assert!(!o.status.success());
         assert_contains(&String::from_utf8_lossy(&o.stderr), &["no more room", "nothing was written"], "grow --size of a served array");
     });
-    let o = uraid_ok(&with(&["grow", "--quiet", "--add", s(&new)], &strs(&m)));
+    // A configuration that lists the members: grow says to add the new one.
+    let conf = d.path().join("uraid.conf");
+    let st: serde_json::Value = serde_json::from_str(&uraid_ok(&with(&["status", "--json"], &strs(&m))).stdout).unwrap();
+    let uuid = st["uuid"].as_str().unwrap().to_string();
+    let listed: Vec<String> = m.iter().map(|p| format!("{:?}", s(p))).collect();
+    std::fs::write(&conf, format!("[[array]]\nname = \"g5\"\nuuid = \"{uuid}\"\nmembers = [{}]\n", listed.join(", "))).unwrap();
+    let o = uraid_env(&with(&["grow", "--quiet", "--add", s(&new)], &strs(&m)), &[("URAID_CONFIG", conf.as_os_str())]);
+    assert!(o.status.success(), "grow: {}{}", o.stdout, o.stderr);
     assert_contains(&o.stdout, &["grew from 3 to 4 members", "through the backup area", "resize2fs"], "grow");
+    assert_contains(&o.stderr, &["lists the members of array 'g5' without", s(&new), "members = [...]"], "grow with a config");
     m.push(new);
     let st: serde_json::Value = serde_json::from_str(&uraid_ok(&with(&["status", "--json"], &strs(&m))).stdout).unwrap();
     assert_eq!(st["members"].as_array().map(|a| a.len()), Some(4), "{st}");
