@@ -123,25 +123,6 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         );
         return Ok(());
     }
-    if rep.volumes > 1 {
-        println!(
-            "array '{}' grew from {} to {} members: its {} volumes were restriped onto them, together from {} to {} ({} \
-             bytes); reshaped in {:.1} s (read {}, wrote {}; {} row(s) through the backup area)",
-            rep.array,
-            rep.members.0,
-            rep.members.1,
-            rep.volumes,
-            fmt_size(rep.capacity.0),
-            fmt_size(rep.capacity.1),
-            rep.capacity.1,
-            rep.seconds,
-            fmt_size(rep.bytes_read),
-            fmt_size(rep.bytes_written),
-            rep.backed_up_rows
-        );
-        println!("grow the filesystems on them once they are served again: resize2fs (ext4) or xfs_growfs (xfs)");
-        return Ok(());
-    }
     if rep.members.0 == rep.members.1 {
         println!(
             "array '{}': its RAID {} volume was restriped to {} chunks over the same {} members in {:.1} s (read {}, wrote {} \
@@ -168,13 +149,17 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         );
         return Ok(());
     }
+    // A Matrix array: every volume, together.
+    let what = match rep.volumes {
+        1 => format!("RAID {} volume", rep.level),
+        k => format!("its {k} volumes were restriped onto them, together"),
+    };
     println!(
-        "array '{}' grew from {} to {} members: RAID {} volume from {} to {} ({} bytes); reshaped in {:.1} s \
+        "array '{}' grew from {} to {} members: {what} from {} to {} ({} bytes); reshaped in {:.1} s \
          (read {}, wrote {}; {} row(s) through the backup area)",
         rep.array,
         rep.members.0,
         rep.members.1,
-        rep.level,
         fmt_size(rep.capacity.0),
         fmt_size(rep.capacity.1),
         rep.capacity.1,
@@ -183,7 +168,8 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         fmt_size(rep.bytes_written),
         rep.backed_up_rows
     );
-    println!("grow the filesystem on it once it is served again: resize2fs (ext4) or xfs_growfs (xfs)");
+    let fs = if rep.volumes > 1 { "filesystems on them once they are" } else { "filesystem on it once it is" };
+    println!("grow the {fs} served again: resize2fs (ext4) or xfs_growfs (xfs)");
     Ok(())
 }
 

@@ -118,16 +118,14 @@ pub(crate) fn grow(c: Client, add: &[String], force: bool, rate: Option<u64>, ch
         if !wait {
             return Ok(());
         }
-        loop {
-            std::thread::sleep(std::time::Duration::from_millis(250));
-            let Some(c) = Client::connect(&name) else { bail!("array '{name}' is no longer served; the next assemble goes on with the rebuild") };
-            let st = c.call(Command::Status, &mut |_| {})?;
+        return follow(&name, "the next assemble goes on with the rebuild", |st| {
             let vols = st["array"]["volumes"].as_array().cloned().unwrap_or_default();
-            if vols.iter().all(|v| v["state"] != "rebuilding") {
-                println!("array '{name}': the new member(s) were rebuilt; the volume is {}", vols.first().and_then(|v| v["state"].as_str()).unwrap_or("gone"));
-                return Ok(());
+            if vols.iter().any(|v| v["state"] == "rebuilding") {
+                return None;
             }
-        }
+            println!("array '{name}': the new member(s) were rebuilt; the volume is {}", vols.first().and_then(|v| v["state"].as_str()).unwrap_or("gone"));
+            Some(Ok(()))
+        });
     }
     if v["members"][0] == v["members"][1] {
         println!(
@@ -139,28 +137,44 @@ pub(crate) fn grow(c: Client, add: &[String], force: bool, rate: Option<u64>, ch
         );
     } else {
         println!(
-        "array '{name}' is being reshaped from {} to {} members in the background at most {:.0} MB/s; the volume grows to {} \
-         bytes when it ends ('uraid status {name}' shows how far)",
-        v["members"][0],
-        v["members"][1],
-        v["rate"].as_f64().unwrap_or(0.0) / 1e6,
-        v["capacity"]
-    );
+            "array '{name}' is being reshaped from {} to {} members in the background at most {:.0} MB/s; the volume grows to {} \
+             bytes when it ends ('uraid status {name}' shows how far)",
+            v["members"][0],
+            v["members"][1],
+            v["rate"].as_f64().unwrap_or(0.0) / 1e6,
+            v["capacity"]
+        );
     }
     if !wait {
         return Ok(());
     }
+    follow(&name, "the next assemble finishes the reshape", |st| {
+        if let Some(why) = st["reshape"]["failed"].as_str() {
+            return Some(Err(anyhow::anyhow!("the reshape of array '{name}' stopped: {why}")));
+        }
+        if !st["reshape"].is_null() {
+            return None;
+        }
+        println!(
+            "array '{name}' was reshaped: {} members, the volume holds {} bytes; new connections see the new size: grow the \
+             filesystem on it (resize2fs for ext4, xfs_growfs for xfs)",
+            st["array"]["member_count"],
+            st["array"]["volumes"][0]["capacity"]
+        );
+        Some(Ok(()))
+    })
+}
+
+/// Reads the status of the served array `name` every 250 ms until `done`
+/// says how it ended. Errors: the array is no longer served (`gone` says
+/// what happens then), the status cannot be read, or `done`'s.
+fn follow(name: &str, gone: &str, mut done: impl FnMut(&serde_json::Value) -> Option<Result<()>>) -> Result<()> {
     loop {
         std::thread::sleep(std::time::Duration::from_millis(250));
-        let Some(c) = Client::connect(&name) else { bail!("array '{name}' is no longer served; the next assemble finishes the reshape") };
+        let Some(c) = Client::connect(name) else { bail!("array '{name}' is no longer served; {gone}") };
         let st = c.call(Command::Status, &mut |_| {})?;
-        if st["reshape"].is_null() {
-            println!("array '{name}' was reshaped: {} members, the volume holds {} bytes; new connections see the new size: grow the \
-                      filesystem on it (resize2fs for ext4, xfs_growfs for xfs)", st["array"]["member_count"], st["array"]["volumes"][0]["capacity"]);
-            return Ok(());
-        }
-        if let Some(why) = st["reshape"]["failed"].as_str() {
-            bail!("the reshape of array '{name}' stopped: {why}");
+        if let Some(r) = done(&st) {
+            return r;
         }
     }
 }

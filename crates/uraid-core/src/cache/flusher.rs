@@ -351,7 +351,7 @@ impl Cache {
             if runs_of(&snap.dirty, self.sectors) == [(0, self.sectors)] || self.zeroing_over(snap.idx) {
                 continue;
             }
-            let want = self.rows_of(&snap.dirty).map_or_else(|| vec![u64::MAX; snap.valid.len()], |r| self.rows_mask(r));
+            let want = self.record_sectors(self.rows_of(&snap.dirty), snap.valid.len());
             let holes: Vec<u64> = want.iter().zip(&snap.valid).map(|(w, v)| w & !v).collect();
             got[i] = Some((epoch, vec![0u64; snap.valid.len()]));
             let idx = snap.idx;
@@ -455,6 +455,13 @@ impl Cache {
         (lo < hi && (hi - lo) * 2 < cs).then_some((lo, hi))
     }
 
+    /// The sectors a record of a line holds, as `words` words of bits: the
+    /// rows `rows` of every chunk (a rows record), or all (`None`: a
+    /// stripe record).
+    fn record_sectors(&self, rows: Option<(usize, usize)>, words: usize) -> Vec<u64> {
+        rows.map_or_else(|| vec![u64::MAX; words], |r| self.rows_mask(r))
+    }
+
     /// The sectors of `rows` (of each chunk) as bits of a line.
     pub(super) fn rows_mask(&self, (lo, hi): (usize, usize)) -> Vec<u64> {
         let mut m = vec![0u64; self.sectors.div_ceil(64)];
@@ -511,7 +518,7 @@ impl Cache {
                 return Ok(Recorded::Later);
             }
             // The sectors to record: the rows of every chunk, or all.
-            let want = rows.map_or_else(|| vec![u64::MAX; valid.len()], |r| self.rows_mask(r));
+            let want = self.record_sectors(rows, valid.len());
             let holes: Vec<u64> = want.iter().zip(valid).zip(&read).map(|((w, v), r)| w & !v & !r).collect();
             for (a, b) in runs_of(&holes, self.sectors) {
                 let len = (b - a) * sector;

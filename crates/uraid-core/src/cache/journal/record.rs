@@ -47,10 +47,16 @@ impl Journal {
     /// before it (records are acknowledged in log order). Errors: as
     /// [`written`](Self::written).
     pub fn wait_record(&self, r: &Reservation) -> Result<()> {
+        self.commit_until(|s| self.outcome(s, r))
+    }
+
+    /// Commits the pending records (see [`commit`](Self::commit)) until
+    /// `done` says what to return.
+    fn commit_until<R>(&self, done: impl Fn(&State) -> Option<R>) -> R {
         loop {
             self.commit();
             let s = self.lock();
-            if let Some(res) = self.outcome(&s, r) {
+            if let Some(res) = done(&s) {
                 return res;
             }
             // Another thread is writing a batch, or an earlier record is
@@ -276,14 +282,7 @@ impl Journal {
     /// the pending ones: see [`commit`](Self::commit)).
     pub fn wait_written(&self) {
         let target = self.lock().next_seq;
-        loop {
-            self.commit();
-            let s = self.lock();
-            if s.written_below >= target || self.lost.load(Ordering::Acquire) {
-                return;
-            }
-            let _ = self.cv.wait_timeout(s, COMMIT_WAIT).unwrap_or_else(|e| e.into_inner());
-        }
+        self.commit_until(|s| (s.written_below >= target || self.lost.load(Ordering::Acquire)).then_some(()))
     }
 
     /// True when the oldest record not retired carries a cache write below

@@ -122,6 +122,36 @@ pub struct GrowReport {
     pub seconds: f64,
 }
 
+impl GrowReport {
+    /// The report of a change in which no data moved (a takeover): `level`
+    /// over `members` (before, after), the volume's `capacity` unchanged.
+    fn unmoved(array: String, level: u32, members: (u32, u32), capacity: u64, seconds: f64) -> GrowReport {
+        GrowReport {
+            array,
+            level,
+            members,
+            volumes: 1,
+            capacity: (capacity, capacity),
+            started_at: 0,
+            bytes_read: 0,
+            bytes_written: 0,
+            backed_up_rows: 0,
+            seconds,
+        }
+    }
+
+    /// Adds the report of the next volume's restripe (a Matrix array):
+    /// its bytes moved, capacities and time.
+    fn add_volume(&mut self, next: &GrowReport) {
+        self.volumes += 1;
+        self.capacity = (self.capacity.0 + next.capacity.0, self.capacity.1 + next.capacity.1);
+        self.bytes_read += next.bytes_read;
+        self.bytes_written += next.bytes_written;
+        self.backed_up_rows += next.backed_up_rows;
+        self.seconds += next.seconds;
+    }
+}
+
 /// Requests in flight when a window is read or written: pieces of about
 /// [`PIECE`] bytes, whole rows (full stripes) each.
 const DEPTH: usize = 16;
@@ -325,29 +355,13 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
             drop(devs);
             let (n, to) = (sb.member_count, new_sb.volumes[0].level);
             if added.is_empty() {
-                let capacity = a_capacity(&new_sb)?;
-                return Ok(GrowReport {
-                    array: name,
-                    level: to,
-                    members: (n, n),
-                    volumes: 1,
-                    capacity: (capacity, capacity),
-                    started_at: 0,
-                    bytes_read: 0,
-                    bytes_written: 0,
-                    backed_up_rows: 0,
-                    seconds: 0.0,
-                });
+                let v = &new_sb.volumes[0];
+                let capacity = Geometry::new(Level::from_number(to)?, n as usize, v.chunk, v.member_size)?.capacity();
+                return Ok(GrowReport::unmoved(name, to, (n, n), capacity, 0.0));
             }
             rebuild_copies(specs, added, &name, to, n, opts, progress, t0)
         }
     }
-}
-
-/// The usable bytes of the (only) volume of `sb`.
-fn a_capacity(sb: &Superblock) -> Result<u64> {
-    let v = &sb.volumes[0];
-    Ok(Geometry::new(Level::from_number(v.level)?, sb.member_count as usize, v.chunk, v.member_size)?.capacity())
 }
 
 /// What a `grow` of a one-volume array does.
@@ -604,11 +618,7 @@ fn restripe(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<GrowReport> {
     let mut new_sb = reshape_superblock(sb, added.len(), old_g, new_g, false);
-    check_backup_room(&new_sb, old_g, new_g)?;
-    for i in 1..sb.volumes.len() {
-        let (o, g) = volume_geometries(sb, i, sb.member_count as usize, new_sb.member_count as usize)?;
-        check_backup_room(&new_sb, &o, &g)?;
-    }
+    check_backup_rooms(sb, &new_sb, old_g, new_g)?;
     let devs = slot_order(&a, sb.member_count as usize, &added)?;
     a.release();
     drop(added);
@@ -625,18 +635,10 @@ fn run_all(devs: &[Member], sb: &mut Superblock, rate: Option<u64>, progress: &m
     while sb.reshape.is_some() {
         let (old_vol, new_vol, health) = layouts(devs, sb)?;
         let rep = run(devs, sb, &old_vol, &new_vol, [&health[0], &health[1]], rate, progress, None)?;
-        total = Some(match total {
-            None => rep,
-            Some(mut t) => {
-                t.capacity = (t.capacity.0 + rep.capacity.0, t.capacity.1 + rep.capacity.1);
-                t.volumes += 1;
-                t.bytes_read += rep.bytes_read;
-                t.bytes_written += rep.bytes_written;
-                t.backed_up_rows += rep.backed_up_rows;
-                t.seconds += rep.seconds;
-                t
-            }
-        });
+        match total.as_mut() {
+            None => total = Some(rep),
+            Some(t) => t.add_volume(&rep),
+        }
     }
     total.ok_or_else(|| Error::new(ErrorKind::InvalidInput, "no reshape is recorded"))
 }
@@ -1021,6 +1023,18 @@ fn check_backup_room(sb: &Superblock, old_g: &Geometry, new_g: &Geometry) -> Res
     Ok(())
 }
 
+/// [`check_backup_room`] for every volume the reshape of `sb` into
+/// `new_sb` restripes: the first from `old_g` to `new_g`, the others (a
+/// Matrix array) onto the new member count as they are.
+fn check_backup_rooms(sb: &Superblock, new_sb: &Superblock, old_g: &Geometry, new_g: &Geometry) -> Result<()> {
+    check_backup_room(new_sb, old_g, new_g)?;
+    for i in 1..sb.volumes.len() {
+        let (o, g) = volume_geometries(sb, i, sb.member_count as usize, new_sb.member_count as usize)?;
+        check_backup_room(new_sb, &o, &g)?;
+    }
+    Ok(())
+}
+
 /// Writes `sb` (event counter + 1) to every device of `devs` (given in
 /// slot order), then flushes them all. The last slots are written first:
 /// when the reshape is first recorded, the new members hold it before the
@@ -1210,12 +1224,7 @@ fn run(
         return Ok(report);
     }
     let live = sb.reshape.expect("recorded").live;
-    if let Some(r) = sb.reshape.as_mut().filter(|r| (r.volume as usize) + 1 < sb.volumes.len()) {
-        // A Matrix array: on to the next volume.
-        r.volume += 1;
-        r.position = 0;
-        r.backup = None;
-        persist_all(devs, sb)?;
+    if next_volume(devs, sb)? {
         return Ok(report);
     }
     sb.reshape = None;
@@ -1314,6 +1323,19 @@ fn read_backup(devs: &[Member], sb: &Superblock, k: &ReshapeBackup) -> Result<Io
         );
     }
     Ok(buf)
+}
+
+/// A Matrix array whose reshape `sb` records at the end of a volume that
+/// is not the last: records (in every superblock of `devs`) that the next
+/// volume's restripe starts, and returns true; false for the last volume.
+fn next_volume(devs: &[Member], sb: &mut Superblock) -> Result<bool> {
+    let count = sb.volumes.len();
+    let Some(r) = sb.reshape.as_mut().filter(|r| (r.volume as usize) + 1 < count) else { return Ok(false) };
+    r.volume += 1;
+    r.position = 0;
+    r.backup = None;
+    persist_all(devs, sb)?;
+    Ok(true)
 }
 
 /// Records in `sb` the roles the data paths of either layout failed (both
@@ -1466,28 +1488,19 @@ impl LiveGrow {
                 run(&self.devs, &mut self.sb, &old, &new, [&health[0], &health[1]], rate, progress, Some(&served))
             };
             match res {
+                // The first volume's capacities are in the report already.
+                Ok(r) if at > 0 => self.report.add_volume(&GrowReport { seconds: 0.0, ..r }),
                 Ok(r) => {
                     self.report.bytes_read += r.bytes_read;
                     self.report.bytes_written += r.bytes_written;
                     self.report.backed_up_rows += r.backed_up_rows;
-                    if at > 0 {
-                        self.report.capacity.0 += r.capacity.0;
-                        self.report.capacity.1 += r.capacity.1;
-                        self.report.volumes += 1;
-                    }
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(false),
                 Err(e) => return Err(stopped(e)),
             }
-            if at + 1 == self.sb.volumes.len() {
+            if !next_volume(&self.devs, &mut self.sb).map_err(stopped)? {
                 return Ok(true);
             }
-            // On to the next volume.
-            let r = self.sb.reshape.as_mut().expect("recorded");
-            r.volume += 1;
-            r.position = 0;
-            r.backup = None;
-            persist_all(&self.devs, &mut self.sb).map_err(stopped)?;
         }
     }
 
@@ -1605,7 +1618,9 @@ impl Array {
             bail!(Membership, "array '{name}' is not running (or a reshape is under way); nothing was written");
         }
         let v = sb.volumes[0].clone();
-        if let Some(v) = sb.volumes.iter().find(|v| v.cache_mode != crate::cache::CacheMode::Off.to_u8()).or(if self.journals.is_empty() { None } else { Some(&v) }) {
+        let cached = sb.volumes.iter().find(|v| v.cache_mode != crate::cache::CacheMode::Off.to_u8());
+        if cached.is_some() || !self.journals.is_empty() {
+            let v = cached.unwrap_or(&v);
             bail!(
                 Unsupported,
                 "volume '{}' has a cache ({}); a served array is reshaped with its cache off: 'uraid config {name} --cache \
@@ -1630,11 +1645,7 @@ impl Array {
         };
         let added = open_added(self, opts)?;
         let mut new_sb = reshape_superblock(&sb, k, &old_g, &new_g, true);
-        check_backup_room(&new_sb, &old_g, &new_g)?;
-        for i in 1..sb.volumes.len() {
-            let (o, g) = volume_geometries(&sb, i, n, n + k)?;
-            check_backup_room(&new_sb, &o, &g)?;
-        }
+        check_backup_rooms(&sb, &new_sb, &old_g, &new_g)?;
         let devs = slot_order(self, n, &added)?;
         let specs: Vec<Option<MemberSpec>> = {
             let m = self.meta();
@@ -1722,18 +1733,7 @@ impl Array {
         self.health.set_on_change(|_, _| Ok(()));
         *self = array_over(&devs, specs, &new_sb)?;
         let capacity = self.volume().capacity();
-        Ok(GrowReport {
-            array: sb.name.clone(),
-            level: new_sb.volumes[0].level,
-            members: (sb.member_count, new_sb.member_count),
-            volumes: 1,
-            capacity: (capacity, capacity),
-            started_at: 0,
-            bytes_read: 0,
-            bytes_written: 0,
-            backed_up_rows: 0,
-            seconds: t0.elapsed().as_secs_f64(),
-        })
+        Ok(GrowReport::unmoved(sb.name.clone(), new_sb.volumes[0].level, (sb.member_count, new_sb.member_count), capacity, t0.elapsed().as_secs_f64()))
     }
 }
 
