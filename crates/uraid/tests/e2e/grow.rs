@@ -21,38 +21,53 @@ use crate::util::*;
 /// Serves `members` on a unix socket in `dir`, runs `f` with the export's
 /// URI, then stops the server with SIGTERM (a clean stop).
 fn with_export(dir: &Path, name: &str, members: &[PathBuf], f: impl FnOnce(&str)) {
-    let (child, sock) = serve(dir, members, &[], Stdio::null());
+    let (child, sock) = serve(dir, members, &[], None);
     f(&format!("nbd+unix:///{name}?socket={}", sock.display()));
     stop(child);
 }
 
 /// Starts `uraid serve` of `members` on a unix socket in `dir` (returned)
-/// with the environment `env` and its stderr to `stderr`, and waits until
-/// it listens.
-fn serve(dir: &Path, members: &[PathBuf], env: &[(&str, &str)], stderr: Stdio) -> (ChildGuard, PathBuf) {
+/// with the environment `env` and its stderr to the file `log` (or one
+/// of its own in `dir`), and waits until it listens. A member still "in
+/// use" by a process that just ended (its io_uring is torn down by the
+/// kernel after the exit, seconds later on a loaded machine) is waited
+/// for, up to 60 s, as after a crash.
+fn serve(dir: &Path, members: &[PathBuf], env: &[(&str, &str)], log: Option<&Path>) -> (ChildGuard, PathBuf) {
     let sock = dir.join("grow.sock");
-    let _ = std::fs::remove_file(&sock);
-    let mut child = ChildGuard(
-        Command::new(URAID)
-            .env("URAID_RUN_DIR", dir.join("run"))
-            .envs(env.iter().copied())
-            .arg("serve")
-            .arg("--socket")
-            .arg(&sock)
-            .args(members)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap(),
-    );
+    let own = dir.join("serve.log");
+    let log = log.unwrap_or(&own);
     let t0 = Instant::now();
-    while UnixStream::connect(&sock).is_err() {
-        assert!(child.0.try_wait().unwrap().is_none(), "uraid serve exited before listening");
-        assert!(t0.elapsed() < Duration::from_secs(30), "uraid serve did not listen");
-        std::thread::sleep(Duration::from_millis(20));
+    'start: loop {
+        let _ = std::fs::remove_file(&sock);
+        let mut child = ChildGuard(
+            Command::new(URAID)
+                .env("URAID_RUN_DIR", dir.join("run"))
+                .envs(env.iter().copied())
+                .arg("serve")
+                .arg("--socket")
+                .arg(&sock)
+                .args(members)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(log).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        while UnixStream::connect(&sock).is_err() {
+            if let Some(st) = child.0.try_wait().unwrap() {
+                std::mem::forget(child);
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                if text.contains(" in use ") && t0.elapsed() < Duration::from_secs(60) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue 'start;
+                }
+                panic!("uraid serve exited ({st}) before listening:\n{text}");
+            }
+            assert!(t0.elapsed() < Duration::from_secs(90), "uraid serve did not listen:\n{}", std::fs::read_to_string(log).unwrap_or_default());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        return (child, sock);
     }
-    (child, sock)
 }
 
 /// Stops a `uraid serve` with SIGTERM and checks it stopped cleanly.
@@ -110,7 +125,7 @@ fn verify_from(dir: &Path, name: &str, members: &[PathBuf], data: &[u8], skip: u
         assert!(diff.is_none(), "{what}: the data moved: first difference at {diff:?}");
         assert!(got[data.len()..].iter().all(|&b| b == 0), "{what}: the new space does not read as zeros");
     });
-    let o = uraid(&with(&["check", "--json"], &strs(members)));
+    let o = after_a_crash(&with(&["check", "--json"], &strs(members)));
     if !o.status.success() && o.stderr.contains("RAID 0 keeps no copies or parity") {
         return size;
     }
@@ -545,7 +560,7 @@ fn a_new_member_failing_during_a_served_reshape_is_announced() {
     let log = d.path().join("serve.log");
     // Past the superblock, below the backup area at the end.
     let fail = format!("{}@{}-{}", s(&new), 8 << 20, 24 << 20);
-    let (child, _) = serve(d.path(), &m, &[("URAID_FAILPOINT_FAIL_WRITES", &fail)], std::fs::File::create(&log).unwrap().into());
+    let (child, _) = serve(d.path(), &m, &[("URAID_FAILPOINT_FAIL_WRITES", &fail)], Some(&log));
     let o = Command::new(URAID)
         .env("URAID_RUN_DIR", d.path().join("run"))
         .args(with(&["grow", "--wait", "--add", s(&new)], &strs(&m)))

@@ -765,7 +765,11 @@ fn a_panic_in_one_connection_ends_only_that_connection() {
     std::thread::sleep(Duration::from_millis(300));
     let mut r = Raw::connect(&srv.socket, "panic");
     r.send(CMD_WRITE, 1, at, 16 << 20, &vec![7u8; 16 << 20]).unwrap();
-    assert!(r.closed_within(Duration::from_secs(10)), "the connection whose thread panicked was not closed");
+    // Generous: the unwinding queue waits up to 2 s for its member I/O,
+    // longer on a loaded machine; the point is that it closes at all.
+    if !r.closed_within(Duration::from_secs(60)) {
+        panic!("the connection whose thread panicked was not closed within 60 s; the server's log:\n{}", std::fs::read_to_string(&srv.log).unwrap_or_default());
+    }
     srv.assert_up("after a connection's thread panicked");
     let mut c = Raw::connect(&srv.socket, "panic");
     c.s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -777,7 +781,7 @@ fn a_panic_in_one_connection_ends_only_that_connection() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && text.contains("err= 0"), "the verifying fio job failed:\n{text}");
     srv.assert_up("after the fio job");
-    let (st, log) = stop_any(srv, Duration::from_secs(5));
+    let (st, log) = stop_any(srv, Duration::from_secs(30));
     assert!(log.contains("a connection's thread panicked"), "the panic was not reported:\n{log}");
     assert!(!st.success() && log.contains("was not marked clean"), "serve did not leave the array unclean ({st}):\n{log}");
     let members: Vec<&str> = m.iter().map(|p| s(p)).collect();
@@ -822,7 +826,7 @@ fn a_panic_in_the_cache_flusher_fails_flushes_and_never_hangs() {
     assert!(e == 0 && back == vec![5u8; 4096], "a read after the flusher's panic failed");
     srv.assert_up("after the flusher's panic");
     drop(c);
-    let (st, log) = stop_any(srv, Duration::from_secs(5));
+    let (st, log) = stop_any(srv, Duration::from_secs(30));
     assert!(log.contains("flusher thread panicked"), "the panic was not reported:\n{log}");
     assert!(!st.success() && !log.contains("stopped cleanly"), "serve called a stop clean after the flusher died ({st}):\n{log}");
     uraid_ok(&[&["assemble"][..], &m.iter().map(|p| s(p)).collect::<Vec<_>>()].concat());
