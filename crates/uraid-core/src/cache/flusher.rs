@@ -82,7 +82,16 @@ impl Cache {
                 let mut sh = self.shard(idx);
                 let l = sh.lines.get_mut(&idx)?;
                 let mut copy = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
-                copy.copy_from_slice(&l.data);
+                // Only the dirty sectors: the flusher writes no other
+                // (the rest of a buffer from the pool is stale), and a
+                // journal record lays the valid sectors over its own
+                // copy again (see `record_line`). Random writes dirty a
+                // sector or two of a line: copying it whole cost more
+                // than the rest of its write-back.
+                let sector = CACHE_SECTOR as usize;
+                for (a, b) in runs_of(&l.dirty, self.sectors) {
+                    copy[a * sector..b * sector].copy_from_slice(&l.data[a * sector..b * sector]);
+                }
                 l.snapped();
                 Some(Snap { idx, generation: l.generation, data: copy, dirty: l.dirty.clone(), valid: l.valid.clone(), last_seq: l.last_seq })
             })
@@ -351,7 +360,7 @@ impl Cache {
             if runs_of(&snap.dirty, self.sectors) == [(0, self.sectors)] || self.zeroing_over(snap.idx) {
                 continue;
             }
-            let want = self.record_sectors(self.rows_of(&snap.dirty), snap.valid.len());
+            let want = self.record_sectors(self.rows_of(&snap.dirty).as_deref(), snap.valid.len());
             let holes: Vec<u64> = want.iter().zip(&snap.valid).map(|(w, v)| w & !v).collect();
             got[i] = Some((epoch, vec![0u64; snap.valid.len()]));
             let idx = snap.idx;
@@ -435,47 +444,66 @@ impl Cache {
         }
     }
 
-    /// The rows (sectors `a..b` of each chunk) a rows record of a line
-    /// dirty in `dirty` holds, or `None` when a stripe record of the whole
-    /// line is the better choice: the dirty sectors span half a chunk's
-    /// rows or more, or cross a chunk's end.
-    pub(super) fn rows_of(&self, dirty: &[u64]) -> Option<(usize, usize)> {
+    /// The rows (sectors `a..b` of each chunk) the rows records of a line
+    /// dirty in `dirty` hold, one record a range, or `None` when a stripe
+    /// record of the whole line is the better choice: the dirty sectors
+    /// fill half a chunk's rows or more, lie in more than
+    /// [`MAX_ROWS_RECORDS`] ranges, or cross a chunk's end. Rows dirty in
+    /// any chunk count for every chunk (a row's record holds the row of
+    /// each, so that replay can compute its parity); ranges less than
+    /// [`ROWS_GAP`] rows apart are one.
+    ///
+    /// Random writes leave a line two or three sectors dirty in rows far
+    /// apart: one range over them was half the chunk, recorded whole (the
+    /// stripe read, logged and written, about 100 times the data).
+    pub(super) fn rows_of(&self, dirty: &[u64]) -> Option<Vec<(usize, usize)>> {
         let cs = self.chunk_sectors;
         if cs == self.sectors {
             return None;
         }
-        let (mut lo, mut hi) = (cs, 0);
+        let mut rows = vec![0u64; cs.div_ceil(64)];
         for (a, b) in runs_of(dirty, self.sectors) {
             if a / cs != (b - 1) / cs {
                 return None;
             }
-            lo = lo.min(a % cs);
-            hi = hi.max((b - 1) % cs + 1);
+            set_bits(&mut rows, a % cs, (b - 1) % cs + 1);
         }
-        (lo < hi && (hi - lo) * 2 < cs).then_some((lo, hi))
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        for (a, b) in runs_of(&rows, cs) {
+            match ranges.last_mut() {
+                Some(last) if a - last.1 < ROWS_GAP => last.1 = b,
+                _ => ranges.push((a, b)),
+            }
+        }
+        let total: usize = ranges.iter().map(|(a, b)| b - a).sum();
+        (!ranges.is_empty() && ranges.len() <= MAX_ROWS_RECORDS && total * 2 < cs).then_some(ranges)
     }
 
     /// The sectors a record of a line holds, as `words` words of bits: the
-    /// rows `rows` of every chunk (a rows record), or all (`None`: a
+    /// rows `rows` of every chunk (rows records), or all (`None`: a
     /// stripe record).
-    fn record_sectors(&self, rows: Option<(usize, usize)>, words: usize) -> Vec<u64> {
+    fn record_sectors(&self, rows: Option<&[(usize, usize)]>, words: usize) -> Vec<u64> {
         rows.map_or_else(|| vec![u64::MAX; words], |r| self.rows_mask(r))
     }
 
-    /// The sectors of `rows` (of each chunk) as bits of a line.
-    pub(super) fn rows_mask(&self, (lo, hi): (usize, usize)) -> Vec<u64> {
+    /// The sectors of the row ranges `rows` (of each chunk) as bits of a
+    /// line.
+    pub(super) fn rows_mask(&self, rows: &[(usize, usize)]) -> Vec<u64> {
         let mut m = vec![0u64; self.sectors.div_ceil(64)];
         for k in (0..self.sectors).step_by(self.chunk_sectors) {
-            set_bits(&mut m, k + lo, k + hi);
+            for &(lo, hi) in rows {
+                set_bits(&mut m, k + lo, k + hi);
+            }
         }
         m
     }
 
     /// Journal mode, RAID 5/6: records line `idx` (snapshot `data`, `valid`
     /// and `dirty` sectors) before the flusher writes it. When its dirty
-    /// sectors lie in a few rows ([`rows_of`](Self::rows_of)), a rows
-    /// record of those rows of every chunk (random writes: a few sectors a
-    /// chunk, not the stripe); otherwise a stripe record of the whole line.
+    /// sectors lie in a few ranges of rows ([`rows_of`](Self::rows_of)), a
+    /// rows record of each range, of every chunk (random writes: a few
+    /// sectors a chunk, not the stripe), their places taken together;
+    /// otherwise a stripe record of the whole line.
     /// Completes what is recorded with the members' bytes where the cache
     /// held none, then, with the writers held (`jorder`), lays the line's
     /// valid sectors as they are now over it and takes the record's place
@@ -484,7 +512,8 @@ impl Cache {
     /// follows (replay applies the records after the tail, and the records
     /// before it, retired, may hold newer writes already on the members).
     /// If writes that came meanwhile dirtied sectors outside the rows, the
-    /// line is recorded whole instead (what the flusher writes must hold
+    /// rows of the line as it is then are taken, once, and after that the
+    /// line is recorded whole (what the flusher writes must hold
     /// every write up to the line's newest). The record may retire once the
     /// line's oldest dirty write is on the members.
     ///
@@ -503,6 +532,7 @@ impl Cache {
     ) -> Result<Recorded> {
         let sector = CACHE_SECTOR as usize;
         let mut rows = self.rows_of(dirty);
+        let mut widened = false;
         let mut read = vec![0u64; valid.len()];
         loop {
             // What the members hold under a zeroing in flight may be the
@@ -518,7 +548,7 @@ impl Cache {
                 return Ok(Recorded::Later);
             }
             // The sectors to record: the rows of every chunk, or all.
-            let want = self.record_sectors(rows, valid.len());
+            let want = self.record_sectors(rows.as_deref(), valid.len());
             let holes: Vec<u64> = want.iter().zip(valid).zip(&read).map(|((w, v), r)| w & !v & !r).collect();
             for (a, b) in runs_of(&holes, self.sectors) {
                 let len = (b - a) * sector;
@@ -539,8 +569,10 @@ impl Cache {
                 let mut sh = self.shard(idx);
                 let Some(l) = sh.lines.get_mut(&idx).filter(|l| l.oldest != 0) else { return Ok(Recorded::Clean) };
                 if rows.is_some() && l.dirty.iter().zip(&want).any(|(d, w)| d & !w != 0) {
-                    // Dirtied outside the rows meanwhile: record it whole.
-                    rows = None;
+                    // Dirtied outside the rows meanwhile: the rows of what
+                    // it holds now, once; then whole (which ends).
+                    rows = if widened { None } else { self.rows_of(&l.dirty) };
+                    widened = true;
                     continue;
                 }
                 for (a, b) in runs_of(&l.valid, self.sectors) {
@@ -550,30 +582,53 @@ impl Cache {
                 (l.generation, l.dirty.clone(), l.oldest, l.last_seq)
             };
             let whole = rows.is_none();
-            let record = match rows {
-                None => None,
-                Some((lo, hi)) => {
-                    let piece = (hi - lo) * sector;
-                    let mut b = IoBuf::new(piece * self.sectors / self.chunk_sectors);
-                    for (k, c) in (0..self.sectors).step_by(self.chunk_sectors).enumerate() {
-                        b[k * piece..(k + 1) * piece].copy_from_slice(&data[(c + lo) * sector..(c + hi) * sector]);
-                    }
-                    Some((lo, piece as u64, b))
-                }
+            // (volume offset, piece, record data) of each record: a rows
+            // record a range of rows, or one stripe record.
+            let records: Vec<(u64, u64, Option<IoBuf>)> = match &rows {
+                None => vec![(idx * self.line, 0, None)],
+                Some(ranges) => ranges
+                    .iter()
+                    .map(|&(lo, hi)| {
+                        let piece = (hi - lo) * sector;
+                        let mut b = IoBuf::new(piece * self.sectors / self.chunk_sectors);
+                        for (k, c) in (0..self.sectors).step_by(self.chunk_sectors).enumerate() {
+                            b[k * piece..(k + 1) * piece].copy_from_slice(&data[(c + lo) * sector..(c + hi) * sector]);
+                        }
+                        (idx * self.line + (lo * sector) as u64, piece as u64, Some(b))
+                    })
+                    .collect(),
             };
-            let len = record.as_ref().map_or(self.line, |(_, _, b)| b.len() as u64);
-            let Some(r) = j.reserve(len, oldest, None) else { return Ok(Recorded::Full) };
-            drop(order);
-            // Submitted: written with the records of the other lines of
-            // this batch (and writers' records) in one group-commit write,
-            // which the line's member writes wait for.
-            match record {
-                None => j.submit(r, crate::cache::journal::RecordKind::Stripe, idx * self.line, last_seq, &data[..self.line as usize])?,
-                Some((lo, piece, b)) => {
-                    let stride = self.chunk_sectors as u64 * CACHE_SECTOR;
-                    j.submit_rows(r, idx * self.line + (lo * sector) as u64, stride, piece, last_seq, &b)?
+            // Every record's place is taken with the writers held, so that
+            // no writer's record comes between them: each holds the line
+            // as it is now.
+            let mut places = Vec::with_capacity(records.len());
+            for (_, _, b) in &records {
+                match j.reserve(b.as_ref().map_or(self.line, |b| b.len() as u64), oldest, None) {
+                    Some(r) => places.push(r),
+                    None => break,
                 }
             }
+            drop(order);
+            let full = places.len() < records.len();
+            // Submitted: written with the records of the other lines of
+            // this batch (and writers' records) in one group-commit write,
+            // which the line's member writes wait for. A place taken must
+            // be filled, also when the log filled before the line's last
+            // (the commit waits for every place before a record): the
+            // records taken hold the line as it is, which a replay may
+            // write as well as the flusher.
+            let mut last = None;
+            for (r, (offset, piece, b)) in places.into_iter().zip(records) {
+                match b {
+                    None => j.submit(r, crate::cache::journal::RecordKind::Stripe, offset, last_seq, &data[..self.line as usize])?,
+                    Some(b) => {
+                        let stride = self.chunk_sectors as u64 * CACHE_SECTOR;
+                        j.submit_rows(r, offset, stride, piece, last_seq, &b)?
+                    }
+                }
+                last = Some(r);
+            }
+            let Some(record) = last.filter(|_| !full) else { return Ok(Recorded::Full) };
             {
                 let mut st = lock(&self.stats);
                 if whole {
@@ -582,7 +637,7 @@ impl Cache {
                     st.rows_records += 1;
                 }
             }
-            return Ok(Recorded::Line { generation, dirty, last_seq, whole, record: r });
+            return Ok(Recorded::Line { generation, dirty, last_seq, whole, record });
         }
     }
 

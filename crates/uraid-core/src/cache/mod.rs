@@ -117,6 +117,15 @@ enum Recorded {
 /// for them (one group-commit write) and writes the lines.
 const RECORD_BATCH: usize = 32;
 
+/// Journal mode: at most this many rows records for one line (see
+/// `rows_of`); a line dirty in more ranges of rows is recorded whole.
+const MAX_ROWS_RECORDS: usize = 8;
+
+/// Journal mode: ranges of a line's dirty rows closer than this many rows
+/// go in one rows record (the rows between them read and logged, a record
+/// header saved).
+const ROWS_GAP: usize = 8;
+
 /// A line the flusher writes: its index, generation, snapshot, the
 /// sectors it cleans, its newest write, and the sector runs to write.
 struct Ready {
@@ -559,6 +568,34 @@ mod tests {
         c.written_back(0, snap.generation, &snap.dirty, snap.last_seq);
         assert_eq!(state(&c, 0), (vec![], 0));
         assert_eq!(c.dirty.load(Ordering::Relaxed), 0);
+    }
+
+    /// Random writes leave a sector or two of a line dirty in rows far
+    /// apart: each range of rows gets a rows record of its own. Before,
+    /// one range over all of them (half a chunk or more here) made the
+    /// line a stripe record: the whole stripe read, logged and written
+    /// for two sectors (`rows_of` gave None for the first case).
+    #[test]
+    fn dirty_rows_far_apart_get_rows_records_of_their_own() {
+        let c = cache();
+        let (cs, words) = (c.chunk_sectors, c.sectors.div_ceil(64));
+        assert!(cs >= 16, "the test needs 16 rows a chunk");
+        let mut d = vec![0u64; words];
+        set_bits(&mut d, 1, 2);
+        // A row dirty in another chunk counts for every chunk.
+        set_bits(&mut d, cs + cs - 2, cs + cs - 1);
+        assert_eq!(c.rows_of(&d), Some(vec![(1, 2), (cs - 2, cs - 1)]));
+        assert_eq!(runs_of(&c.rows_mask(&[(1, 2), (cs - 2, cs - 1)]), c.sectors), vec![(1, 2), (cs - 2, cs - 1), (cs + 1, cs + 2), (2 * cs - 2, 2 * cs - 1)]);
+        // Rows closer than ROWS_GAP are one range.
+        set_bits(&mut d, 3, 4);
+        assert_eq!(c.rows_of(&d), Some(vec![(1, 4), (cs - 2, cs - 1)]));
+        // Half the rows or more, or a run across a chunk's end: whole.
+        let mut h = vec![0u64; words];
+        set_bits(&mut h, 0, cs / 2);
+        assert_eq!(c.rows_of(&h), None);
+        let mut x = vec![0u64; words];
+        set_bits(&mut x, cs - 1, cs + 1);
+        assert_eq!(c.rows_of(&x), None);
     }
 
     /// A write-back in flight for a line that was dropped meanwhile (a
