@@ -131,6 +131,7 @@ impl Cache {
         if left == 0 && l.oldest != 0 {
             l.oldest = 0;
             drop(sh);
+            self.may_evict();
             self.release_promise();
         } else if l.oldest != 0 && l.dirty.iter().zip(&l.fresh).all(|(d, f)| d & !f == 0) {
             l.oldest = l.oldest.max(last_seq + 1);

@@ -320,6 +320,12 @@ impl Cache {
     /// Drops clean lines nobody reads, least recently used first, until
     /// `need` more bytes fit. True when they do.
     pub(super) fn evict(&self, need: u64) -> bool {
+        // Read before the scan: a line that becomes evictable during it
+        // moves the epoch, and the next call scans again.
+        let epoch = self.evictable.load(Ordering::Acquire);
+        if self.fruitless.load(Ordering::Acquire) == epoch {
+            return self.cached.load(Ordering::Relaxed) + need <= self.cfg.size;
+        }
         let mut cands: Vec<(u64, u64)> = Vec::new();
         for sh in self.shards.iter() {
             let sh = lock(sh);
@@ -337,7 +343,11 @@ impl Cache {
                 lock(&self.pool).push(l.data);
             }
         }
-        self.cached.load(Ordering::Relaxed) + need <= self.cfg.size
+        let room = self.cached.load(Ordering::Relaxed) + need <= self.cfg.size;
+        if !room {
+            self.fruitless.store(epoch, Ordering::Release);
+        }
+        room
     }
 
     /// A write or discard that bypasses the cache: write-through drops the
@@ -365,6 +375,7 @@ impl Cache {
                 self.dirty.fetch_sub(dropped * CACHE_SECTOR, Ordering::Relaxed);
                 if Line::count(&line.dirty) == 0 && line.oldest != 0 {
                     line.oldest = 0;
+                    self.may_evict();
                     self.release_promise();
                 }
             }
@@ -442,6 +453,9 @@ impl Cache {
             if pinned {
                 if let Some(l) = sh.lines.get_mut(&idx) {
                     l.readers -= 1;
+                    if l.readers == 0 {
+                        self.may_evict();
+                    }
                 }
             }
         }
