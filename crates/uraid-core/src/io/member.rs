@@ -263,7 +263,8 @@ const EXITED_HOLDER_RETRIES: u32 = 1500;
 /// Who holds the `flock` of the file (device, inode) `key`, as /proc/locks
 /// names it: a process that has exited or is exiting (a zombie, or gone:
 /// the lock is released as soon as the kernel drops its last file
-/// reference), this process, or another one (or none can be named).
+/// reference), this process, or another one (or none can be named); or
+/// none at all (`Gone`: released since the caller's try).
 fn lock_holder((dev, ino): (u64, u64)) -> Holder {
     // /proc/locks prints MAJOR:MINOR in hex and the inode in decimal.
     let want = format!("{:02x}:{:02x}:{}", libc::major(dev), libc::minor(dev), ino);
@@ -289,7 +290,7 @@ fn lock_holder((dev, ino): (u64, u64)) -> Holder {
             Err(_) => Holder::Exited,
         };
     }
-    Holder::Other
+    Holder::Gone
 }
 
 /// Who holds a member's lock (see [`lock_holder`]).
@@ -300,7 +301,14 @@ enum Holder {
     ThisProcess,
     /// Another process, or none could be named.
     Other,
+    /// /proc/locks names no holder of the file's lock: it was just
+    /// released (or the filesystem's device numbers differ there).
+    Gone,
 }
+
+/// How many more tries of a member's lock when /proc/locks names no
+/// holder right after the lock was refused ([`Holder::Gone`]).
+const GONE_RETRIES: u32 = 5;
 
 /// How many 20 ms retries of a member's lock while its holder is this very
 /// process with no live handle on it (10 s): an array just dropped here
@@ -424,6 +432,7 @@ impl Member {
         // (device, inode): what /proc/locks names and LIVE_LOCKS counts.
         let key = self.file.metadata().ok().map(|md| (md.dev(), md.ino()));
         let mut tries = 0;
+        let mut gone = 0;
         loop {
             // SAFETY: flock on a valid open descriptor.
             let r = unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -433,9 +442,17 @@ impl Member {
             }
             let e = std::io::Error::last_os_error();
             let busy = e.raw_os_error() == Some(libc::EWOULDBLOCK);
-            let longer = || match key.map(lock_holder) {
+            let mut longer = || match key.map(lock_holder) {
                 Some(Holder::Exited) => tries < EXITED_HOLDER_RETRIES,
                 Some(Holder::ThisProcess) => tries < OWN_HOLDER_RETRIES && key.is_some_and(|k| !HeldLock::live(k)),
+                // Released between the flock above and the look at
+                // /proc/locks: the next try takes it. (A few times only:
+                // a filesystem whose device /proc/locks names otherwise,
+                // as btrfs subvolumes, never shows the holder.)
+                Some(Holder::Gone) => {
+                    gone += 1;
+                    gone <= GONE_RETRIES
+                }
                 _ => false,
             };
             if busy && (tries < BUSY_RETRIES || longer()) {
