@@ -618,14 +618,12 @@ impl Cache {
             // (the commit waits for every place before a record): the
             // records taken hold the line as it is, which a replay may
             // write as well as the flusher.
+            let stride = self.chunk_sectors as u64 * CACHE_SECTOR;
             let mut last = None;
             for (r, (offset, piece, b)) in places.into_iter().zip(records) {
                 match b {
                     None => j.submit(r, crate::cache::journal::RecordKind::Stripe, offset, last_seq, &data[..self.line as usize])?,
-                    Some(b) => {
-                        let stride = self.chunk_sectors as u64 * CACHE_SECTOR;
-                        j.submit_rows(r, offset, stride, piece, last_seq, &b)?
-                    }
+                    Some(b) => j.submit_rows(r, offset, stride, piece, last_seq, &b)?,
                 }
                 last = Some(r);
             }

@@ -627,7 +627,11 @@ impl Member {
     /// flush of the rest of the device (the journal's record writes). Same
     /// alignment rule as [`read_exact_at`](Self::read_exact_at); fault
     /// plans apply. Errors: `Io` (a short write counts as one).
-/// As [`write_dsync_at`](Self::write_dsync_at), for the buffers `bufs`
+    pub fn write_dsync_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.write_dsync_vectored_at(&[buf], offset)
+    }
+
+    /// As [`write_dsync_at`](Self::write_dsync_at), for the buffers `bufs`
     /// back to back from `offset`, in one `pwritev2(RWF_DSYNC)` (at most
     /// `IOV_MAX` buffers): the journal's group commit writes a run of
     /// records without copying them together. An injected fault sees it
@@ -665,26 +669,6 @@ impl Member {
             return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::last_os_error()));
         }
         if n as usize != total {
-            return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::other("short write")));
-        }
-        Ok(())
-    }
-
-        pub fn write_dsync_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        use std::os::fd::AsRawFd;
-        self.injected(Op::Write, offset, buf)?;
-        let what = || format!("cannot write {} bytes at offset {offset} of", buf.len());
-        let Ok(off) = libc::off_t::try_from(offset) else {
-            return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::from_raw_os_error(libc::EINVAL)));
-        };
-        let iov = libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() };
-        // SAFETY: one iovec naming `buf`, which outlives the call, on the
-        // descriptor this member owns.
-        let n = unsafe { libc::pwritev2(self.file.as_raw_fd(), &iov, 1, off, libc::RWF_DSYNC) };
-        if n < 0 {
-            return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::last_os_error()));
-        }
-        if n as usize != buf.len() {
             return Err(Error::io(&what(), Path::new(&self.name), std::io::Error::other("short write")));
         }
         Ok(())

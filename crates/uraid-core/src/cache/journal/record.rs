@@ -227,10 +227,7 @@ impl Journal {
         let res = {
             let g = self.member.read().unwrap_or_else(|e| e.into_inner());
             match g.as_ref() {
-                Some(m) if epoch.is_none_or(|e| e == self.lock().epoch) => match bufs {
-                    [one] => m.write_dsync_at(one, self.base + offset),
-                    _ => m.write_dsync_vectored_at(bufs, self.base + offset),
-                },
+                Some(m) if epoch.is_none_or(|e| e == self.lock().epoch) => m.write_dsync_vectored_at(bufs, self.base + offset),
                 _ => return Err(self.lost_error(&format!("cannot write the journal at byte {} of", self.base + offset))),
             }
         };
