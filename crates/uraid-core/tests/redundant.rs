@@ -626,3 +626,107 @@ fn only_device_failures_fail_a_member() {
         }
     }
 }
+
+/// A rows write (`RaidQueue::push_rows`, the journal flusher's write-back)
+/// computes P and Q from the rows it is given, reads nothing, writes only
+/// the data chunks it names (and P, Q), healthy and with a member failed;
+/// its bad inputs are refused with the request handed back.
+#[test]
+fn rows_writes_read_nothing_and_write_only_the_chunks_named() {
+    let s = seed();
+    eprintln!("seed {s}");
+    let chunk = 64u64 << 10;
+    for (level, n) in [(Level::Raid5, 3), (Level::Raid5, 5), (Level::Raid6, 4), (Level::Raid6, 6)] {
+        for failed in [None, Some(1u32)] {
+            let what = format!("{level} x{n}, member failed: {failed:?}");
+            let (v, plans) = faulty_volume(level, n, chunk, 16);
+            let l: Layout = *v.geometry().layout().unwrap();
+            let (d, width) = (l.data_chunks() as u64, l.stripe_data_width());
+            let mut rng = StdRng::seed_from_u64(s ^ n as u64);
+            let mut model = vec![0u8; v.capacity() as usize];
+            rng.fill_bytes(&mut model);
+            v.write_at(0, &model).unwrap();
+            if let Some(m) = failed {
+                v.health().fail(m).unwrap();
+            }
+            // Each member's writes are counted (the volatile cache model
+            // remembers every write until a flush).
+            plans.iter().for_each(|p| p.volatile_cache());
+            let raid = v.raid().clone();
+            let mut q = raid.queue(8).unwrap();
+            let reads = raid.stripe_reads();
+            let mut out = Vec::new();
+            for t in 0..40u64 {
+                let stripe = rng.random_range(0..l.stripes());
+                let lo = rng.random_range(0..16u64) * 4096;
+                let hi = rng.random_range(lo / 4096 + 1..=16) * 4096;
+                let written = rng.random_range(1..1u64 << d);
+                let piece = (hi - lo) as usize;
+                let mut buf = uraid_core::IoBuf::new(d as usize * piece);
+                for i in 0..d {
+                    let at = (stripe * width + i * chunk + lo) as usize;
+                    let dst = &mut buf[i as usize * piece..(i as usize + 1) * piece];
+                    if written & (1 << i) != 0 {
+                        rng.fill_bytes(dst);
+                        model[at..at + piece].copy_from_slice(dst);
+                    } else {
+                        dst.copy_from_slice(&model[at..at + piece]);
+                    }
+                }
+                plans.iter().for_each(|p| p.flushed());
+                q.push_rows(t, stripe, lo, hi, written, buf).map_err(|r| r.error).unwrap();
+                q.wait(1, &mut out);
+                let c = out.pop().unwrap();
+                assert_eq!(c.tag, t);
+                c.result.unwrap_or_else(|e| panic!("{what}: rows write failed: {e}"));
+                assert!(c.buf.is_some_and(|b| b.len() == d as usize * piece), "{what}: the buffer did not come back");
+                // One write on each data member named and on P (and Q),
+                // none on the others (nor on the failed member).
+                let mut want = vec![0usize; n];
+                for i in 0..d {
+                    if written & (1 << i) != 0 {
+                        want[l.data_member(stripe, i as u32) as usize] = 1;
+                    }
+                }
+                want[l.parity_member(stripe) as usize] = 1;
+                if let Some(qm) = l.q_member(stripe) {
+                    want[qm as usize] = 1;
+                }
+                if let Some(m) = failed {
+                    want[m as usize] = 0;
+                }
+                let got: Vec<usize> = plans.iter().map(|p| p.unflushed()).collect();
+                assert_eq!(got, want, "{what}: member writes of stripe {stripe}, data chunks {written:b} named");
+            }
+            assert_eq!(raid.stripe_reads(), reads, "{what}: a rows write read from the members");
+            let got = v.read_at(0, model.len()).unwrap();
+            assert!(got == model, "{what}: data differs after rows writes");
+            let alive: Vec<bool> = (0..n).map(|m| Some(m as u32) != failed).collect();
+            consistent(&v, &alive).unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+    }
+    // Refused, with the request handed back: no parity, rows outside a
+    // chunk or unaligned, nothing to write, a short buffer, past the end.
+    let v5 = volume(Level::Raid5, 4, chunk, 16);
+    let mut q5 = v5.raid().queue(4).unwrap();
+    let stripes = v5.geometry().layout().unwrap().stripes();
+    for (stripe, lo, hi, written, len, why) in [
+        (0, 0, chunk + 4096, 1, 3 * (chunk as usize + 4096), "rows past the chunk"),
+        (0, 100, 4096, 1, 3 * 4096, "unaligned rows"),
+        (0, 4096, 4096, 1, 4096, "no rows"),
+        (0, 0, 4096, 0, 3 * 4096, "nothing written"),
+        (0, 0, 4096, 1 << 3, 3 * 4096, "a data chunk the stripe does not have"),
+        (0, 0, 8192, 1, 3 * 4096, "a short buffer"),
+        (stripes, 0, 4096, 1, 3 * 4096, "past the last stripe"),
+    ] {
+        let r = q5.push_rows(7, stripe, lo, hi, written, uraid_core::IoBuf::new(len)).expect_err(why);
+        assert_eq!(r.request.tag, 7, "{why}");
+        assert!(r.error.to_string().contains("rows") || r.error.to_string().contains("stripe"), "{why}: {}", r.error);
+    }
+    let v1 = {
+        let g = Geometry::new(Level::Raid1, 2, chunk, 16 * chunk).unwrap();
+        Volume::new(members(2, 16 * chunk), g, DATA_OFFSET).unwrap()
+    };
+    let e = v1.raid().queue(4).unwrap().push_rows(0, 0, 0, 4096, 1, uraid_core::IoBuf::new(4096)).expect_err("RAID 1 has no rows writes");
+    assert!(e.error.to_string().contains("RAID 5 or 6"), "{}", e.error);
+}

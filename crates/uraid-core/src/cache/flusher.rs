@@ -159,8 +159,9 @@ impl Cache {
     /// flush waits, flushes the members and moves the durable mark.
     ///
     /// Journal mode: a RAID 5/6 line dirty in part is first recorded
-    /// ([`record_line`](Self::record_line)): a rows record, then its dirty
-    /// sectors are written, or a stripe record, then it is written whole; every
+    /// ([`record_line`](Self::record_line)): a rows record, then its rows
+    /// are written as rows writes (parity from the rows recorded, nothing
+    /// read again), or a stripe record, then it is written whole; every
     /// pass ends with a members' flush and a checkpoint that retires the
     /// records whose data is now on the members.
     pub(super) fn pass(&self, vol: &Arc<RaidVolume>) -> Result<()> {
@@ -236,6 +237,7 @@ impl Cache {
                 continue;
             }
             let mut runs = runs_of(&bits, self.sectors);
+            let mut rows = Vec::new();
             if let (Some(j), Some(fq)) = (journal, fill_q.as_mut()) {
                 if runs != [(0, self.sectors)] {
                     match self.record_line(j, fq, idx, &mut data, &valid, &bits, pre_read) {
@@ -243,8 +245,9 @@ impl Cache {
                         // after the snapshot) is what goes to the members:
                         // whole, or its dirty sectors, every one in the
                         // rows recorded.
-                        Ok(Recorded::Line { generation: g, dirty, last_seq: l, whole, record }) => {
+                        Ok(Recorded::Line { generation: g, dirty, last_seq: l, whole, record, rows: r }) => {
                             runs = if whole { vec![(0, self.sectors)] } else { runs_of(&dirty, self.sectors) };
+                            rows = r;
                             (generation, bits, last_seq) = (g, dirty, l);
                             recorded = Some(record);
                         }
@@ -271,7 +274,7 @@ impl Cache {
                     }
                 }
             }
-            ready.push(Ready { idx, generation, data, bits, last_seq, runs });
+            ready.push(Ready { idx, generation, data, bits, last_seq, runs, rows });
             // Without records to wait for, each line goes out at once.
             if recorded.is_some() && ready.len() < RECORD_BATCH && i + 1 < count {
                 continue;
@@ -394,6 +397,55 @@ impl Cache {
 
     /// Sends the runs of `line` to the members through `q` (tagged in
     /// `inflight`), waiting for room as it goes.
+    /// Writes back a line recorded as rows records: each range of rows as
+    /// one rows write ([`RaidQueue::push_rows`]: P and Q from the rows
+    /// recorded, nothing read), writing the data chunks that are dirty in
+    /// it. A line's rows are its stripe's (a line is a stripe's data).
+    ///
+    /// [`RaidQueue::push_rows`]: crate::raid::engine::RaidQueue::push_rows
+    #[allow(clippy::too_many_arguments)]
+    fn write_rows(
+        &self,
+        q: &mut crate::raid::engine::RaidQueue,
+        idx: u64,
+        generation: u64,
+        bits: &[u64],
+        last_seq: u64,
+        rows: Vec<RowsData>,
+        out: &mut Vec<crate::Completion>,
+        inflight: &mut HashMap<u64, InFlight>,
+        tag: &mut u64,
+        first_err: &mut Option<crate::Error>,
+    ) {
+        let sector = CACHE_SECTOR;
+        lock(&self.stats).writebacks += rows.len() as u64;
+        for RowsData { lo, hi, data } in rows {
+            // The dirty sectors in these rows, and the chunks they are in.
+            let mut mine = vec![0u64; bits.len()];
+            let mut written = 0u64;
+            for (k, c) in (0..self.sectors).step_by(self.chunk_sectors).enumerate() {
+                set_bits(&mut mine, c + lo, c + hi);
+                if (c + lo..c + hi).any(|i| bits[i / 64] & (1 << (i % 64)) != 0) {
+                    written |= 1 << k;
+                }
+            }
+            mine.iter_mut().zip(bits).for_each(|(m, d)| *m &= d);
+            if written == 0 {
+                continue;
+            }
+            while !q.has_room() {
+                q.wait(1, out);
+                self.reap(out, inflight, first_err);
+            }
+            *tag += 1;
+            inflight.insert(*tag, InFlight { idx, generation, bits: mine, last_seq });
+            if let Err(r) = q.push_rows(*tag, idx, lo as u64 * sector, hi as u64 * sector, written, data) {
+                inflight.remove(tag);
+                first_err.get_or_insert(r.error);
+            }
+        }
+    }
+
     fn write_line(
         &self,
         q: &mut crate::raid::engine::RaidQueue,
@@ -404,7 +456,11 @@ impl Cache {
         first_err: &mut Option<crate::Error>,
     ) {
         let sector = CACHE_SECTOR as usize;
-        let Ready { idx, generation, data, bits, last_seq, runs } = line;
+        let Ready { idx, generation, data, bits, last_seq, runs, rows } = line;
+        if !rows.is_empty() {
+            lock(&self.pool).push(data);
+            return self.write_rows(q, idx, generation, &bits, last_seq, rows, out, inflight, tag, first_err);
+        }
         let full = runs == [(0, self.sectors)];
         let mut data = Some(data);
         {
@@ -585,8 +641,8 @@ impl Cache {
             let whole = rows.is_none();
             // (volume offset, piece, record data) of each record: a rows
             // record a range of rows, or one stripe record.
-            let records: Vec<(u64, u64, Option<IoBuf>)> = match &rows {
-                None => vec![(idx * self.line, 0, None)],
+            let records: Vec<(u64, u64, Option<IoBuf>, usize, usize)> = match &rows {
+                None => vec![(idx * self.line, 0, None, 0, 0)],
                 Some(ranges) => ranges
                     .iter()
                     .map(|&(lo, hi)| {
@@ -595,7 +651,7 @@ impl Cache {
                         for (k, c) in (0..self.sectors).step_by(self.chunk_sectors).enumerate() {
                             b[k * piece..(k + 1) * piece].copy_from_slice(&data[(c + lo) * sector..(c + hi) * sector]);
                         }
-                        (idx * self.line + (lo * sector) as u64, piece as u64, Some(b))
+                        (idx * self.line + (lo * sector) as u64, piece as u64, Some(b), lo, hi)
                     })
                     .collect(),
             };
@@ -603,7 +659,7 @@ impl Cache {
             // no writer's record comes between them: each holds the line
             // as it is now.
             let mut places = Vec::with_capacity(records.len());
-            for (_, _, b) in &records {
+            for (_, _, b, _, _) in &records {
                 match j.reserve(b.as_ref().map_or(self.line, |b| b.len() as u64), oldest, None) {
                     Some(r) => places.push(r),
                     None => break,
@@ -620,10 +676,14 @@ impl Cache {
             // write as well as the flusher.
             let stride = self.chunk_sectors as u64 * CACHE_SECTOR;
             let mut last = None;
-            for (r, (offset, piece, b)) in places.into_iter().zip(records) {
+            let mut kept = Vec::new();
+            for (r, (offset, piece, b, lo, hi)) in places.into_iter().zip(records) {
                 match b {
                     None => j.submit(r, crate::cache::journal::RecordKind::Stripe, offset, last_seq, &data[..self.line as usize])?,
-                    Some(b) => j.submit_rows(r, offset, stride, piece, last_seq, &b)?,
+                    Some(b) => {
+                        j.submit_rows(r, offset, stride, piece, last_seq, &b)?;
+                        kept.push(RowsData { lo, hi, data: b });
+                    }
                 }
                 last = Some(r);
             }
@@ -636,13 +696,15 @@ impl Cache {
                     st.rows_records += 1;
                 }
             }
-            return Ok(Recorded::Line { generation, dirty, last_seq, whole, record });
+            return Ok(Recorded::Line { generation, dirty, last_seq, whole, record, rows: kept });
         }
     }
 
     pub(super) fn reap(&self, out: &mut Vec<crate::Completion>, inflight: &mut HashMap<u64, InFlight>, err: &mut Option<crate::Error>) {
         for c in out.drain(..) {
-            if let Some(b) = c.buf {
+            // Line-sized buffers go back to the pool (a rows write's is
+            // smaller: dropped).
+            if let Some(b) = c.buf.filter(|b| b.len() as u64 == self.line) {
                 lock(&self.pool).push(b);
             }
             let Some(InFlight { idx, generation, bits, last_seq }) = inflight.remove(&c.tag) else { continue };

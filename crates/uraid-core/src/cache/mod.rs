@@ -106,7 +106,10 @@ enum Recorded {
     /// (all in the rows recorded) and newest write `last_seq`.
     /// The record is submitted, not yet written: `record` (member writes
     /// of the line wait for it: [`crate::cache::journal::Journal::wait_record`]).
-    Line { generation: u64, dirty: Vec<u64>, last_seq: u64, whole: bool, record: crate::cache::journal::Reservation },
+    /// `rows`: a rows record's ranges of rows (sectors inside a chunk)
+    /// with the rows of every data chunk (chunk k's at `k * piece`), as
+    /// recorded: written back as rows writes, which need no reads.
+    Line { generation: u64, dirty: Vec<u64>, last_seq: u64, whole: bool, record: crate::cache::journal::Reservation, rows: Vec<RowsData> },
     /// Nothing of it is dirty any more.
     Clean,
     /// The log has no room for it now.
@@ -138,6 +141,16 @@ struct Ready {
     bits: Vec<u64>,
     last_seq: u64,
     runs: Vec<(usize, usize)>,
+    /// After a rows record: its rows, written instead of `runs`.
+    rows: Vec<RowsData>,
+}
+
+/// Rows `lo..hi` (sectors inside a chunk) of every data chunk of a line, as
+/// a rows record holds them: chunk k's at `k * (hi - lo)` sectors.
+struct RowsData {
+    lo: usize,
+    hi: usize,
+    data: IoBuf,
 }
 
 /// What the flusher's prefetch read of a line: the zeroing epoch before

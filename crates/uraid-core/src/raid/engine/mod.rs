@@ -60,6 +60,40 @@ struct Slot {
     sync_after: bool,
     /// That flush is in flight.
     syncing: bool,
+    /// A rows write ([`RaidQueue::push_rows`]), not a range of the volume.
+    rows: Option<RowsWrite>,
+}
+
+impl Slot {
+    /// Takes request `req` (a rows write when `rows` is set), nothing
+    /// planned yet.
+    fn fill(&mut self, req: Request, rows: Option<RowsWrite>) {
+        self.tag = req.tag;
+        self.op = req.op;
+        // A FUA zeroing or discard goes without FUA, then the members are
+        // flushed (`sync_members`).
+        self.sync_after = req.fua && matches!(req.op, Op::Discard | Op::WriteZeroes { .. });
+        self.syncing = false;
+        self.fua = req.fua && !self.sync_after;
+        self.len = req.len;
+        self.buf = req.buf;
+        self.error = None;
+        self.npieces = 0;
+        self.offset = req.offset;
+        self.replan = false;
+        self.plans = 0;
+        self.rows = rows;
+    }
+}
+
+/// What a rows write writes: rows `[start, end)` (bytes inside a chunk) of
+/// `stripe`, the data indices in `written` (bit i for index i).
+#[derive(Clone, Copy)]
+struct RowsWrite {
+    stripe: u64,
+    start: u64,
+    end: u64,
+    written: u64,
 }
 
 /// A per-thread submission and completion queue over a [`RaidVolume`].
@@ -145,6 +179,7 @@ impl RaidQueue {
                 plans: 0,
                 sync_after: false,
                 syncing: false,
+                rows: None,
             })
             .collect();
         Ok(RaidQueue {
@@ -298,37 +333,25 @@ impl RaidQueue {
         let si = self.free.pop().expect("checked") as usize;
         let data_offset = self.vol.data_offset;
         let vol = self.vol.clone();
+        let (op, offset, len) = (req.op, req.offset, req.len);
+        self.slots[si].fill(req, None);
         let slot = &mut self.slots[si];
-        slot.tag = req.tag;
-        slot.op = req.op;
-        // A FUA zeroing or discard goes without FUA, then the members are
-        // flushed (`sync_members`).
-        slot.sync_after = req.fua && matches!(req.op, Op::Discard | Op::WriteZeroes { .. });
-        slot.syncing = false;
-        slot.fua = req.fua && !slot.sync_after;
-        slot.len = req.len;
-        slot.buf = req.buf;
-        slot.error = None;
-        slot.npieces = 0;
-        slot.offset = req.offset;
-        slot.replan = false;
-        slot.plans = 0;
         if vol.geometry().layout().is_some() {
             self.plan(si);
             return;
         }
-        match req.op {
+        match op {
             Op::Flush => self.plan_flush(si),
             Op::Discard | Op::WriteZeroes { .. } => {
                 let mut last = [usize::MAX; crate::raid::geometry::MAX_MEMBERS];
-                vol.geometry().for_each_segment(req.offset, req.len, |seg| {
+                vol.geometry().for_each_segment(offset, len, |seg| {
                     add_segment(slot, &mut last, seg.member, data_offset + seg.member_offset, None, seg.len);
                 });
             }
             Op::Read | Op::Write => {
                 let base = slot.buf.as_mut().expect("checked").as_mut_ptr();
                 let mut last = [usize::MAX; crate::raid::geometry::MAX_MEMBERS];
-                vol.geometry().for_each_segment(req.offset, req.len, |seg| {
+                vol.geometry().for_each_segment(offset, len, |seg| {
                     // SAFETY: buf_offset + len <= req.len <= buffer length (checked).
                     let ptr = unsafe { base.add(seg.buf_offset) };
                     add_segment(slot, &mut last, seg.member, data_offset + seg.member_offset, Some(ptr), seg.len);

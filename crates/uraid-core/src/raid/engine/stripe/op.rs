@@ -326,7 +326,7 @@ impl RaidQueue {
             for (i, np) in newp.iter_mut().enumerate().take(d) {
                 let mine: Vec<&Part> = parts.iter().filter(|p| p.index as usize == i).collect();
                 if let [p] = mine[..] {
-                    if p.start == 0 && p.end == l.chunk() {
+                    if p.start == start && p.end == end {
                         *np = p.ptr;
                         continue;
                     }
@@ -337,7 +337,8 @@ impl RaidQueue {
                     // SAFETY: a part addresses end - start bytes of a live
                     // request buffer (its slot waits for this operation).
                     let src = unsafe { std::slice::from_raw_parts(p.ptr, (p.end - p.start) as usize) };
-                    b[p.start as usize..p.end as usize].copy_from_slice(src);
+                    // The buffer holds the operation's rows from `start` on.
+                    b[(p.start - start) as usize..(p.end - start) as usize].copy_from_slice(src);
                 }
                 *np = b.as_mut_ptr();
             }
@@ -437,8 +438,9 @@ impl RaidQueue {
         }
         self.raid.sops[idx].bufs = bufs;
         self.raid.sops[idx].npieces = 0;
+        let skip = self.raid.sops[idx].skip;
         for i in first..first + count {
-            if health.writable(sm[i]) {
+            if health.writable(sm[i]) && skip & (1 << i) == 0 {
                 self.sop_piece(idx, Op::Write, sm[i], abs, rows, newp[i]);
             }
         }
