@@ -206,12 +206,18 @@ impl Cache {
         // need, read for RECORD_BATCH lines at a time, all in flight
         // together (see `prefetch`).
         let mut pre: Vec<Option<PreRead>> = Vec::new();
+        // The next window's reads, started before this one's commit.
+        let mut next: Option<Prefetch> = None;
         for i in 0..count {
             if i % RECORD_BATCH == 0 {
                 pre = match (journal, fill_q.as_mut()) {
                     (Some(_), Some(fq)) if first_err.is_none() => {
                         let end = (i + RECORD_BATCH).min(count);
-                        match self.prefetch(fq, &mut lines[i..end]) {
+                        let got = match next.take() {
+                            Some(p) => self.prefetch_finish(fq, p, &mut lines[i..end]),
+                            None => self.prefetch(fq, &mut lines[i..end]),
+                        };
+                        match got {
                             Ok(p) => p,
                             Err(e) => {
                                 first_err.get_or_insert(e);
@@ -275,11 +281,24 @@ impl Cache {
                 }
             }
             ready.push(Ready { idx, generation, data, bits, last_seq, runs, rows });
-            // Without records to wait for, each line goes out at once.
-            if recorded.is_some() && ready.len() < RECORD_BATCH && i + 1 < count {
+            // Without records to wait for, each line goes out at once;
+            // with them, at the end of the window of lines prefetched.
+            let window_end = (i + 1) % RECORD_BATCH == 0 || i + 1 == count;
+            if recorded.is_some() && !window_end {
                 continue;
             }
             if let (Some(j), Some(r)) = (journal, recorded.take()) {
+                // The next window's reads go to the members while the
+                // records are written (the fill queue is idle here).
+                if let Some(fq) = fill_q.as_mut().filter(|_| window_end && i + 1 < count && first_err.is_none()) {
+                    let end = (i + 1 + RECORD_BATCH).min(count);
+                    match self.prefetch_start(fq, &mut lines[i + 1..end]) {
+                        Ok(p) => next = Some(p),
+                        Err(e) => {
+                            first_err.get_or_insert(e);
+                        }
+                    }
+                }
                 // Every record of the batch, in one write or a few.
                 if let Err(e) = j.wait_record(&r) {
                     if !j.is_lost() {
@@ -339,26 +358,19 @@ impl Cache {
     /// reads again if a zeroing started meanwhile, and reads the rest).
     /// Errors: the first failed read's.
     fn prefetch(&self, fq: &mut crate::raid::engine::RaidQueue, lines: &mut [Option<Snap>]) -> Result<Vec<Option<PreRead>>> {
+        let p = self.prefetch_start(fq, lines)?;
+        self.prefetch_finish(fq, p, lines)
+    }
+
+    /// The first half of [`prefetch`](Self::prefetch): every read
+    /// submitted (the kernel has them when this returns), not waited for,
+    /// so that the journal's commit of the lines before runs meanwhile.
+    /// Nothing else may use `fq` until [`prefetch_finish`](Self::prefetch_finish).
+    fn prefetch_start(&self, fq: &mut crate::raid::engine::RaidQueue, lines: &mut [Option<Snap>]) -> Result<Prefetch> {
         let sector = CACHE_SECTOR as usize;
         let epoch = self.zero_epoch.load(Ordering::Acquire);
-        let mut got: Vec<Option<PreRead>> = vec![None; lines.len()];
-        // Reads in flight: (line, first sector, end sector), by tag.
-        let mut reads: Vec<(usize, usize, usize)> = Vec::new();
+        let mut p = Prefetch { got: vec![None; lines.len()], reads: Vec::new(), first_err: None };
         let mut out = Vec::new();
-        let mut first_err = None;
-        let mut land = |c: crate::Completion, reads: &[(usize, usize, usize)], lines: &mut [Option<Snap>], got: &mut [Option<PreRead>]| {
-            let (i, a, b) = reads[c.tag as usize];
-            match (c.result, c.buf, lines[i].as_mut(), got[i].as_mut()) {
-                (Ok(_), Some(buf), Some(snap), Some((_, bits))) => {
-                    snap.data[a * sector..b * sector].copy_from_slice(&buf[..(b - a) * sector]);
-                    set_bits(bits, a, b);
-                }
-                (Err(e), ..) => {
-                    first_err.get_or_insert(e);
-                }
-                _ => {}
-            }
-        };
         for i in 0..lines.len() {
             let Some(snap) = lines[i].as_ref() else { continue };
             if runs_of(&snap.dirty, self.sectors) == [(0, self.sectors)] || self.zeroing_over(snap.idx) {
@@ -366,37 +378,45 @@ impl Cache {
             }
             let want = self.record_sectors(self.rows_of(&snap.dirty).as_deref(), snap.valid.len());
             let holes: Vec<u64> = want.iter().zip(&snap.valid).map(|(w, v)| w & !v).collect();
-            got[i] = Some((epoch, vec![0u64; snap.valid.len()]));
+            p.got[i] = Some((epoch, vec![0u64; snap.valid.len()]));
             let idx = snap.idx;
             for (a, b) in runs_of(&holes, self.sectors) {
                 while !fq.has_room() {
                     fq.wait(1, &mut out);
                     for c in out.drain(..) {
-                        land(c, &reads, lines, &mut got);
+                        p.land(c, lines);
                     }
                 }
                 let len = (b - a) * sector;
-                reads.push((i, a, b));
-                let req = Request::read(idx * self.line + (a * sector) as u64, len, IoBuf::new(len), (reads.len() - 1) as u64);
+                p.reads.push((i, a, b));
+                let req = Request::read(idx * self.line + (a * sector) as u64, len, IoBuf::new(len), (p.reads.len() - 1) as u64);
                 if let Err(r) = fq.push(req) {
+                    // What is in flight lands (or is dropped) first.
+                    let _ = self.prefetch_finish(fq, p, lines);
                     return Err(r.error);
                 }
             }
         }
+        fq.submit();
+        Ok(p)
+    }
+
+    /// The second half of [`prefetch`](Self::prefetch): waits for every
+    /// read of `p` and lays it into its line's snapshot.
+    fn prefetch_finish(&self, fq: &mut crate::raid::engine::RaidQueue, mut p: Prefetch, lines: &mut [Option<Snap>]) -> Result<Vec<Option<PreRead>>> {
+        let mut out = Vec::new();
         while fq.in_flight() > 0 {
             fq.wait(1, &mut out);
             for c in out.drain(..) {
-                land(c, &reads, lines, &mut got);
+                p.land(c, lines);
             }
         }
-        match first_err {
+        match p.first_err {
             Some(e) => Err(e),
-            None => Ok(got),
+            None => Ok(p.got),
         }
     }
 
-    /// Sends the runs of `line` to the members through `q` (tagged in
-    /// `inflight`), waiting for room as it goes.
     /// Writes back a line recorded as rows records: each range of rows as
     /// one rows write ([`RaidQueue::push_rows`]: P and Q from the rows
     /// recorded, nothing read), writing the data chunks that are dirty in
@@ -446,6 +466,8 @@ impl Cache {
         }
     }
 
+    /// Sends the runs of `line` to the members through `q` (tagged in
+    /// `inflight`), waiting for room as it goes.
     fn write_line(
         &self,
         q: &mut crate::raid::engine::RaidQueue,

@@ -121,7 +121,7 @@ enum Recorded {
 
 /// Most lines whose journal records the flusher submits before it waits
 /// for them (one group-commit write) and writes the lines.
-const RECORD_BATCH: usize = 32;
+const RECORD_BATCH: usize = 64;
 
 /// Journal mode: at most this many rows records for one line (see
 /// `rows_of`); a line dirty in more ranges of rows is recorded whole.
@@ -151,6 +151,35 @@ struct RowsData {
     lo: usize,
     hi: usize,
     data: IoBuf,
+}
+
+/// The flusher's prefetch reads of a window of lines in flight (see
+/// `Cache::prefetch_start`).
+struct Prefetch {
+    /// Per line of the window: what [`PreRead`] says, filled as reads land.
+    got: Vec<Option<PreRead>>,
+    /// Reads in flight: (line, first sector, end sector), by tag.
+    reads: Vec<(usize, usize, usize)>,
+    /// The first read that failed.
+    first_err: Option<crate::Error>,
+}
+
+impl Prefetch {
+    /// Lays read `c` into its line's snapshot and marks its sectors read.
+    fn land(&mut self, c: crate::Completion, lines: &mut [Option<Snap>]) {
+        let sector = CACHE_SECTOR as usize;
+        let (i, a, b) = self.reads[c.tag as usize];
+        match (c.result, c.buf, lines[i].as_mut(), self.got[i].as_mut()) {
+            (Ok(_), Some(buf), Some(snap), Some((_, bits))) => {
+                snap.data[a * sector..b * sector].copy_from_slice(&buf[..(b - a) * sector]);
+                set_bits(bits, a, b);
+            }
+            (Err(e), ..) => {
+                self.first_err.get_or_insert(e);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// What the flusher's prefetch read of a line: the zeroing epoch before
@@ -301,32 +330,64 @@ impl std::fmt::Debug for Cache {
     }
 }
 
-/// The runs `[a, b)` of set bits among the first `n`.
+/// The runs `[a, b)` of set bits among the first `n` (a word at a time:
+/// the flusher runs this over every dirty line's bitmaps).
 fn runs_of(bits: &[u64], n: usize) -> Vec<(usize, usize)> {
     let mut runs = Vec::new();
     let mut i = 0;
     while i < n {
-        if is_set(bits, i) {
-            let s = i;
-            while i < n && is_set(bits, i) {
-                i += 1;
-            }
-            runs.push((s, i));
-        } else {
-            i += 1;
+        let word = bits[i / 64] >> (i % 64);
+        if word == 0 {
+            i = (i / 64 + 1) * 64;
+            continue;
         }
+        i += word.trailing_zeros() as usize;
+        if i >= n {
+            break;
+        }
+        let s = i;
+        loop {
+            let off = i % 64;
+            let ones = (bits[i / 64] >> off).trailing_ones() as usize;
+            i += ones;
+            if ones < 64 - off || i >= n {
+                break;
+            }
+        }
+        i = i.min(n);
+        runs.push((s, i));
     }
     runs
 }
 
+/// The bits of word `i / 64` from bit `i % 64` on, `b - i` of them at
+/// most: (the word's index, its mask, how many bits).
+fn word_mask(i: usize, b: usize) -> (usize, u64, usize) {
+    let off = i % 64;
+    let k = (64 - off).min(b - i);
+    let mask = if k == 64 { !0 } else { ((1u64 << k) - 1) << off };
+    (i / 64, mask, k)
+}
+
 fn set_bits(bits: &mut [u64], a: usize, b: usize) {
-    for i in a..b {
-        bits[i / 64] |= 1 << (i % 64);
+    let mut i = a;
+    while i < b {
+        let (w, mask, k) = word_mask(i, b);
+        bits[w] |= mask;
+        i += k;
     }
 }
 
 fn all_set(bits: &[u64], a: usize, b: usize) -> bool {
-    (a..b).all(|i| bits[i / 64] & (1 << (i % 64)) != 0)
+    let mut i = a;
+    while i < b {
+        let (w, mask, k) = word_mask(i, b);
+        if bits[w] & mask != mask {
+            return false;
+        }
+        i += k;
+    }
+    true
 }
 
 fn is_set(bits: &[u64], i: usize) -> bool {
@@ -553,6 +614,56 @@ mod tests {
         let members = (0..3).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap()).collect();
         let v = RaidVolume::new(Arc::new(members), Geometry::new(Level::Raid5, 3, 64 << 10, 4 << 20).unwrap(), DATA_OFFSET).unwrap();
         Cache::new(&v, CacheConfig { mode: CacheMode::WriteBack, size: 2 << 20, dirty_limit: 1 << 20 }, None).unwrap()
+    }
+
+    /// The word-at-a-time bitmap helpers agree with a bit-by-bit reading
+    /// on random bitmaps of runs (words all set, all clear, runs across
+    /// words, lengths not a multiple of 64).
+    #[test]
+    fn bitmap_runs_match_a_bit_by_bit_reading() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(19);
+        for _ in 0..2000 {
+            let n = rng.random_range(1..=300usize);
+            let mut bits = vec![0u64; n.div_ceil(64)];
+            let mut set = vec![false; n];
+            let mut i = 0;
+            while i < n {
+                let longest = if rng.random_bool(0.3) { 130 } else { 5 };
+                let run = rng.random_range(1..=longest);
+                let on = rng.random_bool(0.5);
+                for b in set.iter_mut().skip(i).take(run) {
+                    *b = on;
+                }
+                i += run;
+            }
+            for (i, &on) in set.iter().enumerate() {
+                if on {
+                    set_bits(&mut bits, i, i + 1);
+                }
+            }
+            assert!(set.iter().enumerate().all(|(i, &on)| is_set(&bits, i) == on));
+            let mut want = Vec::new();
+            let mut i = 0;
+            while i < n {
+                if set[i] {
+                    let s = i;
+                    while i < n && set[i] {
+                        i += 1;
+                    }
+                    want.push((s, i));
+                } else {
+                    i += 1;
+                }
+            }
+            assert_eq!(runs_of(&bits, n), want, "n {n}");
+            let (a, b) = (rng.random_range(0..n), rng.random_range(0..=n));
+            let (a, b) = (a.min(b), a.max(b));
+            assert_eq!(all_set(&bits, a, b), set[a..b].iter().all(|&x| x), "{a}..{b}");
+            let mut more = bits.clone();
+            set_bits(&mut more, a, b);
+            assert!((0..n).all(|i| is_set(&more, i) == (set[i] || (a..b).contains(&i))), "set {a}..{b}");
+        }
     }
 
     fn write(c: &Cache, offset: u64, len: usize) {
