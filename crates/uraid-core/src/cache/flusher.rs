@@ -388,12 +388,12 @@ impl Cache {
                 while !fq.has_room() {
                     fq.wait(1, &mut out);
                     for c in out.drain(..) {
-                        p.land(c, lines);
+                        p.land(c, lines, &self.small);
                     }
                 }
                 let len = (b - a) * sector;
                 p.reads.push((i, a, b));
-                let req = Request::read(idx * self.line + (a * sector) as u64, len, IoBuf::new(len), (p.reads.len() - 1) as u64);
+                let req = Request::read(idx * self.line + (a * sector) as u64, len, self.small.take(len), (p.reads.len() - 1) as u64);
                 if let Err(r) = fq.push(req) {
                     // What is in flight lands (or is dropped) first.
                     let _ = self.prefetch_finish(fq, p, lines);
@@ -412,7 +412,7 @@ impl Cache {
         while fq.in_flight() > 0 {
             fq.wait(1, &mut out);
             for c in out.drain(..) {
-                p.land(c, lines);
+                p.land(c, lines, &self.small);
             }
         }
         match p.first_err {
@@ -437,7 +437,7 @@ impl Cache {
             while sent < runs.len() && first_err.is_none() && fq.has_room() {
                 let (a, b) = runs[sent];
                 let len = (b - a) * sector;
-                match fq.push(Request::read(idx * self.line + (a * sector) as u64, len, IoBuf::new(len), sent as u64)) {
+                match fq.push(Request::read(idx * self.line + (a * sector) as u64, len, self.small.take(len), sent as u64)) {
                     Ok(()) => sent += 1,
                     Err(r) => {
                         first_err = Some(r.error);
@@ -455,6 +455,7 @@ impl Cache {
                     (Ok(_), Some(buf)) => {
                         data[a * sector..b * sector].copy_from_slice(&buf[..(b - a) * sector]);
                         set_bits(read, a, b);
+                        self.small.give(buf);
                     }
                     (Err(e), _) => {
                         first_err.get_or_insert(e);
@@ -718,7 +719,7 @@ impl Cache {
                     .iter()
                     .map(|&(lo, hi)| {
                         let piece = (hi - lo) * sector;
-                        let mut b = IoBuf::new(piece * self.sectors / self.chunk_sectors);
+                        let mut b = self.small.take(piece * self.sectors / self.chunk_sectors);
                         for (k, c) in (0..self.sectors).step_by(self.chunk_sectors).enumerate() {
                             b[k * piece..(k + 1) * piece].copy_from_slice(&data[(c + lo) * sector..(c + hi) * sector]);
                         }
@@ -730,8 +731,12 @@ impl Cache {
             // no writer's record comes between them: each holds the line
             // as it is now.
             let mut places = Vec::with_capacity(records.len());
-            for (_, _, b, _, _) in &records {
-                match j.reserve(b.as_ref().map_or(self.line, |b| b.len() as u64), oldest, None) {
+            let data_chunks = (self.sectors / self.chunk_sectors) as u64;
+            for (_, piece, b, _, _) in &records {
+                // A rows record's data: its piece of every data chunk (its
+                // buffer, from the small ones, may be longer).
+                let len = if b.is_some() { piece * data_chunks } else { self.line };
+                match j.reserve(len, oldest, None) {
                     Some(r) => places.push(r),
                     None => break,
                 }
@@ -752,7 +757,7 @@ impl Cache {
                 match b {
                     None => j.submit(r, crate::cache::journal::RecordKind::Stripe, offset, last_seq, &data[..self.line as usize])?,
                     Some(b) => {
-                        j.submit_rows(r, offset, stride, piece, last_seq, &b)?;
+                        j.submit_rows(r, offset, stride, piece, last_seq, &b[..(piece * data_chunks) as usize])?;
                         kept.push(RowsData { lo, hi, data: b });
                     }
                 }
@@ -773,10 +778,12 @@ impl Cache {
 
     pub(super) fn reap(&self, out: &mut Vec<crate::Completion>, inflight: &mut HashMap<u64, InFlight>, err: &mut Option<crate::Error>) {
         for c in out.drain(..) {
-            // Line-sized buffers go back to the pool (a rows write's is
-            // smaller: dropped).
-            if let Some(b) = c.buf.filter(|b| b.len() as u64 == self.line) {
-                lock(&self.pool).push(b);
+            // Line-sized buffers go back to the pool, a rows write's to
+            // the small ones.
+            match c.buf {
+                Some(b) if b.len() as u64 == self.line => lock(&self.pool).push(b),
+                Some(b) => self.small.give(b),
+                None => {}
             }
             let Some(InFlight { idx, generation, bits, last_seq }) = inflight.remove(&c.tag) else { continue };
             match c.result {

@@ -165,14 +165,16 @@ struct Prefetch {
 }
 
 impl Prefetch {
-    /// Lays read `c` into its line's snapshot and marks its sectors read.
-    fn land(&mut self, c: crate::Completion, lines: &mut [Option<Snap>]) {
+    /// Lays read `c` into its line's snapshot and marks its sectors read;
+    /// its buffer goes back to `small`.
+    fn land(&mut self, c: crate::Completion, lines: &mut [Option<Snap>], small: &SmallBufs) {
         let sector = CACHE_SECTOR as usize;
         let (i, a, b) = self.reads[c.tag as usize];
         match (c.result, c.buf, lines[i].as_mut(), self.got[i].as_mut()) {
             (Ok(_), Some(buf), Some(snap), Some((_, bits))) => {
                 snap.data[a * sector..b * sector].copy_from_slice(&buf[..(b - a) * sector]);
                 set_bits(bits, a, b);
+                small.give(buf);
             }
             (Err(e), ..) => {
                 self.first_err.get_or_insert(e);
@@ -304,6 +306,9 @@ pub struct Cache {
     target: Mutex<Weak<RaidVolume>>,
     stats: Mutex<CacheStats>,
     pool: Mutex<Vec<IoBuf>>,
+    /// The flusher's smaller buffers (member reads for records, rows
+    /// writes), kept by size class for reuse (see [`SmallBufs`]).
+    small: SmallBufs,
     /// Journal mode: the journal, and the order writers take a record's
     /// place and copy into the lines in (so that the log's order is the
     /// lines' order).
@@ -327,6 +332,44 @@ pub struct Cache {
 impl std::fmt::Debug for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Cache({:?}, line {} bytes)", self.cfg, self.line)
+    }
+}
+
+/// Buffers of the flusher smaller than a line, by size class (a power of
+/// two from 4 KiB), kept for reuse: a journal pass reads and writes a few
+/// KiB per dirty range of a line, and a fresh zeroed, page-aligned
+/// allocation for each cost it a fifth of its time. A buffer taken holds
+/// whatever it held before; at most [`SMALL_KEEP`] are kept per class.
+#[derive(Default)]
+struct SmallBufs {
+    classes: Mutex<Vec<Vec<IoBuf>>>,
+}
+
+/// Most buffers [`SmallBufs`] keeps in each size class.
+const SMALL_KEEP: usize = 1024;
+
+impl SmallBufs {
+    /// A buffer of at least `len` bytes (its length is its class's).
+    fn take(&self, len: usize) -> IoBuf {
+        let class = len.max(4096).next_power_of_two();
+        let k = class.trailing_zeros() as usize;
+        lock(&self.classes).get_mut(k).and_then(Vec::pop).unwrap_or_else(|| IoBuf::new(class))
+    }
+
+    /// Keeps `b` for reuse, if its length is a class's and the class has
+    /// room.
+    fn give(&self, b: IoBuf) {
+        if !b.len().is_power_of_two() || b.len() < 4096 {
+            return;
+        }
+        let k = b.len().trailing_zeros() as usize;
+        let mut c = lock(&self.classes);
+        if c.len() <= k {
+            c.resize_with(k + 1, Vec::new);
+        }
+        if c[k].len() < SMALL_KEEP {
+            c[k].push(b);
+        }
     }
 }
 
@@ -491,6 +534,7 @@ impl Cache {
             target: Mutex::new(Weak::new()),
             stats: Mutex::new(CacheStats { mode: cfg.mode, ..Default::default() }),
             pool: Mutex::new(Vec::new()),
+            small: SmallBufs::default(),
             journal,
             jorder: Mutex::new(()),
             seen_losses: AtomicU64::new(0),

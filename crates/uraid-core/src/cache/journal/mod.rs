@@ -391,6 +391,9 @@ pub struct Reservation {
     pos: u64,
     /// The journal's epoch when reserved (see [`Journal::rehome`]).
     epoch: u64,
+    /// Data bytes of the record the place was taken for: the record
+    /// submitted must have as many (the log's records lie back to back).
+    len: u64,
 }
 
 impl Journal {
@@ -728,7 +731,7 @@ impl Journal {
         s.next_seq += 1;
         s.head = pos + self.record_span(len);
         s.held.push_back(Held { seq, pos, cache_seq, written: false });
-        Some(Reservation { seq, pos, epoch: s.epoch })
+        Some(Reservation { seq, pos, epoch: s.epoch, len })
     }
 
 }

@@ -88,6 +88,9 @@ impl Journal {
     /// among the pending ones.
     fn submit_record(&self, r: Reservation, kind: RecordKind, offset: u64, (stride, piece): (u64, u64), cache_seq: u64, data: &[u8]) -> Result<()> {
         let len = data.len() as u64;
+        // A record of another length than its place would leave a gap or
+        // an overlap in the log, where a replay stops.
+        assert_eq!(len, r.len, "a journal record's data must be as long as the place taken for it");
         let unit = self.unit() as usize;
         // Zeroed: the header's unused bytes and the data's padding.
         let mut b = IoBuf::new(self.record_span(len) as usize);

@@ -624,7 +624,7 @@ impl RaidQueue {
     /// Queues a *rows write* on a RAID 5/6 volume: rows `[start, end)`
     /// (byte offsets inside a chunk, multiples of the block size) of every
     /// data chunk of `stripe`, whose new data `buf` holds: data index i at
-    /// `i * (end - start)`. P and Q are computed from it (nothing is read:
+    /// `i * (end - start)` (it may be longer). P and Q are computed from it (nothing is read:
     /// md's reconstruct-write with every data chunk in hand), and only the
     /// data indices set in `written` (bit i for index i) are written, with
     /// P and Q; the others' data must be what their members hold (the
@@ -639,7 +639,10 @@ impl RaidQueue {
     /// the last stripe.
     pub fn push_rows(&mut self, tag: u64, stripe: u64, start: u64, end: u64, written: u64, buf: IoBuf) -> std::result::Result<(), Rejected> {
         let offset = self.layout_opt().map_or(0, |l| stripe.saturating_mul(l.stripe_data_width()).saturating_add(start));
-        let req = Request { op: Op::Write, offset, len: buf.len(), buf: Some(buf), tag, fua: false };
+        // The bytes written (the buffer may be longer).
+        let len = self.layout_opt().map_or(0, |l| l.data_chunks() as usize * end.saturating_sub(start) as usize);
+        let have = buf.len();
+        let req = Request { op: Op::Write, offset, len, buf: Some(buf), tag, fua: false };
         let checked = (|| {
             if let Some(e) = self.broken.clone() {
                 return Err(e);
@@ -659,10 +662,10 @@ impl RaidQueue {
             if stripe.checked_add(1).is_none_or(|n| n.saturating_mul(l.stripe_data_width()) > self.vol.capacity()) {
                 return Err(Error::new(ErrorKind::OutOfRange, format!("stripe {stripe} is past the end of the volume ({} bytes)", self.vol.capacity())));
             }
-            if written == 0 || written >> d != 0 || (req.len as u64) < d as u64 * (end - start) {
+            if written == 0 || written >> d != 0 || have < req.len {
                 return Err(Error::new(
                     ErrorKind::InvalidInput,
-                    format!("a rows write needs data for {d} data chunks ({} bytes, got {}) and at least one of them to write", d as u64 * (end - start), req.len),
+                    format!("a rows write needs data for {d} data chunks ({} bytes, got {have}) and at least one of them to write", req.len),
                 ));
             }
             Ok(())
