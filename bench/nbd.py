@@ -9,7 +9,10 @@ Prints figures and ratios from ONE run. Issue 4's targets:
     in-process benchmark of the same array and btrfs raid0 (fio) on the same
     drives, with ratios.
   part 2 (no ceilings): the export's RND4K Q32T1 read IOPS and CPU seconds
-    per GB (server and client) next to the in-process engine's.
+    per GB (server and client) next to the in-process engine's, and the
+    most the export could reach with fio's nbd engine as the client on
+    this machine's cores: the in-process run's CPU per I/O (the whole
+    machine's, drives' kernel threads included) plus the client's.
 
 Needs root, the testbed (../shared/testbed), fio, libnbd-bin and btrfs-progs
 (installed with apt-get when missing). Usage: python3 bench/nbd.py [--runs N] [--time S] [--metrics] [--console]
@@ -23,6 +26,26 @@ from common import DRIVES, PEER, URAID, best_of, fio_cmd, fio_figures, fio_job, 
 
 SOCK = "/tmp/uraid-bench-nbd.sock"
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def busy_cores(secs, delay):
+    """A thread that, after `delay` s, measures for `secs` s how many of
+    the machine's cores were busy (every process and kernel thread: user,
+    nice, system, irq, softirq; /proc/stat). Its `cores` is set when done."""
+    def stat():
+        f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+        return sum(f[:3]) + sum(f[5:8]), sum(f[:8])
+    class T(threading.Thread):
+        cores = None
+        def run(self):
+            time.sleep(delay)
+            (b0, a0), t0 = stat(), time.time()
+            time.sleep(secs)
+            (b1, a1), t1 = stat(), time.time()
+            self.cores = (b1 - b0) / TICK / (t1 - t0)
+    t = T()
+    t.start()
+    return t
 
 
 def proc_cpu(pid):
@@ -140,19 +163,39 @@ def main():
     # part 2: no ceilings
     devs = sh(DRIVES, "up", "4", "--bw", "0", "--iops", "0").split()
     sh(URAID, "create", "--level", "0", "--chunk", "128K", "--name", "bench", "--force", *devs)
+    # The whole machine's busy cores in the first run's steady state (after
+    # the 1 s warm-up): the engine, the drives' kernel threads, interrupts.
+    window = max(1.0, args.time - 2)
+    busy = busy_cores(window, 1.5)
     inproc = uraid_bench(args, devs, ["RND4K-Q32T1"])[("RND4K Q32T1", "read")]
+    busy.join()
     srv = Serve(devs, throttled=True, metrics=args.metrics, console=args.console)
     c0 = srv.cpu()
+    busy_nbd = busy_cores(window, 1.5)
     r = fio(args, "randread", "4k", 32, srv.uri, nbd=True)
+    busy_nbd.join()
     server_cpu = (srv.cpu() - c0) / args.runs  # per run (each run includes 1 s ramp)
     srv.stop()
     gb = r["bytes"] / 1e9
+    cores = os.cpu_count()
+    # CPU µs per I/O of everything the in-process run keeps busy, and of
+    # fio's nbd engine (one thread, libnbd: a poll and four recv(2) per
+    # structured read reply). With a server that cost nothing more than
+    # the engine, every core busy could at most run cores / (sum) IOPS.
+    per_io_inproc = busy.cores / inproc["iops"] * 1e6
+    per_io_client = r["client_cpu"] / (r["bytes"] / 4096) * 1e6
+    bound = cores / (per_io_inproc + per_io_client) * 1e6
     print()
     print("no ceilings, RND4K Q32T1 read over 4 memory-speed drives:")
-    print(f"  in-process engine:      {inproc['iops']:>9.0f} IOPS  {inproc['cpu_secs_per_gb']:.2f} CPU s/GB")
+    print(f"  in-process engine:      {inproc['iops']:>9.0f} IOPS  {inproc['cpu_secs_per_gb']:.2f} CPU s/GB;"
+          f" the machine {busy.cores:.2f} of {cores} cores busy = {per_io_inproc:.1f} CPU µs per I/O")
     print(f"  NBD export (fio nbd):   {r['iops']:>9.0f} IOPS  server {server_cpu / gb:.2f} + client {r['client_cpu'] / gb:.2f}"
-          f" = {(server_cpu + r['client_cpu']) / gb:.2f} CPU s/GB (server CPU includes the ramp-up second)")
+          f" = {(server_cpu + r['client_cpu']) / gb:.2f} CPU s/GB (server CPU includes the ramp-up second);"
+          f" the machine {busy_nbd.cores:.2f} of {cores} cores busy")
     print(f"  export / in-process IOPS: {r['iops'] / inproc['iops']:.1%}")
+    print(f"  most a server costing no more than the engine could reach with this client on {cores} cores:"
+          f" {cores} / ({per_io_inproc:.1f} + client {per_io_client:.1f} µs per I/O) = {bound:.0f} IOPS"
+          f" = {bound / inproc['iops']:.1%} of in-process; the export is at {r['iops'] / bound:.1%} of that")
     sh(DRIVES, "down")
 
 
