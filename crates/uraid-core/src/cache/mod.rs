@@ -120,7 +120,8 @@ enum Recorded {
 }
 
 /// Most lines whose journal records the flusher submits before it waits
-/// for them (one group-commit write) and writes the lines.
+/// for them (one group-commit write) and writes the lines; also the
+/// window of lines whose rows it reads ahead.
 const RECORD_BATCH: usize = 64;
 
 /// Journal mode: at most this many rows records for one line (see
@@ -339,37 +340,48 @@ impl std::fmt::Debug for Cache {
 /// two from 4 KiB), kept for reuse: a journal pass reads and writes a few
 /// KiB per dirty range of a line, and a fresh zeroed, page-aligned
 /// allocation for each cost it a fifth of its time. A buffer taken holds
-/// whatever it held before; at most [`SMALL_KEEP`] are kept per class.
+/// whatever it held before; at most [`SMALL_KEEP_BYTES`] bytes are kept.
 #[derive(Default)]
 struct SmallBufs {
-    classes: Mutex<Vec<Vec<IoBuf>>>,
+    /// The buffers kept, by class (index: log2 of the length), and their
+    /// bytes.
+    classes: Mutex<(Vec<Vec<IoBuf>>, usize)>,
 }
 
-/// Most buffers [`SmallBufs`] keeps in each size class.
-const SMALL_KEEP: usize = 1024;
+/// Most bytes [`SmallBufs`] keeps for reuse (all classes together).
+const SMALL_KEEP_BYTES: usize = 32 << 20;
 
 impl SmallBufs {
     /// A buffer of at least `len` bytes (its length is its class's).
     fn take(&self, len: usize) -> IoBuf {
         let class = len.max(4096).next_power_of_two();
         let k = class.trailing_zeros() as usize;
-        lock(&self.classes).get_mut(k).and_then(Vec::pop).unwrap_or_else(|| IoBuf::new(class))
+        let mut c = lock(&self.classes);
+        match c.0.get_mut(k).and_then(Vec::pop) {
+            Some(b) => {
+                c.1 -= b.len();
+                b
+            }
+            None => IoBuf::new(class),
+        }
     }
 
-    /// Keeps `b` for reuse, if its length is a class's and the class has
-    /// room.
+    /// Keeps `b` for reuse, if its length is a class's and the bytes kept
+    /// stay within [`SMALL_KEEP_BYTES`].
     fn give(&self, b: IoBuf) {
         if !b.len().is_power_of_two() || b.len() < 4096 {
             return;
         }
         let k = b.len().trailing_zeros() as usize;
         let mut c = lock(&self.classes);
-        if c.len() <= k {
-            c.resize_with(k + 1, Vec::new);
+        if c.1 + b.len() > SMALL_KEEP_BYTES {
+            return;
         }
-        if c[k].len() < SMALL_KEEP {
-            c[k].push(b);
+        if c.0.len() <= k {
+            c.0.resize_with(k + 1, Vec::new);
         }
+        c.1 += b.len();
+        c.0[k].push(b);
     }
 }
 
