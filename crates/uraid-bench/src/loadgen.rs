@@ -1,6 +1,8 @@
-//! The load generator: runs one [`Test`] on a [`Volume`] for a fixed time.
+//! The load generator: runs one [`Test`] on a [`BlockDevice`] (a volume in
+//! process, or an NBD export through `uraid_nbd::client`) for a fixed time.
 //!
-//! Each thread has its own engine [`uraid_core::Queue`] (its own io_uring)
+//! Each thread has its own queue (an engine [`uraid_core::Queue`] with its
+//! own io_uring, or its own NBD connection)
 //! and keeps `qd` requests in flight: a completion is answered at once by
 //! the next request, handed to the kernel before the next completion is
 //! looked at, as fio (`iodepth_batch_submit=1`, its default) and
@@ -23,7 +25,7 @@
 //! the [`Fill`] pattern (a mixed test's buffers then carry whatever was last
 //! read, which is the same pattern: the area was written with it first).
 
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -31,7 +33,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use serde::Serialize;
 use uraid_core::io::member::now_ns;
-use uraid_core::{bail, BlockQueue, Completion, Error, IoBuf, Op, Request, Result, Volume};
+use uraid_core::{bail, BlockDevice, BlockQueue, Completion, Error, IoBuf, Op, Request, Result};
 
 use crate::profile::{Dir, Pattern, Test};
 
@@ -209,7 +211,7 @@ pub const MAX_BUFFERS: u64 = 1 << 30;
 
 /// The usable test area: `area` clamped to the volume and rounded down to
 /// whole blocks. Errors: `InvalidInput` when not one block per thread fits.
-pub fn test_area(vol: &Volume, test: &Test, area: u64) -> Result<u64> {
+pub fn test_area<D: BlockDevice>(vol: &D, test: &Test, area: u64) -> Result<u64> {
     let p = &test.profile;
     let bs = vol.block_size() as usize;
     if !p.block.is_multiple_of(bs) {
@@ -255,7 +257,7 @@ struct WindowOut {
 ///
 /// Errors: the first I/O error (the run stops), or `InvalidInput` for an
 /// area too small for the profile.
-pub fn run(vol: &Arc<Volume>, test: Test, area: u64, duration: Duration, fill: Fill, seed: u64) -> Result<RunResult> {
+pub fn run<D: BlockDevice>(vol: &D, test: Test, area: u64, duration: Duration, fill: Fill, seed: u64) -> Result<RunResult> {
     let mut r = run_windows(vol, test, area, &[duration], fill, seed, &mut |_| {})?;
     Ok(r.remove(0))
 }
@@ -277,8 +279,8 @@ pub fn run(vol: &Arc<Volume>, test: Test, area: u64, duration: Duration, fill: F
 ///
 /// Errors: the first I/O error (the run stops), or `InvalidInput` for an
 /// area too small for the profile or an empty or zero-length window.
-pub fn run_windows(
-    vol: &Arc<Volume>,
+pub fn run_windows<D: BlockDevice>(
+    vol: &D,
     test: Test,
     area: u64,
     windows: &[Duration],
@@ -422,8 +424,8 @@ fn merge(per_window: &mut [WindowOut], o: WindowOut) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn thread_main(
-    vol: &Arc<Volume>,
+fn thread_main<D: BlockDevice>(
+    vol: &D,
     test: Test,
     area: u64,
     t: usize,
@@ -435,7 +437,7 @@ fn thread_main(
 ) -> Result<()> {
     let p = test.profile;
     let setup = || -> Result<_> {
-        let q = vol.queue(p.qd)?;
+        let q = vol.open_queue(p.qd)?;
         let mut rng = SmallRng::seed_from_u64(seed);
         let bufs: Vec<IoBuf> = (0..p.qd)
             .map(|_| {
@@ -569,10 +571,10 @@ fn thread_main(
 /// Writes the first `area` bytes of `vol` once, sequentially with 1 MiB
 /// requests at QD8, then flushes, so that read tests read real data (as
 /// CrystalDiskMark writes its test file first).
-pub fn prepare(vol: &Arc<Volume>, area: u64, fill: Fill) -> Result<()> {
+pub fn prepare<D: BlockDevice>(vol: &D, area: u64, fill: Fill) -> Result<()> {
     let block = (1usize << 20).min(area as usize) / vol.block_size() as usize * vol.block_size() as usize;
     let area = area.min(vol.capacity());
-    let mut q = vol.queue(8)?;
+    let mut q = vol.open_queue(8)?;
     let mut rng = SmallRng::seed_from_u64(0x5eed);
     let mut free: Vec<IoBuf> = (0..8)
         .map(|_| {

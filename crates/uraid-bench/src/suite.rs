@@ -3,11 +3,10 @@
 //! best run (CrystalDiskMark's figure), the median, the worst and the
 //! spread (see [`crate::stats`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use uraid_core::{Result, Volume};
+use uraid_core::{BlockDevice, Result};
 
 use crate::loadgen::{self, Fill, RunResult};
 use crate::profile::Test;
@@ -111,10 +110,11 @@ pub enum Progress<'a> {
     Running { test: &'a Test, index: usize, count: usize, run: usize, runs: usize },
 }
 
-/// Runs the suite on `vol`, calling `progress` as it goes.
+/// Runs the suite on `vol` (a volume in process or an NBD export),
+/// calling `progress` as it goes.
 ///
 /// Errors: the first I/O error, or a test area too small for a profile.
-pub fn run_suite(vol: &Arc<Volume>, opts: &SuiteOptions, progress: &mut dyn FnMut(Progress)) -> Result<Vec<TestResult>> {
+pub fn run_suite<D: BlockDevice>(vol: &D, opts: &SuiteOptions, progress: &mut dyn FnMut(Progress)) -> Result<Vec<TestResult>> {
     for t in &opts.tests {
         loadgen::test_area(vol, t, opts.area)?;
     }

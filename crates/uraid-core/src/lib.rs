@@ -29,6 +29,6 @@ pub mod volume;
 pub use error::{Error, ErrorKind, Result};
 pub use io::buf::IoBuf;
 pub use io::member::{Member, MemberSpec};
-pub use io::request::{BlockQueue, Completion, Op, Request};
+pub use io::request::{BlockDevice, BlockQueue, Completion, Op, Request};
 pub use raid::geometry::{Geometry, Level};
 pub use volume::{Queue, Volume};

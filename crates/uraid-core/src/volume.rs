@@ -20,7 +20,7 @@ use crate::cache::queue::CacheQueue;
 use crate::cache::{Cache, CacheConfig, CacheMode};
 use crate::cache::journal::Journal;
 use crate::io::member::Member;
-use crate::io::request::{BlockQueue, Completion, Rejected, Request};
+use crate::io::request::{BlockDevice, BlockQueue, Completion, Rejected, Request};
 use crate::raid::engine::{RaidQueue, RaidVolume, Shared};
 use crate::raid::reshape::{ReshapeQueue, ReshapeState};
 use crate::raid::geometry::Geometry;
@@ -214,6 +214,22 @@ impl Queue {
 
 /// The stack's queue is a [`BlockQueue`] (bring the trait into scope to
 /// use it: `use uraid_core::BlockQueue`).
+impl BlockDevice for Arc<Volume> {
+    type Queue = Queue;
+    fn open_queue(&self, depth: usize) -> Result<Queue> {
+        self.queue(depth)
+    }
+    fn capacity(&self) -> u64 {
+        self.raid.capacity()
+    }
+    fn block_size(&self) -> u32 {
+        self.raid.block_size()
+    }
+    fn flush(&self) -> Result<()> {
+        Volume::flush(self)
+    }
+}
+
 impl BlockQueue for Queue {
     #[inline]
     fn push(&mut self, req: Request) -> std::result::Result<(), Rejected> {

@@ -248,6 +248,28 @@ pub fn parse_request(b: &[u8; REQUEST_LEN]) -> Option<RequestHeader> {
     })
 }
 
+/// Encodes a 28-byte request header (the client side of [`parse_request`]).
+pub fn encode_request(h: &RequestHeader) -> [u8; REQUEST_LEN] {
+    let mut b = [0u8; REQUEST_LEN];
+    b[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
+    b[4..6].copy_from_slice(&h.flags.to_be_bytes());
+    b[6..8].copy_from_slice(&h.cmd.to_be_bytes());
+    b[8..16].copy_from_slice(&h.handle.to_be_bytes());
+    b[16..24].copy_from_slice(&h.offset.to_be_bytes());
+    b[24..28].copy_from_slice(&h.len.to_be_bytes());
+    b
+}
+
+/// Parses a 16-byte simple reply header into (handle, NBD error; 0 is
+/// success). `None` when the magic is not the simple reply's (the stream
+/// is out of step, or the server sent a structured reply).
+pub fn parse_simple_reply(b: &[u8; 16]) -> Option<(u64, u32)> {
+    if u32::from_be_bytes(b[0..4].try_into().ok()?) != SIMPLE_REPLY_MAGIC {
+        return None;
+    }
+    Some((u64::from_be_bytes(b[8..16].try_into().ok()?), u32::from_be_bytes(b[4..8].try_into().ok()?)))
+}
+
 /// Encodes a simple reply header (16 bytes); READ data follows it.
 pub fn simple_reply(handle: u64, error: u32) -> [u8; 16] {
     let mut b = [0u8; 16];

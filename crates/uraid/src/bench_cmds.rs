@@ -16,7 +16,8 @@ use uraid_bench::target::{describe, TargetKind};
 use uraid_bench::{Fill, TestResult};
 use uraid_core::control::array::{self};
 use uraid_core::units::{fmt_size, parse_size};
-use uraid_core::{Geometry, Member, Volume};
+use uraid_core::{BlockDevice, BlockQueue, Geometry, Member, Volume};
+use uraid_nbd::client::{NbdDevice, NbdUri};
 
 use crate::common::specs;
 
@@ -84,7 +85,9 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     volume: Option<String>,
     /// A file, block device or mem: drive; several uraid members = their array;
-    /// several raw drives = a temporary RAID 0 over them (nothing persisted).
+    /// several raw drives = a temporary RAID 0 over them (nothing persisted);
+    /// or an NBD export, 'nbd+unix:///NAME?socket=PATH' or 'nbd://HOST[:PORT]/NAME'
+    /// (any server: one connection per thread, the same tests as in process).
     #[arg(required = true)]
     targets: Vec<String>,
 }
@@ -194,6 +197,15 @@ fn guard_writes(opts: &SuiteOptions, overwrite: bool, what: &str, found: Option<
 
 pub(crate) fn cmd_bench(a: BenchArgs) -> Result<()> {
     let opts = suite_options(&a.suite)?;
+    if let Some(t) = a.targets.iter().find(|t| NbdUri::looks_like(t)) {
+        if a.targets.len() > 1 {
+            bail!("an NBD export is benchmarked alone: give '{t}' as the only target");
+        }
+        if a.volume.is_some() || a.raw {
+            bail!("--volume and --raw are for local drives; the export '{t}' is what its server serves");
+        }
+        return bench_nbd(t, &a.suite, &opts);
+    }
     let specs = specs(&a.targets)?;
     let mut assembled = None;
     let (vol, kind): (Arc<Volume>, TargetKind) = {
@@ -245,7 +257,8 @@ pub(crate) fn cmd_bench(a: BenchArgs) -> Result<()> {
     let results = run_suite(&vol, &opts, &mut |p| bar.update("bench", p));
     bar.finish();
     let results = results?;
-    print_bench(&vol, &kind, &results, a.suite.json)?;
+    let cache = vol.cache().map(|c| (c.config(), c.stats()));
+    print_bench(&describe(&vol, &kind), vol.capacity(), cache, &results, a.suite.json)?;
     drop(vol);
     match assembled {
         Some(arr) if a.suite.read_only => arr.release(),
@@ -255,16 +268,48 @@ pub(crate) fn cmd_bench(a: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Prints the results of `uraid bench` on `vol`: the table (or JSON), then
-/// the counters of the volume's cache when it has one (also in the JSON, as
-/// `cache`, null without one).
-fn print_bench(vol: &Volume, kind: &TargetKind, results: &[TestResult], json: bool) -> Result<()> {
-    let cache = vol.cache().map(|c| (c.config(), c.stats()));
+/// `uraid bench` on an NBD export: the same suite through uraid's NBD
+/// client (`uraid_nbd::client`), one connection per thread. Write tests
+/// are refused, before anything is written, when the export's first bytes
+/// hold a filesystem or a superblock, as for a local drive.
+fn bench_nbd(uri: &str, a: &SuiteArgs, opts: &SuiteOptions) -> Result<()> {
+    let uri: NbdUri = uri.parse()?;
+    let dev = NbdDevice::connect(&uri)?;
+    let writes = opts.prepare || opts.tests.iter().any(|t| t.dir.writes());
+    if writes && dev.info().read_only() {
+        bail!("the export {uri} is read-only: use --read-only (its area is then read as it is)");
+    }
+    let probe = (uraid_core::control::signature::PROBE_LEN as u64).min(dev.capacity()) as usize / 4096 * 4096;
+    if probe > 0 {
+        let head = dev.open_queue(1)?.read_at(0, probe)?;
+        guard_writes(opts, a.overwrite, &format!("the export {uri}"), uraid_core::control::signature::detect(&head))?;
+    }
+    let description = dev.describe();
+    if !a.json && !a.quiet {
+        eprintln!("target: {description}");
+    }
+    let bar = Bar::new((opts.tests.len() * opts.runs) as u64, a.quiet || a.json);
+    let results = run_suite(&dev, opts, &mut |p| bar.update("bench", p));
+    bar.finish();
+    print_bench(&description, dev.capacity(), None, &results?, a.json)
+}
+
+/// Prints the results of `uraid bench` on a target (`description`,
+/// `capacity` bytes): the table (or JSON), then the counters of the
+/// volume's cache when it has one (also in the JSON, as `cache`, null
+/// without one).
+fn print_bench(
+    description: &str,
+    capacity: u64,
+    cache: Option<(uraid_core::cache::CacheConfig, uraid_core::cache::CacheStats)>,
+    results: &[TestResult],
+    json: bool,
+) -> Result<()> {
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "target": describe(vol, kind), "capacity": vol.capacity(), "results": results,
+                "target": description, "capacity": capacity, "results": results,
                 "cache": cache.map(|(_, st)| st),
             }))?
         );

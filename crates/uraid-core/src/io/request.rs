@@ -154,3 +154,23 @@ pub trait BlockQueue {
         self.run(Request::flush(0)).result.map(|_| ())
     }
 }
+
+/// Something queues can be opened on: a volume (the in-process engine), or
+/// the client side of an NBD export (`uraid_nbd::client`). The load
+/// generator runs on any of them, so the same test measures the engine
+/// in process and through the export (as SPDK's bdevperf runs on any
+/// bdev). Shared by the threads that each open their own queue.
+pub trait BlockDevice: Sync {
+    /// The queue one thread drives.
+    type Queue: BlockQueue;
+    /// A queue for the calling thread with room for `depth` requests in
+    /// flight. Errors: whatever stops it being made (no io_uring, a
+    /// connection refused).
+    fn open_queue(&self, depth: usize) -> Result<Self::Queue>;
+    /// Size in bytes.
+    fn capacity(&self) -> u64;
+    /// Smallest I/O unit in bytes: offsets and lengths are multiples.
+    fn block_size(&self) -> u32;
+    /// Makes every completed write durable (blocking).
+    fn flush(&self) -> Result<()>;
+}

@@ -1269,3 +1269,49 @@ fn fstrim_on_members_without_discard_fails_no_member() {
     assert!(st.success(), "serve: {err}");
     drop(lo_member);
 }
+
+/// `uraid bench` on an export, through uraid's own NBD client: the tests
+/// run and count I/O; a filesystem put on the export with real tools
+/// (mkfs.ext4 on a file, nbdcopy into the export) makes it refuse the
+/// write tests, with the export left as it was; read tests still run.
+#[test]
+fn uraid_bench_measures_an_export_and_will_not_write_over_its_filesystem() {
+    let _g = shared();
+    tools();
+    let d = tmpdir();
+    let m = array(d.path(), 2, 24 << 20, "benched");
+    let srv = Served::start(&m, &d.path().join("s.sock"), &[]);
+    let quick = ["bench", "--json", "--runs", "1", "--time", "0.2", "--warmup", "0", "--size", "8M"];
+    let o = uraid_ok(&with(&quick, &["--profile", "RND4K-Q32T1,SEQ1M-Q8T1", &srv.uri()]));
+    let j: serde_json::Value = serde_json::from_str(&o.stdout).expect("bench --json");
+    let target = j["target"].as_str().unwrap_or_default();
+    assert!(target.starts_with("NBD export nbd+unix:///benched?socket="), "{j}");
+    assert_eq!(j["capacity"].as_u64(), Some(2 * (23 << 20)), "{j}");
+    let results = j["results"].as_array().expect("results");
+    assert_eq!(results.len(), 4, "read and write of two profiles: {j}");
+    for r in results {
+        assert!(r["best"]["ios"].as_u64().unwrap_or(0) > 0, "a test did no I/O: {r}");
+    }
+    // A filesystem on the export.
+    let img = sparse_file(d.path(), "fs.img", 8 << 20);
+    mkfs_ext4(&img);
+    run_tool(Command::new("nbdcopy").arg(&img).arg(srv.uri()));
+    let before = d.path().join("before");
+    run_tool(Command::new("nbdcopy").arg(srv.uri()).arg(&before));
+    let o = uraid_fails(
+        &with(&quick, &["--profile", "RND4K-Q1T1", &srv.uri()]),
+        &["the export nbd+unix:///benched", "holds an ext2/ext3/ext4 filesystem", "Nothing was written", "--overwrite"],
+    );
+    assert!(o.stdout.is_empty(), "{}", o.stdout);
+    let after = d.path().join("after");
+    run_tool(Command::new("nbdcopy").arg(srv.uri()).arg(&after));
+    assert!(std::fs::read(&before).unwrap() == std::fs::read(&after).unwrap(), "the refused bench changed the export");
+    uraid_ok(&with(&quick, &["--profile", "RND4K-Q1T1", "--read-only", &srv.uri()]));
+    // Mistakes in the target are told as such.
+    uraid_fails(&["bench", "nbd+unix:///nope?socket=/nonexistent.sock"], &["cannot connect", "is the server running"]);
+    uraid_fails(&["bench", &srv.uri(), s(&img)], &["benchmarked alone"]);
+    let wrong = srv.uri().replace("/benched?", "/other?");
+    uraid_fails(&["bench", "--read-only", &wrong], &["no export named 'other'"]);
+    let (st, _, _) = srv.stop();
+    assert!(st.success());
+}
