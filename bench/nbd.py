@@ -9,10 +9,13 @@ Prints figures and ratios from ONE run. Issue 4's targets:
     in-process benchmark of the same array and btrfs raid0 (fio) on the same
     drives, with ratios.
   part 2 (no ceilings): the export's RND4K Q32T1 read IOPS and CPU seconds
-    per GB (server and client) next to the in-process engine's, and the
-    most the export could reach with fio's nbd engine as the client on
-    this machine's cores: the in-process run's CPU per I/O (the whole
-    machine's, drives' kernel threads included) plus the client's.
+    per GB (server and client) next to the in-process engine's, measured
+    with two clients: fio's nbd engine (with the most the export could
+    reach with it on this machine's cores: the in-process run's CPU per
+    I/O, the whole machine's, drives' kernel threads included, plus the
+    client's), and `uraid bench` on the export's URI, the same load
+    generator as the in-process run through uraid's NBD client (issue
+    19's target: at least 70% of in-process).
 
 Needs root, the testbed (../shared/testbed), fio, libnbd-bin and btrfs-progs
 (installed with apt-get when missing). Usage: python3 bench/nbd.py [--runs N] [--time S] [--metrics] [--console]
@@ -175,6 +178,15 @@ def main():
     r = fio(args, "randread", "4k", 32, srv.uri, nbd=True)
     busy_nbd.join()
     server_cpu = (srv.cpu() - c0) / args.runs  # per run (each run includes 1 s ramp)
+    # The same load generator as the in-process run, through the export:
+    # `uraid bench` on the export's URI (uraid's NBD client, one request
+    # sent per completion as in process). Read-only: the area was written
+    # by the in-process run.
+    c1 = srv.cpu()
+    busy_own = busy_cores(window, 1.5)
+    own = uraid_bench(args, [srv.uri], ["RND4K-Q32T1"], read_only=True)[("RND4K Q32T1", "read")]
+    busy_own.join()
+    own_server_cpu = (srv.cpu() - c1) / args.runs
     srv.stop()
     gb = r["bytes"] / 1e9
     cores = os.cpu_count()
@@ -192,10 +204,19 @@ def main():
     print(f"  NBD export (fio nbd):   {r['iops']:>9.0f} IOPS  server {server_cpu / gb:.2f} + client {r['client_cpu'] / gb:.2f}"
           f" = {(server_cpu + r['client_cpu']) / gb:.2f} CPU s/GB (server CPU includes the ramp-up second);"
           f" the machine {busy_nbd.cores:.2f} of {cores} cores busy")
-    print(f"  export / in-process IOPS: {r['iops'] / inproc['iops']:.1%}")
+    print(f"  export / in-process IOPS (fio nbd): {r['iops'] / inproc['iops']:.1%}")
     print(f"  most a server costing no more than the engine could reach with this client on {cores} cores:"
           f" {cores} / ({per_io_inproc:.1f} + client {per_io_client:.1f} µs per I/O) = {bound:.0f} IOPS"
           f" = {bound / inproc['iops']:.1%} of in-process; the export is at {r['iops'] / bound:.1%} of that")
+    own_gb = own["bytes"] / 1e9
+    # uraid bench's CPU figure is the whole run's (warm-up included) over
+    # the best run's bytes; the server's is per run, ramp included, too.
+    print(f"  NBD export (uraid bench): {own['iops']:>9.0f} IOPS  server {own_server_cpu / own_gb:.2f} + client"
+          f" {own['cpu_secs_per_gb']:.2f} = {own_server_cpu / own_gb + own['cpu_secs_per_gb']:.2f} CPU s/GB;"
+          f" the machine {busy_own.cores:.2f} of {cores} cores busy")
+    share = own["iops"] / inproc["iops"]
+    print(f"  export / in-process IOPS, the same load generator on both sides (uraid bench): {share:.1%}"
+          f"  target >= 70%: {'MET' if share >= 0.70 else 'NOT MET'}")
     sh(DRIVES, "down")
 
 

@@ -495,6 +495,10 @@ pub struct NbdQueue {
     /// A READ reply whose data is being received: its slot and the bytes
     /// of it already in the buffer.
     data: Option<(usize, usize)>,
+    /// The last receive returned less than it had room for: the socket is
+    /// very likely empty, so the next wait polls before it reads instead
+    /// of spending a system call to hear EAGAIN.
+    drained: bool,
     /// Completions made without the server (refusals are returned by
     /// push; these are flushes the export does not need).
     ready: Vec<Completion>,
@@ -522,6 +526,7 @@ impl NbdQueue {
             in_start: 0,
             in_end: 0,
             data: None,
+            drained: false,
             ready: Vec::new(),
             in_flight: 0,
             broken: None,
@@ -636,6 +641,9 @@ impl NbdQueue {
         if self.broken.is_some() {
             return false;
         }
+        if std::mem::take(&mut self.drained) {
+            return false;
+        }
         // READ data that did not fit in the buffer goes straight into its
         // request's buffer.
         if let Some((si, got)) = self.data {
@@ -674,6 +682,7 @@ impl NbdQueue {
                 self.fail_all(format!("the server closed the connection {what}").trim_end().to_string());
             }
             Ok(n) => {
+                self.drained = end + n < self.inbuf.len();
                 self.in_end += n;
                 self.parse(out);
             }
