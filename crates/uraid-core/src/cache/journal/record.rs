@@ -149,9 +149,9 @@ impl Journal {
 
     /// Writes the pending records, unless another thread is at it (it
     /// writes those submitted meanwhile too): each run of records back to
-    /// back in the log (at most [`GROUP_BYTES`]) with one `RWF_DSYNC`
-    /// write, until none is pending. A failed write loses the journal (see
-    /// [`write_dsync`](Self::write_dsync)); [`written`](Self::written)
+    /// back in the log (at most 1 MiB) with one `RWF_DSYNC` write, until
+    /// none is pending. A failed write loses the journal (see
+    /// [`is_lost`](Self::is_lost)); [`written`](Self::written)
     /// then says so to every record not yet acknowledged.
     pub fn commit(&self) {
         let mut s = self.lock();
