@@ -806,6 +806,7 @@ impl NbdQueue {
     /// deadline passed.
     fn wait_for(&mut self, min: usize, out: &mut Vec<Completion>, extra: Option<RawFd>, deadline: Option<std::time::Instant>) -> bool {
         let start = out.len();
+        self.in_flight -= self.ready.len();
         out.append(&mut self.ready);
         loop {
             self.send_some();

@@ -340,11 +340,16 @@ fn hostile(misdeed: Misdeed) -> (NbdUri, std::thread::JoinHandle<()>) {
 /// The server's half of a fixed newstyle handshake that answers GO with
 /// the export's size.
 fn handshake(s: &mut UnixStream, size: u64) {
+    handshake_flags(s, size, TF_HAS_FLAGS | TF_SEND_FLUSH);
+}
+
+/// [`handshake`] telling the transmission flags `flags`.
+fn handshake_flags(s: &mut UnixStream, size: u64, flags: u16) {
     greet_and_read_go(s);
     let mut info = Vec::new();
     info.extend_from_slice(&INFO_EXPORT.to_be_bytes());
     info.extend_from_slice(&size.to_be_bytes());
-    info.extend_from_slice(&(TF_HAS_FLAGS | TF_SEND_FLUSH).to_be_bytes());
+    info.extend_from_slice(&flags.to_be_bytes());
     s.write_all(&option_reply(OPT_GO, REP_INFO, &info)).expect("info");
     s.write_all(&option_reply(OPT_GO, REP_ACK, &[])).expect("ack");
 }
@@ -457,3 +462,29 @@ fn greet_and_read_go(s: &mut UnixStream) {
     s.read_exact(&mut d).expect("data");
 }
 
+
+/// A server that does not offer FLUSH may not be sent one (the spec): the
+/// client completes it at once, and the queue is empty afterwards. The
+/// server here answers nothing, so a FLUSH sent would never complete.
+#[test]
+fn a_flush_the_export_does_not_take_completes_at_once() {
+    let sock = scratch("noflush").join("s");
+    let l = UnixListener::bind(&sock).expect("bind");
+    let t = std::thread::spawn(move || {
+        for _ in 0..2 {
+            let (mut s, _) = l.accept().expect("accept");
+            handshake_flags(&mut s, 1 << 20, TF_HAS_FLAGS);
+            // Whatever comes (a DISC at the end), nothing is answered.
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink);
+            assert!(sink.len() % REQUEST_LEN == 0 && sink.chunks(REQUEST_LEN).all(|r| parse_request(r.try_into().unwrap()).is_some_and(|h| h.cmd == CMD_DISC)), "the client sent a request other than DISC: {sink:?}");
+        }
+    });
+    let uri: NbdUri = format!("nbd+unix:///x?socket={}", sock.display()).parse().expect("uri");
+    let dev = NbdDevice::connect(&uri).expect("connect");
+    let mut q = dev.open_queue(2).expect("queue");
+    BlockQueue::flush(&mut q).expect("a flush with nothing to flush");
+    assert_eq!(q.in_flight(), 0, "the flush is still counted in flight");
+    drop(q);
+    t.join().expect("server thread");
+}
