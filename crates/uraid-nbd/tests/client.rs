@@ -48,18 +48,30 @@ struct Uraid {
 
 impl Uraid {
     fn start(stripes: u64, opts: ServerOptions) -> Uraid {
+        Uraid::start_on(stripes, opts, false)
+    }
+
+    /// Like [`start`](Self::start), on TCP (127.0.0.1, a port the kernel
+    /// picks) when `tcp`.
+    fn start_on(stripes: u64, opts: ServerOptions, tcp: bool) -> Uraid {
         let chunk = 64 << 10;
         let spec = MemberSpec::Mem(MemSpec { size: DATA_OFFSET + stripes * chunk, limits: Default::default() });
         let ms: Vec<Member> = (0..3).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).expect("mem: member")).collect();
         let g = Geometry::new(Level::Raid5, 3, chunk, stripes * chunk).expect("geometry");
         let volume = Volume::new(Arc::new(ms), g, DATA_OFFSET).expect("volume");
         let server = Arc::new(Server::new(vec![Export { name: "vol".into(), description: "client test".into(), volume: volume.clone() }], opts));
-        let sock = scratch("uraid").join("s");
-        let l = UnixListener::bind(&sock).expect("bind");
-        let listener = Listener::Unix(l, sock.clone());
+        let (listener, uri) = if tcp {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            let uri = format!("nbd://{}/vol", l.local_addr().expect("address"));
+            (Listener::Tcp(l), uri)
+        } else {
+            let sock = scratch("uraid").join("s");
+            let l = UnixListener::bind(&sock).expect("bind");
+            (Listener::Unix(l, sock.clone()), format!("nbd+unix:///vol?socket={}", sock.display()))
+        };
         let s = server.clone();
         let thread = std::thread::spawn(move || s.run(&listener).expect("server runs"));
-        Uraid { server, thread: Some(thread), uri: format!("nbd+unix:///vol?socket={}", sock.display()).parse().expect("uri"), volume }
+        Uraid { server, thread: Some(thread), uri: uri.parse().expect("uri"), volume }
     }
 }
 
@@ -487,4 +499,19 @@ fn a_flush_the_export_does_not_take_completes_at_once() {
     assert_eq!(q.in_flight(), 0, "the flush is still counted in flight");
     drop(q);
     t.join().expect("server thread");
+}
+
+#[test]
+fn the_client_speaks_tcp_too() {
+    let u = Uraid::start_on(16, ServerOptions::default(), true);
+    assert!(u.uri.to_string().starts_with("nbd://127.0.0.1:"), "{}", u.uri);
+    let dev = NbdDevice::connect(&u.uri).expect("connect over TCP");
+    let mut q = dev.open_queue(8).expect("queue");
+    let mut model = vec![0u8; dev.capacity() as usize];
+    let mut rng = SmallRng::seed_from_u64(3);
+    let ops: Vec<(bool, u64, usize)> = (0..400).map(|i| (i < 200 || rng.random_bool(0.5), rng.random_range(0..(model.len() as u64 - 65536) / 4096) * 4096, 65536)).collect();
+    run_ops(&mut q, &mut model, &ops, 8, &mut rng);
+    drop(q);
+    let whole = u.volume.read_at(0, model.len()).expect("volume read");
+    assert!(whole == model, "the volume does not hold what was written over TCP");
 }
