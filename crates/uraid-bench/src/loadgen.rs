@@ -18,7 +18,9 @@
 //! Figures: MB/s = 10^6 bytes/s (CrystalDiskMark, fio `bw_bytes`/1e6),
 //! latency from submission to completion in µs, CPU = this process's user +
 //! system time (getrusage), so work the kernel does in its own threads
-//! (loop devices, the block layer's workers) is not counted, as in fio.
+//! (loop devices, the block layer's workers) is not counted, as in fio;
+//! through an NBD export it is the client's alone (the server's is its
+//! own process's).
 //!
 //! Mixed tests draw each request's direction at random with the read share
 //! of [`Dir::Mix`]; a buffer is filled once, when the thread starts, with
