@@ -61,8 +61,9 @@ pub(crate) struct ScannedArray {
     /// Spares found.
     pub spares: u32,
     /// `clean`, `active` (not stopped cleanly), `degraded` (a role not
-    /// found, or faulty, missing or rebuilding in the superblock) or
-    /// `in use` (a uraid process holds a member).
+    /// found, or faulty, missing or rebuilding in the superblock), `in
+    /// use` (a uraid process holds a member) or `reshaping` (a reshape is
+    /// recorded in the middle: the next assemble goes on with it).
     pub state: &'static str,
     /// A member is locked by a running uraid process.
     pub in_use: bool,
@@ -217,6 +218,8 @@ fn summarize(group: Vec<(String, Superblock)>, locked: &HashSet<(u64, u64)>) -> 
         "degraded"
     } else if in_use {
         "in use"
+    } else if auth.reshape.is_some() {
+        "reshaping"
     } else if auth.state == State::Active {
         "active"
     } else {

@@ -276,6 +276,10 @@ fn interrupted_with(seed: u64, level: &str, crash: Option<&str>, kill_after: Opt
             verify(d.path(), "gc", &before, &data, &what);
             return;
         }
+        // scan, as at boot, says so too (not "active").
+        let o = after_a_crash(&["scan", s(d.path())]);
+        let line = o.stdout.lines().find(|l| l.starts_with("ARRAY name=gc ")).unwrap_or_else(|| panic!("{what}: scan lists no gc: {}", o.stdout));
+        assert!(line.contains(" state=reshaping "), "{what}: {line}");
     }
     let o = after_a_crash(&with(&["assemble"], &strs(&m)));
     assert!(o.status.success(), "{what}: assemble: {}{}", o.stdout, o.stderr);
