@@ -27,6 +27,23 @@ pub(crate) fn run_dir() -> PathBuf {
     }
 }
 
+/// The directory of state kept across restarts and reboots (the stamp of
+/// the last scheduled check, as systemd keeps a persistent timer's in
+/// /var/lib/systemd/timers): `$URAID_STATE_DIR`, else `/var/lib/uraid`.
+pub(crate) fn state_dir() -> PathBuf {
+    match std::env::var_os("URAID_STATE_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from("/var/lib/uraid"),
+    }
+}
+
+/// The stamp of the array whose UUID is `uuid`: its modification time is
+/// when the last check (scrub) of the array ended under a `--scrub-every`
+/// schedule, so the schedule counts from there across restarts.
+pub(crate) fn check_stamp(uuid: &str) -> PathBuf {
+    state_dir().join(format!("check-{uuid}.stamp"))
+}
+
 /// The state file of the array whose UUID is `uuid` (as `fmt_uuid` prints it).
 pub(crate) fn state_path(uuid: &str) -> PathBuf {
     run_dir().join(format!("{uuid}.json"))

@@ -118,8 +118,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "TOKEN", requires = "console")]
     console_token: Option<String>,
     /// Check every redundant volume this often (like the weekly mdcheck
-    /// timer), counted from the start of `serve` and from the end of the
-    /// last scrub: 12h, 7d, 1w. Mismatches are reported as MismatchesFound.
+    /// timer), counted from the end of the last check, also across
+    /// restarts (its stamp is kept in $URAID_STATE_DIR, else
+    /// /var/lib/uraid; without one, from the start of `serve`): 12h, 7d,
+    /// 1w. Mismatches are reported as MismatchesFound.
     #[arg(long)]
     scrub_every: Option<String>,
     /// Run this program on every event, as `PROGRAM EVENT ARRAY [MEMBER]`
@@ -382,7 +384,8 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     let (res, arr) = std::thread::scope(|sc| -> (std::io::Result<()>, Result<Option<array::Array>>) {
         let manager = match arr.take() {
             Some(x) if !a.read_only => {
-                let opts = crate::service::ManagerOptions { rebuild_rate, scrub_rate, scrub_every };
+                let check_stamp = Some(crate::runstate::check_stamp(&x.uuid()));
+                let opts = crate::service::ManagerOptions { rebuild_rate, scrub_rate, scrub_every, check_stamp };
                 let m = crate::service::Manager::new(x, &server, &name, opts, jobs_rx, live.clone(), events.clone());
                 let ctl = match crate::service::ctl::CtlServer::start(
                     &crate::service::client::ctl_path(&name),

@@ -127,6 +127,10 @@ pub(crate) struct ManagerOptions {
     pub scrub_rate: Option<u64>,
     /// Scheduled check of every redundant volume this often.
     pub scrub_every: Option<Duration>,
+    /// With `scrub_every`: the stamp file whose modification time is the
+    /// end of the last check (see [`crate::runstate::check_stamp`]); the
+    /// schedule counts from it, and every check that ends touches it.
+    pub check_stamp: Option<std::path::PathBuf>,
 }
 
 /// A scrub under way.
@@ -168,6 +172,12 @@ struct Reshaping {
     reported: Vec<u32>,
 }
 
+/// One line on stderr, `uraid serve: MSG` (a closed stderr is not an error).
+fn log_line(msg: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "uraid serve: {msg}");
+}
+
 /// The thread that owns the array while it is served (see the module docs).
 pub(crate) struct Manager<'a> {
     arr: Array,
@@ -178,7 +188,11 @@ pub(crate) struct Manager<'a> {
     live: Arc<Live>,
     events: Events,
     scrub: Option<Scrub>,
+    /// When the last check ended (or the schedule started counting).
     last_scrub: Instant,
+    /// How long before `last_scrub` the last check had ended, from the
+    /// stamp at start (zero once a check has ended here).
+    scrub_age: Duration,
     /// Member states as last seen, to tell what changed.
     seen: Vec<MemberState>,
     degraded: bool,
@@ -207,6 +221,24 @@ impl<'a> Manager<'a> {
         let st = arr.status();
         let degraded = is_degraded(&st);
         let journal_lost = st.volumes.iter().map(|v| v.journal_lost).collect();
+        // The schedule goes on from the last check's end, as recorded.
+        let scrub_age = match (&opts.scrub_every, &opts.check_stamp) {
+            (Some(every), Some(p)) => match std::fs::metadata(p).and_then(|m| m.modified()) {
+                Ok(t) => {
+                    let age = std::time::SystemTime::now().duration_since(t).unwrap_or_default();
+                    log_line(&format!(
+                        "the last check of array '{}' ended {} s ago ({}); the next is due in {} s",
+                        arr.name(),
+                        age.as_secs(),
+                        p.display(),
+                        every.saturating_sub(age).as_secs()
+                    ));
+                    age
+                }
+                Err(_) => Duration::ZERO,
+            },
+            _ => Duration::ZERO,
+        };
         // The control socket answers `status` from the first request on.
         *live.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
         Manager {
@@ -220,6 +252,7 @@ impl<'a> Manager<'a> {
             events,
             scrub: None,
             last_scrub: Instant::now(),
+            scrub_age,
             degraded,
             announced: Vec::new(),
             journal_lost,
@@ -262,13 +295,14 @@ impl<'a> Manager<'a> {
             }
             if self.scrub.is_none() {
                 if let Some(every) = self.opts.scrub_every {
-                    if self.last_scrub.elapsed() >= every {
+                    if self.last_scrub.elapsed() + self.scrub_age >= every {
                         let vols = self.redundant();
                         if !vols.is_empty() {
                             self.events.emit("CheckStarted", None, format!("scheduled check (every {} s)", every.as_secs()));
                             self.scrub = Some(new_scrub(vols, false, self.opts.scrub_rate));
                         }
                         self.last_scrub = Instant::now();
+                        self.scrub_age = Duration::ZERO;
                     }
                 }
             }
@@ -662,9 +696,26 @@ impl<'a> Manager<'a> {
         true
     }
 
+    /// Records now as the end of the last check (the stamp's
+    /// modification time), when a schedule keeps one. A stamp that cannot
+    /// be written is told, and the schedule then counts from this start.
+    fn touch_check_stamp(&self) {
+        let (Some(_), Some(p)) = (&self.opts.scrub_every, &self.opts.check_stamp) else { return };
+        let r = p
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::File::create(p))
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        if let Err(e) = r {
+            self.log(format!(
+                "cannot record the end of this check in {} ({e}); after a restart the schedule counts from the start (set URAID_STATE_DIR to a writable directory)",
+                p.display()
+            ));
+        }
+    }
+
     fn log(&self, msg: String) {
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), "uraid serve: {msg}");
+        log_line(&msg);
     }
 
     /// Runs the rebuild of the rebuilding roles until it ends or is
@@ -794,6 +845,8 @@ impl<'a> Manager<'a> {
     fn finish_scrub(&mut self, s: Scrub) {
         self.live.set_progress(None);
         self.last_scrub = Instant::now();
+        self.scrub_age = Duration::ZERO;
+        self.touch_check_stamp();
         let result = serde_json::Value::Array(s.done);
         for w in s.waiters {
             let _ = w.send(Reply::done(result.clone()));

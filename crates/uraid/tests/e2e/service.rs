@@ -23,6 +23,8 @@ struct Service {
 /// The environment of the tests' uraid commands.
 struct Env {
     run: PathBuf,
+    /// URAID_STATE_DIR (the scheduled check's stamps).
+    state: PathBuf,
     conf: PathBuf,
     extra: Vec<(String, String)>,
 }
@@ -31,12 +33,12 @@ impl Env {
     fn new(dir: &Path) -> Env {
         let run = dir.join("run");
         std::fs::create_dir_all(&run).unwrap();
-        Env { run, conf: dir.join("uraid.conf"), extra: Vec::new() }
+        Env { run, state: dir.join("state"), conf: dir.join("uraid.conf"), extra: Vec::new() }
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(URAID);
-        c.args(args).env("URAID_RUN_DIR", &self.run).env("URAID_CONFIG", &self.conf);
+        c.args(args).env("URAID_RUN_DIR", &self.run).env("URAID_STATE_DIR", &self.state).env("URAID_CONFIG", &self.conf);
         c.envs(self.extra.iter().map(|(k, v)| (k, v)));
         c.stdin(Stdio::null());
         c
@@ -621,6 +623,42 @@ fn a_scheduled_scrub_reports_mismatches_and_monitor_test_mails() {
     assert_contains(&out, &["DegradedArray event on sched"], "monitor --oneshot");
     wait_until(10, "the Fail mail", || std::fs::read_to_string(&mail_log).unwrap_or_default().contains("Subject: Fail event on sched"));
     env.ok(&["stop", "sched"]);
+    assert!(srv.wait().0.success());
+}
+
+/// The scheduled check counts from the end of the last one across
+/// restarts, from its stamp (as systemd's persistent timers keep theirs):
+/// a serve whose check fell due while it was down checks at once and
+/// touches the stamp when the check ends; restarted just after, it waits.
+#[test]
+fn the_check_schedule_counts_from_the_last_check_across_restarts() {
+    let _g = shared();
+    let d = tmpdir();
+    let env = Env::new(d.path());
+    let files = sparse_files(d.path(), "c", 2, 24 << 20);
+    let f = strs(&files);
+    env.ok(&with(&["create", "--level", "1", "--chunk", "64K", "--name", "stamped"], &f));
+    let st: serde_json::Value = serde_json::from_str(&env.ok(&with(&["status", "--json"], &f))).unwrap();
+    let uuid = st["uuid"].as_str().unwrap_or_else(|| panic!("no uuid in {st}")).to_string();
+    let stamp = env.state.join(format!("check-{uuid}.stamp"));
+    std::fs::create_dir_all(&env.state).unwrap();
+    let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+    std::fs::File::create(&stamp).unwrap().set_modified(two_hours_ago).unwrap();
+    let (prog, log) = event_program(d.path());
+    let args = with(&["--scrub-every", "1h", "--program", s(&prog)], &f);
+    let srv = env.serve("stamped", &args);
+    wait_until(30, "CheckStarted at once: the hourly check was due", || events_seen(&log).contains("CheckStarted stamped"));
+    let modified = || std::fs::metadata(&stamp).and_then(|m| m.modified()).unwrap();
+    wait_until(60, "the stamp touched when the check ended", || modified() > two_hours_ago + Duration::from_secs(3600));
+    env.ok(&["stop", "stamped"]);
+    assert!(srv.wait().0.success());
+    // Restarted: the last check ended moments ago, the next is an hour away.
+    std::fs::remove_file(&log).unwrap();
+    let srv = env.serve("stamped", &args);
+    wait_until(30, "NewArray from the restarted serve", || events_seen(&log).contains("NewArray stamped"));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!events_seen(&log).contains("CheckStarted"), "a check started though the last ended just before: {}", events_seen(&log));
+    env.ok(&["stop", "stamped"]);
     assert!(srv.wait().0.success());
 }
 
