@@ -15,7 +15,8 @@
 //!   the login page (`console/login.html`) without the token;
 //! - `POST /login` (form field `token`), `POST /logout`: set or clear the
 //!   cookie; a wrong token is answered after [`LOGIN_DELAY`], one at a
-//!   time, so that a password set in the config cannot be guessed fast;
+//!   time, so that a password set in the config cannot be guessed fast
+//!   (one that comes meanwhile gets 429 at once: nothing queues);
 //! - `GET /static/NAME`: those files;
 //! - `GET /api/status`: what `uraid status --json NAME` prints, live;
 //! - `GET /api/stream`: server-sent events: `status` once a second (the
@@ -195,9 +196,20 @@ fn login_page(src: &Source, status: StatusCode, message: &str) -> Response {
     (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], page).into_response()
 }
 
-/// A wrong token: answered after [`LOGIN_DELAY`], one at a time.
+/// A wrong token: answered after [`LOGIN_DELAY`], one at a time. One
+/// that comes while another is being answered is refused at once with 429
+/// Too Many Requests and `Retry-After: 1` (nginx's limit_req habit): a
+/// flood of wrong tokens does not queue up connections behind the delay.
 async fn wrong_token(src: &Source) -> Response {
-    let _gate = src.login_gate.lock().await;
+    let Ok(_gate) = src.login_gate.try_lock() else {
+        let mut r = login_page(
+            src,
+            StatusCode::TOO_MANY_REQUESTS,
+            "Another wrong token is being answered: wrong tokens are answered one at a time, each after a second. Wait a second and try again.",
+        );
+        r.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return r;
+    };
     tokio::time::sleep(LOGIN_DELAY).await;
     login_page(src, StatusCode::UNAUTHORIZED, "That is not the access token of this console. It is printed by uraid serve --console, or set as console-token in the config.")
 }

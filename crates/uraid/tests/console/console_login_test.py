@@ -74,6 +74,27 @@ code, _, _, body = https("/api/status", headers={"Cookie": attrs[0]})
 assert code == 200 and json.loads(body)["name"] == ARRAY, f"the status with the cookie: {code} {body[:200]}"
 step(f"a wrong token is refused after {took:.1f} s with no cookie; the right one sets a Secure, HttpOnly cookie that opens the API")
 
+# A flood of wrong tokens does not queue behind the delay: while one is
+# being answered, the others are refused at once with 429 (rounds of six at
+# once until two overlap; before, every one waited its turn and got 401).
+import threading
+seen, deadline = set(), time.monotonic() + 30
+while 429 not in seen and time.monotonic() < deadline:
+    res = []
+    ts = [threading.Thread(target=lambda: res.append(https("/login", "POST", "token=wrong", form))) for _ in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for code, cookie, _, body in res:
+        assert code in (401, 429) and cookie is None, f"a wrong login in a flood: {code} {cookie} {body[:200]}"
+        assert code == 401 or "Wait a second and try again" in body, body[:300]
+        seen.add(code)
+assert 429 in seen, "six wrong logins at once all waited their turn (no 429 in 30 s)"
+code, cookie, _, _ = https("/login", "POST", urllib.parse.urlencode({"token": TOKEN}), form)
+assert code == 303 and cookie, f"the right login after the flood: {code}"
+step("wrong tokens sent at once while one is answered get 429 at once; the right token still logs in")
+
 # --- the browser ---------------------------------------------------------------
 o = webdriver.ChromeOptions()
 for a in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
