@@ -29,12 +29,27 @@ use uraid_nbd::client::{NbdDevice, NbdQueue, NbdUri};
 use uraid_nbd::proto::*;
 use uraid_nbd::{Export, Listener, Server, ServerOptions};
 
-fn scratch(tag: &str) -> PathBuf {
+/// A directory of its own for one server's socket, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn sock(&self) -> PathBuf {
+        self.0.join("s")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(tag: &str) -> Scratch {
     static N: AtomicUsize = AtomicUsize::new(0);
     let d = std::env::temp_dir().join(format!("uraid-nbd-client-{}-{tag}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+    Scratch(d)
 }
 
 /// uraid serve in this process: a RAID 5 volume (3 `mem:` members, 64 KiB
@@ -44,6 +59,7 @@ struct Uraid {
     thread: Option<std::thread::JoinHandle<()>>,
     uri: NbdUri,
     volume: Arc<Volume>,
+    _dir: Option<Scratch>,
 }
 
 impl Uraid {
@@ -60,18 +76,19 @@ impl Uraid {
         let g = Geometry::new(Level::Raid5, 3, chunk, stripes * chunk).expect("geometry");
         let volume = Volume::new(Arc::new(ms), g, DATA_OFFSET).expect("volume");
         let server = Arc::new(Server::new(vec![Export { name: "vol".into(), description: "client test".into(), volume: volume.clone() }], opts));
-        let (listener, uri) = if tcp {
+        let (listener, uri, dir) = if tcp {
             let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
             let uri = format!("nbd://{}/vol", l.local_addr().expect("address"));
-            (Listener::Tcp(l), uri)
+            (Listener::Tcp(l), uri, None)
         } else {
-            let sock = scratch("uraid").join("s");
+            let dir = scratch("uraid");
+            let sock = dir.sock();
             let l = UnixListener::bind(&sock).expect("bind");
-            (Listener::Unix(l, sock.clone()), format!("nbd+unix:///vol?socket={}", sock.display()))
+            (Listener::Unix(l, sock.clone()), format!("nbd+unix:///vol?socket={}", sock.display()), Some(dir))
         };
         let s = server.clone();
         let thread = std::thread::spawn(move || s.run(&listener).expect("server runs"));
-        Uraid { server, thread: Some(thread), uri: uri.parse().expect("uri"), volume }
+        Uraid { server, thread: Some(thread), uri: uri.parse().expect("uri"), volume, _dir: dir }
     }
 }
 
@@ -88,11 +105,13 @@ impl Drop for Uraid {
 struct Nbdkit {
     child: Child,
     uri: NbdUri,
+    _dir: Scratch,
 }
 
 impl Nbdkit {
     fn start(args: &[&str]) -> Nbdkit {
-        let sock = scratch("nbdkit").join("s");
+        let dir = scratch("nbdkit");
+        let sock = dir.sock();
         let child = Command::new("nbdkit")
             .args(["-f", "-U"])
             .arg(&sock)
@@ -106,7 +125,7 @@ impl Nbdkit {
             assert!(t.elapsed() < Duration::from_secs(20), "nbdkit did not come up: {args:?}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Nbdkit { child, uri: format!("nbd+unix:///?socket={}", sock.display()).parse().expect("uri") }
+        Nbdkit { child, uri: format!("nbd+unix:///?socket={}", sock.display()).parse().expect("uri"), _dir: dir }
     }
 }
 
@@ -317,8 +336,9 @@ enum Misdeed {
 }
 
 /// A server that negotiates correctly (size 1 MiB) and then misbehaves.
-fn hostile(misdeed: Misdeed) -> (NbdUri, std::thread::JoinHandle<()>) {
-    let sock = scratch("hostile").join("s");
+fn hostile(misdeed: Misdeed) -> (NbdUri, std::thread::JoinHandle<()>, Scratch) {
+    let dir = scratch("hostile");
+    let sock = dir.sock();
     let l = UnixListener::bind(&sock).expect("bind");
     let t = std::thread::spawn(move || {
         // The device's probe connection, then the queue's.
@@ -346,7 +366,7 @@ fn hostile(misdeed: Misdeed) -> (NbdUri, std::thread::JoinHandle<()>) {
             std::thread::sleep(Duration::from_millis(50));
         }
     });
-    (format!("nbd+unix:///x?socket={}", sock.display()).parse().expect("uri"), t)
+    (format!("nbd+unix:///x?socket={}", sock.display()).parse().expect("uri"), t, dir)
 }
 
 /// The server's half of a fixed newstyle handshake that answers GO with
@@ -375,7 +395,7 @@ fn a_server_that_breaks_the_protocol_fails_the_requests_in_flight_clearly() {
         (Misdeed::CloseInFlight, "closed the connection with requests in flight"),
         (Misdeed::CloseMidData, "closed the connection in the middle of a reply"),
     ] {
-        let (uri, t) = hostile(m);
+        let (uri, t, _dir) = hostile(m);
         let dev = NbdDevice::connect(&uri).expect("connect");
         let mut q = dev.open_queue(4).expect("queue");
         q.push(Request::read(0, 4096, IoBuf::new(4096), 9)).map_err(|r| r.error).expect("push");
@@ -447,7 +467,8 @@ fn a_broken_handshake_is_a_clear_error() {
         ("closed the connection", Box::new(|s: &mut UnixStream| greet_and_read_go(s))),
     ];
     for (says, act) in cases {
-        let sock = scratch("handshake").join("s");
+        let dir = scratch("handshake");
+        let sock = dir.sock();
         let l = UnixListener::bind(&sock).expect("bind");
         let t = std::thread::spawn(move || {
             let (mut s, _) = l.accept().expect("accept");
@@ -480,7 +501,8 @@ fn greet_and_read_go(s: &mut UnixStream) {
 /// server here answers nothing, so a FLUSH sent would never complete.
 #[test]
 fn a_flush_the_export_does_not_take_completes_at_once() {
-    let sock = scratch("noflush").join("s");
+    let dir = scratch("noflush");
+    let sock = dir.sock();
     let l = UnixListener::bind(&sock).expect("bind");
     let t = std::thread::spawn(move || {
         for _ in 0..2 {
