@@ -188,11 +188,10 @@ pub(crate) struct Manager<'a> {
     live: Arc<Live>,
     events: Events,
     scrub: Option<Scrub>,
-    /// When the last check ended (or the schedule started counting).
-    last_scrub: Instant,
-    /// How long before `last_scrub` the last check had ended, from the
-    /// stamp at start (zero once a check has ended here).
-    scrub_age: Duration,
+    /// With a schedule (`scrub_every`): when the next check is due, the
+    /// interval after the end of the last one (from its stamp at start);
+    /// `None` without one, or when that is past what the clock holds.
+    next_check: Option<Instant>,
     /// Member states as last seen, to tell what changed.
     seen: Vec<MemberState>,
     degraded: bool,
@@ -222,7 +221,7 @@ impl<'a> Manager<'a> {
         let degraded = is_degraded(&st);
         let journal_lost = st.volumes.iter().map(|v| v.journal_lost).collect();
         // The schedule goes on from the last check's end, as recorded.
-        let scrub_age = match (&opts.scrub_every, &opts.check_stamp) {
+        let age = match (&opts.scrub_every, &opts.check_stamp) {
             (Some(every), Some(p)) => match std::fs::metadata(p).and_then(|m| m.modified()) {
                 Ok(t) => {
                     let age = std::time::SystemTime::now().duration_since(t).unwrap_or_default();
@@ -239,6 +238,7 @@ impl<'a> Manager<'a> {
             },
             _ => Duration::ZERO,
         };
+        let next_check = opts.scrub_every.and_then(|every| Instant::now().checked_add(every.saturating_sub(age)));
         // The control socket answers `status` from the first request on.
         *live.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
         Manager {
@@ -251,8 +251,7 @@ impl<'a> Manager<'a> {
             live,
             events,
             scrub: None,
-            last_scrub: Instant::now(),
-            scrub_age,
+            next_check,
             degraded,
             announced: Vec::new(),
             journal_lost,
@@ -294,15 +293,14 @@ impl<'a> Manager<'a> {
                 continue;
             }
             if self.scrub.is_none() {
-                if let Some(every) = self.opts.scrub_every {
-                    if self.last_scrub.elapsed() + self.scrub_age >= every {
+                if let (Some(every), Some(due)) = (self.opts.scrub_every, self.next_check) {
+                    if Instant::now() >= due {
                         let vols = self.redundant();
                         if !vols.is_empty() {
                             self.events.emit("CheckStarted", None, format!("scheduled check (every {} s)", every.as_secs()));
                             self.scrub = Some(new_scrub(vols, false, self.opts.scrub_rate));
                         }
-                        self.last_scrub = Instant::now();
-                        self.scrub_age = Duration::ZERO;
+                        self.next_check = Instant::now().checked_add(every);
                     }
                 }
             }
@@ -844,8 +842,7 @@ impl<'a> Manager<'a> {
 
     fn finish_scrub(&mut self, s: Scrub) {
         self.live.set_progress(None);
-        self.last_scrub = Instant::now();
-        self.scrub_age = Duration::ZERO;
+        self.next_check = self.opts.scrub_every.and_then(|every| Instant::now().checked_add(every));
         self.touch_check_stamp();
         let result = serde_json::Value::Array(s.done);
         for w in s.waiters {
