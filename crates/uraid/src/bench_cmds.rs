@@ -183,10 +183,14 @@ impl Bar {
     }
 }
 
+/// Whether the suite writes: its test area first, or write tests.
+fn suite_writes(opts: &SuiteOptions) -> bool {
+    opts.prepare || opts.tests.iter().any(|t| t.dir.writes())
+}
+
 /// Refuses write tests on a target that holds something, unless allowed.
 fn guard_writes(opts: &SuiteOptions, overwrite: bool, what: &str, found: Option<&str>) -> Result<()> {
-    let writes = opts.prepare || opts.tests.iter().any(|t| t.dir == Dir::Write);
-    if let (true, false, Some(sig)) = (writes, overwrite, found) {
+    if let (true, false, Some(sig)) = (suite_writes(opts), overwrite, found) {
         bail!(
             "{what} holds {sig}; the write tests would destroy it. Nothing was written. \
              Use --read-only, or --overwrite if you mean it"
@@ -275,8 +279,7 @@ pub(crate) fn cmd_bench(a: BenchArgs) -> Result<()> {
 fn bench_nbd(uri: &str, a: &SuiteArgs, opts: &SuiteOptions) -> Result<()> {
     let uri: NbdUri = uri.parse()?;
     let dev = NbdDevice::connect(&uri)?;
-    let writes = opts.prepare || opts.tests.iter().any(|t| t.dir.writes());
-    if writes && dev.info().read_only() {
+    if suite_writes(opts) && dev.info().read_only() {
         bail!("the export {uri} is read-only: use --read-only (its area is then read as it is)");
     }
     let probe = (uraid_core::control::signature::PROBE_LEN as u64).min(dev.capacity()) as usize / 4096 * 4096;
