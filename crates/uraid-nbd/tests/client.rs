@@ -7,9 +7,9 @@
 //! - nbdkit (the memory plugin; its blocksize-policy filter for block size
 //!   constraints, its error filter for failing I/O), a server uraid did not
 //!   write;
-//! - a server that breaks the protocol in each of the ways a reply can:
-//!   every request in flight fails with an error that says what happened,
-//!   and nothing panics or hangs.
+//! - a server that breaks the protocol in each of the ways a reply can, or
+//!   goes silent: every request in flight fails with an error that says
+//!   what happened, and nothing panics or hangs.
 
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -333,6 +333,8 @@ enum Misdeed {
     Structured,
     CloseInFlight,
     CloseMidData,
+    /// Reads the request and answers nothing, with the connection open.
+    Silent,
 }
 
 /// A server that negotiates correctly (size 1 MiB) and then misbehaves.
@@ -358,6 +360,8 @@ fn hostile(misdeed: Misdeed) -> (NbdUri, std::thread::JoinHandle<()>, Scratch) {
                 Misdeed::UnknownHandle => s.write_all(&simple_reply(h.handle + 1000, 0)).expect("send"),
                 Misdeed::Structured => s.write_all(&structured_header(h.handle, REPLY_FLAG_DONE, REPLY_TYPE_NONE, 0)).expect("send"),
                 Misdeed::CloseInFlight => {}
+                // Longer than the client's reply timeout (1 s) here.
+                Misdeed::Silent => std::thread::sleep(Duration::from_secs(4)),
                 Misdeed::CloseMidData => {
                     s.write_all(&simple_reply(h.handle, 0)).expect("send");
                     s.write_all(&[0u8; 100]).expect("send");
@@ -394,9 +398,11 @@ fn a_server_that_breaks_the_protocol_fails_the_requests_in_flight_clearly() {
         (Misdeed::Structured, "structured reply"),
         (Misdeed::CloseInFlight, "closed the connection with requests in flight"),
         (Misdeed::CloseMidData, "closed the connection in the middle of a reply"),
+        (Misdeed::Silent, "the server sent nothing for 1 s with 1 requests in flight"),
     ] {
         let (uri, t, _dir) = hostile(m);
-        let dev = NbdDevice::connect(&uri).expect("connect");
+        let mut dev = NbdDevice::connect(&uri).expect("connect");
+        dev.set_reply_timeout(Duration::from_secs(1));
         let mut q = dev.open_queue(4).expect("queue");
         q.push(Request::read(0, 4096, IoBuf::new(4096), 9)).map_err(|r| r.error).expect("push");
         let mut out = Vec::new();

@@ -21,9 +21,10 @@
 //! Simple replies only, as Linux's nbd client: the client does not ask for
 //! structured replies, so a READ's data follows a 16-byte header. A server
 //! that breaks the protocol (a bad magic, an unknown handle, a structured
-//! reply not asked for, the connection closed with requests in flight)
+//! reply not asked for, the connection closed with requests in flight) or
+//! that sends nothing for [`REPLY_TIMEOUT`] while requests are in flight
 //! fails every request in flight with an error that says so, and the queue
-//! takes no more: nothing is guessed.
+//! takes no more: nothing is guessed, and nothing waits for ever.
 //!
 //! Sources: NetworkBlockDevice/nbd, doc/proto.md ("Fixed newstyle
 //! negotiation", "Transmission", "Block size constraints") and doc/uri.md.
@@ -127,7 +128,14 @@ impl AsRawFd for Stream {
 pub struct NbdDevice {
     uri: NbdUri,
     info: ExportInfo,
+    /// See [`NbdDevice::set_reply_timeout`].
+    reply_timeout: Duration,
 }
+
+/// How long a connection waits for any byte of a reply while requests are
+/// in flight before it gives the server up (see
+/// [`NbdDevice::set_reply_timeout`]).
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl NbdDevice {
     /// Connects to `uri` once to learn the export (then disconnects).
@@ -136,9 +144,17 @@ impl NbdDevice {
     /// happened).
     pub fn connect(uri: &NbdUri) -> Result<NbdDevice> {
         let (s, info) = connect(uri)?;
-        let mut q = NbdQueue::over(s, info, 1, uri)?;
+        let mut q = NbdQueue::over(s, info, 1, uri, REPLY_TIMEOUT)?;
         q.disconnect();
-        Ok(NbdDevice { uri: uri.clone(), info })
+        Ok(NbdDevice { uri: uri.clone(), info, reply_timeout: REPLY_TIMEOUT })
+    }
+
+    /// How long the queues opened from now on wait for the server to send
+    /// any byte while requests are in flight ([`REPLY_TIMEOUT`] unless
+    /// set): then they fail every request in flight with an error that
+    /// says so, as nbd-client's `-timeout` gives a dead server up.
+    pub fn set_reply_timeout(&mut self, t: Duration) {
+        self.reply_timeout = t.max(Duration::from_millis(1));
     }
 
     /// What the server told about the export.
@@ -182,7 +198,7 @@ impl BlockDevice for NbdDevice {
         if info.size != self.info.size {
             bail!(Io, "the export {} changed size from {} to {} bytes between connections", self.uri, self.info.size, info.size);
         }
-        NbdQueue::over(s, info, depth, &self.uri)
+        NbdQueue::over(s, info, depth, &self.uri, self.reply_timeout)
     }
 
     fn capacity(&self) -> u64 {

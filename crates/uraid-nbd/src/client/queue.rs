@@ -5,7 +5,7 @@
 
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use uraid_core::{bail, BlockQueue, Completion, Error, ErrorKind, IoBuf, Op, Request, Result};
 
@@ -63,10 +63,14 @@ pub struct NbdQueue {
     in_flight: usize,
     /// The connection is unusable (this says why): every request fails.
     broken: Option<Error>,
+    /// Longest wait for any byte from the server while requests are in
+    /// flight, and when one last came (or the queue last became busy).
+    reply_timeout: Duration,
+    last_heard: Instant,
 }
 
 impl NbdQueue {
-    pub(super) fn over(s: Stream, info: ExportInfo, depth: usize, uri: &NbdUri) -> Result<NbdQueue> {
+    pub(super) fn over(s: Stream, info: ExportInfo, depth: usize, uri: &NbdUri, reply_timeout: Duration) -> Result<NbdQueue> {
         let depth = depth.max(1);
         s.set_nonblocking(true).map_err(|e| Error::new(ErrorKind::Io, format!("{uri}: cannot make the socket non-blocking: {e}")))?;
         let fd = s.as_raw_fd();
@@ -87,6 +91,8 @@ impl NbdQueue {
             ready: Vec::new(),
             in_flight: 0,
             broken: None,
+            reply_timeout,
+            last_heard: Instant::now(),
         })
     }
 
@@ -207,7 +213,11 @@ impl NbdQueue {
             let s = self.slots[si].as_mut().expect("reply's slot");
             let len = s.len;
             let buf = s.buf.as_mut().expect("read has a buffer");
-            match self.s.read(&mut buf[got..len]) {
+            let r = self.s.read(&mut buf[got..len]);
+            if matches!(r, Ok(n) if n > 0) {
+                self.last_heard = Instant::now();
+            }
+            match r {
                 Ok(0) => {
                     self.fail_all("the server closed the connection in the middle of a reply".into());
                     return true;
@@ -239,6 +249,7 @@ impl NbdQueue {
                 self.fail_all(format!("the server closed the connection {what}").trim_end().to_string());
             }
             Ok(n) => {
+                self.last_heard = Instant::now();
                 self.drained = end + n < self.inbuf.len();
                 self.in_end += n;
                 self.parse(out);
@@ -327,7 +338,7 @@ impl NbdQueue {
     }
 
     /// Waits until the socket can be read (or written, when `write`), or
-    /// `extra` can be read (then true), or `timeout_ms` passed (-1: none).
+    /// `extra` can be read (then true), or `timeout_ms` passed.
     fn poll(&mut self, write: bool, extra: Option<RawFd>, timeout_ms: i32) -> bool {
         let ev = libc::POLLIN | if write { libc::POLLOUT } else { 0 };
         let mut fds = [libc::pollfd { fd: self.fd, events: ev, revents: 0 }, libc::pollfd { fd: extra.unwrap_or(-1), events: libc::POLLIN, revents: 0 }];
@@ -361,7 +372,7 @@ impl NbdQueue {
     /// sends, receives, and sleeps in poll(2) until `min` completions are
     /// in `out`, nothing is in flight, `extra` is readable (true) or the
     /// deadline passed.
-    fn wait_for(&mut self, min: usize, out: &mut Vec<Completion>, extra: Option<RawFd>, deadline: Option<std::time::Instant>) -> bool {
+    fn wait_for(&mut self, min: usize, out: &mut Vec<Completion>, extra: Option<RawFd>, deadline: Option<Instant>) -> bool {
         let start = out.len();
         self.in_flight -= self.ready.len();
         out.append(&mut self.ready);
@@ -379,17 +390,23 @@ impl NbdQueue {
                 self.send_some();
                 return false;
             }
-            let timeout = match deadline {
-                None => -1,
-                Some(d) => {
-                    let left = d.saturating_duration_since(std::time::Instant::now());
-                    if left.is_zero() {
-                        return false;
-                    }
-                    left.as_millis().clamp(1, i32::MAX as u128) as i32
+            // A server that sends nothing for the reply timeout while
+            // requests are in flight is given up (its requests fail).
+            let now = Instant::now();
+            let quiet = now.saturating_duration_since(self.last_heard);
+            if quiet >= self.reply_timeout {
+                self.fail_all(format!("the server sent nothing for {} s with {} requests in flight", quiet.as_secs(), self.in_flight));
+                continue;
+            }
+            let mut left = self.reply_timeout.saturating_sub(quiet);
+            if let Some(d) = deadline {
+                let until = d.saturating_duration_since(now);
+                if until.is_zero() {
+                    return false;
                 }
-            };
-            if self.poll(!self.outq.is_empty(), extra, timeout) {
+                left = left.min(until);
+            }
+            if self.poll(!self.outq.is_empty(), extra, left.as_millis().clamp(1, i32::MAX as u128) as i32) {
                 return true;
             }
         }
@@ -437,6 +454,10 @@ impl BlockQueue for NbdQueue {
         let Some(si) = self.free.pop() else {
             return Err(Rejected { error: Error::new(ErrorKind::Busy, "the NBD queue is full"), request: req });
         };
+        if self.in_flight == 0 {
+            // Busy from now: the reply timeout counts from here.
+            self.last_heard = Instant::now();
+        }
         let mut flags = 0;
         if req.fua && cmd != CMD_READ && cmd != CMD_FLUSH {
             flags |= CMD_FLAG_FUA;
@@ -463,7 +484,7 @@ impl BlockQueue for NbdQueue {
     }
 
     fn wait_event(&mut self, out: &mut Vec<Completion>, fd: Option<RawFd>, timeout: Duration) -> bool {
-        self.wait_for(1, out, fd, Some(std::time::Instant::now() + timeout))
+        self.wait_for(1, out, fd, Instant::now().checked_add(timeout))
     }
 
     fn in_flight(&self) -> usize {
