@@ -161,6 +161,22 @@ pub fn nbd_errno(errno: i32) -> u32 {
     }
 }
 
+/// The OS errno an NBD error number stands for, the inverse of
+/// [`nbd_errno`] (the spec's numbers are Linux's); an unknown one is EIO.
+pub fn errno_of_nbd(e: u32) -> i32 {
+    match e {
+        EPERM => libc::EPERM,
+        EIO => libc::EIO,
+        ENOMEM => libc::ENOMEM,
+        EINVAL => libc::EINVAL,
+        ENOSPC => libc::ENOSPC,
+        EOVERFLOW => libc::EOVERFLOW,
+        ENOTSUP => libc::EOPNOTSUPP,
+        ESHUTDOWN => libc::ESHUTDOWN,
+        _ => libc::EIO,
+    }
+}
+
 /// An option request header (after its `IHAVEOPT` magic was checked).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OptionHeader {

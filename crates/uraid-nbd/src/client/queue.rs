@@ -283,7 +283,7 @@ impl NbdQueue {
             if error != 0 {
                 self.in_start += 16;
                 let (op, len, offset) = (slot.op, slot.len, slot.offset);
-                let e = Error::from_errno(format!("the server failed {op:?} of {len} bytes at {offset}"), nbd_to_errno(error));
+                let e = Error::from_errno(format!("the server failed {op:?} of {len} bytes at {offset}"), errno_of_nbd(error));
                 self.finish(si, Err(e), out);
                 continue;
             }
@@ -410,22 +410,6 @@ impl NbdQueue {
                 return true;
             }
         }
-    }
-}
-
-/// The errno an NBD error number stands for (the spec's values are
-/// Linux's).
-fn nbd_to_errno(e: u32) -> i32 {
-    match e {
-        EPERM => libc::EPERM,
-        EIO => libc::EIO,
-        ENOMEM => libc::ENOMEM,
-        EINVAL => libc::EINVAL,
-        ENOSPC => libc::ENOSPC,
-        EOVERFLOW => libc::EOVERFLOW,
-        ENOTSUP => libc::EOPNOTSUPP,
-        ESHUTDOWN => libc::ESHUTDOWN,
-        _ => libc::EIO,
     }
 }
 
