@@ -186,7 +186,16 @@ fn one_with(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64, grow: usi
     }
     let mut cargs = vec!["check".to_string(), "--json".into()];
     cargs.extend(files.iter().map(|f| s(f).to_string()));
-    let c = uraid(&cargs);
+    // The verify process's own io_uring is torn down after it exits too:
+    // the same wait as above for the members' locks.
+    let t0 = std::time::Instant::now();
+    let c = loop {
+        let c = uraid(&cargs);
+        if c.status.success() || t0.elapsed() > Duration::from_secs(180) || !c.stderr.contains(" in use ") {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
     let j: Value = serde_json::from_str(c.stdout.trim()).map_err(|e| format!("check --json printed {:?} ({e}); stderr {}", c.stdout, c.stderr))?;
     let vols = j.as_array().ok_or_else(|| format!("check --json is not a list of volumes: {j}"))?;
     if vols.is_empty() || vols.iter().any(|v| v["report"]["mismatches"].as_u64() != Some(0)) {
