@@ -10,10 +10,17 @@ in the same conditions" rule compares when two separate bench runs differ.
    rounds as the machine's own reference.
 2. Testbed ceilings: RAID 5 x4, cache off, RND4K Q1T1 write mean latency and
    SEQ1M Q8T1 read.
+3. The NBD export, no ceilings: `uraid serve` of each binary in turn over a
+   RAID 0 x4 of memory-speed drives, measured through its socket by one and
+   the same client (the OLD binary's `uraid bench` on the export's URI):
+   RND4K Q32T1 read and write IOPS and the server's CPU s/GB. This is the
+   figure a change to the NBD server moves.
+
+`--parts 1,2,3` chooses the parts (all by default).
 
 Each round runs OLD then NEW, the next NEW then OLD. Needs root (the
 testbed's loop devices) and fio."""
-import argparse, json, subprocess
+import argparse, json, os, signal, socket, subprocess, time
 
 from common import DRIVES
 
@@ -37,8 +44,67 @@ def main():
     ap.add_argument("old")
     ap.add_argument("new")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--parts", default="1,2,3", help="which parts to run, e.g. 3 (default: 1,2,3)")
     a = ap.parse_args()
     bins = {"old": a.old, "new": a.new}
+    parts = {int(x) for x in a.parts.split(",")}
+    if 1 in parts:
+        part_raw(a, bins)
+    if 2 in parts:
+        part_raid5(a, bins)
+    if 3 in parts:
+        part_nbd(a, bins)
+
+
+SOCK = "/tmp/uraid-ab-nbd.sock"
+
+
+def proc_cpu(pid):
+    """CPU seconds (user + system) a process has used, from /proc/PID/stat."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def part_nbd(a, bins):
+    devs = sh(DRIVES, "up", "4", "--bw", "0", "--iops", "0").split()
+    try:
+        sh(a.old, "create", "--level", "0", "--chunk", "128K", "--name", "ab", "--force", *devs)
+        res = {k: [] for k in bins}
+        print("NBD export, no ceilings, RAID 0 x4 over memory-speed drives, client: OLD's uraid bench on the URI:")
+        for rnd in range(a.rounds):
+            for name, b in order(rnd, bins):
+                if os.path.exists(SOCK):
+                    os.unlink(SOCK)
+                p = subprocess.Popen([b, "serve", "--socket", SOCK, *devs], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                try:
+                    for _ in range(400):
+                        try:
+                            s = socket.socket(socket.AF_UNIX); s.connect(SOCK); s.close(); break
+                        except OSError:
+                            time.sleep(0.05)
+                    uri = f"nbd+unix:///ab?socket={SOCK}"
+                    c0 = proc_cpu(p.pid)
+                    out = json.loads(sh(a.old, "bench", "--json", "--quiet", "--overwrite", "--profile", "RND4K-Q32T1",
+                                        "--runs", "3", "--time", "5", "--warmup", "1", "--size", "1G", uri))
+                    cpu = proc_cpu(p.pid) - c0
+                finally:
+                    p.send_signal(signal.SIGTERM)
+                    p.wait(30)
+                r = {r["test"]["dir"].lower(): r["best"] for r in out["results"]}
+                gb = sum(x["bytes"] for x in r.values()) / 1e9
+                res[name].append((r["read"]["iops"], r["write"]["iops"], cpu / gb))
+                print(f"  round {rnd} {name}: read {r['read']['iops']:9.0f} IOPS  write {r['write']['iops']:9.0f} IOPS"
+                      f"  server {cpu / gb:.3f} CPU s/GB (of the best runs' bytes)", flush=True)
+        for name in bins:
+            rd = [x[0] for x in res[name]]
+            wr = [x[1] for x in res[name]]
+            cp = [x[2] for x in res[name]]
+            print(f"  {name}: mean read {sum(rd) / len(rd):9.0f} IOPS, write {sum(wr) / len(wr):9.0f} IOPS, server {sum(cp) / len(cp):.3f} CPU s/GB")
+    finally:
+        sh(DRIVES, "down")
+
+
+def part_raw(a, bins):
 
     devs = sh(DRIVES, "up", "4", "--bw", "0", "--iops", "0").split()
     try:
@@ -61,6 +127,8 @@ def main():
     finally:
         sh(DRIVES, "down")
 
+
+def part_raid5(a, bins):
     devs = sh(DRIVES, "up", "4").split()
     try:
         sh(a.new, "create", "--name", "ab5", "--level", "5", "--chunk", "128K", "--force", *devs)
