@@ -72,12 +72,18 @@ pub(crate) struct ServeArgs {
     /// disconnected.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     client_timeout: u64,
+    /// Seconds a WRITE payload may stop arriving before the connection is
+    /// closed and its buffers freed.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    payload_timeout: u64,
     /// I/O buffer memory one connection may hold (READ data not yet sent,
     /// WRITE payloads); beyond it requests wait in the socket. At least 32M
     /// (the largest request).
     #[arg(long, default_value = "64M")]
     conn_buffer: String,
-    /// I/O buffer memory all connections together may hold.
+    /// I/O buffer memory all connections together may hold; each
+    /// connection is guaranteed (this - --conn-buffer) / --max-connections
+    /// of it (at most 1M, at least 4K), the rest is shared.
     #[arg(long, default_value = "512M")]
     buffer_memory: String,
     /// Export read-only.
@@ -200,6 +206,14 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     if buffer_memory < conn_buffer {
         bail!("--buffer-memory {} is below --conn-buffer {}: one connection could not hold its budget", a.buffer_memory, a.conn_buffer);
     }
+    if buffer_memory < conn_buffer + 4096 * a.max_connections as u64 {
+        bail!(
+            "--buffer-memory {} cannot hold --conn-buffer {} and the 4K reserved for each of the --max-connections {}: give more buffer memory or fewer connections",
+            a.buffer_memory,
+            a.conn_buffer,
+            a.max_connections
+        );
+    }
     let socket_gid = a.socket_group.as_deref().map(group_id).transpose()?;
     // An array named in the config: its settings where no flag is given.
     let conf = crate::conf::load()?;
@@ -318,6 +332,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             max_connections: a.max_connections as usize,
             handshake_timeout: std::time::Duration::from_secs(a.handshake_timeout),
             client_timeout: std::time::Duration::from_secs(a.client_timeout),
+            payload_timeout: std::time::Duration::from_secs(a.payload_timeout),
             conn_buffer_bytes: usize::try_from(conn_buffer).unwrap_or(usize::MAX),
             buffer_bytes: usize::try_from(buffer_memory).unwrap_or(usize::MAX),
         },

@@ -51,3 +51,7 @@ mod hostile;
 // uraid grow: restripe onto more members; interrupted reshapes resume.
 #[path = "e2e/grow.rs"]
 mod grow;
+
+// NBD clients whose WRITE payloads stop arriving (issue 28, item 1).
+#[path = "e2e/nbd_stall.rs"]
+mod nbd_stall;

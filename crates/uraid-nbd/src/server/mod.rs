@@ -26,7 +26,7 @@ use uraid_core::{BlockQueue, Completion, IoBuf, Queue, Request, Volume};
 
 use crate::proto::*;
 use crate::stats::{now_us, ConnStats, ExportStats, Kind, StatsSnapshot};
-use crate::wire::{Recv, Sock, Wire};
+use crate::wire::{peer_name, Recv, Sock, Wire};
 
 mod handshake;
 mod transmission;
@@ -98,13 +98,31 @@ pub struct ServerOptions {
     /// NBD_OPT_GO), TLS included.
     pub handshake_timeout: Duration,
     /// Longest a client may leave the server unable to send (its replies
-    /// unread) before it is disconnected.
+    /// unread) before it is disconnected (the server says so on stderr).
     pub client_timeout: Duration,
+    /// Longest a WRITE payload may stop arriving: once the client has
+    /// sent no byte of a payload the server is reading (or of a refused
+    /// one it is skipping) for this long, the connection is closed and
+    /// its buffers freed, and the server says so on stderr. A payload
+    /// that keeps moving, however slowly, is waited for.
+    pub payload_timeout: Duration,
     /// Bytes of I/O buffers one connection may hold (READ data waiting to
     /// be sent, WRITE payloads, buffers kept for reuse); requests beyond it
     /// wait unread in the socket. At least [`MAX_PAYLOAD`] (32 MiB).
     pub conn_buffer_bytes: usize,
-    /// Bytes of I/O buffers all connections together may hold.
+    /// Bytes of I/O buffers all connections together may hold: the
+    /// server's buffer memory bound. Each connection in transmission is
+    /// guaranteed a reserve of its own, (`buffer_bytes` -
+    /// `conn_buffer_bytes`) / `max_connections` rounded down to a power
+    /// of two, at most 1 MiB and at least 4 KiB ([`Server::reserve_bytes`]):
+    /// a request that fits it is served whatever the other connections
+    /// hold (a client whose WRITE payloads stall cannot starve the
+    /// others). The rest, `buffer_bytes` - `max_connections` x reserve, is
+    /// shared first come first served, each connection up to
+    /// `conn_buffer_bytes`; when a connection waits for shared room, the
+    /// others give back the buffers they keep for reuse beyond their
+    /// reserve. Raised to at least `conn_buffer_bytes` + 4 KiB x
+    /// `max_connections`.
     pub buffer_bytes: usize,
 }
 
@@ -117,6 +135,7 @@ impl Default for ServerOptions {
             max_connections: 64,
             handshake_timeout: Duration::from_secs(10),
             client_timeout: Duration::from_secs(30),
+            payload_timeout: Duration::from_secs(30),
             conn_buffer_bytes: 64 << 20,
             buffer_bytes: 512 << 20,
         }
@@ -140,8 +159,68 @@ pub struct Server {
     opts: ServerOptions,
     shutdown: Arc<AtomicBool>,
     connections: Arc<AtomicUsize>,
-    /// Bytes of I/O buffers every connection holds together.
-    buffers: Arc<AtomicUsize>,
+    /// The I/O buffer memory the connections share.
+    buffers: Arc<Buffers>,
+}
+
+/// The I/O buffer memory every connection draws from
+/// ([`ServerOptions::buffer_bytes`]): a reserve per connection, the rest
+/// shared.
+#[derive(Debug)]
+struct Buffers {
+    /// Bytes every connection holds together.
+    held: AtomicUsize,
+    /// Bytes the connections hold beyond their reserves, and the most
+    /// they may together.
+    shared: AtomicUsize,
+    shared_limit: usize,
+    /// Bytes each connection may hold whatever the others hold.
+    reserve: usize,
+    /// Bumped whenever a connection waits for shared room: connections
+    /// then give back the buffers they keep for reuse beyond their
+    /// reserve.
+    pressure: AtomicU64,
+}
+
+impl Buffers {
+    /// The pool for `opts` (already normalized: `buffer_bytes` at least
+    /// `conn_buffer_bytes` + [`MIN_RESERVE`] x `max_connections`).
+    fn new(opts: &ServerOptions) -> Buffers {
+        let each = (opts.buffer_bytes - opts.conn_buffer_bytes) / opts.max_connections;
+        let reserve = each.clamp(MIN_RESERVE, MAX_RESERVE);
+        // A power of two: buffers are, so a request that fits it is served.
+        let reserve = 1usize << (usize::BITS - 1 - reserve.leading_zeros());
+        Buffers {
+            held: AtomicUsize::new(0),
+            shared: AtomicUsize::new(0),
+            shared_limit: opts.buffer_bytes.saturating_sub(reserve.saturating_mul(opts.max_connections)),
+            reserve,
+            pressure: AtomicU64::new(0),
+        }
+    }
+
+    /// Bytes of a connection's `held` bytes beyond its reserve.
+    fn over(&self, held: usize) -> usize {
+        held.saturating_sub(self.reserve)
+    }
+
+    /// Counts `len` more bytes for a connection that holds `held`: false
+    /// (nothing counted) when the shared part has no room for them.
+    fn take(&self, held: usize, len: usize) -> bool {
+        let more = self.over(held + len) - self.over(held);
+        let limit = self.shared_limit;
+        if more > 0 && self.shared.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |g| (g + more <= limit).then_some(g + more)).is_err() {
+            return false;
+        }
+        self.held.fetch_add(len, Ordering::Relaxed);
+        true
+    }
+
+    /// Gives back `len` of the `held` bytes of a connection.
+    fn give(&self, held: usize, len: usize) {
+        self.shared.fetch_sub(self.over(held) - self.over(held - len), Ordering::Relaxed);
+        self.held.fetch_sub(len, Ordering::Relaxed);
+    }
 }
 
 /// How often idle connections look at the shutdown flag.
@@ -156,6 +235,10 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 const REFUSALS_QUEUED: usize = 16;
 /// Time an over-the-limit client has to send its first option.
 const REFUSAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bounds of the buffer memory reserved for each connection, bytes (see
+/// [`ServerOptions::buffer_bytes`]).
+const MIN_RESERVE: usize = 4 << 10;
+const MAX_RESERVE: usize = 1 << 20;
 
 impl Server {
     /// A server for `exports` (the first one is the default export, used
@@ -177,14 +260,16 @@ impl Server {
             })
             .collect();
         opts.conn_buffer_bytes = opts.conn_buffer_bytes.max(MAX_PAYLOAD as usize);
-        opts.buffer_bytes = opts.buffer_bytes.max(opts.conn_buffer_bytes);
         opts.max_connections = opts.max_connections.max(1);
+        let floor = opts.max_connections.saturating_mul(MIN_RESERVE).saturating_add(opts.conn_buffer_bytes);
+        opts.buffer_bytes = opts.buffer_bytes.max(floor);
+        let buffers = Arc::new(Buffers::new(&opts));
         Server {
             exports: Arc::new(exports),
             opts,
             shutdown: Arc::new(AtomicBool::new(false)),
             connections: Arc::new(AtomicUsize::new(0)),
-            buffers: Arc::new(AtomicUsize::new(0)),
+            buffers,
         }
     }
 
@@ -203,7 +288,14 @@ impl Server {
 
     /// Bytes of I/O buffers the connections hold now.
     pub fn buffer_bytes(&self) -> usize {
-        self.buffers.load(Ordering::Relaxed)
+        self.buffers.held.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of I/O buffers each connection is guaranteed, whatever the
+    /// others hold (see [`ServerOptions::buffer_bytes`]): 1 MiB with the
+    /// defaults.
+    pub fn reserve_bytes(&self) -> usize {
+        self.buffers.reserve
     }
 
     /// The volume export `name` serves now (`""`: the default export).
@@ -434,7 +526,7 @@ fn refuse(fd: OwnedFd, max: usize, shutdown: &Arc<AtomicBool>) {
 
 /// One connection, from the greeting to the last reply. Every way it can
 /// end (the client leaves, a protocol error, a limit, a stop) just ends it.
-fn connection(sock: Sock, exports: &[Live], opts: ServerOptions, shutdown: &AtomicBool, buffers: &Arc<AtomicUsize>) {
+fn connection(sock: Sock, exports: &[Live], opts: ServerOptions, shutdown: &AtomicBool, buffers: &Arc<Buffers>) {
     let mut w = Wire::Plain(sock);
     if let Some(s) = w.sock_mut() {
         s.set_deadline(Some(std::time::Instant::now() + opts.handshake_timeout));

@@ -71,14 +71,24 @@ pub(super) struct Transmission<'s> {
     held: usize,
     /// Most bytes `held` may reach.
     budget: usize,
-    /// Bytes of buffers every connection holds, and their limit.
-    buffers: Arc<AtomicUsize>,
-    buffer_limit: usize,
+    /// The buffer memory every connection draws from.
+    buffers: Arc<Buffers>,
+    /// The pool's pressure count this connection last answered.
+    pressure_seen: u64,
     /// A request read (at that time, µs) but not started: no buffer
     /// memory for it yet.
     stalled: Option<(RequestHeader, u64)>,
     /// Payload bytes of a refused WRITE still to be read and dropped.
     skip: usize,
+    /// Longest a payload may stop arriving, µs
+    /// ([`ServerOptions::payload_timeout`]).
+    payload_timeout: u64,
+    /// A receive got bytes since the payload stall check last looked.
+    got_bytes: bool,
+    /// Since when (µs) the payload being read has not moved: set by the
+    /// first wait that found nothing new, so the clock is read only when
+    /// a payload stops, never per request.
+    payload_idle: Option<u64>,
     /// Bytes received and not parsed yet: `inbuf[in_start..in_end]`. Many
     /// requests arrive in one recv(2), so one system call serves a batch.
     inbuf: Vec<u8>,
@@ -111,14 +121,15 @@ impl Drop for Transmission<'_> {
     /// panicked: the server-wide buffer count gets them back; so do the
     /// export's counts of connections and parked ones.
     fn drop(&mut self) {
-        self.buffers.fetch_sub(std::mem::take(&mut self.held), Ordering::Relaxed);
+        let held = std::mem::take(&mut self.held);
+        self.buffers.give(held, held);
         self.park(false);
         self.live.active.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 impl<'s> Transmission<'s> {
-    pub(super) fn new(s: &'s mut Wire, live: &'s Live, structured: bool, opts: &ServerOptions, buffers: Arc<AtomicUsize>) -> io::Result<Self> {
+    pub(super) fn new(s: &'s mut Wire, live: &'s Live, structured: bool, opts: &ServerOptions, buffers: Arc<Buffers>) -> io::Result<Self> {
         let depth = opts.queue_depth.max(1);
         let (vol, generation) = live.volume();
         let size = live.capacity.load(Ordering::Acquire).min(vol.capacity());
@@ -144,10 +155,13 @@ impl<'s> Transmission<'s> {
             pool_bytes: 0,
             held: 0,
             budget: opts.conn_buffer_bytes,
+            pressure_seen: buffers.pressure.load(Ordering::Relaxed),
             buffers,
-            buffer_limit: opts.buffer_bytes,
             stalled: None,
             skip: 0,
+            payload_timeout: opts.payload_timeout.as_micros().min(u64::MAX as u128) as u64,
+            got_bytes: false,
+            payload_idle: None,
             inbuf: vec![0u8; INBUF],
             in_start: 0,
             in_end: 0,
@@ -168,6 +182,12 @@ impl<'s> Transmission<'s> {
             if shutdown.load(Ordering::Relaxed) {
                 // Stop taking requests; answer those in flight, then close.
                 self.reading = false;
+            }
+            // Another connection waits for shared buffer room.
+            let pressure = self.buffers.pressure.load(Ordering::Relaxed);
+            if pressure != self.pressure_seen {
+                self.pressure_seen = pressure;
+                self.trim_pool();
             }
             // The export moved to another volume: finish what is in flight
             // here, then move before reading more.
@@ -190,6 +210,13 @@ impl<'s> Transmission<'s> {
                 break;
             }
             let poll = (self.reading && !moving && !self.free.is_empty() && self.stalled.is_none()).then_some(self.fd);
+            if poll.is_some() && (self.payload.is_some() || self.skip > 0) {
+                if self.payload_stalled() {
+                    continue;
+                }
+            } else {
+                self.payload_idle = None;
+            }
             self.q.wait_event(&mut out, poll, TICK);
             for c in out.drain(..) {
                 self.complete(c);
@@ -206,6 +233,49 @@ impl<'s> Transmission<'s> {
         // SAFETY: shutdown(2) on the connection's own, still open socket.
         unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
         // Every buffer goes with this connection: see Drop.
+    }
+
+    /// Before a wait for the socket while a WRITE payload is due: true
+    /// when the payload has not moved for the payload timeout; the
+    /// connection then reads no more, frees the payload's buffer, and the
+    /// server says so.
+    fn payload_stalled(&mut self) -> bool {
+        if std::mem::take(&mut self.got_bytes) {
+            self.payload_idle = None;
+            return false;
+        }
+        let now = now_us();
+        let since = *self.payload_idle.get_or_insert(now);
+        if now.saturating_sub(since) < self.payload_timeout {
+            return false;
+        }
+        let what = match self.payload.take() {
+            Some((h, _, buf, got)) => {
+                self.release(buf);
+                format!("it sent {got} of the {} bytes of a WRITE payload", h.len)
+            }
+            None => format!("it had {} bytes of a refused WRITE's payload left to send", self.skip),
+        };
+        self.skip = 0;
+        self.reading = false;
+        self.payload_idle = None;
+        let _ = writeln!(
+            io::stderr(),
+            "uraid serve: closing the connection of {}: {what}, then nothing for {} s (--payload-timeout); its buffers are freed",
+            peer_name(self.fd),
+            self.payload_timeout as f64 / 1e6
+        );
+        true
+    }
+
+    /// Gives back the buffers kept for reuse beyond this connection's
+    /// reserve (another connection waits for shared room).
+    fn trim_pool(&mut self) {
+        while self.held > self.buffers.reserve {
+            let Some(b) = self.pool.pop() else { break };
+            self.pool_bytes -= b.len();
+            self.release(b);
+        }
     }
 
     /// Counts this connection in the export's parked ones (`true`: paused
@@ -238,7 +308,8 @@ impl<'s> Transmission<'s> {
 
     /// A buffer of at least `len` bytes (a power of two, at least 4 KiB),
     /// reused from the pool or counted against this connection's budget
-    /// and the server's; None while neither has room (the request waits).
+    /// and the server's (its reserve first, then the shared part); None
+    /// while neither has room (the request waits).
     pub(super) fn take_buf(&mut self, len: usize) -> Option<IoBuf> {
         let class = len.next_power_of_two().max(4096);
         if let Some(i) = self.pool.iter().position(|b| b.len() == class) {
@@ -246,15 +317,19 @@ impl<'s> Transmission<'s> {
             return Some(self.pool.swap_remove(i));
         }
         loop {
-            let limit = self.buffer_limit;
-            let fits = self.held + class <= self.budget
-                && self.buffers.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |g| (g + class <= limit).then_some(g + class)).is_ok();
-            if fits {
+            if self.held + class <= self.budget && self.buffers.take(self.held, class) {
                 self.held += class;
                 return Some(IoBuf::new(class));
             }
             // Room first from the buffers kept for reuse.
-            let b = self.pool.pop()?;
+            let Some(b) = self.pool.pop() else {
+                if self.held + class <= self.budget {
+                    // The shared part is full: the others give back what
+                    // they keep for reuse.
+                    self.buffers.pressure.fetch_add(1, Ordering::Relaxed);
+                }
+                return None;
+            };
             self.pool_bytes -= b.len();
             self.release(b);
         }
@@ -272,8 +347,8 @@ impl<'s> Transmission<'s> {
     }
 
     pub(super) fn release(&mut self, b: IoBuf) {
+        self.buffers.give(self.held, b.len());
         self.held -= b.len();
-        self.buffers.fetch_sub(b.len(), Ordering::Relaxed);
     }
 
     /// Reads and dispatches requests until the socket has no more data, the
@@ -307,8 +382,14 @@ impl<'s> Transmission<'s> {
                 }
                 // ... the rest straight from the socket into the I/O buffer.
                 match self.s.recv_nb(&mut buf[got..want]) {
-                    Recv::Got(n) if got + n == want => self.dispatch(h, at, Some(buf)),
-                    Recv::Got(n) => self.payload = Some((h, at, buf, got + n)),
+                    Recv::Got(n) => {
+                        self.got_bytes = true;
+                        if got + n == want {
+                            self.dispatch(h, at, Some(buf));
+                        } else {
+                            self.payload = Some((h, at, buf, got + n));
+                        }
+                    }
                     Recv::Again => {
                         self.payload = Some((h, at, buf, got));
                         return;
@@ -343,6 +424,7 @@ impl<'s> Transmission<'s> {
             match self.s.recv_nb(&mut self.inbuf[end..]) {
                 Recv::Got(n) => {
                     self.recv_at = now_us();
+                    self.got_bytes = true;
                     self.in_end += n;
                     self.drained = n < room && !self.s.is_tls();
                 }
@@ -541,17 +623,20 @@ impl<'s> Transmission<'s> {
                     iov.push(IoSlice::new(&r.extra));
                 }
             }
-            let mut failed = false;
+            let mut failed = None;
             for chunk in iov.chunks_mut(1024) {
-                if self.s.send_all(chunk).is_err() {
-                    failed = true;
+                if let Err(e) = self.s.send_all(chunk) {
+                    failed = Some(e);
                     break;
                 }
             }
-            if failed {
+            if let Some(e) = failed {
                 // The client went away: finish what is in flight, send nothing.
                 self.broken = true;
                 self.reading = false;
+                if e.kind() == io::ErrorKind::TimedOut {
+                    let _ = writeln!(io::stderr(), "uraid serve: closing the connection of {}: {e} (--client-timeout)", peer_name(self.fd));
+                }
             }
         }
         // Handed to the socket (or dropped with it): completed.

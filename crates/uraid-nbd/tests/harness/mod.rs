@@ -24,17 +24,23 @@ pub const EXPORT: &str = "vol";
 /// A server with one export, "vol": a RAID 5 volume of 2 MiB over three
 /// `mem:` members; short timeouts, so that no stream holds it long.
 pub fn test_server() -> Server {
-    let chunk = 64 << 10;
-    let spec = MemberSpec::Mem(MemSpec { size: DATA_OFFSET + 16 * chunk, limits: Default::default() });
-    let ms: Vec<Member> = (0..3).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).expect("mem: member")).collect();
-    let g = Geometry::new(Level::Raid5, 3, chunk, 16 * chunk).expect("geometry");
-    let volume = Volume::new(Arc::new(ms), g, DATA_OFFSET).expect("volume");
     let opts = ServerOptions {
         queue_depth: 8,
         handshake_timeout: Duration::from_millis(1500),
         client_timeout: Duration::from_millis(1500),
         ..Default::default()
     };
+    mem_server(16, opts)
+}
+
+/// A server with one export, "vol": a RAID 5 volume of `stripes` stripes
+/// of 64 KiB chunks (128 KiB of data each) over three `mem:` members.
+pub fn mem_server(stripes: u64, opts: ServerOptions) -> Server {
+    let chunk = 64 << 10;
+    let spec = MemberSpec::Mem(MemSpec { size: DATA_OFFSET + stripes * chunk, limits: Default::default() });
+    let ms: Vec<Member> = (0..3).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).expect("mem: member")).collect();
+    let g = Geometry::new(Level::Raid5, 3, chunk, stripes * chunk).expect("geometry");
+    let volume = Volume::new(Arc::new(ms), g, DATA_OFFSET).expect("volume");
     Server::new(vec![Export { name: EXPORT.into(), description: "fuzzed".into(), volume }], opts)
 }
 
