@@ -51,3 +51,6 @@ mod hostile;
 // uraid grow: restripe onto more members; interrupted reshapes resume.
 #[path = "e2e/grow.rs"]
 mod grow;
+
+#[path = "e2e/http_limits.rs"]
+mod http_limits;
