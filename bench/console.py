@@ -76,7 +76,7 @@ def main():
     sh(URAID, "create", "--level", "5", "--chunk", "64K", "--name", "consolebench", "--force", *devs)
     if os.path.exists(SOCK):
         os.unlink(SOCK)
-    srv = subprocess.Popen([DRIVES, "run", "--", URAID, "serve", "--socket", SOCK, "--console", CONSOLE, "--console-token", "bench", *devs],
+    srv = subprocess.Popen([DRIVES, "run", "--", URAID, "serve", "--socket", SOCK, "--console", CONSOLE, "--console-token", "bench-console-token-0123456789", *devs],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     fio = None
     d = None
@@ -88,7 +88,7 @@ def main():
             o.add_argument(a)
         o.binary_location = "/usr/bin/chromium"
         d = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
-        d.get(f"http://{CONSOLE}/?token=bench")  # the login: a cookie from here on
+        d.get(f"http://{CONSOLE}/?token=bench-console-token-0123456789")  # the login: a cookie from here on
         print(f"testbed: 4 drives, each {int(limits['bw_bytes_per_s']) / 1e6:.0f} MB/s and {limits['iops']} IOPS; RAID 5 chunk 64K "
               f"served with --console; {args.loads} loads of the overview per condition, headless chromium")
         idle = loads(d, args.loads)

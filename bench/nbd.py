@@ -65,7 +65,7 @@ class Serve:
         if os.path.exists(SOCK):
             os.unlink(SOCK)
         cmd = [URAID, "serve", "--socket", SOCK, *(["--metrics", METRICS] if metrics else []),
-               *(["--console", CONSOLE, "--console-token", "bench"] if console else []), *devs]
+               *(["--console", CONSOLE, "--console-token", "bench-console-token-0123456789"] if console else []), *devs]
         if throttled:
             cmd = [DRIVES, "run", "--"] + cmd
         self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -92,7 +92,7 @@ class Serve:
         self.browser = None
         if console:
             wait_http(CONSOLE)
-            self.browser = open_console(f"http://{CONSOLE}/?token=bench")
+            self.browser = open_console(f"http://{CONSOLE}/?token=bench-console-token-0123456789")
             time.sleep(3)  # the page loaded, its charts running
 
     def cpu(self):

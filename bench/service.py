@@ -165,7 +165,7 @@ def part2(args):
     sh(URAID, "create", "--level", "0", "--chunk", "128K", "--name", NAME, "--force", *devs)
     configs = [("no metrics", URAID, ()), ("--metrics, scraped 1/s", URAID, ("--metrics", "127.0.0.1:0"))]
     if args.console:
-        configs.append(("console open in chromium", URAID, ("--console", "127.0.0.1:0", "--console-token", "bench")))
+        configs.append(("console open in chromium", URAID, ("--console", "127.0.0.1:0", "--console-token", "bench-console-token-0123456789")))
     if args.old:
         configs.insert(0, ("old binary", args.old, ()))
     res = {c[0]: [] for c in configs}
@@ -180,7 +180,7 @@ def part2(args):
             if "--metrics" in extra:
                 srv.scrape()
             if "--console" in extra:
-                browser = open_console(srv.console)
+                browser = open_console(srv.console.split("?")[0] + "?token=bench-console-token-0123456789")
             c0 = srv.cpu()
             b0 = tree_cpu(browser.pid) if browser else 0
             r = fio_read(args, srv.uri)

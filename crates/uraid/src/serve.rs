@@ -110,8 +110,8 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     metrics_insecure: bool,
     /// Serve the web console at ADDR:PORT (default 127.0.0.1:8109): live
-    /// state, charts, events and actions. It prints the address to open,
-    /// with its access token (or log in with the token). With --tls-cert and
+    /// state, charts, events and actions. It prints the address to open and
+    /// where its access token is (it never prints the token). With --tls-cert and
     /// --tls-key it speaks HTTPS with that certificate, and may then listen
     /// on any address; without, loopback only.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8109")]
@@ -120,7 +120,11 @@ pub(crate) struct ServeArgs {
     /// lists `uraid suite --out` reports (default /var/lib/uraid/reports).
     #[arg(long, value_name = "DIR", requires = "console")]
     reports: Option<PathBuf>,
-    /// The console's access token (default: a new random one each start).
+    /// The console's access token, at least 22 characters (default: a new
+    /// random 128-bit one each start, written to
+    /// $URAID_RUN_DIR/NAME.console-token, else /run/uraid/NAME.console-token,
+    /// mode 0600). Other local users can read a command line (ps): prefer
+    /// `console-token` in the config.
     #[arg(long, value_name = "TOKEN", requires = "console")]
     console_token: Option<String>,
     /// Check every redundant volume this often (like the weekly mdcheck
@@ -260,6 +264,9 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     };
     if let Some(addr) = &a.console {
         crate::service::console::parse_addr(addr, console_tls.is_some())?;
+        if let Some(t) = &a.console_token {
+            crate::service::console::check_token(t)?;
+        }
     }
 
     let all_mem = specs.iter().all(|s| matches!(s, uraid_core::MemberSpec::Mem(_)));
@@ -471,10 +478,18 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             }
             None => None,
         };
+        // A token made here is written to a file only root reads, never printed.
+        let token_file = (a.console.is_some() && manager.is_some() && a.console_token.is_none()).then(|| crate::service::console::token_path(&name));
         let console = match (&a.console, &manager) {
             (Some(addr), Some(_)) => {
                 let token = match a.console_token.clone().map(Ok).unwrap_or_else(crate::service::console::new_token) {
-                    Ok(t) => t,
+                    Ok(t) => match token_file.as_deref().map(|p| crate::service::console::write_token(p, &t)) {
+                        Some(Err(e)) => {
+                            eprintln!("uraid serve: no console: {e:#}");
+                            String::new()
+                        }
+                        _ => t,
+                    },
                     Err(e) => {
                         eprintln!("uraid serve: {e:#}");
                         String::new()
@@ -491,11 +506,12 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
                     reports: a.reports.clone().unwrap_or_else(|| PathBuf::from("/var/lib/uraid/reports")),
                     bench: std::sync::Mutex::new(None),
                     tls: console_tls.clone(),
-                    login_gate: tokio::sync::Mutex::new(()),
+                    guesses: crate::service::console::Guesses::new(),
                 };
                 match (token.is_empty(), crate::service::console::start(addr, source)) {
                     (false, Ok(c)) => {
-                        println!("console: {}://{}/?token={token}", if https { "https" } else { "http" }, c.addr);
+                        let told = token_file.as_ref().map_or("as configured".to_string(), |p| format!("in {}", p.display()));
+                        println!("console: {}://{}/ (access token {told})", if https { "https" } else { "http" }, c.addr);
                         Some(c)
                     }
                     (_, Err(e)) => {
@@ -519,6 +535,9 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         stop_service.store(true, Ordering::Relaxed);
         drop(metrics);
         drop(console);
+        if let Some(p) = &token_file {
+            let _ = std::fs::remove_file(p);
+        }
         let _ = sampler.join();
         live.interrupt.store(true, Ordering::Relaxed);
         let managed = manager.map(|(m, ctl)| {

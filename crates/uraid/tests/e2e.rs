@@ -55,3 +55,6 @@ mod grow;
 // NBD clients whose WRITE payloads stop arriving (issue 28, item 1).
 #[path = "e2e/nbd_stall.rs"]
 mod nbd_stall;
+
+#[path = "e2e/http_limits.rs"]
+mod http_limits;

@@ -9,14 +9,21 @@
 //!
 //! Routes (every one but the login page and the stylesheet needs the
 //! access token, as Jupyter does: open `/?token=TOKEN` once, or type the
-//! token into the login page, and a cookie keeps it):
+//! token into the login page, and a cookie keeps it). The token is 128
+//! random bits that `serve` writes to `RUN_DIR/NAME.console-token` (mode
+//! 0600; [`token_path`]) and never prints, or a configured one of at least
+//! [`MIN_TOKEN_CHARS`] characters. Every request that carries a token (the
+//! cookie, `Authorization: Bearer`, `?token=`, the login form,
+//! `X-Uraid-Token`) goes through one limit, [`Guesses`]: a wrong one is
+//! answered after [`LOGIN_DELAY`], and at most [`GUESS_BURST`] plus
+//! [`GUESS_RATE`] a second are compared at all; past that, every request
+//! that carries a token, right or wrong, is answered 429 before any
+//! comparison, so a 429 says nothing about the token:
 //! - `GET /`: the page (`crates/uraid/console/index.html`, `app.js`,
 //!   `app.css`; uPlot vendored in `console/vendor/`, all compiled in), or
 //!   the login page (`console/login.html`) without the token;
 //! - `POST /login` (form field `token`), `POST /logout`: set or clear the
-//!   cookie; a wrong token is answered after [`LOGIN_DELAY`], one at a
-//!   time, so that a password set in the config cannot be guessed fast
-//!   (one that comes meanwhile gets 429 at once: nothing queues);
+//!   cookie;
 //! - `GET /static/NAME`: those files;
 //! - `GET /api/status`: what `uraid status --json NAME` prints, live;
 //! - `GET /api/stream`: server-sent events: `status` once a second (the
@@ -37,7 +44,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use axum::extract::{Query, State};
@@ -79,12 +86,114 @@ pub(crate) struct Source {
     /// The certificate and key when the console speaks HTTPS (the
     /// export's; its cookie is then `Secure`); `None`: plain HTTP.
     pub tls: Option<Arc<rustls::ServerConfig>>,
-    /// Held while a wrong login is answered: one at a time.
-    pub login_gate: tokio::sync::Mutex<()>,
+    /// The limit on wrong tokens, shared by every route.
+    pub guesses: Guesses,
 }
 
 /// How long the answer to a wrong token takes.
 pub(crate) const LOGIN_DELAY: Duration = Duration::from_secs(1);
+/// How many wrong tokens may be compared in a burst.
+pub(crate) const GUESS_BURST: f64 = 3.0;
+/// How many wrong tokens may be compared a second, past the burst.
+pub(crate) const GUESS_RATE: f64 = 1.0;
+/// The shortest access token accepted, characters: 22 base64 characters
+/// hold 128 bits (`openssl rand -hex 16` makes 32 hex digits).
+pub(crate) const MIN_TOKEN_CHARS: usize = 22;
+
+/// The limit on wrong tokens of one console, shared by all its routes: a
+/// token bucket of [`GUESS_BURST`] comparisons, refilled at [`GUESS_RATE`]
+/// a second. A request that carries a token takes one before its token is
+/// compared (none left: 429) and gives it back unless the token was wrong,
+/// so that requests at once cannot compare more than the bucket holds.
+pub(crate) struct Guesses(Mutex<(f64, Instant)>);
+
+impl Guesses {
+    /// A full bucket.
+    pub(crate) fn new() -> Guesses {
+        Guesses(Mutex::new((GUESS_BURST, Instant::now())))
+    }
+
+    /// Takes one comparison; false when none is left.
+    fn take(&self) -> bool {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        g.0 = (g.0 + now.duration_since(g.1).as_secs_f64() * GUESS_RATE).min(GUESS_BURST);
+        g.1 = now;
+        if g.0 < 1.0 {
+            return false;
+        }
+        g.0 -= 1.0;
+        true
+    }
+
+    /// Gives back a comparison taken for a request with no wrong token.
+    fn give_back(&self) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.0 = (g.0 + 1.0).min(GUESS_BURST);
+    }
+}
+
+tokio::task_local! {
+    /// Set when the request being handled carried a wrong token.
+    static WRONG: std::cell::Cell<bool>;
+}
+
+/// Where `serve` writes the token it made for array `array`:
+/// `RUN_DIR/ARRAY.console-token` (`$URAID_RUN_DIR`, else `/run/uraid`).
+pub(crate) fn token_path(array: &str) -> std::path::PathBuf {
+    crate::runstate::run_dir().join(format!("{array}.console-token"))
+}
+
+/// Writes `token` and a newline to `path`, readable by its owner only
+/// (mode 0600), replacing the file there; a symbolic link there is never
+/// followed (the file is created anew, `O_EXCL`).
+///
+/// Errors: the directory cannot be written, or something recreated the
+/// file meanwhile.
+pub(crate) fn write_token(path: &std::path::Path, token: &str) -> Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).with_context(|| format!("cannot replace {}", path.display())),
+        _ => {}
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .with_context(|| format!("cannot write the console's token to {}", path.display()))?;
+    writeln!(f, "{token}").with_context(|| format!("cannot write the console's token to {}", path.display()))
+}
+
+/// Checks a configured access token: at least [`MIN_TOKEN_CHARS`]
+/// characters, at least 8 different ones, and only characters that go in a
+/// cookie and a header unchanged (letters, digits, `-._~+/=`).
+///
+/// Errors: a token that fails one of these, saying what to do.
+pub(crate) fn check_token(t: &str) -> Result<()> {
+    let fix = format!(
+        "give a random one of at least {MIN_TOKEN_CHARS} characters (`openssl rand -hex 16` makes one), or give none: \
+         serve then makes a random one and writes it to {} (readable by root only)",
+        token_path("NAME").display()
+    );
+    if let Some(c) = t.chars().find(|c| !c.is_ascii_alphanumeric() && !"-._~+/=".contains(*c)) {
+        bail!("the console token holds {c:?}, which a cookie or a header cannot carry unchanged: use letters, digits and -._~+/= only; {fix}");
+    }
+    let distinct = t.bytes().collect::<std::collections::BTreeSet<u8>>().len();
+    if t.len() < MIN_TOKEN_CHARS || distinct < 8 {
+        bail!(
+            "the console token is too easy to guess ({} characters, {distinct} different): the console changes the array, and \
+             its token is all that guards it; {fix}",
+            t.len()
+        );
+    }
+    Ok(())
+}
 
 /// A benchmark (`uraid suite`) started from the console.
 pub(crate) struct BenchRun {
@@ -98,7 +207,7 @@ pub(crate) struct BenchRun {
     pub done: Arc<Mutex<Option<bool>>>,
 }
 
-/// A new random access token: 32 hex digits from the kernel's random source.
+/// A new random access token: 32 hex digits (128 bits) from the kernel's random source.
 pub(crate) fn new_token() -> Result<String> {
     let mut b = [0u8; 16];
     std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).context("cannot read /dev/urandom for the console's token")?;
@@ -120,6 +229,7 @@ pub(crate) fn start(addr: &str, source: Source) -> Result<super::http::HttpServe
         Arc::new(c)
     });
     let live = source.live.clone();
+    let src = Arc::new(source);
     let app = axum::Router::new()
         .route("/", axum::routing::get(index))
         .route("/login", axum::routing::post(login))
@@ -133,7 +243,8 @@ pub(crate) fn start(addr: &str, source: Source) -> Result<super::http::HttpServe
         .route("/api/bench", axum::routing::get(bench_state).post(bench_start))
         .route("/api/reports", axum::routing::get(reports))
         .route("/reports/{dir}/{file}", axum::routing::get(report_file))
-        .with_state(Arc::new(source));
+        .with_state(src.clone());
+    let app = app.layer(axum::middleware::from_fn_with_state(src, limit_guesses));
     super::http::serve("the console", sa, app, live, tls)
 }
 
@@ -156,10 +267,61 @@ pub(crate) fn parse_addr(addr: &str, tls: bool) -> Result<SocketAddr> {
 
 type S = State<Arc<Source>>;
 
-/// Whether `given` is the token, in time independent of where it differs.
+/// Whether `given` is the token, in time that depends on the length of
+/// `given` alone (not on where it differs). A wrong one is noted for
+/// [`limit_guesses`].
 fn token_ok(src: &Source, given: &str) -> bool {
-    let (a, b) = (src.token.as_bytes(), given.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let (secret, b) = (src.token.as_bytes(), given.as_bytes());
+    let mut diff = u8::from(secret.len() != b.len() || secret.is_empty());
+    for (i, y) in b.iter().enumerate() {
+        diff |= y ^ secret.get(i % secret.len().max(1)).copied().unwrap_or(0);
+    }
+    let ok = std::hint::black_box(diff) == 0;
+    if !ok {
+        let _ = WRONG.try_with(|w| w.set(true));
+    }
+    ok
+}
+
+/// Whether a request carries something a route compares with the token.
+fn carries_token(req: &axum::extract::Request) -> bool {
+    let h = req.headers();
+    let cookie = h.get_all(header::COOKIE).iter().any(|v| v.as_bytes().windows(12).any(|w| w == b"uraid_token="));
+    cookie
+        || h.contains_key(header::AUTHORIZATION)
+        || h.contains_key("x-uraid-token")
+        || req.uri().query().is_some_and(|q| q.contains("token"))
+        || req.method() == axum::http::Method::POST
+}
+
+/// The one limit on token guesses, around every route: a request that
+/// carries a token takes a comparison from [`Guesses`] first (none left:
+/// 429 at once, whatever the token, so a 429 says nothing about it); if
+/// the route found a token wrong, the answer waits [`LOGIN_DELAY`] and the
+/// comparison stays taken, else it is given back.
+async fn limit_guesses(State(src): S, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if !carries_token(&req) {
+        return next.run(req).await;
+    }
+    let page = matches!(req.uri().path(), "/" | "/login");
+    if !src.guesses.take() {
+        let msg = "Too many wrong tokens were tried: tokens are not compared for a moment. Wait a second and try again.";
+        let mut r = if page { login_page(&src, StatusCode::TOO_MANY_REQUESTS, msg) } else { (StatusCode::TOO_MANY_REQUESTS, format!("{msg}\n")).into_response() };
+        r.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return r;
+    }
+    let (wrong, r) = WRONG
+        .scope(std::cell::Cell::new(false), async {
+            let r = next.run(req).await;
+            (WRONG.with(|w| w.get()), r)
+        })
+        .await;
+    if wrong {
+        tokio::time::sleep(LOGIN_DELAY).await;
+    } else {
+        src.guesses.give_back();
+    }
+    r
 }
 
 /// The token a request carries: the `uraid_token` cookie or an
@@ -184,34 +346,30 @@ fn refused() -> Response {
         StatusCode::UNAUTHORIZED,
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
         "<!doctype html><title>uraid console</title><p>This console needs its access token: log in at \
-         <a href=\"/\">the console's first page</a>, or open the address that <code>uraid serve --console</code> \
-         printed (it ends in <code>?token=...</code>).</p>",
+         <a href=\"/\">the console's first page</a> (<code>uraid serve --console</code> writes it to \
+         <code>RUN_DIR/NAME.console-token</code>, readable by root only), or send it as <code>Authorization: Bearer</code>.</p>",
     )
         .into_response()
 }
 
 /// The login page, with `message` (an error, or nothing).
 fn login_page(src: &Source, status: StatusCode, message: &str) -> Response {
-    let page = LOGIN.replace("{{ARRAY}}", &html_escape(&src.array)).replace("{{MESSAGE}}", &html_escape(message));
+    let page = LOGIN
+        .replace("{{ARRAY}}", &html_escape(&src.array))
+        .replace("{{TOKEN_FILE}}", &html_escape(&token_path(&src.array).display().to_string()))
+        .replace("{{MESSAGE}}", &html_escape(message));
     (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], page).into_response()
 }
 
-/// A wrong token: answered after [`LOGIN_DELAY`], one at a time. One
-/// that comes while another is being answered is refused at once with 429
-/// Too Many Requests and `Retry-After: 1` (nginx's limit_req habit): a
-/// flood of wrong tokens does not queue up connections behind the delay.
+/// A wrong token (its delay and limit are [`limit_guesses`]'s): the
+/// login page, saying where the token is.
 async fn wrong_token(src: &Source) -> Response {
-    let Ok(_gate) = src.login_gate.try_lock() else {
-        let mut r = login_page(
-            src,
-            StatusCode::TOO_MANY_REQUESTS,
-            "Another wrong token is being answered: wrong tokens are answered one at a time, each after a second. Wait a second and try again.",
-        );
-        r.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-        return r;
-    };
-    tokio::time::sleep(LOGIN_DELAY).await;
-    login_page(src, StatusCode::UNAUTHORIZED, "That is not the access token of this console. It is printed by uraid serve --console, or set as console-token in the config.")
+    let msg = format!(
+        "That is not the access token of this console. uraid serve --console writes it to {} (readable by root only), \
+         or the config sets it as console-token.",
+        token_path(&src.array).display()
+    );
+    login_page(src, StatusCode::UNAUTHORIZED, &msg)
 }
 
 /// Keeps the token in a cookie and goes to the console's page.

@@ -74,9 +74,8 @@ code, _, _, body = https("/api/status", headers={"Cookie": attrs[0]})
 assert code == 200 and json.loads(body)["name"] == ARRAY, f"the status with the cookie: {code} {body[:200]}"
 step(f"a wrong token is refused after {took:.1f} s with no cookie; the right one sets a Secure, HttpOnly cookie that opens the API")
 
-# A flood of wrong tokens does not queue behind the delay: while one is
-# being answered, the others are refused at once with 429 (rounds of six at
-# once until two overlap; before, every one waited its turn and got 401).
+# A flood of wrong tokens does not queue behind the delay: past a few, the
+# others are refused at once with 429 (rounds of six at once).
 import threading
 seen, deadline = set(), time.monotonic() + 30
 while 429 not in seen and time.monotonic() < deadline:
@@ -91,9 +90,15 @@ while 429 not in seen and time.monotonic() < deadline:
         assert code == 401 or "Wait a second and try again" in body, body[:300]
         seen.add(code)
 assert 429 in seen, "six wrong logins at once all waited their turn (no 429 in 30 s)"
-code, cookie, _, _ = https("/login", "POST", urllib.parse.urlencode({"token": TOKEN}), form)
+# The limit holds every token, right or wrong, until it refills (a 429 says
+# nothing of the token): the right one gets in a moment after the flood.
+for _ in range(20):
+    code, cookie, _, _ = https("/login", "POST", urllib.parse.urlencode({"token": TOKEN}), form)
+    if code != 429:
+        break
+    time.sleep(0.5)
 assert code == 303 and cookie, f"the right login after the flood: {code}"
-step("wrong tokens sent at once while one is answered get 429 at once; the right token still logs in")
+step("wrong tokens sent at once get 429 at once past a few; the right token still logs in after the flood")
 
 # --- the browser ---------------------------------------------------------------
 o = webdriver.ChromeOptions()
