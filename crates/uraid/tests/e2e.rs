@@ -51,3 +51,9 @@ mod hostile;
 // uraid grow: restripe onto more members; interrupted reshapes resume.
 #[path = "e2e/grow.rs"]
 mod grow;
+
+// The run directory (symbolic links, permissions, squatters, slow control
+// clients) and the bounds of inputs (cache size, event counter, escaped
+// device paths, duplicate keys, the configuration file's size).
+#[path = "e2e/rundir_bounds.rs"]
+mod rundir_bounds;
