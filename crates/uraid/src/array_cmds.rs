@@ -138,7 +138,7 @@ pub(crate) fn cmd_create(a: CreateArgs) -> Result<()> {
 }
 
 fn print_superblock(name: &str, sb: &Superblock) {
-    println!("{name}:");
+    println!("{}:", crate::conf::quote(name));
     println!("          magic : uraid superblock, version {}", uraid_core::control::superblock::VERSION);
     println!("     array uuid : {}", fmt_uuid(&sb.array_uuid));
     println!("           name : {}", sb.name);
@@ -216,14 +216,15 @@ pub(crate) fn cmd_examine(a: ExamineArgs) -> Result<()> {
             }
             continue;
         }
+        let shown = crate::conf::quote(name);
         match ex {
             Examination::Member(sb) => print_superblock(name, &sb),
             Examination::Corrupt(why) => {
-                println!("{name}: damaged uraid superblock: {why}");
+                println!("{shown}: damaged uraid superblock: {why}");
                 bad += 1;
             }
-            Examination::Foreign(sig) => println!("{name}: no uraid superblock; holds {sig}"),
-            Examination::Empty => println!("{name}: no uraid superblock, no known signature"),
+            Examination::Foreign(sig) => println!("{shown}: no uraid superblock; holds {sig}"),
+            Examination::Empty => println!("{shown}: no uraid superblock, no known signature"),
         }
     }
     if a.json {
@@ -269,8 +270,8 @@ pub(crate) fn cmd_assemble(a: AssembleArgs) -> Result<()> {
         );
         for m in &st.members {
             match m.role {
-                Some(r) => println!("  role {r}: {} {}", m.device.as_deref().unwrap_or("-"), m.state),
-                None => println!("  spare {}: {} {}", m.slot, m.device.as_deref().unwrap_or("-"), m.state),
+                Some(r) => println!("  role {r}: {} {}", crate::conf::quote(m.device.as_deref().unwrap_or("-")), m.state),
+                None => println!("  spare {}: {} {}", m.slot, crate::conf::quote(m.device.as_deref().unwrap_or("-")), m.state),
             }
         }
         if st.volumes.len() > 1 {

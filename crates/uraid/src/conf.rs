@@ -156,11 +156,78 @@ pub(crate) fn load() -> Result<Config> {
 
 /// Reads the configuration file at `path` (missing: empty).
 pub(crate) fn load_from(path: &Path) -> Result<Config> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => parse(&text, path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
-        Err(e) => Err(e).with_context(|| format!("cannot read the configuration file {}", path.display())),
+    match read_text(path)? {
+        Some(text) => parse(&text, path),
+        None => Ok(Config::default()),
     }
+}
+
+/// The largest configuration file read, bytes. A uraid.conf of a
+/// thousand arrays is about 300 KiB; a larger one is refused before it is
+/// parsed (a 50 MiB string once took 2 GB to parse).
+pub(crate) const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The text of the configuration file at `path`, `None` when there is
+/// none. Errors: it cannot be read, is larger than [`MAX_CONFIG_BYTES`]
+/// (told before any of it is read), or is not UTF-8.
+pub(crate) fn read_text(path: &Path) -> Result<Option<String>> {
+    use std::io::Read;
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read the configuration file {}", path.display())),
+    };
+    let too_big = |n: u64| {
+        anyhow!(
+            "the configuration file {} is {n} bytes or more, larger than the {MAX_CONFIG_BYTES} bytes (1 MiB) read: a \
+             uraid.conf holds a few KiB; is it the right file?",
+            path.display()
+        )
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > MAX_CONFIG_BYTES {
+        return Err(too_big(len));
+    }
+    // A file that grows meanwhile (or a pipe) is cut at the bound too.
+    let mut bytes = Vec::new();
+    f.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map(Some).map_err(|e| anyhow!("the configuration file {} is not UTF-8 text ({e})", path.display()))
+}
+
+/// `s` as status and scan lines print a value (a device path): as it is
+/// when it holds only letters, digits and `/ . _ - + : @ ~ %`, else in
+/// double quotes with the escapes of a TOML basic string (the syntax of
+/// this file: `\"`, `\\`, `\n`, `\t`, `\r`, and `\uXXXX` or
+/// `\UXXXXXXXX` for every other control or non-ASCII character), which
+/// reads back to `s` exactly. So a path can neither run into the next
+/// field, nor start a line of its own, nor send escape sequences to a
+/// terminal.
+pub(crate) fn quote(s: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:@~%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            ' '..='~' => out.push(c),
+            c if (c as u32) <= 0xffff => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push_str(&format!("\\U{:08X}", c as u32)),
+        }
+    }
+    out.push('"');
+    std::borrow::Cow::Owned(out)
 }
 
 /// Parses `text`, the content of the file at `path` (named in errors).
@@ -351,6 +418,36 @@ uuid = "11111111-2222-3333-4444-555555555555"
         let doc = include_str!("../../../docs/uraid.conf.md");
         let block = doc.split("```toml\n").nth(1).and_then(|b| b.split("```").next()).expect("a toml example in the doc");
         assert_eq!(parse(block, Path::new("doc")).unwrap().arrays.len(), 2);
+    }
+
+    /// Quoted values read back as TOML strings to exactly what was quoted.
+    #[test]
+    fn quoted_paths_read_back_exactly() {
+        for p in ["/dev/loop3", "/srv/a b.img", "/x\nARRAY name=evil uuid=0 devices=/dev/sda", "/e\u{1b}[31mred\u{1b}[0m", "/q\"\\'", "/u/é\u{202e}\u{1F600}", "/c,d=e", ""] {
+            let q = quote(p);
+            assert!(q.chars().all(|c| (' '..='~').contains(&c)), "{q}");
+            assert!(!q.contains('\n'));
+            if q.starts_with('"') {
+                let back: toml::Value = toml::from_str(&format!("v = {q}")).unwrap_or_else(|e| panic!("{q}: {e}"));
+                assert_eq!(back["v"].as_str(), Some(p), "{q}");
+            } else {
+                assert_eq!(q, p);
+            }
+        }
+        assert_eq!(quote("/dev/nvme0n1"), "/dev/nvme0n1");
+    }
+
+    /// A file past the bound is refused before it is read or parsed.
+    #[test]
+    fn a_huge_file_is_refused_unread() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("uraid.conf");
+        let f = std::fs::File::create(&p).unwrap();
+        f.set_len(50 << 20).unwrap();
+        let e = load_from(&p).unwrap_err().to_string();
+        assert!(e.contains("larger than the 1048576 bytes") && e.contains(&p.display().to_string()), "{e}");
+        std::fs::write(&p, "devices = [\"/dev/x*\"]\n").unwrap();
+        assert!(load_from(&p).unwrap().devices.is_some());
     }
 
     #[test]

@@ -373,7 +373,7 @@ fn event_line(e: &Event) -> String {
         libc::localtime_r(&secs, &mut tm);
         format!("{:04}-{:02}-{:02} {:02}:{:02}:{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
     };
-    format!("{when} {} {}{}: {}", e.event, e.array, e.member.as_deref().map(|m| format!(" {m}")).unwrap_or_default(), e.detail)
+    format!("{when} {} {}{}: {}", e.event, e.array, e.member.as_deref().map(|m| format!(" {}", crate::conf::quote(m))).unwrap_or_default(), e.detail)
 }
 
 /// `uraid monitor`: follows the events of served arrays (mdadm --monitor).

@@ -413,14 +413,14 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
         }
     }
     for d in &st.stale_members {
-        println!("  stale: {d} (no longer a member: removed or replaced; left out)");
+        println!("  stale: {} (no longer a member: removed or replaced; left out)", crate::conf::quote(d));
     }
     for m in &st.members {
         let what = match m.role {
             Some(r) => format!("role {r}"),
             None => format!("spare {}", m.slot),
         };
-        let dev = m.device.as_deref().unwrap_or("-");
+        let dev = crate::conf::quote(m.device.as_deref().unwrap_or("-"));
         match m.recovery_offset {
             Some(o) => println!("  {what}: {dev} {} (rebuilt up to byte {o})", m.state),
             None => println!("  {what}: {dev} {}", m.state),

@@ -9,6 +9,12 @@
 //! stop (a temporary file renamed over it, so that a reader never sees half
 //! of one) and removes it at a clean stop. A file whose process is gone is
 //! stale and is ignored by readers.
+//!
+//! The run directory must be writable by its owner only (root or the
+//! serving user, [`check_run_dir`]): anyone else who could write there
+//! could put a socket or a file of theirs in place of ours. The state file
+//! is written through the directory's descriptor, never through a
+//! symbolic link ([`write`]), and read only when its owner is root or us.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +31,58 @@ pub(crate) fn run_dir() -> PathBuf {
         Some(d) if !d.is_empty() => PathBuf::from(d),
         _ => PathBuf::from("/run/uraid"),
     }
+}
+
+/// Checks that the run directory ([`run_dir`]) can hold the sockets and
+/// state files of `serve`: made (0755) when missing; a directory owned
+/// by root or by us that no one else may write to (group and others
+/// without write permission, sticky bit or not). Returns it.
+///
+/// Errors: it cannot be made or looked at, is not a directory, belongs
+/// to another user, or may be written by others (the message says how to
+/// fix it).
+pub(crate) fn check_run_dir() -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = run_dir();
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&dir)
+            .with_context(|| format!("cannot create the run directory {} (set URAID_RUN_DIR to another)", dir.display()))?;
+    }
+    let md = std::fs::metadata(&dir).with_context(|| format!("cannot look at the run directory {}", dir.display()))?;
+    safe_dir(&dir, &md)?;
+    Ok(dir)
+}
+
+/// The check of [`check_run_dir`] on `dir` whose metadata is `md`.
+fn safe_dir(dir: &Path, md: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if !md.is_dir() {
+        anyhow::bail!("the run directory {} is not a directory; set URAID_RUN_DIR to a directory", dir.display());
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if md.uid() != me && md.uid() != 0 {
+        anyhow::bail!(
+            "the run directory {} belongs to user {}, not to root or to us (user {me}): that user could replace the \
+             control socket or the state files; set URAID_RUN_DIR to a directory of ours",
+            dir.display(),
+            md.uid()
+        );
+    }
+    if md.mode() & 0o022 != 0 {
+        anyhow::bail!(
+            "the run directory {} may be written by other users (mode {:04o}): they could put a control socket or a \
+             state file of theirs in place of the array's. Use a directory only its owner can write: chmod 0755 {}, \
+             or set URAID_RUN_DIR to another directory",
+            dir.display(),
+            md.mode() & 0o7777,
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// The directory of state kept across restarts and reboots (the stamp of
@@ -104,11 +162,24 @@ fn alive(pid: u32) -> bool {
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// The longest state file read, bytes (one is a few KiB).
+const MAX_STATE_BYTES: u64 = 1 << 20;
+
 /// The state published by a running `uraid serve` of the array `uuid`:
-/// `None` when there is no file, it cannot be read or parsed, it names
-/// another array, or its process is gone (a stale file).
+/// `None` when there is no file, it is a symbolic link, belongs to another
+/// user than root or us, is larger than [`MAX_STATE_BYTES`], cannot be
+/// read or parsed, names another array, or its process is gone (a stale
+/// file).
 pub(crate) fn read_live(uuid: &str) -> Option<RunState> {
-    let text = std::fs::read_to_string(state_path(uuid)).ok()?;
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(state_path(uuid)).ok()?;
+    let md = f.metadata().ok()?;
+    if !md.is_file() || !crate::sock::trusted_uid(md.uid()) {
+        return None;
+    }
+    let mut text = String::new();
+    f.take(MAX_STATE_BYTES).read_to_string(&mut text).ok()?;
     let st: RunState = serde_json::from_str(&text).ok()?;
     (st.uuid == uuid && alive(st.pid)).then_some(st)
 }
@@ -125,17 +196,94 @@ pub(crate) struct Source {
 }
 
 /// Writes `st` to `path` atomically: a temporary file in the same
-/// directory, renamed over the old one.
+/// directory, renamed over the old one. Both names are taken relative to
+/// the directory's descriptor (opened once, and checked as
+/// [`check_run_dir`] does), and neither is followed when it is a symbolic
+/// link.
+///
+/// Errors: the directory is not safe ([`check_run_dir`]), the temporary
+/// name or `path` is a symbolic link or something else than a file of
+/// ours (left alone), or the file cannot be written.
 fn write(path: &Path, st: &RunState) -> Result<()> {
+    use std::ffi::CString;
+    use std::io::Write;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let tmp = path.with_extension(format!("json.tmp.{}", st.pid));
+    let file = path.file_name().with_context(|| format!("{} names no file", path.display()))?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let d = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)
+        .with_context(|| format!("cannot open the directory {}", dir.display()))?;
+    safe_dir(dir, &d.metadata()?)?;
+    let tmp_name = format!("{}.tmp.{}", file.to_string_lossy(), st.pid);
+    let tmp = CString::new(tmp_name.as_bytes()).context("a file name with a NUL byte")?;
+    let dst = CString::new(file.as_bytes()).context("a file name with a NUL byte")?;
+    let tmp_path = dir.join(&tmp_name);
+    // What is at `name` in the directory, not followed: (is a regular
+    // file, owner), or None when nothing is there.
+    let at = |name: &CString| -> Option<(bool, libc::uid_t)> {
+        // SAFETY: a zeroed stat is a valid value; fstatat writes into it
+        // and reads the NUL-terminated name; the directory is open.
+        unsafe {
+            let mut sb: libc::stat = std::mem::zeroed();
+            (libc::fstatat(d.as_raw_fd(), name.as_ptr(), &mut sb, libc::AT_SYMLINK_NOFOLLOW) == 0)
+                .then_some((sb.st_mode & libc::S_IFMT == libc::S_IFREG, sb.st_uid))
+        }
+    };
+    let ours = |kind: Option<(bool, libc::uid_t)>, p: &Path| -> Result<()> {
+        match kind {
+            Some((true, uid)) if crate::sock::trusted_uid(uid) => Ok(()),
+            Some(_) => anyhow::bail!(
+                "{} is a symbolic link, or not a file of ours: not followed, not replaced; remove it",
+                p.display()
+            ),
+            None => Ok(()),
+        }
+    };
+    ours(at(&dst), path)?;
+    let open = || {
+        // SAFETY: openat reads the NUL-terminated name relative to the open
+        // directory; the descriptor it returns is owned below.
+        let fd = unsafe {
+            libc::openat(d.as_raw_fd(), tmp.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0o644)
+        };
+        if fd < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            // SAFETY: `fd` was just opened and is owned by nobody else.
+            Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+        }
+    };
+    let mut f = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // A temporary file left by an earlier process of this pid goes;
+            // anything else is left alone.
+            ours(at(&tmp), &tmp_path)?;
+            // SAFETY: unlinkat reads the NUL-terminated name relative to the
+            // open directory.
+            unsafe { libc::unlinkat(d.as_raw_fd(), tmp.as_ptr(), 0) };
+            open()
+        }
+        r => r,
+    }
+    .with_context(|| format!("cannot write {}", tmp_path.display()))?;
     let text = serde_json::to_vec_pretty(st)?;
-    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot rename {} to {}", tmp.display(), path.display())
-    })
+    let renamed = f.write_all(&text).and_then(|_| {
+        // SAFETY: renameat reads both NUL-terminated names relative to the
+        // open directory.
+        let r = unsafe { libc::renameat(d.as_raw_fd(), tmp.as_ptr(), d.as_raw_fd(), dst.as_ptr()) };
+        if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    });
+    if let Err(e) = renamed {
+        // SAFETY: as above.
+        unsafe { libc::unlinkat(d.as_raw_fd(), tmp.as_ptr(), 0) };
+        return Err(e).with_context(|| format!("cannot write {} and rename it to {}", tmp_path.display(), path.display()));
+    }
+    Ok(())
 }
 
 /// What the publishing thread and the stop share.
@@ -223,9 +371,13 @@ impl Publisher {
         self
     }
 
-    /// Deletes the state file (after a clean stop) and lets go of the caches.
+    /// Deletes the state file (after a clean stop) and lets go of the
+    /// caches. Anything but a file (a symbolic link put there) is left.
     pub(crate) fn remove(self) {
         let path = &self.shared.path;
+        if std::fs::symlink_metadata(path).is_ok_and(|m| !m.is_file()) {
+            return;
+        }
         if let Err(e) = std::fs::remove_file(path) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 eprintln!("uraid serve: warning: cannot remove {}: {e}", path.display());
@@ -237,5 +389,60 @@ impl Publisher {
 impl Drop for Publisher {
     fn drop(&mut self) {
         self.stop_thread();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn state(pid: u32) -> RunState {
+        RunState { pid, array: "a".into(), uuid: "u".into(), updated_unix_ms: 1, volumes: Vec::new() }
+    }
+
+    /// A symbolic link planted at the temporary name or at the state
+    /// file's name is not followed: the file it points to is unchanged and
+    /// the error says why.
+    #[test]
+    fn a_planted_symbolic_link_is_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let run = d.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        let path = run.join("u.json");
+        std::os::unix::fs::symlink(&victim, run.join("u.json.tmp.4242")).unwrap();
+        let e = write(&path, &state(4242)).unwrap_err();
+        println!("symbolic link at the temporary name: {e:#}");
+        assert!(format!("{e:#}").contains("symbolic link"), "{e:#}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        std::fs::remove_file(run.join("u.json.tmp.4242")).unwrap();
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let e = write(&path, &state(4242)).unwrap_err();
+        assert!(format!("{e:#}").contains("symbolic link"), "{e:#}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink());
+        // A plain leftover temporary file of ours is replaced.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(run.join("u.json.tmp.4242"), "old").unwrap();
+        write(&path, &state(4242)).unwrap();
+        let back: RunState = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(back.pid, 4242);
+        assert!(!run.join("u.json.tmp.4242").exists());
+    }
+
+    /// A directory that others may write to (sticky or not) is refused.
+    #[test]
+    fn a_world_writable_run_directory_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        for mode in [0o1777, 0o777, 0o775] {
+            std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = write(&d.path().join("u.json"), &state(1)).unwrap_err();
+            assert!(format!("{e:#}").contains("may be written by other users"), "{mode:o}: {e:#}");
+            assert!(!d.path().join("u.json").exists());
+        }
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        write(&d.path().join("u.json"), &state(1)).unwrap();
     }
 }

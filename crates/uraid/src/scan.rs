@@ -76,18 +76,20 @@ pub(crate) struct ScannedArray {
 
 impl ScannedArray {
     /// The mdadm-style line: `ARRAY name=.. uuid=.. level=.. members=F/E
-    /// state=.. devices=A,B`.
+    /// state=.. devices=A,B`. A device path with anything but letters,
+    /// digits and `/._-+:@~%` is written quoted ([`conf::quote`]: a TOML
+    /// string), so that it cannot end the line or forge another.
     pub(crate) fn line(&self) -> String {
         let spares = if self.spares > 0 { format!(" spares={}", self.spares) } else { String::new() };
         format!(
             "ARRAY name={} uuid={} level={} members={}/{}{spares} state={} devices={}",
-            self.name,
+            conf::quote(&self.name),
             self.uuid,
             self.level,
             self.members_found,
             self.members_expected,
             self.state.replace(' ', "-"),
-            self.devices.join(",")
+            self.devices.iter().map(|d| conf::quote(d)).collect::<Vec<_>>().join(",")
         )
     }
 }
@@ -175,11 +177,12 @@ pub(crate) fn scan(dirs: &[PathBuf], cfg: &Config) -> Result<Vec<ScannedArray>> 
     let mut groups: HashMap<[u8; 16], Vec<(String, Superblock)>> = HashMap::new();
     for path in candidates(dirs, cfg)? {
         let name = path.display().to_string();
+        let shown = conf::quote(&name).into_owned();
         match array::examine(&MemberSpec::Path(path)) {
             Ok(Examination::Member(sb)) => groups.entry(sb.array_uuid).or_default().push((name, *sb)),
-            Ok(Examination::Corrupt(why)) => eprintln!("uraid: scan: {name}: damaged uraid superblock ({why}); left out"),
+            Ok(Examination::Corrupt(why)) => eprintln!("uraid: scan: {shown}: damaged uraid superblock ({why}); left out"),
             Ok(Examination::Foreign(_) | Examination::Empty) => {}
-            Err(e) => eprintln!("uraid: scan: {name}: cannot examine it ({e}); left out"),
+            Err(e) => eprintln!("uraid: scan: {shown}: cannot examine it ({e}); left out"),
         }
     }
     let locked = locked_files();
@@ -198,12 +201,15 @@ fn summarize(group: Vec<(String, Superblock)>, locked: &HashSet<(u64, u64)>) -> 
         match auth.slots.iter().position(|s| !s.is_empty() && s.uuid == sb.member_uuid) {
             Some(i) if by_slot[i].is_none() => by_slot[i] = Some(name),
             Some(i) => eprintln!(
-                "uraid: scan: {name} and {} carry the same member uuid of array '{}' (a copy?); {name} left out",
-                by_slot[i].unwrap_or_default(),
-                auth.name
+                "uraid: scan: {} and {} carry the same member uuid of array '{}' (a copy?); {} left out",
+                conf::quote(name),
+                conf::quote(by_slot[i].unwrap_or_default()),
+                auth.name,
+                conf::quote(name)
             ),
             None => eprintln!(
-                "uraid: scan: {name}: a former member of array '{}' ({}), not in its slot table; left out",
+                "uraid: scan: {}: a former member of array '{}' ({}), not in its slot table; left out",
+                conf::quote(name),
                 auth.name,
                 fmt_uuid(&auth.array_uuid)
             ),
@@ -409,11 +415,7 @@ fn write_config(path: &Path, found: &[ScannedArray]) -> Result<()> {
     if path.is_dir() {
         bail!("--config {} is a directory; give the configuration file (put directories to scan before --config)", path.display());
     }
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-    };
+    let text = conf::read_text(path)?.unwrap_or_default();
     conf::parse(&text, path)?;
     let mut doc: toml_edit::DocumentMut = text.parse().with_context(|| format!("{} does not parse", path.display()))?;
     let tables = doc

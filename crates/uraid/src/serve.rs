@@ -219,6 +219,9 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         );
     }
     let socket_gid = a.socket_group.as_deref().map(group_id).transpose()?;
+    // The control socket and the state file go there: refused before the
+    // array is touched when others could write to it.
+    crate::runstate::check_run_dir()?;
     // An array named in the config: its settings where no flag is given.
     let conf = crate::conf::load()?;
     let mine = match &a.members[..] {

@@ -58,3 +58,9 @@ mod nbd_stall;
 
 #[path = "e2e/http_limits.rs"]
 mod http_limits;
+
+// The run directory (symbolic links, permissions, squatters, slow control
+// clients) and the bounds of inputs (cache size, event counter, escaped
+// device paths, duplicate keys, the configuration file's size).
+#[path = "e2e/rundir_bounds.rs"]
+mod rundir_bounds;

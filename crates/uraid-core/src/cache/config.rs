@@ -90,6 +90,42 @@ impl std::str::FromStr for CacheMode {
     }
 }
 
+/// This machine's memory in bytes (`MemTotal` of /proc/meminfo), `None`
+/// when it cannot be read.
+pub fn machine_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = text.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Checks that a cache of `size` bytes fits in this machine's memory
+/// ([`machine_memory`]; not checked when it cannot be read). The cache
+/// lives in RAM and fills up to its size, so a larger one would end in
+/// the kernel's OOM killer. `MemTotal` is the bound rather than the memory
+/// free now, so that the answer does not change with the load of the
+/// moment. Errors: `InvalidInput` naming the size and the memory.
+pub fn check_cache_memory(size: u64) -> Result<()> {
+    match machine_memory() {
+        Some(mem) => check_cache_fits(size, mem),
+        None => Ok(()),
+    }
+}
+
+/// [`check_cache_memory`] against `mem` bytes of memory.
+fn check_cache_fits(size: u64, mem: u64) -> Result<()> {
+    if size > mem {
+        bail!(
+            InvalidInput,
+            "cache size {} ({size} bytes) is more than this machine's memory, {} ({mem} bytes, MemTotal in /proc/meminfo): \
+             the cache is held in RAM; give a smaller --cache-size (default {})",
+            crate::units::fmt_size(size),
+            crate::units::fmt_size(mem),
+            crate::units::fmt_size(DEFAULT_CACHE_SIZE)
+        );
+    }
+    Ok(())
+}
+
 /// How a volume's cache is set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CacheConfig {
@@ -152,4 +188,22 @@ pub struct CacheStats {
     /// replaced, or a write to it failed); writes are acknowledged only
     /// once on the members and flushed, until it is back.
     pub journal_lost: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cache_larger_than_the_memory_is_refused() {
+        let e = check_cache_fits(1 << 50, 24 << 30).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidInput);
+        let m = e.to_string();
+        assert!(m.contains("1125899906842624 bytes") && m.contains("25769803776 bytes") && m.contains("MemTotal"), "{m}");
+        check_cache_fits(24 << 30, 24 << 30).unwrap();
+        let mem = machine_memory().expect("/proc/meminfo has MemTotal");
+        assert!(mem > 64 << 20, "{mem}");
+        assert!(check_cache_memory(mem + 1).is_err());
+        check_cache_memory(DEFAULT_CACHE_SIZE).unwrap();
+    }
 }

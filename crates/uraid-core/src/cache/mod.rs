@@ -490,10 +490,20 @@ impl Cache {
         .min(g.capacity().max(CACHE_SECTOR))
     }
 
-    /// Checks `cfg` for a cache on `vol`. Errors: `InvalidInput` when the
-    /// size or the dirty limit cannot hold one line, or the limit passes
-    /// the size.
+    /// Checks `cfg` for a cache on `vol`, as a user sets it (create,
+    /// config). Errors: `InvalidInput` when the size or the dirty limit
+    /// cannot hold one line, the limit passes the size, or the size passes
+    /// this machine's memory ([`check_cache_memory`]).
     pub fn check_config(vol: &RaidVolume, cfg: &CacheConfig) -> Result<()> {
+        Self::check_lines(vol, cfg)?;
+        check_cache_memory(cfg.size)
+    }
+
+    /// The part of [`check_config`](Self::check_config) that does not
+    /// depend on the machine (an array whose cache was sized on a larger
+    /// machine still assembles: the cache fills only as far as it is
+    /// used).
+    fn check_lines(vol: &RaidVolume, cfg: &CacheConfig) -> Result<()> {
         let line = Self::line_for(vol);
         if cfg.size < line || cfg.dirty_limit < line || cfg.dirty_limit > cfg.size {
             bail!(
@@ -513,7 +523,7 @@ impl Cache {
     /// [`check_config`](Self::check_config), or a journal missing or not
     /// wanted.
     pub(crate) fn new(vol: &RaidVolume, cfg: CacheConfig, journal: Option<Arc<crate::cache::journal::Journal>>) -> Result<Cache> {
-        Self::check_config(vol, &cfg)?;
+        Self::check_lines(vol, &cfg)?;
         if (cfg.mode == CacheMode::Journal) != journal.is_some() {
             bail!(InvalidInput, "the journal cache mode needs a journal device, and only it takes one");
         }

@@ -464,6 +464,26 @@ pub fn check_name_of(what: &str, name: &str) -> Result<()> {
 }
 
 impl Superblock {
+    /// Counts one more change of the superblock (event counter + 1) and
+    /// sets its update time. Errors: `OutOfRange` when the counter is at
+    /// its largest value (2^64 - 1): it never wraps to 0, which would make
+    /// the newest superblock look the oldest; such an array's members
+    /// can still be read, but not changed.
+    pub fn next_event(&mut self) -> Result<()> {
+        let Some(next) = self.events.checked_add(1) else {
+            bail!(
+                OutOfRange,
+                "the event counter of array '{}' is at its largest value ({}): one more change would wrap it to 0 and \
+                 make this superblock look the oldest; nothing was written. Copy the data to a new array",
+                self.name,
+                self.events
+            );
+        };
+        self.events = next;
+        self.utime = unix_now();
+        Ok(())
+    }
+
     /// Encodes into a 4 KiB block with the checksum filled in. Entries past
     /// [`MAX_SLOTS`] slots or [`MAX_VOLUMES`] volumes are not written (the
     /// control path never makes them).
@@ -970,6 +990,18 @@ mod tests {
             b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
             let _ = Superblock::decode(&b);
         }
+    }
+
+    #[test]
+    fn the_event_counter_never_wraps() {
+        let mut sb = sample();
+        sb.events = u64::MAX - 1;
+        sb.next_event().unwrap();
+        assert_eq!(sb.events, u64::MAX);
+        let e = sb.next_event().unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::OutOfRange);
+        assert!(e.to_string().contains("event counter") && e.to_string().contains("18446744073709551615"), "{e}");
+        assert_eq!(sb.events, u64::MAX, "unchanged");
     }
 
     #[test]

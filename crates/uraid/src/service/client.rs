@@ -19,17 +19,40 @@ pub(crate) struct Client {
     stream: UnixStream,
     /// The array's name.
     pub name: String,
+    /// Why the process that answered is not trusted (another user than
+    /// root or us: whoever could write to the run directory put it
+    /// there); every [`call`](Self::call) then fails with this, sending
+    /// nothing and reading nothing from it.
+    untrusted: Option<String>,
 }
 
 impl Client {
     /// Connects to array `name`'s control socket; `None` when no process
-    /// serves it (no socket, or a stale one).
+    /// serves it (no socket, or a stale one). A socket answered by a
+    /// process of another user than root or ours (SO_PEERCRED) gives a
+    /// client whose every call fails, saying so.
     pub(crate) fn connect(name: &str) -> Option<Client> {
         if name.is_empty() || name.contains('/') {
             return None;
         }
-        let stream = UnixStream::connect(ctl_path(name)).ok()?;
-        Some(Client { stream, name: name.to_string() })
+        let path = ctl_path(name);
+        let stream = UnixStream::connect(&path).ok()?;
+        let untrusted = match crate::sock::peer_cred(&stream) {
+            Some(c) if crate::sock::trusted_uid(c.uid) => None,
+            Some(c) => Some(format!(
+                "the control socket {} is answered by process {} of user {}, not by root or by you (user {}): it is not \
+                 trusted, and nothing was sent to it or read from it. Whoever can write to {} can put a socket there: \
+                 serve arrays with a run directory only root can write (the default /run/uraid), or set URAID_RUN_DIR to one",
+                path.display(),
+                c.pid,
+                c.uid,
+                // SAFETY: geteuid has no preconditions.
+                unsafe { libc::geteuid() },
+                crate::runstate::run_dir().display()
+            )),
+            None => Some(format!("cannot tell who answers on the control socket {} (SO_PEERCRED failed); not trusted", path.display())),
+        };
+        Some(Client { stream, name: name.to_string(), untrusted })
     }
 
     /// Sends `cmd`; `line` sees every progress or event line; returns the
@@ -39,6 +62,9 @@ impl Client {
     /// connection failed.
     pub(crate) fn call(mut self, cmd: Command, line: &mut dyn FnMut(&Reply)) -> Result<serde_json::Value> {
         let what = cmd.name();
+        if let Some(why) = self.untrusted.take() {
+            bail!("{why}");
+        }
         let mut req = serde_json::to_vec(&Request { version: PROTOCOL_VERSION, command: cmd })?;
         req.push(b'\n');
         self.stream.write_all(&req).with_context(|| format!("cannot send '{what}' to array '{}'", self.name))?;

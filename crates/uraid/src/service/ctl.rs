@@ -1,18 +1,22 @@
 //! The control socket of a served array, `RUN_DIR/NAME.ctl` (owner-only,
 //! mode 0600; peers with another user id are refused too): one thread
-//! accepts, one thread per connection (at most [`MAX_CLIENTS`]) reads a
-//! request line ([`proto`](super::proto)), answers `status`, `stop`,
-//! `monitor` and `test-message` itself and hands the rest to the
-//! [`Manager`](super::Manager). A malformed, oversized, unknown or slow
-//! request gets an error line and changes nothing.
+//! accepts and reads the request lines of every connection
+//! ([`proto`](super::proto); the whole line within [`REQUEST_TIMEOUT`]),
+//! then one thread per request (at most [`MAX_CLIENTS`]) answers
+//! `status`, `stop`, `monitor` and `test-message` itself and hands the
+//! rest to the [`Manager`](super::Manager). A malformed, oversized,
+//! unknown or slow request, or one that gives a key twice, gets an error
+//! line and changes nothing.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
@@ -23,8 +27,14 @@ use super::{Job, Live};
 /// Control connections served at once; more are told so and closed.
 pub(crate) const MAX_CLIENTS: usize = 16;
 
-/// Seconds a client has to send its request line.
+/// How long a client has to send its whole request line, from the
+/// moment it connected (not per read: a byte every few seconds does not
+/// keep a connection).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections still sending their request, at most; a new one then
+/// drops the one that has been sending the longest.
+const MAX_PENDING: usize = 64;
 
 /// What the control socket answers `status` with besides the array's
 /// status: the live figures of the exports (set by `serve`).
@@ -71,29 +81,138 @@ struct Ctx {
     clients: AtomicUsize,
 }
 
+/// A connection still sending its request line: read by the accepting
+/// thread (no thread of its own), so that clients slow to send hold no
+/// slot of [`MAX_CLIENTS`].
+struct Pending {
+    s: UnixStream,
+    buf: Vec<u8>,
+    /// When the whole request must have arrived: [`REQUEST_TIMEOUT`] after
+    /// the connection was accepted, however the bytes trickle in.
+    deadline: Instant,
+}
+
 fn accept_loop(l: UnixListener, ctx: Arc<Ctx>) {
+    let mut pending: VecDeque<Pending> = VecDeque::new();
     while !ctx.live.stop.load(Ordering::Relaxed) {
-        match l.accept() {
-            Ok((s, _)) => {
-                let _ = s.set_nonblocking(false);
-                if ctx.clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
-                    ctx.clients.fetch_sub(1, Ordering::AcqRel);
-                    let _ = send(&s, &Reply::failed(ErrorBody::new("Busy", format!("{MAX_CLIENTS} control connections are open; try again"))));
-                    continue;
+        let mut fds: Vec<libc::pollfd> = std::iter::once(l.as_raw_fd())
+            .chain(pending.iter().map(|p| p.s.as_raw_fd()))
+            .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+            .collect();
+        // SAFETY: `fds` holds `fds.len()` initialised pollfd entries of
+        // descriptors open for the call; poll writes only their revents.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The connections that sent something (from the last one, so that
+        // the indices of the others stay valid while they are taken out).
+        for i in (0..pending.len()).rev() {
+            if fds[i + 1].revents == 0 {
+                continue;
+            }
+            if let Some(done) = read_some(&mut pending[i]) {
+                let p = pending.remove(i).expect("index in range");
+                dispatch(p.s, done, &ctx);
+            }
+        }
+        let now = Instant::now();
+        while let Some(i) = pending.iter().position(|p| p.deadline <= now) {
+            let p = pending.remove(i).expect("index in range");
+            let msg = format!("no complete request line within {} s: send the whole request at once", REQUEST_TIMEOUT.as_secs());
+            dispatch(p.s, Err(ErrorBody::new("Protocol", msg)), &ctx);
+        }
+        loop {
+            match l.accept() {
+                Ok((s, _)) => {
+                    if s.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    if !crate::sock::peer_cred(&s).is_some_and(|c| crate::sock::trusted_uid(c.uid)) {
+                        let e = ErrorBody::new("Protocol", "only the owner of the array's process (or root) may control it");
+                        dispatch(s, Err(e), &ctx);
+                        continue;
+                    }
+                    if pending.len() >= MAX_PENDING {
+                        // The one that has had the longest to send its request.
+                        let old = pending.pop_front().expect("full");
+                        let msg = format!("{MAX_PENDING} control connections are sending their request; this one took too long");
+                        dispatch(old.s, Err(ErrorBody::new("Busy", msg)), &ctx);
+                    }
+                    pending.push_back(Pending { s, buf: Vec::new(), deadline: Instant::now() + REQUEST_TIMEOUT });
                 }
-                let mine = ctx.clone();
-                let spawned = std::thread::Builder::new().name("uraid-ctl-conn".into()).spawn(move || {
-                    let _ = serve_client(&s, &mine);
-                    mine.clients.fetch_sub(1, Ordering::AcqRel);
-                });
-                if spawned.is_err() {
-                    // The closure (and the count it would give back) is gone.
-                    ctx.clients.fetch_sub(1, Ordering::AcqRel);
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    // Out of descriptors, most likely: the others go on.
+                    std::thread::sleep(Duration::from_millis(50));
+                    break;
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(50)),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
+    }
+}
+
+/// Reads what `p`'s client has sent; the request (or why it cannot be
+/// read) once it is complete (a line, or the client's end of it), `None`
+/// while more is to come. At most [`MAX_REQUEST_BYTES`] are kept.
+fn read_some(p: &mut Pending) -> Option<Result<Request, ErrorBody>> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match (&p.s).read(&mut chunk) {
+            Ok(0) if p.buf.is_empty() => return Some(Err(ErrorBody::new("Protocol", "no request: send one JSON object on one line"))),
+            Ok(0) => return Some(parse_request(&p.buf)),
+            Ok(k) => {
+                let at = p.buf.len();
+                p.buf.extend_from_slice(&chunk[..k]);
+                if let Some(nl) = p.buf[at..].iter().position(|&b| b == b'\n') {
+                    let end = at + nl + 1;
+                    return Some(if end > MAX_REQUEST_BYTES { Err(too_long()) } else { parse_request(&p.buf[..end]) });
+                }
+                if p.buf.len() > MAX_REQUEST_BYTES {
+                    return Some(Err(too_long()));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Some(Err(ErrorBody::new("Protocol", format!("cannot read the request: {e}")))),
+        }
+    }
+}
+
+fn too_long() -> ErrorBody {
+    ErrorBody::new("Protocol", format!("the request is longer than {MAX_REQUEST_BYTES} bytes"))
+}
+
+/// Answers a connection whose request was read: an error line, "busy"
+/// when [`MAX_CLIENTS`] are being served, else a thread of its own runs
+/// the request.
+fn dispatch(s: UnixStream, req: Result<Request, ErrorBody>, ctx: &Arc<Ctx>) {
+    // A reply line fits in the socket's buffer; a client that reads
+    // nothing cannot hold the accepting thread for longer than this.
+    if s.set_nonblocking(false).is_err() || s.set_write_timeout(Some(Duration::from_secs(1))).is_err() {
+        return;
+    }
+    let req = match req {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = send(&s, &Reply::failed(e));
+            return;
+        }
+    };
+    if ctx.clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+        ctx.clients.fetch_sub(1, Ordering::AcqRel);
+        let _ = send(&s, &Reply::failed(ErrorBody::new("Busy", format!("{MAX_CLIENTS} control connections are open; try again"))));
+        return;
+    }
+    let _ = s.set_write_timeout(None);
+    let mine = ctx.clone();
+    let spawned = std::thread::Builder::new().name("uraid-ctl-conn".into()).spawn(move || {
+        let _ = serve_client(&s, req, &mine);
+        mine.clients.fetch_sub(1, Ordering::AcqRel);
+    });
+    if spawned.is_err() {
+        // The closure (and the count it would give back) is gone.
+        ctx.clients.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -104,37 +223,19 @@ fn send(mut s: &UnixStream, r: &Reply) -> std::io::Result<()> {
     s.write_all(&line)
 }
 
-/// The user id of the peer of `s` (SO_PEERCRED).
-fn peer_uid(s: &UnixStream) -> Option<u32> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a zeroed ucred is a valid value; getsockopt writes at most
-    // `len` bytes into it and the descriptor is open for the call.
-    unsafe {
-        let mut cred: libc::ucred = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        let r = libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, &mut cred as *mut _ as *mut libc::c_void, &mut len);
-        (r == 0).then_some(cred.uid)
-    }
-}
-
-/// Reads the request line: at most [`MAX_REQUEST_BYTES`], within
-/// [`REQUEST_TIMEOUT`].
-fn read_request(s: &UnixStream) -> Result<Request, ErrorBody> {
-    s.set_read_timeout(Some(REQUEST_TIMEOUT)).map_err(|e| ErrorBody::new("Protocol", e.to_string()))?;
-    let mut line = Vec::new();
-    let mut r = BufReader::new(s).take(MAX_REQUEST_BYTES as u64 + 1);
-    match r.read_until(b'\n', &mut line) {
-        Ok(_) if line.len() > MAX_REQUEST_BYTES => {
-            return Err(ErrorBody::new("Protocol", format!("the request is longer than {MAX_REQUEST_BYTES} bytes")))
-        }
-        Ok(0) => return Err(ErrorBody::new("Protocol", "no request: send one JSON object on one line")),
-        Ok(_) => {}
-        Err(e) => return Err(ErrorBody::new("Protocol", format!("no complete request line within {} s: {e}", REQUEST_TIMEOUT.as_secs()))),
-    }
+/// Parses a request line. Errors: not JSON, a key given twice in an
+/// object (serde_json would keep the last one silently), another
+/// protocol version, or not a request of this version.
+fn parse_request(line: &[u8]) -> Result<Request, ErrorBody> {
     // The version first, so that a client of another version is told that
     // rather than what this one does not know of its request.
-    let v: serde_json::Value = serde_json::from_slice(&line)
-        .map_err(|e| ErrorBody::new("Protocol", format!("the request is not JSON ({e}); send {{\"version\": 1, \"command\": \"status\"}}")))?;
+    let v = match serde_json::from_slice::<Unique>(line) {
+        Ok(Unique(v)) => v,
+        Err(e) if e.is_data() => return Err(ErrorBody::new("Protocol", format!("not a valid request: {e}"))),
+        Err(e) => {
+            return Err(ErrorBody::new("Protocol", format!("the request is not JSON ({e}); send {{\"version\": 1, \"command\": \"status\"}}")))
+        }
+    };
     match v.get("version").and_then(|v| v.as_u64()) {
         Some(v) if v == PROTOCOL_VERSION as u64 => {}
         Some(v) => {
@@ -145,18 +246,72 @@ fn read_request(s: &UnixStream) -> Result<Request, ErrorBody> {
     serde_json::from_value(v).map_err(|e| ErrorBody::new("Protocol", format!("not a valid request: {e}; see docs/control-protocol.md")))
 }
 
-fn serve_client(s: &UnixStream, ctx: &Ctx) -> std::io::Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    match peer_uid(s) {
-        Some(uid) if uid == me || uid == 0 => {}
-        _ => return send(s, &Reply::failed(ErrorBody::new("Protocol", "only the owner of the array's process may control it"))),
+/// A JSON value whose objects were checked to give each key once.
+struct Unique(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
+        d.deserialize_any(UniqueVisitor).map(Unique)
     }
-    let req = match read_request(s) {
-        Ok(r) => r,
-        Err(e) => return send(s, &Reply::failed(e)),
-    };
-    s.set_read_timeout(None)?;
+}
+
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<serde_json::Value, E> {
+        Ok(b.into())
+    }
+    fn visit_i64<E>(self, n: i64) -> Result<serde_json::Value, E> {
+        Ok(n.into())
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<serde_json::Value, E> {
+        Ok(n.into())
+    }
+    fn visit_f64<E>(self, n: f64) -> Result<serde_json::Value, E> {
+        Ok(serde_json::Number::from_f64(n).map_or(serde_json::Value::Null, serde_json::Value::Number))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<serde_json::Value, E> {
+        Ok(s.into())
+    }
+    fn visit_string<E>(self, s: String) -> Result<serde_json::Value, E> {
+        Ok(s.into())
+    }
+    fn visit_unit<E>(self) -> Result<serde_json::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<serde_json::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<serde_json::Value, D::Error> {
+        serde::Deserialize::deserialize(d).map(|Unique(v)| v)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<serde_json::Value, A::Error> {
+        let mut v = Vec::new();
+        while let Some(Unique(x)) = a.next_element()? {
+            v.push(x);
+        }
+        Ok(serde_json::Value::Array(v))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<serde_json::Value, A::Error> {
+        let mut m = serde_json::Map::new();
+        while let Some(k) = a.next_key::<String>()? {
+            let Unique(v) = a.next_value()?;
+            if m.contains_key(&k) {
+                return Err(serde::de::Error::custom(format!("the key \"{k}\" is given twice; give each key once")));
+            }
+            m.insert(k, v);
+        }
+        Ok(serde_json::Value::Object(m))
+    }
+}
+
+/// Runs request `req` of the client on `s` and writes its reply lines.
+fn serve_client(s: &UnixStream, req: Request, ctx: &Ctx) -> std::io::Result<()> {
     match req.command {
         Command::Status => {
             let Some(st) = ctx.live.status() else {

@@ -702,7 +702,11 @@ impl<'a> Manager<'a> {
         let r = p
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|_| std::fs::File::create(p))
+            .and_then(|_| {
+                // Never through a symbolic link planted at the stamp's name.
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new().write(true).create(true).truncate(true).custom_flags(libc::O_NOFOLLOW).open(p)
+            })
             .and_then(|f| f.set_modified(std::time::SystemTime::now()));
         if let Err(e) = r {
             self.log(format!(

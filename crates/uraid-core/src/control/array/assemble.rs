@@ -529,6 +529,6 @@ pub(super) fn dirty_ranges(sb: &Superblock, bitmap: Option<&Bitmap>) -> Vec<Rang
 /// one-event margin when it assembles (`super_1_validate`: `++ev1`;
 /// mdadm's `event_margin`).
 fn one_behind(sb: &Superblock, auth: &Superblock) -> bool {
-    sb.events + 1 == auth.events
+    sb.events.checked_add(1) == Some(auth.events)
         && auth.roles().iter().any(|s| s.uuid == sb.member_uuid && matches!(s.state, MemberState::Active | MemberState::Rebuilding))
 }

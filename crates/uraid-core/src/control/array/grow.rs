@@ -1041,8 +1041,7 @@ fn check_backup_rooms(sb: &Superblock, new_sb: &Superblock, old_g: &Geometry, ne
 /// old ones do, so a crash in between leaves no new member without a
 /// superblock (the freshest superblock, on a new member, speaks).
 fn persist_all(devs: &[Member], sb: &mut Superblock) -> Result<()> {
-    sb.events += 1;
-    sb.utime = superblock::unix_now();
+    sb.next_event()?;
     // A role that failed (or is missing) keeps its old superblock.
     let up = |slot: usize| !matches!(sb.slots[slot].state, MemberState::Faulty | MemberState::Missing);
     for (slot, m) in devs.iter().enumerate().rev().filter(|(slot, _)| up(*slot)) {

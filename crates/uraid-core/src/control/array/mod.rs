@@ -231,8 +231,7 @@ impl Meta {
                     self.sb.slots[r].resync_from_bitmap = false;
                 }
             }
-            self.sb.events += 1;
-            self.sb.utime = superblock::unix_now();
+            self.sb.next_event()?;
             let mut failed_role = false;
             for (slot, dev) in self.devices.iter().enumerate() {
                 let Some(m) = dev else { continue };
