@@ -51,3 +51,8 @@ mod hostile;
 // uraid grow: restripe onto more members; interrupted reshapes resume.
 #[path = "e2e/grow.rs"]
 mod grow;
+
+// Boot without systemd (scan --assemble with the config's settings) and
+// the monitor of the configured arrays (monitor --scan, --oneshot).
+#[path = "e2e/boot_monitor.rs"]
+mod boot_monitor;
