@@ -127,11 +127,11 @@ fn scan_assemble_starts_a_configured_array_with_its_settings() {
     .unwrap();
     let out = env.ok(&["scan", "--assemble", &format!("--config={}", conf.display())]);
     let _stop = Stopper(&env, vec![name.clone()]);
-    assert_contains(&out, &[&format!("started array '{name}' with its settings from {}", conf.display())], "scan --assemble");
     env.wait_served(&name);
     let log = || std::fs::read_to_string(env.run.join(format!("{name}.log"))).unwrap_or_default();
     let metrics = http_get(port, "/metrics").unwrap_or_else(|e| panic!("no metrics endpoint on port {port} ({e}); the array's log:\n{}", log()));
     assert_contains(&metrics, &["200 OK", &format!("array=\"{name}\"")], "GET /metrics");
+    assert_contains(&out, &[&format!("started array '{name}' with its settings from {}", conf.display())], "scan --assemble");
     let st: serde_json::Value = serde_json::from_str(&env.ok(&["status", "--json", &name])).unwrap();
     let m = &st["maintenance"];
     assert_eq!(m["scrub_every"].as_u64(), Some(7 * 86_400), "{st}");
