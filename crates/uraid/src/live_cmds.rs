@@ -31,6 +31,7 @@ pub(crate) fn status(c: Client, json: bool) -> Result<()> {
         });
         out["progress"] = v["progress"].clone();
         out["reshape"] = v["reshape"].clone();
+        out["maintenance"] = v["maintenance"].clone();
         out["io"] = v["io"].clone();
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -56,6 +57,9 @@ pub(crate) fn status(c: Client, json: bool) -> Result<()> {
     if let Ok(Some(p)) = serde_json::from_value::<Option<Progress>>(v["progress"].clone()) {
         println!("  {}", progress_line(&p));
     }
+    if let Some(line) = maintenance_line(&v["maintenance"]) {
+        println!("  {line}");
+    }
     if let Some(io) = v["io"].as_object() {
         for (vol, f) in io {
             if let Ok(f) = serde_json::from_value::<IoFigures>(f.clone()) {
@@ -73,6 +77,44 @@ pub(crate) fn status(c: Client, json: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `maintenance: check every 7d (next in 6d 23h), scrub rate 100 MB/s,
+/// rebuild rate no limit`, from the status's `maintenance` (`None` when
+/// the serving process did not send it).
+fn maintenance_line(m: &serde_json::Value) -> Option<String> {
+    let m = m.as_object()?;
+    let rate = |k: &str| m.get(k).and_then(|r| r.as_u64()).map_or("no limit".to_string(), |r| format!("{:.0} MB/s", r as f64 / 1e6));
+    let check = match m.get("scrub_every").and_then(|e| e.as_u64()) {
+        Some(every) => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            let next = match m.get("next_check_unix").and_then(|n| n.as_u64()) {
+                Some(n) if n > now => format!("next in {}", fmt_secs(n - now)),
+                Some(_) => "next now".to_string(),
+                None => "next beyond the clock".to_string(),
+            };
+            format!("check every {} ({next})", fmt_secs(every))
+        }
+        None => "no scheduled check".to_string(),
+    };
+    Some(format!("maintenance: {check}, scrub rate {}, rebuild rate {}", rate("scrub_rate"), rate("rebuild_rate")))
+}
+
+/// `s` seconds in its two largest units: `7d`, `6d 23h`, `59m 58s`, `0s`.
+fn fmt_secs(s: u64) -> String {
+    let parts: Vec<String> = [(86_400, "d"), (3600, "h"), (60, "m"), (1, "s")]
+        .iter()
+        .scan(s, |left, &(unit, name)| {
+            let n = *left / unit;
+            *left %= unit;
+            Some((n, name))
+        })
+        .skip_while(|(n, _)| *n == 0)
+        .take(2)
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, name)| format!("{n}{name}"))
+        .collect();
+    if parts.is_empty() { "0s".to_string() } else { parts.join(" ") }
 }
 
 /// `rebuild of role 1: 45.2% (1.2 GiB of 2.5 GiB) at 120.3 MB/s, ETA 11 s`.
@@ -346,10 +388,22 @@ fn running(pid: libc::pid_t) -> bool {
 
 #[derive(Args)]
 pub(crate) struct MonitorArgs {
-    /// The served arrays to follow (default: every one running).
+    /// The served arrays to follow until they stop (default: --scan).
     #[arg(value_name = "NAME")]
     pub(crate) arrays: Vec<String>,
-    /// Report the degraded arrays (DegradedArray) and exit, for cron.
+    /// Watch the arrays of the config and every served one, for ever (as
+    /// mdadm --monitor --scan; the default without NAME): degraded ones and
+    /// configured ones not served are reported (DegradedArray,
+    /// DeviceDisappeared), arrays that start later are followed.
+    #[arg(long, conflicts_with = "arrays")]
+    pub(crate) scan: bool,
+    /// Seconds between two looks for arrays that started or stopped
+    /// (mdadm's --delay), 0.1 to 3600.
+    #[arg(long, default_value = "2", value_parser = crate::monitor::parse_delay)]
+    pub(crate) delay: f64,
+    /// Look once, print what needs attention (DegradedArray, and
+    /// DeviceDisappeared for a configured array not served) and exit: 0 when
+    /// every array watched is served and healthy, 1 otherwise (for cron).
     #[arg(long)]
     pub(crate) oneshot: bool,
     /// Send a TestMessage through every channel of each array (log,
@@ -365,7 +419,7 @@ pub(crate) struct MonitorArgs {
 }
 
 /// One event as a line: `2026-11-25 16:40:01 Fail data /dev/loop3: ...`.
-fn event_line(e: &Event) -> String {
+pub(crate) fn event_line(e: &Event) -> String {
     let secs = (e.unix_ms / 1000) as libc::time_t;
     // SAFETY: a zeroed tm is valid; localtime_r writes into it.
     let when = unsafe {
@@ -376,12 +430,14 @@ fn event_line(e: &Event) -> String {
     format!("{when} {} {}{}: {}", e.event, e.array, e.member.as_deref().map(|m| format!(" {}", crate::conf::quote(m))).unwrap_or_default(), e.detail)
 }
 
-/// `uraid monitor`: follows the events of served arrays (mdadm --monitor).
+/// `uraid monitor NAME...`: follows the events of those served arrays
+/// until they stop (mdadm --monitor); without NAME, with --scan or
+/// --oneshot, [`crate::monitor::run`].
 pub(crate) fn monitor(a: MonitorArgs) -> Result<()> {
-    let names = if a.arrays.is_empty() { client::served_names() } else { a.arrays.clone() };
-    if names.is_empty() {
-        bail!("no array is served here (no control socket in {}); start one with 'uraid serve NAME'", crate::runstate::run_dir().display());
+    if a.scan || a.oneshot || a.arrays.is_empty() {
+        return crate::monitor::run(&a);
     }
+    let names = a.arrays.clone();
     let mut clients = Vec::new();
     for n in &names {
         match Client::connect(n) {
@@ -395,17 +451,6 @@ pub(crate) fn monitor(a: MonitorArgs) -> Result<()> {
                 c.call(Command::TestMessage, &mut |_| {})?;
             }
         }
-    }
-    if a.oneshot {
-        for n in &names {
-            let Some(c) = Client::connect(n) else { continue };
-            let v = c.call(Command::Status, &mut |_| {})?;
-            let st: ArrayStatus = serde_json::from_value(v["array"].clone())?;
-            for vol in st.volumes.iter().filter(|v| matches!(v.state.as_str(), "degraded" | "rebuilding" | "failed")) {
-                println!("DegradedArray event on {n}: volume '{}' is {}", vol.name, vol.state);
-            }
-        }
-        return Ok(());
     }
     let (tx, rx) = std::sync::mpsc::channel::<Option<Event>>();
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);

@@ -10,6 +10,7 @@ mod demo;
 mod grow_cmd;
 mod live_cmds;
 mod manage;
+mod monitor;
 mod runstate;
 mod scan;
 mod serve;

@@ -37,7 +37,9 @@ pub(crate) struct ScanArgs {
     /// Bring up every array found that no process serves yet (at boot):
     /// with systemd, `systemctl start uraid@NAME.service`; without it,
     /// `uraid serve NAME` in the background (its output in
-    /// RUN_DIR/NAME.log). Arrays missing members are left alone.
+    /// RUN_DIR/NAME.log); either way an array of the configuration starts
+    /// with all its settings (those of --config FILE when given). Arrays
+    /// missing members are left alone.
     #[arg(long)]
     assemble: bool,
     /// Directories whose regular files are examined too (arrays on files).
@@ -110,21 +112,36 @@ pub(crate) fn cmd_scan(a: ScanArgs) -> Result<()> {
             println!("{}", f.line());
         }
     }
-    if let Some(p) = target {
-        write_config(&p, &found)?;
+    if let Some(p) = &target {
+        write_config(p, &found)?;
         eprintln!("uraid: {} array(s) written to {}", found.len(), p.display());
     }
     if a.assemble {
-        assemble_all(&found)?;
+        assemble_all(&found, &cfg, target.as_deref())?;
     }
     Ok(())
 }
 
 /// `scan --assemble`: starts serving every complete array of `found` that
-/// is not served yet. Errors: an array that could not be started (the
-/// others are still started).
-fn assemble_all(found: &[ScannedArray]) -> Result<()> {
+/// is not served yet. An array of the configuration `cfg` (read from
+/// `config`, else from [`conf::path`]) is started by its UUID, as `uraid
+/// serve NAME` starts it, so that all its settings apply (socket, metrics,
+/// console, rebuild and scrub rates, scrub schedule); another by its
+/// members. Errors: an array that could not be started (the others are
+/// still started).
+fn assemble_all(found: &[ScannedArray], cfg: &Config, config: Option<&Path>) -> Result<()> {
     let systemd = Path::new("/run/systemd/system").is_dir();
+    // The file the started processes read their settings from.
+    let config = config.map(std::path::absolute).transpose().context("--config")?;
+    if let (true, Some(c)) = (systemd, &config) {
+        if *c != conf::path() {
+            eprintln!(
+                "uraid: warning: uraid@NAME.service reads {}, not {}: the arrays start with the settings of the former",
+                conf::path().display(),
+                c.display()
+            );
+        }
+    }
     let mut failed = Vec::new();
     for f in found {
         if f.in_use {
@@ -138,6 +155,7 @@ fn assemble_all(found: &[ScannedArray]) -> Result<()> {
             );
             continue;
         }
+        let configured = cfg.arrays.iter().find(|e| e.uuid.eq_ignore_ascii_case(&f.uuid));
         let started = if systemd {
             std::process::Command::new("systemctl").args(["start", "--no-block", &format!("uraid@{}.service", f.name)]).status()
         } else {
@@ -146,7 +164,17 @@ fn assemble_all(found: &[ScannedArray]) -> Result<()> {
             let log = std::fs::File::create(dir.join(format!("{}.log", f.name)))?;
             let exe = std::env::current_exe()?;
             let mut c = std::process::Command::new(exe);
-            c.arg("serve").args(&f.devices).stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
+            // A configured array: by its UUID, the way `uraid serve NAME`
+            // finds it and its settings (a UUID, unlike a name, is never
+            // taken for a path nor shared by two arrays).
+            match configured {
+                Some(e) => c.arg("serve").arg(&e.uuid),
+                None => c.arg("serve").args(&f.devices),
+            };
+            if let Some(p) = &config {
+                c.env("URAID_CONFIG", p);
+            }
+            c.stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
             // Its own session: it outlives this command and its terminal.
             // SAFETY: setsid in the child between fork and exec only.
             unsafe {
@@ -158,7 +186,10 @@ fn assemble_all(found: &[ScannedArray]) -> Result<()> {
             c.spawn().map(|_| std::process::ExitStatus::default())
         };
         match started {
-            Ok(st) if st.success() => println!("started array '{}'", f.name),
+            Ok(st) if st.success() => match configured {
+                Some(_) => println!("started array '{}' with its settings from {}", f.name, config.clone().unwrap_or_else(conf::path).display()),
+                None => println!("started array '{}'", f.name),
+            },
             Ok(st) => failed.push(format!("{} ({st})", f.name)),
             Err(e) => failed.push(format!("{} ({e})", f.name)),
         }

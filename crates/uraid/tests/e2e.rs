@@ -64,3 +64,8 @@ mod http_limits;
 // device paths, duplicate keys, the configuration file's size).
 #[path = "e2e/rundir_bounds.rs"]
 mod rundir_bounds;
+
+// Boot without systemd (scan --assemble with the config's settings) and
+// the monitor of the configured arrays (monitor --scan, --oneshot).
+#[path = "e2e/boot_monitor.rs"]
+mod boot_monitor;

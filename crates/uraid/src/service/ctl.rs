@@ -322,6 +322,7 @@ fn serve_client(s: &UnixStream, req: Request, ctx: &Ctx) -> std::io::Result<()> 
                 "pid": std::process::id(),
                 "progress": ctx.live.progress(),
                 "reshape": ctx.live.reshape(),
+                "maintenance": ctx.live.maintenance(),
                 "io": (ctx.figures)(),
                 "member_details": ctx.live.member_details(),
             });

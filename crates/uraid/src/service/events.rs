@@ -165,7 +165,7 @@ impl Events {
 
 /// Runs `program EVENT ARRAY [MEMBER]` (mdadm's PROGRAM convention) and
 /// reaps it in the background.
-fn run_program(program: &std::path::Path, e: &Event) {
+pub(crate) fn run_program(program: &std::path::Path, e: &Event) {
     let mut c = Command::new(program);
     c.arg(&e.event).arg(&e.array);
     if let Some(m) = &e.member {
@@ -184,7 +184,7 @@ fn run_program(program: &std::path::Path, e: &Event) {
 
 /// Mails `line` about `e` to `to` with `command` (split on whitespace),
 /// which reads the message (with its headers) on stdin.
-fn send_mail(command: &str, to: &str, e: &Event, line: &str) {
+pub(crate) fn send_mail(command: &str, to: &str, e: &Event, line: &str) {
     let mut words = command.split_whitespace();
     let Some(prog) = words.next() else { return };
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();

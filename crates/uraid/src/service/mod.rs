@@ -67,6 +67,8 @@ pub(crate) struct Live {
     /// The reshape under way: `{"members": [before, after], "position":
     /// bytes, "total": bytes, "failed": why or null}`, or null.
     reshape: Mutex<serde_json::Value>,
+    /// The maintenance settings in force (see [`Live::maintenance`]).
+    maintenance: Mutex<serde_json::Value>,
 }
 
 impl Live {
@@ -80,6 +82,7 @@ impl Live {
             mismatches: Mutex::new(Vec::new()),
             members: Mutex::new(serde_json::Value::Null),
             reshape: Mutex::new(serde_json::Value::Null),
+            maintenance: Mutex::new(serde_json::Value::Null),
         })
     }
     /// The last status the manager took.
@@ -106,6 +109,13 @@ impl Live {
             Some(e) => e.1 = n,
             None => m.push((volume.to_string(), n)),
         }
+    }
+    /// The maintenance settings in force: `{"rebuild_rate": bytes/s,
+    /// "scrub_rate": bytes/s, "scrub_every": s, "next_check_unix": s}`,
+    /// each null when unset (no limit, no schedule); null before the
+    /// manager starts.
+    pub(crate) fn maintenance(&self) -> serde_json::Value {
+        self.maintenance.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
     /// The reshape under way (see the field), or null.
     pub(crate) fn reshape(&self) -> serde_json::Value {
@@ -241,7 +251,7 @@ impl<'a> Manager<'a> {
         let next_check = opts.scrub_every.and_then(|every| Instant::now().checked_add(every.saturating_sub(age)));
         // The control socket answers `status` from the first request on.
         *live.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
-        Manager {
+        let m = Manager {
             seen: arr.health().states(),
             arr,
             server,
@@ -258,7 +268,23 @@ impl<'a> Manager<'a> {
             cache_lost: Vec::new(),
             details_of: 0,
             reshape: None,
-        }
+        };
+        m.publish_maintenance();
+        m
+    }
+
+    /// Publishes the rates and the check schedule in force for `status`.
+    fn publish_maintenance(&self) {
+        let next = self.next_check.map(|due| {
+            let now = std::time::SystemTime::now() + due.saturating_duration_since(Instant::now());
+            now.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+        });
+        *self.live.maintenance.lock().unwrap_or_else(|p| p.into_inner()) = serde_json::json!({
+            "rebuild_rate": self.opts.rebuild_rate,
+            "scrub_rate": self.opts.scrub_rate,
+            "scrub_every": self.opts.scrub_every.map(|d| d.as_secs()),
+            "next_check_unix": next,
+        });
     }
 
     /// The array, for a service that does not start after all.
@@ -301,6 +327,7 @@ impl<'a> Manager<'a> {
                             self.scrub = Some(new_scrub(vols, false, self.opts.scrub_rate));
                         }
                         self.next_check = Instant::now().checked_add(every);
+                        self.publish_maintenance();
                     }
                 }
             }
@@ -847,6 +874,7 @@ impl<'a> Manager<'a> {
     fn finish_scrub(&mut self, s: Scrub) {
         self.live.set_progress(None);
         self.next_check = self.opts.scrub_every.and_then(|every| Instant::now().checked_add(every));
+        self.publish_maintenance();
         self.touch_check_stamp();
         let result = serde_json::Value::Array(s.done);
         for w in s.waiters {
@@ -923,6 +951,7 @@ impl<'a> Manager<'a> {
                     Err(ErrorBody::new("InvalidInput", "a rebuild rate of 0 would never finish; give a positive rate or none"))
                 } else {
                     self.opts.rebuild_rate = *rate;
+                    self.publish_maintenance();
                     Ok(serde_json::json!({"rate": rate, "rebuilding": self.arr.rebuilding()}))
                 }
             }

@@ -619,8 +619,9 @@ fn a_scheduled_scrub_reports_mismatches_and_monitor_test_mails() {
     let mail = std::fs::read_to_string(&mail_log).unwrap();
     assert_contains(&mail, &["ARGS -t", "To: ops@example.com", "Subject: TestMessage event on sched"], "mail");
     env.ok(&["fail", "sched", "--member", "1"]);
-    let out = env.ok(&["monitor", "--oneshot", "sched"]);
-    assert_contains(&out, &["DegradedArray event on sched"], "monitor --oneshot");
+    let o = env.cmd(&["monitor", "--oneshot", "sched"]).output().unwrap();
+    assert!(!o.status.success(), "monitor --oneshot exits 1 when an array is degraded");
+    assert_contains(&String::from_utf8_lossy(&o.stdout), &["DegradedArray event on sched"], "monitor --oneshot");
     wait_until(10, "the Fail mail", || std::fs::read_to_string(&mail_log).unwrap_or_default().contains("Subject: Fail event on sched"));
     env.ok(&["stop", "sched"]);
     assert!(srv.wait().0.success());

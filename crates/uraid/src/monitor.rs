@@ -1,0 +1,313 @@
+//! `uraid monitor --scan` (also `uraid monitor` without NAME) and
+//! `uraid monitor --oneshot`: the watcher of the configured arrays, as
+//! `mdadm --monitor --scan` and ZFS's zed are of theirs.
+//!
+//! The daemon looks every `--delay` seconds (default 2) at the arrays of
+//! the configuration file (its `[[array]]` tables, read again at each
+//! look) and at every array served here (the control sockets in the run
+//! directory). It follows each served one (its events, as `uraid monitor
+//! NAME` prints them, the events kept from before included unless
+//! `--new-only`), reports at its own start the ones degraded
+//! (DegradedArray), reports a configured array that is not served and a
+//! followed one that stops or whose process is gone (DeviceDisappeared,
+//! mdadm's name), follows arrays that start later, and stays up until it
+//! is killed. A look costs a read of the configuration, a listing of the
+//! run directory and a connection attempt per array not followed.
+//!
+//! The events it finds itself (DeviceDisappeared) go, besides its output
+//! and `--program`, to the configuration's `[monitor]` program and mail
+//! address: no serving process can report them. The events of a served
+//! array reach those from the serving process already.
+//!
+//! `--oneshot` looks once: a line per array that needs attention (a
+//! degraded, rebuilding or failed volume; a configured array not served),
+//! and the exit status 1 when there is one, 0 when every array watched is
+//! served and healthy (also when there is none), for cron.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::mpsc::{RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+
+use crate::conf::{self, Config};
+use crate::live_cmds::{event_line, MonitorArgs};
+use crate::service::client::{self, Client};
+use crate::service::events::{self, KEPT};
+use crate::service::proto::{Command, Event, Reply};
+
+/// Parses `--delay`: seconds between two looks, 0.1 to 3600 (fractions
+/// allowed).
+pub(crate) fn parse_delay(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(d) if (0.1..=3600.0).contains(&d) => Ok(d),
+        _ => Err(format!("'{s}' is not a delay in seconds from 0.1 to 3600, like 2 or 0.5")),
+    }
+}
+
+/// What the followers tell the main loop.
+enum Msg {
+    /// An event of a followed array.
+    Event(Event),
+    /// The follower of this array ended: `true` when its array announced
+    /// its stop, `false` when the connection failed.
+    Ended(String, bool),
+}
+
+/// `uraid monitor --scan`, `uraid monitor` without NAME, or `--oneshot`
+/// (of NAMEs or of the arrays `--scan` watches).
+///
+/// Errors: the configuration does not parse at start; stdout closed; with
+/// `--oneshot`, an array needs attention (after the lines that say which).
+pub(crate) fn run(a: &MonitorArgs) -> Result<()> {
+    let cfg = conf::load()?;
+    if a.test {
+        for n in watched(a, &cfg) {
+            if let Some(c) = Client::connect(&n) {
+                c.call(Command::TestMessage, &mut |_| {})?;
+            }
+        }
+    }
+    if a.oneshot {
+        return oneshot(a, &cfg);
+    }
+    daemon(a, cfg)
+}
+
+/// The names of the arrays watched: the NAMEs given, else those of the
+/// configuration and those served here, each once, sorted.
+fn watched(a: &MonitorArgs, cfg: &Config) -> Vec<String> {
+    if !a.arrays.is_empty() {
+        return a.arrays.clone();
+    }
+    let mut names: Vec<String> = cfg.arrays.iter().map(|e| e.name.clone()).chain(client::served_names()).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Whether the array `name` is one the configuration lists, or was named
+/// on the command line: its absence is worth reporting.
+fn expected(a: &MonitorArgs, cfg: &Config, name: &str) -> bool {
+    a.arrays.iter().any(|n| n == name) || cfg.arrays.iter().any(|e| e.name == name)
+}
+
+/// What needs attention in a served array's status (the control socket's
+/// `status` result): one description per volume degraded, rebuilding or
+/// failed.
+fn troubles(status: &serde_json::Value) -> Vec<String> {
+    status["array"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            let state = v["state"].as_str().unwrap_or("");
+            matches!(state, "degraded" | "rebuilding" | "failed").then(|| format!("volume '{}' is {state}", v["name"].as_str().unwrap_or("")))
+        })
+        .collect()
+}
+
+/// Why the array `name` is reported not served, for its DeviceDisappeared.
+fn not_served(name: &str) -> String {
+    let ctl = client::ctl_path(name);
+    if ctl.exists() {
+        format!("its control socket {} does not answer: the process that served it is gone; start it again with 'uraid serve {name}'", ctl.display())
+    } else {
+        format!("it is not served (no control socket at {}); start it with 'uraid serve {name}' or 'uraid scan --assemble'", ctl.display())
+    }
+}
+
+/// An event this monitor found itself, dated now.
+fn own_event(event: &str, array: &str, detail: String) -> Event {
+    let unix_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    Event { unix_ms, event: event.to_string(), array: array.to_string(), member: None, detail }
+}
+
+/// Prints event `e` and runs `--program` on it; an event of this monitor
+/// (`own`) goes to the configuration's `[monitor]` program and mail too.
+/// Errors: stdout is closed.
+fn report(a: &MonitorArgs, cfg: &Config, e: &Event, own: bool) -> Result<()> {
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", event_line(e))?;
+        out.flush()?;
+    }
+    if let Some(p) = &a.program {
+        events::run_program(p, e);
+    }
+    if let (true, Some(m)) = (own, &cfg.monitor) {
+        if let Some(p) = &m.program {
+            events::run_program(&PathBuf::from(p), e);
+        }
+        if let Some(to) = &m.mail {
+            let line = format!("{} event on array {}: {}", e.event, e.array, e.detail);
+            events::send_mail(&m.mail_command, to, e, &line);
+        }
+    }
+    Ok(())
+}
+
+/// `--oneshot`: one look, a line per array that needs attention.
+fn oneshot(a: &MonitorArgs, cfg: &Config) -> Result<()> {
+    let names = watched(a, cfg);
+    if names.is_empty() {
+        eprintln!("uraid monitor: no array in {} and none served here: nothing to watch", conf::path().display());
+        return Ok(());
+    }
+    let mut attention = Vec::new();
+    for n in &names {
+        let found = match Client::connect(n) {
+            Some(c) => match c.call(Command::Status, &mut |_| {}) {
+                Ok(v) => troubles(&v).into_iter().map(|t| ("DegradedArray", t)).collect(),
+                Err(e) => vec![("DeviceDisappeared", format!("its status cannot be read: {e:#}"))],
+            },
+            None => vec![("DeviceDisappeared", not_served(n))],
+        };
+        for (event, detail) in found {
+            println!("{event} event on {n}: {detail}");
+            if let Some(p) = &a.program {
+                events::run_program(p, &own_event(event, n, detail));
+            }
+            if !attention.contains(n) {
+                attention.push(n.clone());
+            }
+        }
+    }
+    if !attention.is_empty() {
+        bail!("{} of the {} arrays watched need attention: {}", attention.len(), names.len(), attention.join(", "));
+    }
+    Ok(())
+}
+
+/// Follows the events of the array `name` in a thread of its own, until
+/// it stops or the connection fails.
+fn follow(name: String, tx: Sender<Msg>) {
+    std::thread::spawn(move || {
+        let r = match Client::connect(&name) {
+            Some(c) => c.call(Command::Monitor, &mut |r: &Reply| {
+                if let Some(e) = &r.event {
+                    let _ = tx.send(Msg::Event(e.clone()));
+                }
+            }),
+            None => Err(anyhow!("no control socket answers")),
+        };
+        let _ = tx.send(Msg::Ended(name, r.is_ok()));
+    });
+}
+
+/// The identity of an event, to print an event replayed twice once (the
+/// kept events come again when a broken connection is made anew).
+type EventKey = (u64, String, Option<String>, String);
+
+/// The daemon: looks every `--delay` seconds, until killed.
+fn daemon(a: &MonitorArgs, mut cfg: Config) -> Result<()> {
+    let delay = Duration::from_secs_f64(a.delay);
+    let started = own_event("", "", String::new()).unix_ms;
+    let (tx, rx) = std::sync::mpsc::channel::<Msg>();
+    // Followed arrays and the pid of the process serving each.
+    let mut followed: HashMap<String, u64> = HashMap::new();
+    // Arrays whose process announced its stop while its control socket
+    // still answers (it is flushing): not followed again.
+    let mut stopping: HashMap<String, u64> = HashMap::new();
+    // Arrays reported not served, until they are served again.
+    let mut absent: HashSet<String> = HashSet::new();
+    // Followed arrays whose connection ended without a stop announced
+    // (their process stopped before it could say so, or is gone): the
+    // pid that served each.
+    let mut lost: HashMap<String, u64> = HashMap::new();
+    let mut seen: HashMap<String, VecDeque<EventKey>> = HashMap::new();
+    let mut conf_error: Option<String> = None;
+    let mut first = true;
+    loop {
+        if !first {
+            match conf::load() {
+                Ok(c) => {
+                    cfg = c;
+                    conf_error = None;
+                }
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    if conf_error.as_ref() != Some(&msg) {
+                        eprintln!("uraid monitor: {msg}; the arrays of the configuration read before are watched meanwhile");
+                        conf_error = Some(msg);
+                    }
+                }
+            }
+        }
+        let mut names = watched(a, &cfg);
+        names.extend(lost.keys().cloned());
+        names.sort();
+        names.dedup();
+        for n in names {
+            if followed.contains_key(&n) {
+                continue;
+            }
+            let Some(c) = Client::connect(&n) else {
+                stopping.remove(&n);
+                let was = lost.remove(&n);
+                if absent.insert(n.clone()) && (was.is_some() || expected(a, &cfg, &n) || client::ctl_path(&n).exists()) {
+                    let detail = match was {
+                        Some(pid) => format!("it is no longer served: its uraid serve (pid {pid}) stopped or is gone"),
+                        None => not_served(&n),
+                    };
+                    report(a, &cfg, &own_event("DeviceDisappeared", &n, detail), true)?;
+                }
+                continue;
+            };
+            // Starting (Busy) or not answering: looked at again next time.
+            let Ok(st) = c.call(Command::Status, &mut |_| {}) else { continue };
+            let pid = st["pid"].as_u64().unwrap_or(0);
+            if stopping.get(&n) == Some(&pid) {
+                continue;
+            }
+            stopping.remove(&n);
+            absent.remove(&n);
+            lost.remove(&n);
+            if first {
+                for t in troubles(&st) {
+                    report(a, &cfg, &own_event("DegradedArray", &n, format!("{t} (at the monitor's start)")), false)?;
+                }
+            }
+            follow(n.clone(), tx.clone());
+            followed.insert(n, pid);
+        }
+        first = false;
+        let next = Instant::now() + delay;
+        loop {
+            match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Ok(Msg::Event(e)) => {
+                    if a.new_only && e.unix_ms < started {
+                        continue;
+                    }
+                    let key = (e.unix_ms, e.event.clone(), e.member.clone(), e.detail.clone());
+                    let keys = seen.entry(e.array.clone()).or_default();
+                    if keys.contains(&key) {
+                        continue;
+                    }
+                    if keys.len() == 2 * KEPT {
+                        keys.pop_front();
+                    }
+                    keys.push_back(key);
+                    report(a, &cfg, &e, false)?;
+                }
+                Ok(Msg::Ended(n, stopped)) => {
+                    let Some(pid) = followed.remove(&n) else { continue };
+                    // A broken connection: the next look tells whether the
+                    // process is gone (reported then) or still serves.
+                    if !stopped {
+                        lost.insert(n, pid);
+                    } else {
+                        stopping.insert(n.clone(), pid);
+                        absent.insert(n.clone());
+                        let detail = format!("it is no longer served: its uraid serve (pid {pid}) stopped");
+                        report(a, &cfg, &own_event("DeviceDisappeared", &n, detail), true)?;
+                    }
+                }
+                // (Never disconnected: this loop holds a sender.)
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+            }
+        }
+    }
+}
