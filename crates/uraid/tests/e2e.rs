@@ -51,3 +51,8 @@ mod hostile;
 // uraid grow: restripe onto more members; interrupted reshapes resume.
 #[path = "e2e/grow.rs"]
 mod grow;
+
+// Who may connect over TCP: TLS-PSK, client certificates, the refusal of
+// unauthenticated non-loopback serving, the loopback warning.
+#[path = "e2e/nbd_auth.rs"]
+mod nbd_auth;
