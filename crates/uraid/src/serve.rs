@@ -375,10 +375,14 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     }
     println!("serving '{name}' ({description}, {} bytes{}) on {uri}", volume.capacity(), if a.read_only { ", read-only" } else { "" });
     println!("members: {}", kinds.join(" "));
-    if let Some(p) = &a.tls_psk {
-        let user_uri = uri.replacen("://", "://USER@", 1);
-        println!("clients authenticate with a user's key of {}: nbdinfo '{user_uri}?tls-psk-file=FILE'", p.display());
-    }
+    // What a client gives: with TLS-PSK, a user and a file with its key.
+    let client_uri = match &a.tls_psk {
+        Some(p) => {
+            println!("clients authenticate as a user of {}: USER below, and FILE holding that user's line (mode 0600)", p.display());
+            format!("{}?tls-psk-file=FILE", uri.replacen("://", "://USER@", 1))
+        }
+        None => uri.clone(),
+    };
     if let Some(c) = volume.cache() {
         let cfg = c.config();
         println!("cache: {} {}, dirty limit {}", cfg.mode.name(), uraid_core::units::fmt_size(cfg.size), uraid_core::units::fmt_size(cfg.dirty_limit));
@@ -387,7 +391,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         }
     }
     println!("to put a filesystem on it (kernel without nbd: FUSE + a loop device):");
-    println!("  mkdir -p /mnt/{name}-nbd /mnt/{name} && nbdfuse /mnt/{name}-nbd '{uri}' &");
+    println!("  mkdir -p /mnt/{name}-nbd /mnt/{name} && nbdfuse /mnt/{name}-nbd '{client_uri}' &");
     println!("  LOOP=$(losetup -f --show --direct-io=on /mnt/{name}-nbd/nbd)");
     println!("  mkfs.ext4 $LOOP    # first time only");
     println!("  mount $LOOP /mnt/{name}");
