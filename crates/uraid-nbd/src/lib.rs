@@ -8,15 +8,19 @@
 //! - [`server`]: listening, the fixed newstyle handshake, and the
 //!   transmission phase, one thread and one engine queue per connection.
 //! - [`stats`]: live I/O statistics of each export ([`Server::stats`]).
+//! - [`wire`] and [`psk`]: a connection's byte stream, plain or TLS (with
+//!   certificates through rustls, with pre-shared keys through OpenSSL).
 //!
 //! Source: NetworkBlockDevice/nbd, doc/proto.md.
 
 pub mod client;
 pub mod proto;
+pub mod psk;
 pub mod server;
 pub mod stats;
 pub mod wire;
 
-pub use server::{Export, Listener, Server, ServerOptions};
+pub use psk::psk_config;
+pub use server::{Export, Listener, Server, ServerOptions, Tls};
 pub use stats::{LatencyHistogram, StatsSnapshot, LATENCY_BOUNDS_US};
 pub use wire::tls_config;

@@ -1,5 +1,6 @@
 //! The byte stream of one NBD connection: plain, or TLS after the client's
-//! NBD_OPT_STARTTLS (rustls, TLS 1.2 and 1.3).
+//! NBD_OPT_STARTTLS (rustls, TLS 1.2 and 1.3, with certificates; or
+//! OpenSSL with pre-shared keys, see [`crate::psk`]).
 //!
 //! Every byte goes through [`Sock`], which never lets a client stop the
 //! server: sends use `MSG_NOSIGNAL` (a peer that hung up gives EPIPE, not
@@ -49,6 +50,9 @@ pub struct Sock {
     stop: Arc<AtomicBool>,
     grace: Duration,
     stop_seen: Option<Instant>,
+    /// Reads return `WouldBlock` instead of waiting (TLS-PSK's
+    /// non-blocking reads through OpenSSL, see [`crate::psk`]).
+    read_nowait: bool,
 }
 
 impl Sock {
@@ -66,7 +70,7 @@ impl Sock {
                 return Err(io::Error::last_os_error());
             }
         }
-        Ok(Sock { fd, deadline: None, stall, stop, grace: Duration::ZERO, stop_seen: None })
+        Ok(Sock { fd, deadline: None, stall, stop, grace: Duration::ZERO, stop_seen: None, read_nowait: false })
     }
 
     /// No call goes past `deadline` (None: no deadline).
@@ -83,6 +87,12 @@ impl Sock {
     /// The longest a blocking call waits without moving a byte.
     pub fn set_stall(&mut self, stall: Duration) {
         self.stall = stall;
+    }
+
+    /// With `true`, a read that finds nothing returns `WouldBlock` at once
+    /// instead of waiting; writes still wait.
+    pub fn set_read_nowait(&mut self, nowait: bool) {
+        self.read_nowait = nowait;
     }
 
     /// Waits until the socket is ready for `events` (POLLIN or POLLOUT), or
@@ -153,6 +163,7 @@ impl Read for Sock {
             match recv_fd(self.fd.as_raw_fd(), buf) {
                 Recv::Got(n) => return Ok(n),
                 Recv::Closed => return Ok(0),
+                Recv::Again if self.read_nowait => return Err(io::ErrorKind::WouldBlock.into()),
                 Recv::Again => self.wait(libc::POLLIN, since)?,
             }
         }
@@ -187,6 +198,8 @@ pub enum Wire {
     Plain(Sock),
     /// TLS; `pending` holds received ciphertext not yet given to rustls.
     Tls { tls: Box<rustls::StreamOwned<rustls::ServerConnection, Sock>>, pending: Vec<u8> },
+    /// TLS-PSK (OpenSSL; see [`crate::psk`]).
+    Psk(Box<openssl::ssl::SslStream<Sock>>),
     /// Transient state while upgrading.
     Gone,
 }
@@ -248,6 +261,7 @@ impl Wire {
         match self {
             Wire::Plain(s) => s.as_raw_fd(),
             Wire::Tls { tls, .. } => tls.sock.as_raw_fd(),
+            Wire::Psk(s) => s.get_ref().as_raw_fd(),
             Wire::Gone => -1,
         }
     }
@@ -257,13 +271,40 @@ impl Wire {
         match self {
             Wire::Plain(s) => Some(s),
             Wire::Tls { tls, .. } => Some(&mut tls.sock),
+            Wire::Psk(s) => Some(s.get_mut()),
             Wire::Gone => None,
         }
     }
 
     /// True once TLS is up.
     pub fn is_tls(&self) -> bool {
-        matches!(self, Wire::Tls { .. })
+        matches!(self, Wire::Tls { .. } | Wire::Psk(_))
+    }
+
+    /// Upgrades to TLS-PSK with `config` and completes the TLS handshake
+    /// (blocking, within the socket's limits). Errors: the handshake
+    /// failed (an unknown user or a wrong key, a peer that went away, a
+    /// limit); the connection is then gone.
+    pub fn start_psk(&mut self, config: &crate::psk::PskConfig) -> io::Result<()> {
+        let Wire::Plain(sock) = std::mem::replace(self, Wire::Gone) else {
+            return Err(io::Error::other("TLS is already up"));
+        };
+        *self = Wire::Psk(Box::new(crate::psk::accept(config, sock)?));
+        Ok(())
+    }
+
+    /// Sends TLS's close_notify when TLS is up (best effort, before the
+    /// socket is shut down).
+    pub fn close_notify(&mut self) {
+        match self {
+            Wire::Tls { tls, .. } => {
+                tls.conn.send_close_notify();
+                let rustls::StreamOwned { conn, sock } = &mut **tls;
+                let _ = conn.write_tls(sock);
+            }
+            Wire::Psk(s) => crate::psk::close_notify(s),
+            Wire::Plain(_) | Wire::Gone => {}
+        }
     }
 
     /// Upgrades to TLS with `config` and completes the TLS handshake
@@ -294,6 +335,7 @@ impl Wire {
     pub fn recv_nb(&mut self, buf: &mut [u8]) -> Recv {
         match self {
             Wire::Plain(s) => recv_fd(s.as_raw_fd(), buf),
+            Wire::Psk(s) => crate::psk::recv_nb(s, buf),
             Wire::Gone => Recv::Closed,
             Wire::Tls { tls, pending } => loop {
                 match tls.conn.reader().read(buf) {
@@ -348,6 +390,7 @@ impl Wire {
                 }
                 Ok(())
             }
+            Wire::Psk(s) => crate::psk::send_all(s, parts),
             Wire::Gone => Err(io::ErrorKind::NotConnected.into()),
         }
     }
@@ -358,6 +401,7 @@ impl Read for Wire {
         match self {
             Wire::Plain(s) => s.read(buf),
             Wire::Tls { tls, .. } => tls.read(buf),
+            Wire::Psk(s) => s.read(buf),
             Wire::Gone => Err(io::ErrorKind::NotConnected.into()),
         }
     }
@@ -372,6 +416,7 @@ impl Write for Wire {
                 tls.flush()?;
                 Ok(n)
             }
+            Wire::Psk(s) => s.write(buf),
             Wire::Gone => Err(io::ErrorKind::NotConnected.into()),
         }
     }
@@ -379,6 +424,7 @@ impl Write for Wire {
         match self {
             Wire::Plain(s) => s.flush(),
             Wire::Tls { tls, .. } => tls.flush(),
+            Wire::Psk(s) => s.flush(),
             Wire::Gone => Ok(()),
         }
     }

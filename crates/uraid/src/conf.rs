@@ -89,6 +89,18 @@ pub(crate) struct ArrayConf {
     /// PEM private key for TLS on `tcp`.
     #[serde(default)]
     pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates: clients of `tcp` must present a certificate
+    /// they signed (`uraid serve --tls-verify-peer --tls-ca`).
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
+    /// TLS-PSK key file (`USERNAME:HEXKEY` lines) for `tcp`, instead of
+    /// `tls-cert` and `tls-key` (`uraid serve --tls-psk`).
+    #[serde(default)]
+    pub tls_psk: Option<PathBuf>,
+    /// Serve a non-loopback `tcp` address to clients that do not
+    /// authenticate (`uraid serve --insecure-no-client-auth`).
+    #[serde(default)]
+    pub insecure_no_client_auth: bool,
     /// The address (`HOST:PORT`) of the Prometheus metrics endpoint;
     /// `None`: no endpoint.
     #[serde(default)]

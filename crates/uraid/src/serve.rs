@@ -34,10 +34,12 @@ pub(crate) struct ServeArgs {
     /// Listen on TCP instead, at ADDR:PORT (default 127.0.0.1:10809).
     #[arg(long, num_args = 0..=1, default_missing_value = "127.0.0.1:10809")]
     tcp: Option<String>,
-    /// Allow a TCP address that is not loopback without TLS (data and
-    /// commands travel in clear and anyone who can connect can write).
-    #[arg(long)]
-    insecure: bool,
+    /// Serve a TCP address that is not loopback to clients that do not
+    /// authenticate (no --tls-psk, no --tls-verify-peer): anyone who can
+    /// connect can read and write the array (and without TLS, data
+    /// travels in clear). Refused without this flag.
+    #[arg(long, alias = "insecure")]
+    insecure_no_client_auth: bool,
     /// TLS certificate chain (PEM); with --tls-key, clients must upgrade
     /// with STARTTLS before anything else (nbds:// URIs).
     #[arg(long, requires = "tls_key")]
@@ -53,6 +55,13 @@ pub(crate) struct ServeArgs {
     /// --tls-verify-peer.
     #[arg(long, requires = "tls_verify_peer")]
     tls_ca: Option<PathBuf>,
+    /// TLS with pre-shared keys instead of certificates (nbdkit's
+    /// --tls-psk): FILE has one USERNAME:HEXKEY line per client (psktool's
+    /// format; `echo alice:$(openssl rand -hex 32) > FILE`, mode 0600).
+    /// Clients must upgrade with STARTTLS and prove they hold a key
+    /// (libnbd: nbds://alice@HOST:PORT/NAME?tls-psk-file=FILE).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["tls_cert", "tls_key"])]
+    tls_psk: Option<PathBuf>,
     /// Permissions of the unix socket, octal: who may connect (and so read
     /// and write the array). The default lets only its owner (root) in.
     #[arg(long, default_value = "0600", value_parser = parse_mode)]
@@ -193,6 +202,44 @@ fn install_signal_handlers() {
     }
 }
 
+/// The export's TLS: certificates (with the clients' CA when given), or
+/// pre-shared keys. Errors: a file cannot be read or used (the message
+/// names it), or both kinds are given (the config and flags together).
+fn nbd_tls(a: &ServeArgs) -> Result<Option<uraid_nbd::Tls>> {
+    match (&a.tls_cert, &a.tls_key, &a.tls_psk) {
+        (Some(_), _, Some(_)) => bail!("give either --tls-psk (tls-psk in uraid.conf) or --tls-cert and --tls-key, not both"),
+        (Some(c), Some(k), None) => {
+            Ok(Some(uraid_nbd::Tls::Certificate(uraid_nbd::tls_config(c, k, a.tls_ca.as_deref()).map_err(anyhow::Error::msg)?)))
+        }
+        (None, _, Some(p)) => Ok(Some(uraid_nbd::Tls::Psk(uraid_nbd::psk_config(p).map_err(anyhow::Error::msg)?))),
+        _ if a.tls_ca.is_some() => bail!("tls-ca (client certificates) needs tls-cert and tls-key, the server's own certificate"),
+        _ => Ok(None),
+    }
+}
+
+/// The TCP address `addr` to serve on (port 10809 when none is given).
+/// Errors: not an address, or not loopback while clients would not
+/// authenticate (no TLS-PSK, no client CA) and the user did not say
+/// --insecure-no-client-auth.
+fn tcp_addr(addr: &str, a: &ServeArgs, tls: bool) -> Result<SocketAddr> {
+    let sa: SocketAddr = addr
+        .parse()
+        .or_else(|_| format!("{addr}:10809").parse())
+        .with_context(|| format!("'{addr}' is not an address like 127.0.0.1:10809"))?;
+    let authenticated = a.tls_psk.is_some() || a.tls_ca.is_some();
+    if !sa.ip().is_loopback() && !authenticated && !a.insecure_no_client_auth {
+        bail!(
+            "{sa} is not a loopback address and clients would not authenticate: anyone who can connect \
+             could read and write the array{}. Give --tls-psk FILE (pre-shared keys), or --tls-cert and \
+             --tls-key with --tls-verify-peer --tls-ca CA.pem (client certificates); or use a unix socket \
+             or 127.0.0.1; or add --insecure-no-client-auth if everyone who can reach {sa} may write the array \
+             (in uraid.conf: tls-psk, tls-ca, insecure-no-client-auth = true)",
+            if tls { "" } else { ", and without TLS data travels in clear" }
+        );
+    }
+    Ok(sa)
+}
+
 /// Default scrub rate of a served array, bytes/s (100 MB/s).
 const DEFAULT_SCRUB_RATE: u64 = 100_000_000;
 
@@ -234,6 +281,9 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         a.tcp = a.tcp.take().or(c.tcp.clone());
         a.tls_cert = a.tls_cert.take().or(c.tls_cert.clone());
         a.tls_key = a.tls_key.take().or(c.tls_key.clone());
+        a.tls_ca = a.tls_ca.take().or(c.tls_ca.clone());
+        a.tls_psk = a.tls_psk.take().or(c.tls_psk.clone());
+        a.insecure_no_client_auth |= c.insecure_no_client_auth;
         a.metrics = a.metrics.take().or(c.metrics.clone());
         a.console = a.console.take().or(c.console.clone());
         a.console_token = a.console_token.take().or(c.console_token.clone());
@@ -271,6 +321,8 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             crate::service::console::check_token(t)?;
         }
     }
+    let tls = nbd_tls(&a)?;
+    let tcp_addr = a.tcp.as_deref().map(|addr| tcp_addr(addr, &a, tls.is_some())).transpose()?;
 
     let all_mem = specs.iter().all(|s| matches!(s, uraid_core::MemberSpec::Mem(_)));
     let (name, volume, mut arr) = if all_mem {
@@ -292,23 +344,13 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         let (window, exported) = (window.clone(), exported.clone());
         Arc::new(move || serde_json::json!({ exported.as_str(): window.figures(crate::service::figures::STATUS_SECONDS) }))
     };
-    let tls = match (&a.tls_cert, &a.tls_key) {
-        (Some(c), Some(k)) => Some(uraid_nbd::tls_config(c, k, a.tls_ca.as_deref()).map_err(anyhow::Error::msg)?),
-        _ => None,
-    };
     let scheme = if tls.is_some() { "nbds" } else { "nbd" };
-    let (listener, uri) = match &a.tcp {
-        Some(addr) => {
-            let sa: SocketAddr = addr
-                .parse()
-                .or_else(|_| format!("{addr}:10809").parse())
-                .with_context(|| format!("'{addr}' is not an address like 127.0.0.1:10809"))?;
-            if !sa.ip().is_loopback() && !a.insecure && tls.is_none() {
-                bail!(
-                    "{sa} is not a loopback address: NBD without TLS sends data in clear and lets anyone who can \
-                     connect write to the array. Give --tls-cert and --tls-key, use a unix socket or 127.0.0.1, \
-                     or add --insecure if the network is trusted"
-                );
+    // TCP without client authentication: Some(whether it is loopback only).
+    let mut open_tcp: Option<bool> = None;
+    let (listener, uri) = match tcp_addr {
+        Some(sa) => {
+            if a.tls_psk.is_none() && a.tls_ca.is_none() {
+                open_tcp = Some(sa.ip().is_loopback());
             }
             let l = TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa}"))?;
             // With port 0 the kernel picks one: print the real address.
@@ -348,8 +390,24 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         },
     );
     install_signal_handlers();
+    if let Some(loopback) = open_tcp {
+        log!(
+            "WARNING: clients of {uri} do not authenticate: every user of this machine{} can connect and read and \
+             write the array. Give --tls-psk FILE, or --tls-verify-peer --tls-ca CA.pem with --tls-cert and --tls-key \
+             (or tls-psk / tls-ca in uraid.conf), or serve on the unix socket (mode 0600, root only)",
+            if loopback { "" } else { ", and every host that can reach it," }
+        );
+    }
     println!("serving '{name}' ({description}, {} bytes{}) on {uri}", volume.capacity(), if a.read_only { ", read-only" } else { "" });
     println!("members: {}", kinds.join(" "));
+    // What a client gives: with TLS-PSK, a user and a file with its key.
+    let client_uri = match &a.tls_psk {
+        Some(p) => {
+            println!("clients authenticate as a user of {}: USER below, and FILE holding that user's line (mode 0600)", p.display());
+            format!("{}?tls-psk-file=FILE", uri.replacen("://", "://USER@", 1))
+        }
+        None => uri.clone(),
+    };
     if let Some(c) = volume.cache() {
         let cfg = c.config();
         println!("cache: {} {}, dirty limit {}", cfg.mode.name(), uraid_core::units::fmt_size(cfg.size), uraid_core::units::fmt_size(cfg.dirty_limit));
@@ -358,7 +416,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         }
     }
     println!("to put a filesystem on it (kernel without nbd: FUSE + a loop device):");
-    println!("  mkdir -p /mnt/{name}-nbd /mnt/{name} && nbdfuse /mnt/{name}-nbd '{uri}' &");
+    println!("  mkdir -p /mnt/{name}-nbd /mnt/{name} && nbdfuse /mnt/{name}-nbd '{client_uri}' &");
     println!("  LOOP=$(losetup -f --show --direct-io=on /mnt/{name}-nbd/nbd)");
     println!("  mkfs.ext4 $LOOP    # first time only");
     println!("  mount $LOOP /mnt/{name}");

@@ -69,3 +69,8 @@ mod rundir_bounds;
 // the monitor of the configured arrays (monitor --scan, --oneshot).
 #[path = "e2e/boot_monitor.rs"]
 mod boot_monitor;
+
+// Who may connect over TCP: TLS-PSK, client certificates, the refusal of
+// unauthenticated non-loopback serving, the loopback warning.
+#[path = "e2e/nbd_auth.rs"]
+mod nbd_auth;

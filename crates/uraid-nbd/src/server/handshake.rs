@@ -159,14 +159,17 @@ pub(super) fn handshake<'a>(
                 None => s.write_all(&option_reply(
                     opt.option,
                     REP_ERR_POLICY,
-                    b"TLS is not configured on this server (start it with --tls-cert and --tls-key)",
+                    b"TLS is not configured on this server (start it with --tls-psk, or --tls-cert and --tls-key)",
                 ))?,
                 Some(_) if s.is_tls() || !data.is_empty() => {
                     s.write_all(&option_reply(opt.option, REP_ERR_INVALID, b"TLS is already up, or STARTTLS had data"))?
                 }
                 Some(cfg) => {
                     s.write_all(&option_reply(opt.option, REP_ACK, &[]))?;
-                    s.start_tls(cfg.clone())?;
+                    match cfg {
+                        Tls::Certificate(c) => s.start_tls(c.clone())?,
+                        Tls::Psk(p) => s.start_psk(p)?,
+                    }
                 }
             },
             OPT_STRUCTURED_REPLY => {

@@ -90,7 +90,7 @@ pub struct ServerOptions {
     /// With a TLS configuration the server runs in FORCEDTLS mode (the NBD
     /// spec's name): every option but STARTTLS and ABORT is refused with
     /// NBD_REP_ERR_TLS_REQD until the client has upgraded.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub tls: Option<Tls>,
     /// Connections served at once; the next one is answered with
     /// NBD_REP_ERR_POLICY ("too many connections") and closed.
     pub max_connections: usize,
@@ -140,6 +140,18 @@ impl Default for ServerOptions {
             buffer_bytes: 512 << 20,
         }
     }
+}
+
+/// How the server speaks TLS after NBD_OPT_STARTTLS.
+#[derive(Debug, Clone)]
+pub enum Tls {
+    /// Certificates (rustls): the server's own, and the client's when the
+    /// configuration's verifier asks for one ([`crate::tls_config`] with a
+    /// client CA): a client without a valid one fails the TLS handshake.
+    Certificate(Arc<rustls::ServerConfig>),
+    /// Pre-shared keys (OpenSSL, [`crate::psk`]): a client names a user
+    /// and proves it holds that user's key, or fails the TLS handshake.
+    Psk(Arc<crate::psk::PskConfig>),
 }
 
 /// Where the server listens.

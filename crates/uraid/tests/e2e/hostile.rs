@@ -526,7 +526,7 @@ fn running_out_of_descriptors_is_transient() {
 /// and a second directory with only the CA (a client without a
 /// certificate). Returns (server cert, server key, CA, with-cert dir,
 /// without-cert dir).
-fn pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf, PathBuf) {
+pub(crate) fn pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf, PathBuf) {
     let ossl = |args: &[&str]| {
         run_tool(Command::new("openssl").args(args).current_dir(dir));
     };

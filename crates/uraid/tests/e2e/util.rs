@@ -582,21 +582,31 @@ impl Drop for ThrottledFile {
 /// Starts `uraid serve --tcp 127.0.0.1:0` with `extra`; returns the child
 /// and the port it printed.
 pub fn serve_tcp(members: &[PathBuf], extra: &[&str]) -> (ChildGuard, String) {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut args: Vec<&OsStr> = vec!["serve".as_ref(), "--tcp".as_ref(), "127.0.0.1:0".as_ref()];
+    args.extend(extra.iter().map(OsStr::new));
+    args.extend(members.iter().map(|m| m.as_os_str()));
+    serve_logged(&args, &[], log.path())
+}
+
+/// Starts `uraid ARGS...` (a `serve` on TCP) with the environment `env`
+/// added and its stderr in the file `log`; returns the child and the port
+/// of the URI it printed first.
+pub fn serve_logged<S: AsRef<OsStr>>(args: &[S], env: &[(&str, &OsStr)], log: &Path) -> (ChildGuard, String) {
     use std::io::BufRead;
     // The `uraid create` just before may hold a member for a moment after
     // it exits (the kernel drops its io_uring's files later); under a
     // loaded run that can outlast serve's own 2 s wait: start it again.
     let mut tries = 0;
     let (child, first) = loop {
-        let err = tempfile::NamedTempFile::new().unwrap();
+        let err = std::fs::File::create(log).unwrap();
         let mut child = ChildGuard(
             std::process::Command::new(URAID)
-                .args(["serve", "--tcp", "127.0.0.1:0"])
-                .args(extra)
-                .args(members)
+                .args(args)
+                .envs(env.iter().copied())
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::piped())
-                .stderr(err.reopen().unwrap())
+                .stderr(err)
                 .spawn()
                 .unwrap(),
         );
@@ -606,14 +616,15 @@ pub fn serve_tcp(members: &[PathBuf], extra: &[&str]) -> (ChildGuard, String) {
             break (child, first);
         }
         let _ = child.0.wait();
-        let e = std::fs::read_to_string(err.path()).unwrap_or_default();
+        let e = std::fs::read_to_string(log).unwrap_or_default();
         tries += 1;
         assert!(tries < 20 && e.contains(" in use "), "uraid serve printed no URI: {e}");
         std::thread::sleep(std::time::Duration::from_millis(250));
     };
     let uri = first.split_whitespace().last().expect("serve prints its URI").to_string();
-    assert!(uri.starts_with("nbd://127.0.0.1:") || uri.starts_with("nbds://127.0.0.1:"), "URI {uri}");
-    let port = uri.split("127.0.0.1:").nth(1).and_then(|r| r.split('/').next()).expect("a port").to_string();
+    assert!(uri.starts_with("nbd://") || uri.starts_with("nbds://"), "URI {uri}");
+    let authority = uri.split("://").nth(1).and_then(|r| r.split('/').next()).expect("HOST:PORT");
+    let port = authority.rsplit(':').next().expect("a port").to_string();
     (child, port)
 }
 
