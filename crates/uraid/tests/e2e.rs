@@ -51,3 +51,7 @@ mod hostile;
 // uraid grow: restripe onto more members; interrupted reshapes resume.
 #[path = "e2e/grow.rs"]
 mod grow;
+
+// What the web console may write; names, spares, warnings and times.
+#[path = "e2e/console_acts.rs"]
+mod console_acts;
