@@ -317,21 +317,38 @@ fn behind_intel_chipset(pci: &[String]) -> bool {
 }
 
 /// Warnings for members that share an underlying device or a bus, so the
-/// array cannot scale with the number of members. Memory-backed members
-/// (tmpfs, zram, `mem:`) share RAM, which is far faster than the ceilings
-/// such test drives get, and are only noted when nothing else is wrong.
+/// array cannot scale with the number of members: one line per shared
+/// device or link, naming every member behind it (six loop devices over
+/// one disk are one warning, not fifteen). Memory-backed members (tmpfs,
+/// zram, `mem:`) share RAM, which is far faster than the ceilings such
+/// test drives get, and are only noted when nothing else is wrong.
 pub fn shared_warnings(members: &[MemberInfo]) -> Vec<String> {
-    let mut w = Vec::new();
+    // What is shared (its line without the members), and who shares it.
+    let mut sets: Vec<(String, Vec<String>)> = Vec::new();
+    let mut add = |what: String, a: String, b: String| {
+        let i = match sets.iter().position(|(w, _)| *w == what) {
+            Some(i) => i,
+            None => {
+                sets.push((what, Vec::new()));
+                sets.len() - 1
+            }
+        };
+        for m in [a, b] {
+            if !sets[i].1.contains(&m) {
+                sets[i].1.push(m);
+            }
+        }
+    };
     for i in 0..members.len() {
         for j in i + 1..members.len() {
             let (a, b) = (&members[i], &members[j]);
             let shared: Vec<&Disk> = a.disks.iter().filter(|d| d.name != "RAM" && b.disks.iter().any(|e| e.name == d.name)).collect();
             if let Some(d) = shared.first() {
-                w.push(format!(
-                    "members {} and {} sit on the same device ({}, {}): they share its bandwidth and IOPS, \
-                     so an array over them cannot scale",
-                    a.name, b.name, d.name, d.model
-                ));
+                add(
+                    format!("sit on the same device ({}, {}): they share its bandwidth and IOPS, so an array over them cannot scale", d.name, d.model),
+                    a.name.clone(),
+                    b.name.clone(),
+                );
                 continue;
             }
             // Different devices: do they share a link on the way to the CPU?
@@ -340,35 +357,49 @@ pub fn shared_warnings(members: &[MemberInfo]) -> Vec<String> {
                     if da.pci.is_empty() || db.pci.is_empty() || da.name == db.name {
                         continue;
                     }
+                    let (ma, mb) = (format!("{} ({})", a.name, da.name), format!("{} ({})", b.name, db.name));
                     let common = da.pci.iter().zip(&db.pci).take_while(|(x, y)| x == y).count();
                     // The device itself is last in each path; a shared
                     // ancestor below the root complex is a shared link
                     // (a PCIe switch, a bridge, a shared root port).
                     if common >= 1 && common < da.pci.len() && common < db.pci.len() {
-                        w.push(format!(
-                            "members {} and {} ({} and {}) are behind the same PCIe link at {}: a switch or \
-                             shared port caps them together, so the array cannot scale past that link",
-                            a.name, b.name, da.name, db.name, da.pci[common - 1]
-                        ));
+                        add(
+                            format!(
+                                "are behind the same PCIe link at {}: a switch or shared port caps them together, so the \
+                                 array cannot scale past that link",
+                                da.pci[common - 1]
+                            ),
+                            ma,
+                            mb,
+                        );
                         break 'pairs;
                     }
                     if common == 0 && behind_intel_chipset(&da.pci) && behind_intel_chipset(&db.pci) {
-                        w.push(format!(
-                            "members {} and {} ({} and {}) are both behind the chipset: they share its link to \
-                             the CPU (Intel DMI 3.0 stops near 3.5 GB/s)",
-                            a.name, b.name, da.name, db.name
-                        ));
+                        add(
+                            "are behind the chipset: they share its link to the CPU (Intel DMI 3.0 stops near 3.5 GB/s)".to_string(),
+                            ma,
+                            mb,
+                        );
                         break 'pairs;
                     }
                     if da.pci == db.pci {
-                        w.push(format!("members {} and {} are the same PCI device ({})", a.name, b.name, da.pci.join("/")));
+                        add(format!("are the same PCI device ({})", da.pci.join("/")), a.name.clone(), b.name.clone());
                         break 'pairs;
                     }
                 }
             }
         }
     }
-    w
+    sets.into_iter().map(|(what, names)| format!("members {} {what}", and_list(&names))).collect()
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and_list(names: &[String]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
 }
 
 #[cfg(test)]
@@ -390,6 +421,11 @@ mod tests {
         let w = shared_warnings(&[a, b]);
         assert_eq!(w.len(), 1);
         assert!(w[0].contains("same device (sda"), "{w:?}");
+        // Six loop devices over one disk: one line naming all six.
+        let six: Vec<MemberInfo> = (0..6).map(|i| info(&format!("/dev/loop{i}"), vec![disk("sda", &["0000:00:17.0"])])).collect();
+        let w = shared_warnings(&six);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].starts_with("members /dev/loop0, /dev/loop1, /dev/loop2, /dev/loop3, /dev/loop4 and /dev/loop5 sit on the same device (sda"), "{w:?}");
         // Two NVMe drives behind one switch.
         let a = info("/dev/nvme0n1", vec![disk("nvme0n1", &["0000:00:01.0", "0000:01:00.0", "0000:02:00.0", "0000:03:00.0"])]);
         let b = info("/dev/nvme1n1", vec![disk("nvme1n1", &["0000:00:01.0", "0000:01:00.0", "0000:02:01.0", "0000:04:00.0"])]);

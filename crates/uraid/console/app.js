@@ -74,7 +74,7 @@ $("add-form").addEventListener("submit", (ev) => {
   const dev = $("add-device").value.trim();
   if (!dev) return;
   confirmThen("Add a spare?",
-    `${dev} joins the array as a spare: anything on it is overwritten (the server refuses a device that holds a filesystem or another array). If a role is down, it takes it over and is rebuilt in the background.`,
+    `${dev} joins the array as a spare: anything on it is overwritten (the server takes only a free block device: it refuses one that is mounted, in use, or holds a filesystem, a partition table, LVM, swap or another array, and any regular file outside the directory set by console-files-dir). If a role is down, it takes it over and is rebuilt in the background.`,
     () => send({ add: { device: dev, force: false } }).then(() => { $("add-device").value = ""; }).catch(() => {}));
 });
 
@@ -275,8 +275,15 @@ function pushFigures(st) {
 
 // --- events ---------------------------------------------------------------
 
+// A time as local ISO 8601 with the offset from UTC: 2026-11-27T00:15:03+01:00.
+function isoLocal(ms) {
+  const d = new Date(ms), p = (n) => String(n).padStart(2, "0"), off = -d.getTimezoneOffset();
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}` +
+    `${off < 0 ? "-" : "+"}${p(Math.floor(Math.abs(off) / 60))}:${p(Math.abs(off) % 60)}`;
+}
+
 function addEvent(e) {
-  const when = new Date(e.unix_ms).toLocaleTimeString();
+  const when = isoLocal(e.unix_ms);
   const li = make("li", { textContent: `${when} ${e.event}${e.member ? " " + e.member : ""}: ${e.detail}` });
   li.dataset.event = e.event;
   $("events").prepend(li);
@@ -295,7 +302,7 @@ async function loadReports() {
   const ul = $("reports");
   ul.replaceChildren();
   for (const r of list) {
-    const a = make("a", { href: r.report, target: "_blank", rel: "noopener", textContent: `${r.name} (${new Date(r.unix_s * 1000).toLocaleString()})` });
+    const a = make("a", { href: r.report, target: "_blank", rel: "noopener", textContent: `${r.name} (${isoLocal(r.unix_s * 1000)})` });
     ul.append(make("li", {}, a));
   }
 }
@@ -318,11 +325,16 @@ $("bench-form").addEventListener("submit", (ev) => {
   const target = $("bench-target").value.trim();
   const sets = $("bench-sets").value;
   if (!target) return;
-  confirmThen(`Benchmark ${target}?`,
-    `The ${sets} tests write over ${target}: give an emulated mem: drive or a drive with nothing on it (the server refuses a member, a filesystem or an array). The array keeps serving meanwhile; the benchmark shares the CPU with it.`,
+  const array = $("array-name").textContent, confirm = $("bench-confirm").checked;
+  const what = target !== array
+    ? `The ${sets} tests write over ${target}: give an emulated mem: drive or a free block device with nothing on it (the server refuses a member, a mounted device, a filesystem, an array, and any regular file outside the directory set by console-files-dir).`
+    : confirm
+      ? `The tests write over the first 256 MiB of ${array}, which its clients see: the server runs them only if that area was never written, else it refuses.`
+      : `The tests read ${array} through its export and write nothing.`;
+  confirmThen(`Benchmark ${target}?`, `${what} The array keeps serving meanwhile; the benchmark shares the CPU with it.`,
     async () => {
       const r = await fetch("/api/bench", { method: "POST", headers: { "Content-Type": "application/json", "X-Uraid-Token": TOKEN },
-        body: JSON.stringify({ target, sets, runs: 1, time: 2 }) });
+        body: JSON.stringify({ target, sets, runs: 1, time: 2, confirm: target === array && confirm }) });
       const reply = await r.json();
       if (!reply.ok) { toast(reply.error.message); return; }
       pollBench();

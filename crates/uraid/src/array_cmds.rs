@@ -148,8 +148,8 @@ fn print_superblock(name: &str, sb: &Superblock) {
     } else {
         println!("    this member : role {} ({})", sb.slot, fmt_uuid(&sb.member_uuid));
     }
-    println!("  creation time : {} (unix)", sb.ctime);
-    println!("    update time : {} (unix)", sb.utime);
+    println!("  creation time : {}", crate::common::local_iso8601(sb.ctime as i64));
+    println!("    update time : {}", crate::common::local_iso8601(sb.utime as i64));
     println!("         events : {}", sb.events);
     println!("          state : {:?}", sb.state);
     if sb.bitmap_region == 0 {

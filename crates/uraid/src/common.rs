@@ -13,3 +13,30 @@ pub(crate) fn specs(names: &[String]) -> Result<Vec<MemberSpec>> {
     crate::scan::member_args(names)?.iter().map(|n| n.parse::<MemberSpec>().map_err(Into::into)).collect()
 }
 
+
+/// `unix_s` (seconds since 1970 UTC) as local time in ISO 8601 with the
+/// offset from UTC, as `date --iso-8601=seconds` prints it:
+/// `2026-11-27T00:15:03+01:00` (TZ and /etc/localtime decide the zone).
+pub(crate) fn local_iso8601(unix_s: i64) -> String {
+    let secs = unix_s as libc::time_t;
+    // SAFETY: a zeroed tm is valid; localtime_r only writes into it (glibc
+    // reads TZ once, at its first call).
+    let tm = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&secs, &mut tm);
+        tm
+    };
+    let off = tm.tm_gmtoff / 60;
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{}{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        if off < 0 { '-' } else { '+' },
+        off.abs() / 60,
+        off.abs() % 60
+    )
+}

@@ -130,6 +130,10 @@ pub(crate) struct ArrayConf {
     /// /var/lib/uraid/reports.
     #[serde(default)]
     pub reports: Option<PathBuf>,
+    /// The one directory whose regular files the console may write
+    /// (benchmark targets, spares); `None`: block devices only.
+    #[serde(default)]
+    pub console_files_dir: Option<PathBuf>,
 }
 
 impl Config {

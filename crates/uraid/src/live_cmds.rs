@@ -418,15 +418,10 @@ pub(crate) struct MonitorArgs {
     pub(crate) new_only: bool,
 }
 
-/// One event as a line: `2026-11-25 16:40:01 Fail data /dev/loop3: ...`.
+/// One event as a line: `2026-11-25T16:40:01+01:00 Fail data /dev/loop3: ...`
+/// (local time, ISO 8601).
 pub(crate) fn event_line(e: &Event) -> String {
-    let secs = (e.unix_ms / 1000) as libc::time_t;
-    // SAFETY: a zeroed tm is valid; localtime_r writes into it.
-    let when = unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        libc::localtime_r(&secs, &mut tm);
-        format!("{:04}-{:02}-{:02} {:02}:{:02}:{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
-    };
+    let when = crate::common::local_iso8601((e.unix_ms / 1000) as i64);
     format!("{when} {} {}{}: {}", e.event, e.array, e.member.as_deref().map(|m| format!(" {}", crate::conf::quote(m))).unwrap_or_default(), e.detail)
 }
 

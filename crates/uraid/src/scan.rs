@@ -366,7 +366,9 @@ fn block_devices() -> Vec<PathBuf> {
 /// (their UUIDs are listed: give one).
 pub(crate) fn member_args(args: &[String]) -> Result<Vec<String>> {
     let [word] = args else { return Ok(args.to_vec()) };
-    if word.is_empty() || word.contains('/') || word.starts_with("mem:") || Path::new(word).exists() {
+    // A directory of that name is no member (mount points are often
+    // named after their array): the word is then the array's name.
+    if word.is_empty() || word.contains('/') || word.starts_with("mem:") || Path::new(word).exists() && !Path::new(word).is_dir() {
         return Ok(args.to_vec());
     }
     let cfg = conf::load()?;

@@ -129,6 +129,11 @@ pub(crate) struct ServeArgs {
     /// lists `uraid suite --out` reports (default /var/lib/uraid/reports).
     #[arg(long, value_name = "DIR", requires = "console")]
     reports: Option<PathBuf>,
+    /// The one directory whose regular files the console may write
+    /// (benchmark targets, spares); without it the console acts on free
+    /// block devices only.
+    #[arg(long, value_name = "DIR", requires = "console")]
+    console_files_dir: Option<PathBuf>,
     /// The console's access token, at least 22 characters (default: a new
     /// random 128-bit one each start, written to
     /// $URAID_RUN_DIR/NAME.console-token, else /run/uraid/NAME.console-token,
@@ -288,6 +293,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         a.console = a.console.take().or(c.console.clone());
         a.console_token = a.console_token.take().or(c.console_token.clone());
         a.reports = a.reports.take().or(c.reports.clone());
+        a.console_files_dir = a.console_files_dir.take().or(c.console_files_dir.clone());
     }
     let rebuild_rate = match crate::manage::rate(&a.rebuild_rate).context("--rebuild-rate")? {
         Some(r) => Some(r),
@@ -568,6 +574,8 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
                     bench: std::sync::Mutex::new(None),
                     tls: console_tls.clone(),
                     guesses: crate::service::console::Guesses::new(),
+                    files_dir: a.console_files_dir.clone(),
+                    export_uri: uri.clone(),
                 };
                 match (token.is_empty(), crate::service::console::start(addr, source)) {
                     (false, Ok(c)) => {

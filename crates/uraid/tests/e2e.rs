@@ -74,3 +74,7 @@ mod boot_monitor;
 // unauthenticated non-loopback serving, the loopback warning.
 #[path = "e2e/nbd_auth.rs"]
 mod nbd_auth;
+
+// What the web console may write; names, spares, warnings and times.
+#[path = "e2e/console_acts.rs"]
+mod console_acts;

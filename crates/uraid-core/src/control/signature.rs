@@ -33,6 +33,10 @@ pub fn detect(head: &[u8]) -> Option<&'static str> {
     if at(4086, b"SWAPSPACE2") || at(4086, b"SWAP-SPACE") {
         return Some("Linux swap");
     }
+    // LVM2's physical volume label: in one of the first four sectors.
+    if (0..4).any(|s| at(s * 512, b"LABELONE") && at(s * 512 + 24, b"LVM2 001")) {
+        return Some("an LVM physical volume");
+    }
     if at(0x1000, &[0xFC, 0x4E, 0x2B, 0xA9]) {
         return Some("a Linux md RAID superblock (1.1/1.2)");
     }
@@ -69,5 +73,12 @@ mod tests {
         h[0x10040..0x10048].copy_from_slice(b"_BHRfS_M");
         assert_eq!(detect(&h), Some("a btrfs filesystem"));
         assert_eq!(detect(&h[..100]), None, "a short head is not misread");
+        let mut h = vec![0u8; PROBE_LEN];
+        h[512..520].copy_from_slice(b"LABELONE");
+        h[536..544].copy_from_slice(b"LVM2 001");
+        assert_eq!(detect(&h), Some("an LVM physical volume"));
+        let mut h = vec![0u8; PROBE_LEN];
+        h[4086..4096].copy_from_slice(b"SWAPSPACE2");
+        assert_eq!(detect(&h), Some("Linux swap"));
     }
 }

@@ -32,10 +32,12 @@
 //! - `GET /api/reports`, `GET /reports/DIR/FILE`: the benchmark reports
 //!   kept (`uraid suite --out` directories under `--reports`);
 //! - `GET|POST /api/bench`: a benchmark (`uraid suite`) on a target that
-//!   holds no live data (`mem:`, or a device with nothing on it), its
-//!   progress, its report;
+//!   holds no live data (`mem:`, a free block device, a file under
+//!   `--console-files-dir`), or of the served array (read-only unless it is
+//!   empty and the request confirms), its progress, its report;
 //! - `POST /api/command`: a control-protocol request
-//!   (docs/control-protocol.md); it also needs the `X-Uraid-Token` header,
+//!   (docs/control-protocol.md); a device it names (add, replace, grow)
+//!   must be free, as a benchmark's target; it also needs the `X-Uraid-Token` header,
 //!   which only the page served to an authenticated user knows, so another
 //!   site cannot forge one through the browser's cookie.
 
@@ -88,6 +90,12 @@ pub(crate) struct Source {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// The limit on wrong tokens, shared by every route.
     pub guesses: Guesses,
+    /// The one directory whose regular files the console may write
+    /// (benchmark targets, spares): `--console-files-dir`; `None`: no
+    /// file, block devices only.
+    pub files_dir: Option<std::path::PathBuf>,
+    /// The export's NBD URI: what a benchmark of the served array runs on.
+    pub export_uri: String,
 }
 
 /// How long the answer to a wrong token takes.
@@ -505,6 +513,16 @@ async fn command(State(src): S, h: HeaderMap, body: String) -> Response {
         )
             .into_response();
     }
+    let devices: Vec<&String> = match &req.command {
+        Command::Add { device, .. } => vec![device],
+        Command::Replace { new, .. } => vec![new],
+        Command::Grow { add, .. } => add.iter().collect(),
+        _ => Vec::new(),
+    };
+    let devices: Vec<String> = devices.into_iter().cloned().collect();
+    if let Err(e) = may_use_all(&src, devices, false).await {
+        return axum::Json(Reply::failed(e)).into_response();
+    }
     let reply = match req.command {
         Command::Status | Command::Monitor => Reply::failed(ErrorBody::new("Protocol", "use GET /api/status or /api/stream")),
         Command::Stop => {
@@ -525,6 +543,85 @@ async fn command(State(src): S, h: HeaderMap, body: String) -> Response {
         }
     };
     axum::Json(reply).into_response()
+}
+
+/// Whether the console may write `device` (a benchmark's target with
+/// `mem_ok`, a spare, a replacement, a new member): a `mem:` drive (for a
+/// benchmark), a block device that is free by the checks `create` makes
+/// ([`open_free`](uraid_core::control::array::open_free): not mounted,
+/// no filesystem, partition table, LVM physical volume, swap or array on
+/// it, not held by another process or device), or a regular file only
+/// under [`Source::files_dir`] and holding nothing known. The console
+/// runs as root: a path typed into it must never overwrite a file.
+///
+/// Errors: why not, as the reply's error (`InvalidInput`, `Busy`,
+/// `WouldDestroy`).
+fn may_use(src: &Source, device: &str, mem_ok: bool) -> Result<(), ErrorBody> {
+    use std::os::unix::fs::FileTypeExt;
+    use uraid_core::control::array::{self, Examination};
+    let spec: uraid_core::MemberSpec = device.parse().map_err(|e: uraid_core::Error| ErrorBody::from(e))?;
+    let path = match &spec {
+        uraid_core::MemberSpec::Mem(_) if mem_ok => return Ok(()),
+        uraid_core::MemberSpec::Mem(_) => {
+            return Err(ErrorBody::new("InvalidInput", format!("{device} is an emulated drive in memory: give a block device")))
+        }
+        uraid_core::MemberSpec::Path(p) => p,
+    };
+    let md = std::fs::metadata(path).map_err(|e| ErrorBody::new("InvalidInput", format!("cannot use {device}: {e}")))?;
+    if let Ok(Examination::Member(sb)) = array::examine(&spec) {
+        let what = if sb.name == src.array { "this array" } else { "another array" };
+        return Err(ErrorBody::new(
+            "WouldDestroy",
+            format!("{device} is a member of array '{}' ({what}): nothing was done; pick an unused device", sb.name),
+        ));
+    }
+    if md.file_type().is_file() {
+        let allowed = src.files_dir.as_ref().and_then(|d| d.canonicalize().ok());
+        let real = path.canonicalize().map_err(|e| ErrorBody::new("InvalidInput", format!("cannot use {device}: {e}")))?;
+        match allowed {
+            Some(dir) if real.starts_with(&dir) => {}
+            Some(dir) => {
+                return Err(ErrorBody::new(
+                    "InvalidInput",
+                    format!(
+                        "{device} is a regular file outside {}, the only directory whose files the console may write \
+                         (console-files-dir): nothing was done. Give a block device, or a file in that directory",
+                        dir.display()
+                    ),
+                ))
+            }
+            None => {
+                return Err(ErrorBody::new(
+                    "InvalidInput",
+                    format!(
+                        "{device} is a regular file: the console writes only block devices that are free, never a file \
+                         (it may hold anything). Nothing was done. Give a block device, or set console-files-dir in \
+                         uraid.conf (serve --console-files-dir DIR) to let it use the files of one directory"
+                    ),
+                ))
+            }
+        }
+    } else if !md.file_type().is_block_device() {
+        return Err(ErrorBody::new("InvalidInput", format!("{device} is neither a block device nor a regular file")));
+    }
+    // Taken as create takes a member, checked as create checks it, let go.
+    let m = array::open_free(&spec, false)?;
+    match array::probe(&m)? {
+        Some(sig) => Err(ErrorBody::new(
+            "WouldDestroy",
+            format!("{device} holds {sig}: the console writes only devices with nothing on them. Nothing was done; pick another device"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// [`may_use`] on each of `devices`, off the console's thread (opening a
+/// device waits while another process lets it go).
+async fn may_use_all(src: &Arc<Source>, devices: Vec<String>, mem_ok: bool) -> Result<(), ErrorBody> {
+    let src = src.clone();
+    tokio::task::spawn_blocking(move || devices.iter().try_for_each(|d| may_use(&src, d, mem_ok)))
+        .await
+        .unwrap_or_else(|_| Err(ErrorBody::new("Interrupted", "the check of the device failed")))
 }
 
 /// A name that is one plain path component (no `/`, no leading dot).
@@ -615,12 +712,41 @@ struct BenchRequest {
     /// Seconds per run (1 to 10), default 2.
     #[serde(default)]
     time: Option<u32>,
+    /// With the served array as the target: run the write tests too. Only
+    /// taken when the array is empty (its test area reads as zeros);
+    /// without it, the served array is benchmarked read-only.
+    #[serde(default)]
+    confirm: bool,
+}
+
+/// The test area of a benchmark started from the console (`--size`), bytes.
+const BENCH_AREA: u64 = 256 << 20;
+
+/// Whether the first [`BENCH_AREA`] bytes of the export at `uri` (or all
+/// of it when smaller) read as zeros: nothing was ever written where a
+/// benchmark would write. Errors: as reading through the NBD client.
+fn export_area_is_empty(uri: &str) -> uraid_core::Result<bool> {
+    use uraid_core::{BlockDevice, BlockQueue};
+    let dev = uraid_nbd::client::NbdDevice::connect(&uri.parse()?)?;
+    let end = BENCH_AREA.min(dev.capacity());
+    let mut q = dev.open_queue(1)?;
+    let mut at = 0;
+    while at < end {
+        let n = (1u64 << 20).min(end - at) as usize;
+        if q.read_at(at, n)?.iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
+    Ok(true)
 }
 
 /// Starts `uraid suite` on a target that holds no live data: a `mem:`
-/// drive, or a device or file with nothing on it (no filesystem, no array,
-/// no partition table: `examine` finds nothing), never this array's
-/// members. One at a time; the report is kept under `reports`.
+/// drive, or a block device free by `create`'s checks, or a file under
+/// `--console-files-dir` (see [`may_use`]), never this array's members;
+/// or `uraid bench` on the served array itself (its name or its export's
+/// URI): read-only, unless `confirm` and its test area reads as zeros.
+/// One at a time; the report is kept under `reports`.
 async fn bench_start(State(src): S, h: HeaderMap, body: String) -> Response {
     if !authorized(&src, &h) {
         return refused();
@@ -641,43 +767,57 @@ async fn bench_start(State(src): S, h: HeaderMap, body: String) -> Response {
     if !sets.split(',').all(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')) {
         return fail("InvalidInput", format!("'{sets}' is not a list of test sets (cdm, nvme, peak, atto, ...)"));
     }
-    let spec: uraid_core::MemberSpec = match req.target.parse() {
-        Ok(s) => s,
-        Err(e) => return fail("InvalidInput", format!("{e}")),
-    };
-    if !matches!(spec, uraid_core::MemberSpec::Mem(_)) {
-        match uraid_core::control::array::examine(&spec) {
-            Ok(uraid_core::control::array::Examination::Empty) => {}
-            Ok(uraid_core::control::array::Examination::Member(sb)) => {
-                return fail(
-                    "WouldDestroy",
-                    format!("{} is a member of array '{}': a benchmark would overwrite it. Nothing was started; pick an unused drive or mem:", req.target, sb.name),
-                )
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    // Local time in ISO 8601's basic form (a plain path component): bench-20261127T001503.
+    let dir_name = format!("bench-{}", &crate::common::local_iso8601(stamp).replace([':', '-'], "")[..15]);
+    let dir = src.reports.join(&dir_name);
+    let (runs, time) = (runs.to_string(), time.to_string());
+    let size = format!("{}M", BENCH_AREA >> 20);
+    let common = ["--quiet", "--runs", &runs, "--time", &time, "--warmup", "1", "--size", &size];
+    let args: Vec<String> = if req.target == src.array || req.target == src.export_uri {
+        let uri = src.export_uri.clone();
+        let write = if req.confirm {
+            match tokio::task::spawn_blocking(move || export_area_is_empty(&uri)).await {
+                Ok(Ok(true)) => true,
+                Ok(Ok(false)) => {
+                    return fail(
+                        "WouldDestroy",
+                        format!(
+                            "array '{}' holds data in its first {size} (the benchmark's test area): a write benchmark \
+                             would destroy it. Nothing was started; leave out the confirmation to run the read-only tests",
+                            src.array
+                        ),
+                    )
+                }
+                Ok(Err(e)) => return fail("Io", format!("cannot read array '{}' through its export: {e}", src.array)),
+                Err(_) => return fail("Interrupted", "the check of the array's test area failed".into()),
             }
-            Ok(uraid_core::control::array::Examination::Foreign(sig)) => {
-                return fail("WouldDestroy", format!("{} holds {sig}: a benchmark would overwrite it. Nothing was started", req.target))
-            }
-            Ok(uraid_core::control::array::Examination::Corrupt(_)) => {
-                return fail("WouldDestroy", format!("{} holds a damaged uraid superblock (a member?): nothing was started", req.target))
-            }
-            Err(e) => return fail("InvalidInput", format!("{e}")),
+        } else {
+            false
+        };
+        let mut a: Vec<String> = ["bench"].iter().chain(&common).map(|x| x.to_string()).collect();
+        if !write {
+            a.push("--read-only".into());
         }
-    }
+        a.push(src.export_uri.clone());
+        a
+    } else {
+        if let Err(e) = may_use_all(&src, vec![req.target.clone()], true).await {
+            return axum::Json(Reply::failed(e)).into_response();
+        }
+        let mut a: Vec<String> = ["suite", "--sets", &sets].iter().chain(&common).map(|x| x.to_string()).collect();
+        a.extend(["--out".to_string(), dir.display().to_string(), req.target.clone()]);
+        a
+    };
     let mut g = src.bench.lock().unwrap_or_else(|p| p.into_inner());
     if g.as_ref().is_some_and(|b| b.done.lock().unwrap_or_else(|p| p.into_inner()).is_none()) {
         return fail("Busy", "a benchmark is running; wait for it to end".into());
     }
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let dir_name = format!("bench-{stamp}");
-    let dir = src.reports.join(&dir_name);
     let started = (|| -> std::io::Result<std::process::Child> {
         std::fs::create_dir_all(&dir)?;
         let log = std::fs::File::create(dir.join("log.txt"))?;
         std::process::Command::new(std::env::current_exe()?)
-            .args(["suite", "--quiet", "--sets", &sets, "--runs", &runs.to_string(), "--time", &time.to_string(), "--warmup", "1", "--size", "256M"])
-            .arg("--out")
-            .arg(&dir)
-            .arg(&req.target)
+            .args(&args)
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -121,6 +121,124 @@ pub(super) fn zero_range(m: &Member, start: u64, len: u64) -> Result<()> {
     m.file().sync_data().map_err(|e| Error::io("cannot flush", path, e))
 }
 
+/// Opens the device `spec` names to make it a member (of a new array, a
+/// spare, a replacement), after checking that it is free: the one check
+/// `create`, `add`, `replace` and the web console's actions share.
+///
+/// For a block device, first what the kernel lists, so that the error
+/// says what holds it: mounts of the device or of one of its partitions
+/// (`/proc/self/mountinfo`), swap on them (`/proc/swaps`), devices built on
+/// them (`holders` in sysfs: device-mapper/LVM, md). Then it is opened for
+/// writing and taken for this process ([`OpenMode::exclusive`]: `O_EXCL`,
+/// which the kernel refuses while anything else claims the device, and the
+/// members' lock, which another uraid process holds). With `signatures`,
+/// its first bytes must hold nothing known ([`detect`]: a filesystem, a
+/// partition table, an LVM physical volume, swap, a uraid or md superblock).
+///
+/// Errors: `Busy` (mounted, swap, held, in use; the message names where or
+/// by what), `WouldDestroy` (a signature, named), `InvalidInput` (neither
+/// a file nor a block device), `Io`.
+pub fn open_free(spec: &MemberSpec, signatures: bool) -> Result<Member> {
+    if let MemberSpec::Path(p) = spec {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let md = std::fs::metadata(p).map_err(|e| Error::io("cannot open member", p, e))?;
+        if md.file_type().is_block_device() {
+            let name = p.display();
+            for (dev, what) in device_and_partitions(md.rdev()) {
+                if let Some(at) = mount_point_of(&dev) {
+                    bail!(
+                        Busy,
+                        "{name}{what} is mounted at {at}: using it would destroy that filesystem. Nothing was written; \
+                         unmount it first, or pick another device"
+                    );
+                }
+                if swap_in_use(&dev) {
+                    bail!(Busy, "{name}{what} is in use as swap: nothing was written; swapoff it first, or pick another device");
+                }
+                let held = holders_of(&dev);
+                if !held.is_empty() {
+                    bail!(
+                        Busy,
+                        "{name}{what} is in use by {} (a device-mapper/LVM, md or other device is built on it): nothing \
+                         was written; stop that device first, or pick another device",
+                        held.join(", ")
+                    );
+                }
+            }
+        }
+    }
+    let m = open_member(spec, OpenMode { write: true, exclusive: true })?;
+    if signatures {
+        refuse_signature(&m)?;
+    }
+    Ok(m)
+}
+
+/// `WouldDestroy` when the first bytes of `m` hold something known.
+pub(super) fn refuse_signature(m: &Member) -> Result<()> {
+    if let Some(sig) = probe(m)? {
+        bail!(
+            WouldDestroy,
+            "{} holds {sig}; making it a member would destroy it. Nothing was written. Check the device name, \
+             or add --force to overwrite it",
+            m.name()
+        );
+    }
+    Ok(())
+}
+
+/// `major:minor` of a `st_rdev`, as sysfs and /proc/self/mountinfo write it.
+fn dev_numbers(rdev: u64) -> String {
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    format!("{major}:{minor}")
+}
+
+/// The block device `rdev` (`""`) and its partitions (`" (partition
+/// sda1)"`), each as `major:minor`, as sysfs lists them.
+fn device_and_partitions(rdev: u64) -> Vec<(String, String)> {
+    let me = dev_numbers(rdev);
+    let mut out = vec![(me.clone(), String::new())];
+    let dir = std::path::PathBuf::from(format!("/sys/dev/block/{me}"));
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.join("partition").is_file() {
+                if let Ok(d) = std::fs::read_to_string(p.join("dev")) {
+                    out.push((d.trim().to_string(), format!(" (partition {})", e.file_name().to_string_lossy())));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Where `dev` (`major:minor`) is mounted, if it is (the first mount
+/// point /proc/self/mountinfo lists, its octal escapes kept).
+fn mount_point_of(dev: &str) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.len() > 4 && f[2] == dev).then(|| f[4].to_string())
+    })
+}
+
+/// Whether a swap area /proc/swaps lists is the block device `dev`.
+fn swap_in_use(dev: &str) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Ok(swaps) = std::fs::read_to_string("/proc/swaps") else { return false };
+    swaps.lines().skip(1).filter_map(|l| l.split_whitespace().next()).any(|p| {
+        std::fs::metadata(p).is_ok_and(|md| md.file_type().is_block_device() && dev_numbers(md.rdev()) == dev)
+    })
+}
+
+/// The devices built on `dev` (`major:minor`): sysfs's `holders`.
+fn holders_of(dev: &str) -> Vec<String> {
+    std::fs::read_dir(format!("/sys/dev/block/{dev}/holders"))
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default()
+}
+
 /// Lays out the requested volumes over members of at least `min_size`
 /// bytes: the first at [`DATA_OFFSET`], each next one at the following
 /// 1 MiB boundary. Errors, naming the volume: `InvalidInput` (names,
@@ -261,19 +379,8 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
             );
         }
     }
-    let members = open_members(specs, true, true)?;
-    if !opts.force {
-        for m in &members {
-            if let Some(sig) = probe(m)? {
-                bail!(
-                    WouldDestroy,
-                    "member {} holds {sig}; creating an array would destroy it. Nothing was written. \
-                     Check the device name, or add --force to overwrite it",
-                    m.name()
-                );
-            }
-        }
-    }
+    check_distinct(specs)?;
+    let members = specs.iter().map(|s| open_free(s, !opts.force)).collect::<Result<Vec<_>>>()?;
     let volumes = plan_volumes(opts, &members)?;
     let redundant = volumes.iter().any(is_redundant);
     let bitmap_region = match opts.bitmap_region {

@@ -134,7 +134,7 @@ impl Array {
         if let Some(s) = self.slot_of(spec) {
             bail!(InvalidInput, "{spec} is already slot {s} of array '{}'", self.name());
         }
-        let m = open_member(spec, OpenMode { write: true, exclusive: true })?;
+        let m = open_free(spec, false)?;
         let (end, uuid, name) = {
             let g = self.meta();
             (g.sb.used_end(), g.sb.array_uuid, g.sb.name.clone())
@@ -150,18 +150,32 @@ impl Array {
                 fmt_size(end)
             );
         }
-        if !force {
-            let ours = matches!(read_superblock(&m)?, Ok(sb) if sb.array_uuid == uuid);
-            if !ours {
-                if let Some(sig) = probe(&m)? {
+        let ours = match read_superblock(&m)? {
+            Ok(sb) if sb.array_uuid == uuid => Some(sb.member_uuid),
+            _ => None,
+        };
+        // A device of this array given again, not among the devices the
+        // array was opened with: its superblock says which slot it holds.
+        // Only a role that lost its device (missing) takes it back (see
+        // `returning_role`); anything else would be a second slot for
+        // one drive.
+        if let Some(member) = ours.filter(|u| *u != [0; 16]) {
+            let g = self.meta();
+            if let Some(s) = g.sb.slots.iter().position(|sl| sl.uuid == member) {
+                let missing = s < g.n() && self.health.state(s as u32) == MemberState::Missing;
+                if !missing {
+                    let what = if s < g.n() { format!("role {s} ({})", self.health.state(s as u32).name()) } else { format!("spare slot {s}") };
                     bail!(
-                        WouldDestroy,
-                        "{} holds {sig}; adding it to array '{name}' would destroy it. Nothing was written. \
-                         Check the device name, or add --force to overwrite it",
+                        InvalidInput,
+                        "{} is already {what} of array '{name}' (its superblock says so): nothing was added. Give it \
+                         with the array's other devices to use it, or 'uraid remove' it first",
                         m.name()
                     );
                 }
             }
+        }
+        if !force && ours.is_none() {
+            refuse_signature(&m)?;
         }
         Ok(m)
     }
