@@ -225,11 +225,7 @@ impl<'s> Transmission<'s> {
         }
         // Tell the client now, before the queue (whose ring may still poll
         // the socket) is dropped: the hang-up also ends that poll at once.
-        if let Wire::Tls { tls, .. } = &mut *self.s {
-            tls.conn.send_close_notify();
-            let rustls::StreamOwned { conn, sock } = &mut **tls;
-            let _ = conn.write_tls(sock);
-        }
+        self.s.close_notify();
         // SAFETY: shutdown(2) on the connection's own, still open socket.
         unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
         // Every buffer goes with this connection: see Drop.
