@@ -51,3 +51,8 @@ mod hostile;
 // uraid grow: restripe onto more members; interrupted reshapes resume.
 #[path = "e2e/grow.rs"]
 mod grow;
+
+// What the administrator sees of a served array: faulty members kept
+// listed, the live view during a rebuild, what serve's assemble did.
+#[path = "e2e/admin_view.rs"]
+mod admin_view;
