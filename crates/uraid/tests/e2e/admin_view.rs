@@ -248,26 +248,21 @@ fn the_live_view_follows_a_rebuild_and_check_shows_progress() {
         let p = &st["progress"];
         (p["action"].as_str() == Some("rebuild")).then(|| p["done"].as_f64().unwrap() * 100.0 / p["total"].as_f64().unwrap())
     };
-    let mut first = None;
-    wait_until(120, "the rebuild between 2% and 25%", || {
-        let l = look();
-        let ok = percent(&l.0).is_some_and(|p| (2.0..25.0).contains(&p));
-        if ok {
-            first = Some(l);
-        }
-        ok
-    });
-    let a = first.unwrap();
-    let mut second = None;
-    wait_until(120, "the rebuild past 45%", || {
-        let l = look();
-        let ok = percent(&l.0).is_some_and(|p| (45.0..100.0).contains(&p));
-        if ok {
-            second = Some(l);
-        }
-        ok
-    });
-    let b = second.unwrap();
+    // The first look with the progress in `range` (percent).
+    let look_within = |range: std::ops::Range<f64>| {
+        let mut seen = None;
+        wait_until(120, &format!("the rebuild within {range:?}%"), || {
+            let l = look();
+            let ok = percent(&l.0).is_some_and(|p| range.contains(&p));
+            if ok {
+                seen = Some(l);
+            }
+            ok
+        });
+        seen.unwrap()
+    };
+    let a = look_within(2.0..25.0);
+    let b = look_within(45.0..100.0);
     let events = |scrape: &str| samples(scrape, "uraid_events").first().and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse::<u64>().ok());
     for (label, (st, api, scrape, text)) in [("first", &a), ("second", &b)] {
         let p = percent(st).unwrap();
