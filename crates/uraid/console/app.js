@@ -205,14 +205,25 @@ function renderVolumes(st) {
   }
 }
 
+// `, 26.2%`: the share of the redundant volumes' member area below a
+// recovery offset (absolute member bytes), rounded as `uraid status` does.
+function rebuiltShare(st, o) {
+  const vols = st.volumes.filter((v) => v.level !== 0 && v.member_size > 0);
+  const total = vols.reduce((a, v) => a + v.member_size, 0);
+  if (!total) return "";
+  const done = vols.reduce((a, v) => a + Math.min(Math.max(o - v.member_start, 0), v.member_size), 0);
+  return `, ${(Math.floor((done * 1000) / total) / 10).toFixed(1)}%`;
+}
+
 function renderMembers(st) {
   const body = $("members").tBodies[0];
   body.replaceChildren();
   for (const m of st.members) {
-    const slot = m.role !== null ? `role ${m.role}` : `spare ${m.slot}`;
+    const slot = m.role !== null ? `role ${m.role}`
+      : m.former_role != null ? `faulty ${m.slot} (was role ${m.former_role})` : `spare ${m.slot}`;
     const tr = make("tr");
     tr.append(make("td", { textContent: slot }), make("td", { textContent: m.device || "—" }),
-      make("td", { textContent: m.state + (m.recovery_offset != null ? ` (${fmtSize(m.recovery_offset)})` : ""), className: `state-${m.state}` }));
+      make("td", { textContent: m.state + (m.recovery_offset != null ? ` (rebuilt up to ${fmtSize(m.recovery_offset)}${rebuiltShare(st, m.recovery_offset)})` : ""), className: `state-${m.state}` }));
     const act = make("td");
     if (m.role !== null && (m.state === "active" || m.state === "rebuilding")) {
       const b = make("button", { textContent: `Fail member ${m.role}`, id: `fail-${m.role}` });

@@ -269,9 +269,10 @@ pub(crate) fn cmd_assemble(a: AssembleArgs) -> Result<()> {
             arr.events()
         );
         for m in &st.members {
-            match m.role {
-                Some(r) => println!("  role {r}: {} {}", crate::conf::quote(m.device.as_deref().unwrap_or("-")), m.state),
-                None => println!("  spare {}: {} {}", m.slot, crate::conf::quote(m.device.as_deref().unwrap_or("-")), m.state),
+            match (m.role, m.former_role) {
+                (Some(r), _) => println!("  role {r}: {} {}", crate::conf::quote(m.device.as_deref().unwrap_or("-")), m.state),
+                (None, Some(r)) => println!("  faulty {}: {} (F) was role {r}, replaced by a spare", m.slot, crate::conf::quote(m.device.as_deref().unwrap_or("-"))),
+                (None, None) => println!("  spare {}: {} {}", m.slot, crate::conf::quote(m.device.as_deref().unwrap_or("-")), m.state),
             }
         }
         if st.volumes.len() > 1 {

@@ -308,11 +308,20 @@ pub(crate) fn check(c: Client, a: &CheckArgs, repair: bool) -> Result<()> {
             .expect("valid template")
             .progress_chars("=> "),
     );
+    // Not a terminal (a log, a pipe): the bar draws nothing, so a line
+    // per 10% step instead, as the background rebuild's events go.
+    let lines = !(a.quiet || a.json || std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let mut step: Option<(String, u64)> = None;
     let v = c.call(Command::Check { volume: a.volume.clone(), repair, rate }, &mut |r: &Reply| {
         if let Some(p) = &r.progress {
             bar.set_length(p.total);
             bar.set_position(p.done);
             bar.set_message(format!("{} '{}' {:.1} MB/s", p.action, p.target, p.mb_per_s));
+            let now = (p.percent() / 10.0).floor() as u64 * 10;
+            if lines && step.as_ref().is_none_or(|(t, s)| *t != p.target || now > *s) {
+                step = Some((p.target.clone(), now));
+                eprintln!("uraid: {}", progress_line(p));
+            }
         }
     })?;
     bar.finish_and_clear();

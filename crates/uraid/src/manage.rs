@@ -416,16 +416,34 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
         println!("  stale: {} (no longer a member: removed or replaced; left out)", crate::conf::quote(d));
     }
     for m in &st.members {
+        let dev = crate::conf::quote(m.device.as_deref().unwrap_or("-"));
+        if let (None, Some(r)) = (m.role, m.former_role) {
+            // md's (F): the drive a spare replaced, still to be pulled.
+            println!("  faulty {}: {dev} (F) was role {r}, replaced by a spare; pull it, then 'uraid remove {} --member {dev}'", m.slot, st.name);
+            continue;
+        }
         let what = match m.role {
             Some(r) => format!("role {r}"),
             None => format!("spare {}", m.slot),
         };
-        let dev = crate::conf::quote(m.device.as_deref().unwrap_or("-"));
         match m.recovery_offset {
-            Some(o) => println!("  {what}: {dev} {} (rebuilt up to byte {o})", m.state),
+            Some(o) => println!("  {what}: {dev} {} (rebuilt up to byte {o}{})", m.state, rebuilt_share(st, o)),
             None => println!("  {what}: {dev} {}", m.state),
         }
     }
+}
+
+/// `, 26.2%`: how much of the redundant volumes' member area lies below
+/// recovery offset `o` (absolute member bytes), with the same rounding
+/// as the volumes' `rebuild` line; empty without a redundant volume.
+fn rebuilt_share(st: &ArrayStatus, o: u64) -> String {
+    let vols: Vec<_> = st.volumes.iter().filter(|v| v.level != 0 && v.member_size > 0).collect();
+    let total: u64 = vols.iter().map(|v| v.member_size).sum();
+    if total == 0 {
+        return String::new();
+    }
+    let done: u64 = vols.iter().map(|v| o.saturating_sub(v.member_start).min(v.member_size)).sum();
+    format!(", {:.1}%", (done as f64 * 1000.0 / total as f64).floor() / 10.0)
 }
 
 /// A cache's counters in one line: `dirty 1M, hit ratio 12.5%, writes 8,

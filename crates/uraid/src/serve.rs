@@ -342,6 +342,11 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             }
         }
         let arr = array::assemble(&specs)?;
+        // What the assemble did, as `uraid assemble` prints it (the
+        // manager also sends each as an AssembleWarning event).
+        for w in arr.warnings() {
+            eprintln!("uraid serve: warning: {w}");
+        }
         (arr.name().to_string(), arr.volume().clone(), Some(arr))
     };
     // The exported volume's live I/O figures, for `uraid status`.

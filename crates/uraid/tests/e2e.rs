@@ -78,3 +78,8 @@ mod nbd_auth;
 // What the web console may write; names, spares, warnings and times.
 #[path = "e2e/console_acts.rs"]
 mod console_acts;
+
+// What the administrator sees of a served array: faulty members kept
+// listed, the live view during a rebuild, what serve's assemble did.
+#[path = "e2e/admin_view.rs"]
+mod admin_view;

@@ -3,7 +3,9 @@
 //! RebuildStarted, RebuildNN, RebuildFinished, MismatchesFound, NewArray,
 //! TestMessage; and uraid's CacheLost, JournalLost, and ReshapeStarted,
 //! Reshape20/40/60/80, ReshapeFinished, ReshapeFailed after the Rebuild
-//! ones), each sent to
+//! ones, and AssembleWarning for each warning of the assemble at start:
+//! journal records replayed, regions resynced, stripes left unresynced),
+//! each sent to
 //! - the system log (journald or syslogd through `/dev/log`, with the
 //!   `syslog` crate; `$URAID_SYSLOG_SOCKET` names another datagram socket),
 //!   and the service's stderr;
@@ -61,7 +63,7 @@ pub(crate) struct Events {
 fn severity(event: &str) -> u8 {
     match event {
         "Fail" | "FailSpare" | "DegradedArray" | "JournalLost" | "CacheLost" => 2,
-        "MismatchesFound" | "TestMessage" | "ReshapeFailed" => 4,
+        "MismatchesFound" | "TestMessage" | "ReshapeFailed" | "AssembleWarning" => 4,
         _ => 6,
     }
 }

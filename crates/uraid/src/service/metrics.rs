@@ -210,7 +210,12 @@ impl Collector for Source {
             &st.members
                 .iter()
                 .map(|m| {
-                    let slot = m.role.map(|r| format!("role {r}")).unwrap_or_else(|| format!("spare {}", m.slot));
+                    let slot = match (m.role, m.former_role) {
+                        (Some(r), _) => format!("role {r}"),
+                        // A faulty device a spare replaced, until removed.
+                        (None, Some(r)) => format!("faulty {} (was role {r})", m.slot),
+                        (None, None) => format!("spare {}", m.slot),
+                    };
                     (vec![a(), ("slot", slot), ("device", m.device.clone().unwrap_or_default()), ("state", m.state.clone())], ConstGauge::new(1))
                 })
                 .collect::<Vec<_>>(),

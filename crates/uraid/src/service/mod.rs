@@ -127,6 +127,25 @@ impl Live {
     fn set_progress(&self, p: Option<Progress>) {
         *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = p;
     }
+    fn set_status(&self, st: ArrayStatus) {
+        *self.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
+    }
+}
+
+/// How often the status is taken again while a rebuild or a scrub runs
+/// (at its progress calls), so that every view follows it.
+const LIVE_STATUS_EVERY: Duration = Duration::from_millis(200);
+
+/// A progress callback's status refresher: takes the status from
+/// `source` into `live` at most every [`LIVE_STATUS_EVERY`].
+fn status_refresher(live: Arc<Live>, source: uraid_core::control::array::StatusSource) -> impl FnMut() {
+    let mut last = Instant::now();
+    move || {
+        if last.elapsed() >= LIVE_STATUS_EVERY {
+            last = Instant::now();
+            live.set_status(source.status());
+        }
+    }
 }
 
 /// How the manager runs (from `serve`'s flags and the config).
@@ -298,6 +317,11 @@ impl<'a> Manager<'a> {
         self.events.emit("NewArray", None, format!("array '{}' ({}) is served, {}", st.name, st.uuid, summary(&st)));
         if self.degraded {
             self.events.emit("DegradedArray", None, summary(&st));
+        }
+        // What the assemble did (journal records replayed, regions
+        // resynced, stripes left unresynced), as `uraid assemble` prints it.
+        for w in self.arr.take_warnings() {
+            self.events.emit("AssembleWarning", None, w);
         }
         self.look();
         while !self.stopping() {
@@ -767,7 +791,11 @@ impl<'a> Manager<'a> {
         let events = self.events.clone();
         let mut announced = std::mem::take(&mut self.announced);
         let mut since: Option<(u32, u64, Instant)> = None;
+        // The status follows the rebuild: member states, recovery
+        // offsets, events and cache counters (not only the progress).
+        let mut refresh = status_refresher(self.live.clone(), self.arr.status_source());
         let r = self.arr.rebuild_until(rate, Some(&self.live.interrupt), &mut |role, done, total| {
+            refresh();
             // The rate is over this role's run so far.
             if !matches!(since, Some((r, _, _)) if r == role) {
                 since = Some((role, done, Instant::now()));
@@ -824,7 +852,9 @@ impl<'a> Manager<'a> {
         let opts = CheckOptions { start_stripe: s.start_stripe, rate: s.rate, stop: Some(&self.live.interrupt) };
         let live = self.live.clone();
         let (rate, since) = (s.rate, s.since);
+        let mut refresh = status_refresher(self.live.clone(), self.arr.status_source());
         let r = self.arr.check_part(index, s.repair, &opts, &mut s.report, &mut |done, total| {
+            refresh();
             live.set_progress(Some(progress(action, name.clone(), done, total, since.0, since.1, rate)));
         });
         match r {

@@ -386,12 +386,38 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
             }
             if degraded && touched {
                 if !opts.force && !opts.inspect {
+                    // Which roles lack valid chunks: a missing one can be
+                    // given; a present one being rebuilt (or faulty) cannot
+                    // help, only --force goes on.
+                    let present: Vec<String> = (0..n)
+                        .filter(|&r| down[r] && meta.devices[r].is_some())
+                        .map(|r| match (meta.sb.slots[r].state, meta.sb.slots[r].recovery_offset) {
+                            (MemberState::Rebuilding, Some(o)) => {
+                                format!("role {r} ({}) is present but was being rebuilt (valid up to member byte {o})", meta.devices[r].as_ref().map_or("?", |m| m.name()))
+                            }
+                            (s, _) => format!("role {r} ({}) is present but {}", meta.devices[r].as_ref().map_or("?", |m| m.name()), s.name()),
+                        })
+                        .collect();
+                    let advice = if missing.is_empty() {
+                        format!(
+                            "{}: its chunks in those stripes would be reconstructed wrong. Nothing was written. No other \
+                             member can help: run 'uraid assemble --force' to accept the risk (the rebuild then goes on; \
+                             run 'uraid check' once it has finished)",
+                            present.join(", ")
+                        )
+                    } else {
+                        format!(
+                            "the missing member's chunks in those stripes would be reconstructed wrong{}. Nothing was \
+                             written. Give the missing member ({}), or assemble with --force to accept the risk (then run \
+                             'uraid check')",
+                            if present.is_empty() { String::new() } else { format!(" ({})", present.join(", ")) },
+                            missing.iter().map(|r| format!("role {r}")).collect::<Vec<_>>().join(", ")
+                        )
+                    };
                     bail!(
                         Membership,
                         "array '{}' was not stopped cleanly and is degraded: {} may hold stripes whose parity does \
-                         not match their data (an interrupted write: the RAID 5/6 write hole), and the missing \
-                         member's chunks in those stripes would be reconstructed wrong. Nothing was written. Give \
-                         the missing member, or assemble with --force to accept the risk (then run 'uraid check')",
+                         not match their data (an interrupted write: the RAID 5/6 write hole); {advice}",
                         auth.name,
                         describe_volume(v)
                     );

@@ -73,8 +73,9 @@ impl Array {
 
     /// Removes a faulty member or a spare (`uraid remove`): its device is
     /// released (its superblock is not written: it may be broken), a role
-    /// becomes missing (ready for `add`), a spare's slot is dropped. The
-    /// other superblocks record it (event counter + 1).
+    /// becomes missing (ready for `add`), a spare's slot is dropped, a
+    /// faulty device a spare took over (numbered after the spares) is no
+    /// longer listed. The other superblocks record it (event counter + 1).
     ///
     /// Errors: `InvalidInput` (no such slot; an active or rebuilding member:
     /// fail it first or use replace; a role without a device).
@@ -84,13 +85,20 @@ impl Array {
             let m = self.meta();
             (m.sb.member_count, m.sb.slots.len() as u32)
         };
+        let released = self.released.lock().unwrap_or_else(|e| e.into_inner()).len() as u32;
+        if slot >= total && slot < total + released {
+            // A faulty device a spare took over: only its listing goes.
+            self.released.lock().unwrap_or_else(|e| e.into_inner()).remove((slot - total) as usize);
+            return self.persist();
+        }
         if slot >= total {
             bail!(
                 InvalidInput,
-                "array '{}' has no slot {slot}: roles 0 to {}{}",
+                "array '{}' has no slot {slot}: roles 0 to {}{}{}",
                 self.name(),
                 n - 1,
-                if total > n { format!(", spares {} to {}", n, total - 1) } else { String::new() }
+                if total > n { format!(", spares {} to {}", n, total - 1) } else { String::new() },
+                if released > 0 { format!(", faulty devices replaced by a spare {} to {}", total, total + released - 1) } else { String::new() }
             );
         }
         if slot >= n {
@@ -131,7 +139,7 @@ impl Array {
     /// in the array, large enough, holding nothing (unless `force`; a
     /// superblock of this very array counts as nothing).
     pub(super) fn open_new(&self, spec: &MemberSpec, force: bool) -> Result<Member> {
-        if let Some(s) = self.slot_of(spec) {
+        if let Some(s) = self.held_slot_of(spec) {
             bail!(InvalidInput, "{spec} is already slot {s} of array '{}'", self.name());
         }
         let m = open_free(spec, false)?;
@@ -176,6 +184,14 @@ impl Array {
         }
         if !force && ours.is_none() {
             refuse_signature(&m)?;
+        }
+        // A faulty device listed since a spare took its role over comes
+        // back: it is no longer a leftover to pull.
+        if let Ok(id) = spec.identity() {
+            self.released
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|r| r.spec.as_ref().and_then(|s| s.identity().ok()).as_ref() != Some(&id));
         }
         Ok(m)
     }
@@ -346,6 +362,11 @@ impl Array {
             let dev = g.devices.remove(n);
             let spec = g.specs.remove(n);
             let r = role as usize;
+            if let (MemberState::Faulty, Some(old)) = (self.health.state(role), &g.devices[r]) {
+                // Listed as faulty until removed: the drive to pull.
+                let gone = Released { role, name: old.name().to_string(), uuid: g.sb.slots[r].uuid, spec: g.specs[r].clone() };
+                self.released.lock().unwrap_or_else(|e| e.into_inner()).push(gone);
+            }
             g.sb.slots[r].uuid = slot.uuid;
             g.sb.slots[r].resync_from_bitmap = false;
             g.devices[r] = dev;

@@ -296,6 +296,25 @@ pub struct Array {
     /// A reshape of the served array is under way ([`Array::grow_live`]):
     /// this array writes no superblock; the reshape's are the truth.
     frozen: bool,
+    /// Faulty devices whose role a spare took over: still listed (md's
+    /// `(F)`, ZFS's FAULTED) until [`remove`](Self::remove)d, so that the
+    /// administrator knows which drive to pull. Shared with
+    /// [`StatusSource`].
+    released: Arc<Mutex<Vec<Released>>>,
+}
+
+/// A faulty device released from its role when a spare took it over,
+/// listed as faulty until it is removed.
+#[derive(Debug, Clone)]
+pub(super) struct Released {
+    /// The role it held.
+    pub(super) role: u32,
+    /// The device as named when it was opened.
+    pub(super) name: String,
+    /// Its member UUID.
+    pub(super) uuid: [u8; 16],
+    /// How it was given, to find it again by path.
+    pub(super) spec: Option<MemberSpec>,
 }
 
 impl std::fmt::Debug for Array {
@@ -446,7 +465,7 @@ impl Array {
             Some(m) => m.lock().unwrap_or_else(|e| e.into_inner()).persist(h),
             None => Ok(()),
         });
-        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect, journals, replayed: false, stale: Vec::new(), frozen: false };
+        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect, journals, replayed: false, stale: Vec::new(), frozen: false, released: Arc::new(Mutex::new(Vec::new())) };
         for j in &a.journals {
             a.watch_journal(j);
         }
@@ -680,8 +699,24 @@ impl Array {
     }
 
     /// The slot holding the device named by `spec` (same file or block
-    /// device, compared by device and inode), if it is part of the array.
+    /// device, compared by device and inode), if it is part of the array;
+    /// a faulty device a spare took over (see [`ArrayStatus::members`])
+    /// counts, numbered after the spares, so that `remove` finds it.
     pub fn slot_of(&self, spec: &MemberSpec) -> Option<u32> {
+        if let Some(s) = self.held_slot_of(spec) {
+            return Some(s);
+        }
+        let id = spec.identity().ok()?;
+        let total = self.meta().sb.slots.len();
+        let released = self.released.lock().unwrap_or_else(|e| e.into_inner());
+        released
+            .iter()
+            .position(|r| r.spec.as_ref().and_then(|s| s.identity().ok()).as_ref() == Some(&id))
+            .map(|i| (total + i) as u32)
+    }
+
+    /// The slot (role or spare) whose device `spec` names, if any.
+    pub(super) fn held_slot_of(&self, spec: &MemberSpec) -> Option<u32> {
         let id = spec.identity().ok()?;
         let m = self.meta();
         m.specs.iter().position(|s| s.as_ref().and_then(|s| s.identity().ok()).as_ref() == Some(&id)).map(|s| s as u32)
@@ -726,7 +761,19 @@ impl Array {
                     })
                     .collect();
                 if !mine.is_empty() {
-                    let (_, report) = crate::control::maint::resync_report(vol, &mine)?;
+                    let (bytes, report) = crate::control::maint::resync_report(vol, &mine)?;
+                    let what = match &self.bitmap {
+                        Some(_) => "the regions its write-intent bitmap marked dirty were resynced",
+                        None => "it has no write-intent bitmap, so all of it was resynced",
+                    };
+                    self.warnings.push(format!(
+                        "{} was not stopped cleanly: {what} ({} of each member): {} stripe(s) compared, {} of them \
+                         disagreed and were rewritten",
+                        describe_volume(v),
+                        fmt_size(bytes),
+                        report.stripes_checked,
+                        report.mismatches
+                    ));
                     // A live journal's replay rewrote those stripes whole.
                     let journaled = vol.cache().and_then(|c| c.journal()).is_some_and(|j| !j.is_lost());
                     if report.stripes_unchecked > 0 && !journaled {

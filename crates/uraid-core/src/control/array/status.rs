@@ -19,6 +19,10 @@ pub struct MemberStatus {
     pub state: String,
     /// For a rebuilding member: absolute member byte offset rebuilt so far.
     pub recovery_offset: Option<u64>,
+    /// For a faulty device whose role a spare took over (listed after the
+    /// spares, `role` `None`, until `uraid remove`): the role it held.
+    #[serde(default)]
+    pub former_role: Option<u32>,
 }
 
 /// A volume as `uraid status` shows it.
@@ -153,6 +157,7 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
             uuid: fmt_uuid(&slot.uuid),
             state: slot.state.name().to_string(),
             recovery_offset: if slot.state == MemberState::Rebuilding { slot.recovery_offset } else { None },
+            former_role: None,
         })
         .collect();
     ArrayStatus {
@@ -200,10 +205,46 @@ pub struct ArrayStatus {
     pub stale_members: Vec<String>,
 }
 
+/// What [`Array::status`] reads, held apart from the [`Array`]: for a
+/// service that shows the live status while a long operation (a rebuild,
+/// a scrub) has the array borrowed. It follows the member states, the
+/// recovery offsets, the event counter and the caches' counters as they
+/// move; take it again after a membership change (new volumes).
+#[derive(Clone)]
+pub struct StatusSource {
+    meta: Arc<Mutex<Meta>>,
+    health: Arc<Health>,
+    bitmap: Option<Arc<Bitmap>>,
+    volumes: Vec<Arc<Volume>>,
+    replayed: bool,
+    stale: Vec<String>,
+    released: Arc<Mutex<Vec<Released>>>,
+}
+
 impl Array {
     /// Where every volume and member stands (see [`ArrayStatus`]).
     pub fn status(&self) -> ArrayStatus {
-        let m = self.meta();
+        self.status_source().status()
+    }
+
+    /// A [`StatusSource`] of the array as it is now.
+    pub fn status_source(&self) -> StatusSource {
+        StatusSource {
+            meta: self.meta.clone(),
+            health: self.health.clone(),
+            bitmap: self.bitmap.clone(),
+            volumes: self.volumes.clone(),
+            replayed: self.replayed,
+            stale: self.stale.clone(),
+            released: self.released.clone(),
+        }
+    }
+}
+
+impl StatusSource {
+    /// Where every volume and member stands now (see [`ArrayStatus`]).
+    pub fn status(&self) -> ArrayStatus {
+        let m = self.meta.lock().unwrap_or_else(|e| e.into_inner());
         let n = m.n();
         let down = down_roles(&self.health);
         let states = self.health.states();
@@ -243,9 +284,21 @@ impl Array {
                     uuid: fmt_uuid(&slot.uuid),
                     state: state.name().to_string(),
                     recovery_offset: (state == MemberState::Rebuilding).then(|| self.health.recovery(s as u32)),
+                    former_role: None,
                 }
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let total = members.len();
+        let mut members = members;
+        members.extend(self.released.lock().unwrap_or_else(|e| e.into_inner()).iter().enumerate().map(|(i, r)| MemberStatus {
+            slot: (total + i) as u32,
+            role: None,
+            device: Some(r.name.clone()),
+            uuid: fmt_uuid(&r.uuid),
+            state: MemberState::Faulty.name().to_string(),
+            recovery_offset: None,
+            former_role: Some(r.role),
+        }));
         ArrayStatus {
             name: m.sb.name.clone(),
             uuid: fmt_uuid(&m.sb.array_uuid),
