@@ -51,3 +51,7 @@ mod hostile;
 // uraid grow: restripe onto more members; interrupted reshapes resume.
 #[path = "e2e/grow.rs"]
 mod grow;
+
+// The README's walkthrough, extracted from its code blocks and run in order.
+#[path = "e2e/readme.rs"]
+mod readme;
