@@ -287,7 +287,9 @@ fn readme_walkthrough_runs_as_written() {
                 .lines()
                 .find(|l| l.starts_with("readme-test: "))
                 .map(str::to_string)
-                .or_else(|| text.lines().rev().find(|l| l.contains("readme.sh: line ")).map(|l| l.replace(&*sh.to_string_lossy(), "README.md")))
+                .or_else(|| {
+                    text.lines().rev().find(|l| l.contains("readme.sh: line ")).map(|l| l.replace(&*sh.to_string_lossy(), "README.md"))
+                })
                 .unwrap_or_else(|| format!("bash ended with {st} after {at}"));
             panic!("the README walkthrough failed after {took:.0} s: {why}\n--- last lines of its output ---\n{}", tail(&text, 60));
         }
@@ -333,7 +335,12 @@ fn serve_fork_returns_once_served_or_failed() {
     struct Stop<'a>(&'a Path);
     impl Drop for Stop<'_> {
         fn drop(&mut self) {
-            let _ = Command::new(URAID).args(["stop", "forked"]).env("URAID_RUN_DIR", self.0).stdout(Stdio::null()).stderr(Stdio::null()).status();
+            let _ = Command::new(URAID)
+                .args(["stop", "forked"])
+                .env("URAID_RUN_DIR", self.0)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
     }
     let _stop = Stop(&run_dir);
@@ -364,7 +371,11 @@ fn serve_fork_returns_once_served_or_failed() {
     assert!(t0.elapsed() < Duration::from_secs(60), "serve --fork took {:?} to fail", t0.elapsed());
     // Nothing holds the file: a child left serving would hold it open.
     let held = std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
-        std::fs::read_dir(p.path().join("fd")).into_iter().flatten().flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == bad))
+        std::fs::read_dir(p.path().join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == bad))
     });
     assert!(!held, "a process still holds {} after serve --fork failed", bad.display());
 }
