@@ -83,3 +83,7 @@ mod console_acts;
 // listed, the live view during a rebuild, what serve's assemble did.
 #[path = "e2e/admin_view.rs"]
 mod admin_view;
+
+// The README's walkthrough, extracted from its code blocks and run in order.
+#[path = "e2e/readme.rs"]
+mod readme;
