@@ -17,6 +17,7 @@ pub mod client;
 pub mod proto;
 pub mod psk;
 pub mod server;
+pub mod sock;
 pub mod stats;
 pub mod wire;
 

@@ -21,7 +21,7 @@ use openssl::ssl::{
     ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslMode, SslOptions, SslStream, SslVersion,
 };
 
-use crate::wire::{Recv, Sock};
+use crate::sock::{Recv, Sock};
 
 /// Largest key file read, bytes (a line per user: far more than any site
 /// needs, and a bound on what a wrong path costs).

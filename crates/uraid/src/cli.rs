@@ -58,7 +58,7 @@ enum Cmd {
     /// Stop a served array cleanly (as SIGTERM to its `uraid serve`).
     Stop(crate::live_cmds::StopArgs),
     /// Follow the events of served arrays (Fail, DegradedArray, RebuildFinished, ...), like mdadm --monitor.
-    Monitor(crate::live_cmds::MonitorArgs),
+    Monitor(crate::monitor::MonitorArgs),
     /// Scrub: read every stripe and count where copies or parity disagree.
     Check(crate::manage::CheckArgs),
     /// Scrub and rewrite copies or parity where they disagree.
@@ -127,7 +127,7 @@ pub fn run() -> Result<()> {
             None => crate::manage::cmd_check(a, true),
         },
         Cmd::Stop(a) => live_cmds::stop(a),
-        Cmd::Monitor(a) => live_cmds::monitor(a),
+        Cmd::Monitor(a) => crate::monitor::monitor(a),
         Cmd::Bench(a) => crate::bench_cmds::cmd_bench(a),
         Cmd::Compare(a) => crate::bench_cmds::cmd_compare(a),
         Cmd::Demo(a) => crate::demo::run(a),

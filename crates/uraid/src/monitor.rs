@@ -31,12 +31,119 @@ use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
+use clap::Args;
 
 use crate::conf::{self, Config};
-use crate::live_cmds::{event_line, MonitorArgs};
 use crate::service::client::{self, Client};
 use crate::service::events::{self, KEPT};
 use crate::service::proto::{Command, Event, Reply};
+
+#[derive(Args)]
+pub(crate) struct MonitorArgs {
+    /// The served arrays to follow until they stop (default: --scan).
+    #[arg(value_name = "NAME")]
+    pub(crate) arrays: Vec<String>,
+    /// Watch the arrays of the config and every served one, for ever (as
+    /// mdadm --monitor --scan; the default without NAME): degraded ones and
+    /// configured ones not served are reported (DegradedArray,
+    /// DeviceDisappeared), arrays that start later are followed.
+    #[arg(long, conflicts_with = "arrays")]
+    pub(crate) scan: bool,
+    /// Seconds between two looks for arrays that started or stopped
+    /// (mdadm's --delay), 0.1 to 3600.
+    #[arg(long, default_value = "2", value_parser = parse_delay)]
+    pub(crate) delay: f64,
+    /// Look once, print what needs attention (DegradedArray, and
+    /// DeviceDisappeared for a configured array not served) and exit: 0 when
+    /// every array watched is served and healthy, 1 otherwise (for cron).
+    #[arg(long)]
+    pub(crate) oneshot: bool,
+    /// Send a TestMessage through every channel of each array (log,
+    /// program, mail and monitors), then go on (or exit with --oneshot).
+    #[arg(long)]
+    pub(crate) test: bool,
+    /// Also run this program on each event, as `PROGRAM EVENT ARRAY [MEMBER]`.
+    #[arg(long)]
+    pub(crate) program: Option<std::path::PathBuf>,
+    /// Print only the events from now on, not those kept from before.
+    #[arg(long)]
+    pub(crate) new_only: bool,
+}
+
+/// One event as a line: `2026-11-25T16:40:01+01:00 Fail data /dev/loop3: ...`
+/// (local time, ISO 8601).
+pub(crate) fn event_line(e: &Event) -> String {
+    let when = crate::common::local_iso8601((e.unix_ms / 1000) as i64);
+    format!("{when} {} {}{}: {}", e.event, e.array, e.member.as_deref().map(|m| format!(" {}", crate::conf::quote(m))).unwrap_or_default(), e.detail)
+}
+
+/// `uraid monitor NAME...`: follows the events of those served arrays
+/// until they stop (mdadm --monitor); without NAME, with --scan or
+/// --oneshot, [`run`].
+pub(crate) fn monitor(a: MonitorArgs) -> Result<()> {
+    if a.scan || a.oneshot || a.arrays.is_empty() {
+        return run(&a);
+    }
+    let names = a.arrays.clone();
+    let mut clients = Vec::new();
+    for n in &names {
+        match Client::connect(n) {
+            Some(c) => clients.push(c),
+            None => bail!("array '{n}' is not served (no control socket answers at {})", client::ctl_path(n).display()),
+        }
+    }
+    if a.test {
+        for n in &names {
+            if let Some(c) = Client::connect(n) {
+                c.call(Command::TestMessage, &mut |_| {})?;
+            }
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel::<Option<Event>>();
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    for c in clients {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let _ = c.call(Command::Monitor, &mut |r: &Reply| {
+                if let Some(e) = &r.event {
+                    let _ = tx.send(Some(e.clone()));
+                }
+            });
+            let _ = tx.send(None);
+        });
+    }
+    drop(tx);
+    let mut open = names.len();
+    while open > 0 {
+        match rx.recv() {
+            Ok(Some(e)) => {
+                if a.new_only && e.unix_ms < started {
+                    continue;
+                }
+                {
+                    use std::io::Write as _;
+                    let mut out = std::io::stdout().lock();
+                    writeln!(out, "{}", event_line(&e))?;
+                    out.flush()?;
+                }
+                if let Some(p) = &a.program {
+                    let mut cmd = std::process::Command::new(p);
+                    cmd.arg(&e.event).arg(&e.array);
+                    if let Some(m) = &e.member {
+                        cmd.arg(m);
+                    }
+                    if let Err(err) = cmd.status() {
+                        eprintln!("uraid monitor: cannot run {}: {err}", p.display());
+                    }
+                }
+            }
+            Ok(None) => open -= 1,
+            Err(_) => break,
+        }
+    }
+    println!("uraid monitor: every array followed has stopped");
+    Ok(())
+}
 
 /// Parses `--delay`: seconds between two looks, 0.1 to 3600 (fractions
 /// allowed).

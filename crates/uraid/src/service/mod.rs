@@ -927,15 +927,18 @@ impl<'a> Manager<'a> {
     }
 
     /// Carries out one command and replies (a scrub replies when it ends).
+    /// The status is taken again before the reply, so that a client that
+    /// asks for it after the reply (`uraid fail` prints it) sees what the
+    /// command did, never the status from before it.
     fn handle(&mut self, job: Job) {
         let r = self.execute(&job);
+        self.look();
         if let Some(r) = r {
             let _ = job.reply.send(match r {
                 Ok(v) => Reply::done(v),
                 Err(e) => Reply::failed(e),
             });
         }
-        self.look();
     }
 
     /// `None` when the reply comes later (a scrub).
