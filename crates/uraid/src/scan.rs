@@ -159,9 +159,26 @@ fn assemble_all(found: &[ScannedArray], cfg: &Config, config: Option<&Path>) -> 
         let started = if systemd {
             std::process::Command::new("systemctl").args(["start", "--no-block", &format!("uraid@{}.service", f.name)]).status()
         } else {
-            let dir = crate::runstate::run_dir();
-            std::fs::create_dir_all(&dir)?;
-            let log = std::fs::File::create(dir.join(format!("{}.log", f.name)))?;
+            // The run directory as serve checks it (no one else may write
+            // it), and the log opened without following a link planted at
+            // its name.
+            let dir = crate::runstate::check_run_dir()?;
+            let log_path = dir.join(format!("{}.log", f.name));
+            let opened = {
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&log_path)
+            };
+            let log = match opened {
+                Ok(l) => l,
+                Err(e) => {
+                    failed.push(format!(
+                        "{} (cannot open its log {}: {e}; a symbolic link there is not followed: remove it)",
+                        f.name,
+                        log_path.display()
+                    ));
+                    continue;
+                }
+            };
             let exe = std::env::current_exe()?;
             let mut c = std::process::Command::new(exe);
             // A configured array: by its UUID, the way `uraid serve NAME`

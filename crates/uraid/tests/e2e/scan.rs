@@ -288,3 +288,33 @@ fn scan_assemble_serves_every_complete_array_found() {
     let o = uraid_env(&["status", "--json", &a], &env);
     assert!(o.status.success() && o.stdout.contains("\"state\": \"clean\""), "{}{}", o.stdout, o.stderr);
 }
+
+/// `scan --assemble` (without systemd) opens each started array's log in
+/// the run directory without following a symbolic link planted at its
+/// name: the link's target is left as it was and the array is reported
+/// as not started (before, the log was opened through the link and the
+/// target truncated and written by the started server).
+#[test]
+fn scan_assemble_does_not_follow_a_link_at_the_log() {
+    let _g = shared();
+    let d = tmpdir();
+    let dir = d.path().join("members");
+    std::fs::create_dir(&dir).unwrap();
+    let run_dir = d.path().join("run");
+    std::fs::create_dir(&run_dir).unwrap();
+    let cfg = d.path().join("uraid.conf");
+    std::fs::write(&cfg, format!("devices = [\"{}/*\"]\n", dir.display())).unwrap();
+    let a = unique("loglink");
+    let fa = sparse_files(&dir, "a", 2, 16 * MIB);
+    create(&cfg, &a, "1", &strs(&fa));
+    let victim = d.path().join("victim");
+    std::fs::write(&victim, "keep me\n").unwrap();
+    std::os::unix::fs::symlink(&victim, run_dir.join(format!("{a}.log"))).unwrap();
+    let env = [("URAID_CONFIG", cfg.as_os_str()), ("URAID_RUN_DIR", run_dir.as_os_str())];
+    let o = uraid_env(&["scan", "--assemble"], &env);
+    // Whatever happened, nothing stays served.
+    let _ = uraid_env(&["stop", &a], &env);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n", "the link was followed: {}{}", o.stdout, o.stderr);
+    assert!(!o.status.success(), "scan --assemble said it started everything: {}{}", o.stdout, o.stderr);
+    assert_contains(&o.stderr, &[&a, "symbolic link there is not followed"], "scan --assemble");
+}
