@@ -20,9 +20,9 @@ in the same conditions" rule compares when two separate bench runs differ.
 
 Each round runs OLD then NEW, the next NEW then OLD. Needs root (the
 testbed's loop devices) and fio."""
-import argparse, json, os, signal, socket, subprocess, time
+import argparse, json, os, signal, subprocess
 
-from common import DRIVES
+from common import DRIVES, proc_cpu, wait_unix_socket
 
 
 def sh(*a):
@@ -59,12 +59,6 @@ def main():
 SOCK = "/tmp/uraid-ab-nbd.sock"
 
 
-def proc_cpu(pid):
-    """CPU seconds (user + system) a process has used, from /proc/PID/stat."""
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def part_nbd(a, bins):
     devs = sh(DRIVES, "up", "4", "--bw", "0", "--iops", "0").split()
     try:
@@ -77,11 +71,7 @@ def part_nbd(a, bins):
                     os.unlink(SOCK)
                 p = subprocess.Popen([b, "serve", "--socket", SOCK, *devs], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 try:
-                    for _ in range(400):
-                        try:
-                            s = socket.socket(socket.AF_UNIX); s.connect(SOCK); s.close(); break
-                        except OSError:
-                            time.sleep(0.05)
+                    wait_unix_socket(SOCK, p)
                     uri = f"nbd+unix:///ab?socket={SOCK}"
                     c0 = proc_cpu(p.pid)
                     out = json.loads(sh(a.old, "bench", "--json", "--quiet", "--overwrite", "--profile", "RND4K-Q32T1",
@@ -105,7 +95,6 @@ def part_nbd(a, bins):
 
 
 def part_raw(a, bins):
-
     devs = sh(DRIVES, "up", "4", "--bw", "0", "--iops", "0").split()
     try:
         for dv in devs:

@@ -126,3 +126,26 @@ def wait_http(addr, secs=20):
         except OSError:
             time.sleep(0.1)
     sys.exit(f"nothing answers HTTP at {addr}")
+
+
+def proc_cpu(pid):
+    """CPU seconds (user + system) process `pid` has used, from /proc/PID/stat."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_unix_socket(path, proc, secs=20):
+    """Waits until a server accepts connections on unix socket `path`;
+    exits the script with the server's stderr when `proc` does not within
+    `secs` seconds."""
+    import socket
+    for _ in range(int(secs * 20)):
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(path)
+            s.close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    sys.exit(f"uraid serve did not come up on {path}: " + (proc.stderr.read() if proc.stderr else ""))

@@ -23,9 +23,9 @@ Needs root, the testbed (../shared/testbed), fio, libnbd-bin and btrfs-progs
 --console: the server runs its web console, open in headless chromium with
 its charts live, on the same 2 cores; chromium is installed when missing)
 """
-import os, signal, socket, subprocess, sys, threading, time, urllib.request
+import os, signal, subprocess, threading, time, urllib.request
 
-from common import DRIVES, PEER, URAID, best_of, fio_cmd, fio_figures, fio_job, open_console, parser, prepare, sh, testbed_down, uraid_bench, wait_http
+from common import DRIVES, PEER, URAID, best_of, fio_cmd, fio_figures, fio_job, open_console, parser, prepare, proc_cpu, sh, testbed_down, uraid_bench, wait_http, wait_unix_socket
 
 SOCK = "/tmp/uraid-bench-nbd.sock"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -51,11 +51,6 @@ def busy_cores(secs, delay):
     return t
 
 
-def proc_cpu(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / TICK
-
-
 METRICS = "127.0.0.1:19109"
 CONSOLE = "127.0.0.1:18109"
 
@@ -69,13 +64,7 @@ class Serve:
         if throttled:
             cmd = [DRIVES, "run", "--"] + cmd
         self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for _ in range(400):
-            try:
-                s = socket.socket(socket.AF_UNIX); s.connect(SOCK); s.close(); break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            sys.exit("uraid serve did not come up: " + self.p.stderr.read())
+        wait_unix_socket(SOCK, self.p)
         self.uri = f"nbd+unix:///bench?socket={SOCK}"
         self.scraping = metrics
         if metrics:
