@@ -203,3 +203,44 @@ pub(crate) fn recv_fd(fd: RawFd, buf: &mut [u8]) -> Recv {
         }
     }
 }
+
+/// The credentials (process, user and group ids) of the peer of the unix
+/// socket `fd` as the kernel recorded them when it connected or listened
+/// (SO_PEERCRED); `None` when the kernel cannot tell them (not a unix
+/// socket).
+pub fn peer_cred(fd: RawFd) -> Option<libc::ucred> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred is writable for len bytes, the size SO_PEERCRED fills.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
+    (r == 0).then_some(cred)
+}
+
+/// Who is at the other end of connected socket `fd`, for the server's
+/// log: `ADDR:PORT` over TCP, `pid P uid U` over a unix socket, `?` when
+/// the kernel does not say.
+pub fn peer_name(fd: RawFd) -> String {
+    // SAFETY: a zeroed sockaddr_storage is a valid buffer for any address.
+    let mut sa: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: sa is writable for len bytes; len is updated by the call.
+    if unsafe { libc::getpeername(fd, (&mut sa as *mut libc::sockaddr_storage).cast(), &mut len) } != 0 {
+        return "?".into();
+    }
+    match sa.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let a: libc::sockaddr_in = unsafe { std::ptr::read((&sa as *const libc::sockaddr_storage).cast()) };
+            std::net::SocketAddrV4::new(u32::from_be(a.sin_addr.s_addr).into(), u16::from_be(a.sin_port)).to_string()
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let a: libc::sockaddr_in6 = unsafe { std::ptr::read((&sa as *const libc::sockaddr_storage).cast()) };
+            std::net::SocketAddrV6::new(a.sin6_addr.s6_addr.into(), u16::from_be(a.sin6_port), 0, 0).to_string()
+        }
+        _ => match peer_cred(fd) {
+            Some(c) => format!("pid {} uid {}", c.pid, c.uid),
+            None => "?".into(),
+        },
+    }
+}

@@ -229,6 +229,12 @@ fn nbd_tls(a: &ServeArgs) -> Result<Option<uraid_nbd::Tls>> {
     }
 }
 
+/// Whether TCP clients must prove who they are: a pre-shared key
+/// (--tls-psk) or a certificate of the clients' CA (--tls-ca).
+fn clients_authenticate(a: &ServeArgs) -> bool {
+    a.tls_psk.is_some() || a.tls_ca.is_some()
+}
+
 /// The TCP address `addr` to serve on (port 10809 when none is given).
 /// Errors: not an address, or not loopback while clients would not
 /// authenticate (no TLS-PSK, no client CA) and the user did not say
@@ -238,8 +244,7 @@ fn tcp_addr(addr: &str, a: &ServeArgs, tls: bool) -> Result<SocketAddr> {
         .parse()
         .or_else(|_| format!("{addr}:10809").parse())
         .with_context(|| format!("'{addr}' is not an address like 127.0.0.1:10809"))?;
-    let authenticated = a.tls_psk.is_some() || a.tls_ca.is_some();
-    if !sa.ip().is_loopback() && !authenticated && !a.insecure_no_client_auth {
+    if !sa.ip().is_loopback() && !clients_authenticate(a) && !a.insecure_no_client_auth {
         bail!(
             "{sa} is not a loopback address and clients would not authenticate: anyone who can connect \
              could read and write the array{}. Give --tls-psk FILE (pre-shared keys), or --tls-cert and \
@@ -370,7 +375,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     let mut open_tcp: Option<bool> = None;
     let (listener, uri) = match tcp_addr {
         Some(sa) => {
-            if a.tls_psk.is_none() && a.tls_ca.is_none() {
+            if !clients_authenticate(&a) {
                 open_tcp = Some(sa.ip().is_loopback());
             }
             let l = TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa}"))?;

@@ -80,20 +80,6 @@ pub(crate) fn bind_unix(path: &std::path::Path, mode: u32, gid: Option<libc::gid
     Ok(l)
 }
 
-/// The credentials (process, user and group ids) of the peer of the unix
-/// socket `fd` as the kernel recorded them when it connected or listened
-/// (SO_PEERCRED); `None` when the kernel cannot tell them.
-pub(crate) fn peer_cred(fd: &impl std::os::fd::AsRawFd) -> Option<libc::ucred> {
-    // SAFETY: a zeroed ucred is a valid value; getsockopt writes at most
-    // `len` bytes into it and the descriptor is open for the call.
-    unsafe {
-        let mut cred: libc::ucred = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        let r = libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, &mut cred as *mut _ as *mut libc::c_void, &mut len);
-        (r == 0).then_some(cred)
-    }
-}
-
 /// Whether a process of user `uid` may be trusted by this process on a
 /// control socket: root, or our own effective user.
 pub(crate) fn trusted_uid(uid: libc::uid_t) -> bool {

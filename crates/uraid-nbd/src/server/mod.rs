@@ -26,7 +26,8 @@ use uraid_core::{BlockQueue, Completion, IoBuf, Queue, Request, Volume};
 
 use crate::proto::*;
 use crate::stats::{now_us, ConnStats, ExportStats, Kind, StatsSnapshot};
-use crate::wire::{peer_name, Recv, Sock, Wire};
+use crate::sock::peer_name;
+use crate::wire::{Recv, Sock, Wire};
 
 mod handshake;
 mod transmission;

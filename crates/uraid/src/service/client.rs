@@ -37,7 +37,7 @@ impl Client {
         }
         let path = ctl_path(name);
         let stream = UnixStream::connect(&path).ok()?;
-        let untrusted = match crate::sock::peer_cred(&stream) {
+        let untrusted = match uraid_nbd::sock::peer_cred(std::os::fd::AsRawFd::as_raw_fd(&stream)) {
             Some(c) if crate::sock::trusted_uid(c.uid) => None,
             Some(c) => Some(format!(
                 "the control socket {} is answered by process {} of user {}, not by root or by you (user {}): it is not \

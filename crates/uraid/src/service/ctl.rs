@@ -128,7 +128,7 @@ fn accept_loop(l: UnixListener, ctx: Arc<Ctx>) {
                     if s.set_nonblocking(true).is_err() {
                         continue;
                     }
-                    if !crate::sock::peer_cred(&s).is_some_and(|c| crate::sock::trusted_uid(c.uid)) {
+                    if !uraid_nbd::sock::peer_cred(s.as_raw_fd()).is_some_and(|c| crate::sock::trusted_uid(c.uid)) {
                         let e = ErrorBody::new("Protocol", "only the owner of the array's process (or root) may control it");
                         dispatch(s, Err(e), &ctx);
                         continue;
