@@ -270,7 +270,7 @@ impl<'a> Manager<'a> {
         let next_check = opts.scrub_every.and_then(|every| Instant::now().checked_add(every.saturating_sub(age)));
         // The control socket answers `status` from the first request on.
         *live.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
-        let m = Manager {
+        let mut m = Manager {
             seen: arr.health().states(),
             arr,
             server,
@@ -289,6 +289,9 @@ impl<'a> Manager<'a> {
             reshape: None,
         };
         m.publish_maintenance();
+        // The console and `status` show the members' details from the
+        // first request on, as they show the status.
+        m.publish_members();
         m
     }
 
@@ -637,6 +640,13 @@ impl<'a> Manager<'a> {
         let st = self.arr.status();
         self.notice(&st);
         *self.live.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
+        self.publish_members();
+    }
+
+    /// Publishes the members' details (identity, sector sizes, shared
+    /// device warnings) when the members changed since they were last
+    /// published.
+    fn publish_members(&mut self) {
         let vol = Arc::as_ptr(self.arr.volume()) as usize;
         if self.details_of != vol {
             self.details_of = vol;
