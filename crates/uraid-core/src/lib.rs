@@ -12,6 +12,8 @@
 //!   0 directly, RAID 1/10/5/6 as per-stripe state machines).
 //! - [`cache`]: the volume cache (write-through, write-back, journal) and
 //!   its queue, a layer on top of the RAID layer.
+//! - [`export`]: the interface every export (NBD, ublk) implements, and
+//!   their I/O statistics.
 //! - [`volume`]: a volume as its users see it: the stack of the layers.
 //! - [`control`]: create, examine, assemble, membership changes, the
 //!   superblock, and maintenance (rebuild, scrub, resync).
@@ -21,6 +23,7 @@
 pub mod cache;
 pub mod control;
 pub mod error;
+pub mod export;
 pub mod io;
 pub mod raid;
 pub mod units;

@@ -7,7 +7,8 @@
 //!   (what `uraid bench nbd+unix://...` measures).
 //! - [`server`]: listening, the fixed newstyle handshake, and the
 //!   transmission phase, one thread and one engine queue per connection.
-//! - [`stats`]: live I/O statistics of each export ([`Server::stats`]).
+//! - [`stats`]: live I/O statistics of each export ([`Server::stats`]),
+//!   shared with every kind of export (`uraid_core::export::stats`).
 //! - [`wire`] and [`psk`]: a connection's byte stream, plain or TLS (with
 //!   certificates through rustls, with pre-shared keys through OpenSSL).
 //!
@@ -18,10 +19,9 @@ pub mod proto;
 pub mod psk;
 pub mod server;
 pub mod sock;
-pub mod stats;
 pub mod wire;
 
 pub use psk::psk_config;
-pub use server::{Export, Listener, Server, ServerOptions, Tls};
-pub use stats::{LatencyHistogram, StatsSnapshot, LATENCY_BOUNDS_US};
+pub use server::{Export, Listener, NbdExport, Server, ServerOptions, Tls};
+pub use uraid_core::export::stats::{self, LatencyHistogram, StatsSnapshot, LATENCY_BOUNDS_US};
 pub use wire::tls_config;

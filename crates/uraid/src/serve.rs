@@ -478,6 +478,10 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     let events = crate::service::events::Events::new(&name, sinks.clone());
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let flag = server.shutdown_flag();
+    // Every export of the volume, as the manager, status and metrics see
+    // them.
+    let nbd: Arc<dyn uraid_core::export::Export> = Arc::new(server.handle(&name, &uri).context("the NBD server lost its export")?);
+    let exports = crate::service::exports::Exports::new(vec![nbd], flag.clone());
     let watcher = {
         let flag = flag.clone();
         let stop = stop_service.clone();
@@ -495,7 +499,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             Some(x) if !a.read_only => {
                 let check_stamp = Some(crate::runstate::check_stamp(&x.uuid()));
                 let opts = crate::service::ManagerOptions { rebuild_rate, scrub_rate, scrub_every, check_stamp };
-                let m = crate::service::Manager::new(x, &server, &name, opts, jobs_rx, live.clone(), events.clone());
+                let m = crate::service::Manager::new(x, exports.clone(), opts, jobs_rx, live.clone(), events.clone());
                 let ctl = match crate::service::ctl::CtlServer::start(
                     &crate::service::client::ctl_path(&name),
                     live.clone(),
@@ -524,12 +528,10 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         };
         // The export's counters, once a second, for status and metrics.
         let sampler = {
-            let (server, window, flag, name) = (&server, window.clone(), flag.clone(), name.clone());
+            let (exports, window, flag) = (exports.clone(), window.clone(), flag.clone());
             sc.spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
-                    if let Some(s) = server.stats(&name) {
-                        window.push(s);
-                    }
+                    window.push(exports.stats());
                     for _ in 0..10 {
                         if flag.load(Ordering::Relaxed) {
                             break;

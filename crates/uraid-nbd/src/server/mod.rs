@@ -25,7 +25,7 @@ use uraid_core::io::request::Op;
 use uraid_core::{BlockQueue, Completion, IoBuf, Queue, Request, Volume};
 
 use crate::proto::*;
-use crate::stats::{now_us, ConnStats, ExportStats, Kind, StatsSnapshot};
+use uraid_core::export::stats::{now_us, ConnStats, ExportStats, Kind, StatsSnapshot};
 use crate::sock::peer_name;
 use crate::wire::{Recv, Sock, Wire};
 
@@ -77,6 +77,73 @@ impl Live {
     fn volume(&self) -> (Arc<Volume>, u64) {
         let v = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
         (v, self.generation.load(Ordering::Acquire))
+    }
+
+    /// See [`Server::replace_volume`].
+    fn replace(&self, vol: Arc<Volume>) -> Result<(), String> {
+        let told = self.capacity.load(Ordering::Acquire);
+        if vol.capacity() < told || vol.block_size() != self.block_size {
+            return Err(format!(
+                "the new volume of export '{}' has {} bytes in blocks of {}, the clients were told {} in blocks of {}",
+                self.name,
+                vol.capacity(),
+                vol.block_size(),
+                told,
+                self.block_size
+            ));
+        }
+        let grown = vol.capacity();
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = vol;
+        self.capacity.store(grown, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// See [`Server::pause`] and [`Server::resume`].
+    fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// See [`Server::is_quiet`].
+    fn is_quiet(&self) -> bool {
+        self.paused.load(Ordering::Acquire) && self.parked.load(Ordering::Acquire) == self.active.load(Ordering::Acquire)
+    }
+}
+
+/// One export of a [`Server`] as the control path drives it (from
+/// [`Server::handle`]); the same as the server's methods of that name.
+#[derive(Debug, Clone)]
+pub struct NbdExport {
+    exports: Arc<Vec<Live>>,
+    index: usize,
+    address: String,
+}
+
+impl uraid_core::export::Export for NbdExport {
+    fn kind(&self) -> &'static str {
+        "nbd"
+    }
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+    fn volume(&self) -> Arc<Volume> {
+        self.exports[self.index].volume().0
+    }
+    fn stats(&self) -> StatsSnapshot {
+        self.exports[self.index].stats.snapshot()
+    }
+    fn replace_volume(&self, vol: Arc<Volume>) -> Result<(), String> {
+        self.exports[self.index].replace(vol)
+    }
+    fn pause(&self) {
+        self.exports[self.index].set_paused(true);
+    }
+    fn is_quiet(&self) -> bool {
+        self.exports[self.index].is_quiet()
+    }
+    fn resume(&self) {
+        self.exports[self.index].set_paused(false);
     }
 }
 
@@ -316,6 +383,16 @@ impl Server {
         find(&self.exports, name).map(|e| e.volume().0)
     }
 
+    /// Export `name` (`""`: the default export) as the control path drives
+    /// it ([`uraid_core::export::Export`]), told where clients find it
+    /// (`address`, e.g. the server's URI). None when there is no such
+    /// export.
+    pub fn handle(&self, name: &str, address: &str) -> Option<NbdExport> {
+        let wanted = find(&self.exports, name)?;
+        let index = self.exports.iter().position(|e| std::ptr::eq(e, wanted))?;
+        Some(NbdExport { exports: self.exports.clone(), index, address: address.to_string() })
+    }
+
     /// I/O statistics of export `name` (`""`: the default export) since
     /// the server started, over every connection and every volume it has
     /// served; None when there is no such export. Take two and
@@ -336,23 +413,7 @@ impl Server {
     /// Errors: no such export, or `vol` is smaller or has another block
     /// size (clients were told those at the handshake).
     pub fn replace_volume(&self, name: &str, vol: Arc<Volume>) -> Result<(), String> {
-        let e = find(&self.exports, name).ok_or_else(|| format!("no export named '{name}'"))?;
-        let told = e.capacity.load(Ordering::Acquire);
-        if vol.capacity() < told || vol.block_size() != e.block_size {
-            return Err(format!(
-                "the new volume of export '{}' has {} bytes in blocks of {}, the clients were told {} in blocks of {}",
-                e.name,
-                vol.capacity(),
-                vol.block_size(),
-                told,
-                e.block_size
-            ));
-        }
-        let grown = vol.capacity();
-        *e.current.lock().unwrap_or_else(|p| p.into_inner()) = vol;
-        e.capacity.store(grown, Ordering::Release);
-        e.generation.fetch_add(1, Ordering::AcqRel);
-        Ok(())
+        find(&self.exports, name).ok_or_else(|| format!("no export named '{name}'"))?.replace(vol)
     }
 
     /// Quiesces export `name`: every connection answers the requests it
@@ -363,9 +424,7 @@ impl Server {
     /// [`is_quiet`](Self::is_quiet), drain, [`replace_volume`](Self::replace_volume),
     /// resume. Errors: no such export.
     pub fn pause(&self, name: &str) -> Result<(), String> {
-        let e = find(&self.exports, name).ok_or_else(|| format!("no export named '{name}'"))?;
-        e.paused.store(true, Ordering::Release);
-        e.generation.fetch_add(1, Ordering::AcqRel);
+        find(&self.exports, name).ok_or_else(|| format!("no export named '{name}'"))?.set_paused(true);
         Ok(())
     }
 
@@ -374,17 +433,13 @@ impl Server {
     /// its volume until [`resume`](Self::resume)). False for an export
     /// that is not paused or does not exist.
     pub fn is_quiet(&self, name: &str) -> bool {
-        find(&self.exports, name).is_some_and(|e| {
-            e.paused.load(Ordering::Acquire) && e.parked.load(Ordering::Acquire) == e.active.load(Ordering::Acquire)
-        })
+        find(&self.exports, name).is_some_and(Live::is_quiet)
     }
 
     /// Ends a [`pause`](Self::pause): connections move to the export's
     /// current volume and read requests again. Errors: no such export.
     pub fn resume(&self, name: &str) -> Result<(), String> {
-        let e = find(&self.exports, name).ok_or_else(|| format!("no export named '{name}'"))?;
-        e.paused.store(false, Ordering::Release);
-        e.generation.fetch_add(1, Ordering::AcqRel);
+        find(&self.exports, name).ok_or_else(|| format!("no export named '{name}'"))?.set_paused(false);
         Ok(())
     }
 

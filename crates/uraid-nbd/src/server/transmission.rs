@@ -678,7 +678,7 @@ impl<'s> Transmission<'s> {
             (None, CMD_WRITE) => p.len as u32,
             _ => 0,
         };
-        self.replies.push(Reply { hdr, hlen, data, extra: Vec::new(), kind: Kind::of(p.cmd), ok: true, bytes, at: p.at });
+        self.replies.push(Reply { hdr, hlen, data, extra: Vec::new(), kind: kind_of(p.cmd), ok: true, bytes, at: p.at });
     }
 
     pub(super) fn reply_error(&mut self, p: &Pending, err: u32, msg: &str) {
@@ -691,6 +691,19 @@ impl<'s> Transmission<'s> {
             hdr[..16].copy_from_slice(&simple_reply(p.handle, err));
             (16, Vec::new())
         };
-        self.replies.push(Reply { hdr, hlen, data: None, extra, kind: Kind::of(p.cmd), ok: false, bytes: 0, at: p.at });
+        self.replies.push(Reply { hdr, hlen, data: None, extra, kind: kind_of(p.cmd), ok: false, bytes: 0, at: p.at });
+    }
+}
+
+/// What a reply to command `cmd` completes, as the counters tell requests
+/// apart.
+fn kind_of(cmd: u16) -> Kind {
+    match cmd {
+        CMD_READ => Kind::Read,
+        CMD_WRITE => Kind::Write,
+        CMD_FLUSH => Kind::Flush,
+        CMD_TRIM => Kind::Trim,
+        CMD_WRITE_ZEROES => Kind::WriteZeroes,
+        _ => Kind::Other,
     }
 }

@@ -18,6 +18,7 @@
 pub(crate) mod client;
 pub(crate) mod console;
 pub(crate) mod ctl;
+pub(crate) mod exports;
 pub(crate) mod events;
 pub(crate) mod figures;
 pub(crate) mod http;
@@ -33,7 +34,6 @@ use uraid_core::control::array::{Array, ArrayStatus, LiveChange};
 use uraid_core::control::maint::{CheckOptions, CheckReport};
 use uraid_core::raid::health::MemberState;
 use uraid_core::MemberSpec;
-use uraid_nbd::Server;
 
 use self::events::Events;
 use self::proto::{Command, ErrorBody, Progress, Reply};
@@ -208,10 +208,10 @@ fn log_line(msg: &str) {
 }
 
 /// The thread that owns the array while it is served (see the module docs).
-pub(crate) struct Manager<'a> {
+pub(crate) struct Manager {
     arr: Array,
-    server: &'a Server,
-    export: String,
+    /// The exports of its first volume.
+    exports: exports::Exports,
     opts: ManagerOptions,
     jobs: Receiver<Job>,
     live: Arc<Live>,
@@ -235,17 +235,16 @@ pub(crate) struct Manager<'a> {
     reshape: Option<Reshaping>,
 }
 
-impl<'a> Manager<'a> {
-    /// A manager of `arr`, whose first volume `server` exports as `export`.
+impl Manager {
+    /// A manager of `arr`, whose first volume `exports` serve.
     pub(crate) fn new(
         arr: Array,
-        server: &'a Server,
-        export: &str,
+        exports: exports::Exports,
         opts: ManagerOptions,
         jobs: Receiver<Job>,
         live: Arc<Live>,
         events: Events,
-    ) -> Manager<'a> {
+    ) -> Manager {
         let st = arr.status();
         let degraded = is_degraded(&st);
         let journal_lost = st.volumes.iter().map(|v| v.journal_lost).collect();
@@ -273,8 +272,7 @@ impl<'a> Manager<'a> {
         let mut m = Manager {
             seen: arr.health().states(),
             arr,
-            server,
-            export: export.to_string(),
+            exports,
             opts,
             jobs,
             live,
@@ -392,14 +390,14 @@ impl<'a> Manager<'a> {
     /// Pauses the export and waits until its requests are answered, at
     /// most `limit` (see [`quiet_export`]).
     fn quiet_export(&self, limit: Duration) -> Result<bool, String> {
-        quiet_export(self.server, &self.export, limit)
+        Ok(self.exports.quiet(limit))
     }
 
     /// Waits until only `holders` handles on the export's former volume
     /// `old` are left: every connection moved on (they move between
     /// requests; a stop ends them).
     fn wait_unused(&self, old: &Arc<uraid_core::Volume>, holders: usize) {
-        while Arc::strong_count(old) > holders && !self.server.shutdown_flag().load(Ordering::Relaxed) {
+        while Arc::strong_count(old) > holders && !self.exports.stopping() {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -428,25 +426,24 @@ impl<'a> Manager<'a> {
         let opts = uraid_core::control::array::GrowOptions { add: specs, force, rate: None, level, chunk };
         let old = self.arr.volume().clone();
         let (n0, level0) = (self.arr.member_count(), self.arr.volume_entries()[0].level);
-        let (server, export) = (&self.server, &self.export);
+        let exports = &self.exports;
         let mut paused = false;
         let mut quiet = || -> uraid_core::Result<()> {
             paused = true;
-            match quiet_export(server, export, Duration::from_secs(30)) {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(uraid_core::Error::new(
+            match exports.quiet(Duration::from_secs(30)) {
+                true => Ok(()),
+                false => Err(uraid_core::Error::new(
                     uraid_core::ErrorKind::Busy,
                     "the export's clients did not finish their requests within 30 s; nothing was written, try again",
                 )),
-                Err(e) => Err(uraid_core::Error::new(uraid_core::ErrorKind::Io, format!("the export cannot be paused: {e}; nothing was written"))),
             }
         };
         let change = self.arr.grow_live(&opts, &mut quiet);
         let grow = match change {
             Ok(LiveChange::Reshape(grow)) => *grow,
             Ok(LiveChange::Converted(rep)) => {
-                let moved = self.server.replace_volume(&self.export, self.arr.volume().clone());
-                let _ = self.server.resume(&self.export);
+                let moved = self.exports.replace_volume(&self.arr.volume().clone());
+                self.exports.resume();
                 if let Err(e) = moved {
                     self.log(format!("cannot move the export to the converted volume: {e}"));
                 }
@@ -465,7 +462,7 @@ impl<'a> Manager<'a> {
             }
             Err(e) => {
                 if paused {
-                    let _ = self.server.resume(&self.export);
+                    self.exports.resume();
                 }
                 return Err(e.into());
             }
@@ -476,7 +473,7 @@ impl<'a> Manager<'a> {
         let (_, total) = grow.position();
         let rate = rate.or(Some(DEFAULT_RESHAPE_RATE));
         self.reshape = Some(Reshaping { grow, rate, announced: 0, since: (0, Instant::now()), failed: None, reported: Vec::new() });
-        if let Err(e) = self.server.replace_volume(&self.export, vol) {
+        if let Err(e) = self.exports.replace_volume(&vol) {
             // Users stay on the old layout; nothing is moved meanwhile.
             self.log(format!("cannot move the export to the reshaping volume: {e}"));
             if let Some(r) = &mut self.reshape {
@@ -525,11 +522,11 @@ impl<'a> Manager<'a> {
             self.arr.apply_resize(&plan)
         })();
         if !Arc::ptr_eq(&old, self.arr.volume()) {
-            if let Err(e) = self.server.replace_volume(&self.export, self.arr.volume().clone()) {
+            if let Err(e) = self.exports.replace_volume(&self.arr.volume().clone()) {
                 self.log(format!("cannot move the export to the grown volume: {e}"));
             }
         }
-        let _ = self.server.resume(&self.export);
+        self.exports.resume();
         self.move_export(old);
         let rep = r?;
         self.log(format!("volume '{}' grew from {} to {} bytes", rep.volume, rep.capacity.0, rep.capacity.1));
@@ -597,10 +594,10 @@ impl<'a> Manager<'a> {
         let (n0, n1) = (self.arr.member_count(), r.grow.superblock().member_count);
         match r.grow.finish(&mut self.arr) {
             Ok(rep) => {
-                if let Err(e) = self.server.replace_volume(&self.export, self.arr.volume().clone()) {
+                if let Err(e) = self.exports.replace_volume(&self.arr.volume().clone()) {
                     self.log(format!("cannot move the export to the grown volume: {e}"));
                 }
-                let _ = self.server.resume(&self.export);
+                self.exports.resume();
                 self.move_export(routed);
                 self.live.set_progress(None);
                 self.live.set_reshape(serde_json::Value::Null);
@@ -616,7 +613,7 @@ impl<'a> Manager<'a> {
                 );
             }
             Err(e) => {
-                let _ = self.server.resume(&self.export);
+                self.exports.resume();
                 self.log(format!("the reshape could not be finished: {e}"));
                 // LiveGrow is gone: the record stays for the next assemble.
                 self.events.emit("ReshapeFailed", None, format!("the reshape could not be finished: {e}; stop the array, and the next assemble finishes it"));
@@ -747,7 +744,7 @@ impl<'a> Manager<'a> {
         if Arc::ptr_eq(&old, self.arr.volume()) {
             return true;
         }
-        if let Err(e) = self.server.replace_volume(&self.export, self.arr.volume().clone()) {
+        if let Err(e) = self.exports.replace_volume(&self.arr.volume().clone()) {
             self.log(format!("cannot move the export to the new volume: {e}"));
             return false;
         }
@@ -1065,7 +1062,7 @@ impl<'a> Manager<'a> {
     }
 }
 
-impl Manager<'_> {
+impl Manager {
     /// Changes the cache of `volume` (every volume when `None`) to `mode`
     /// while it is served: the export pauses (clients wait), the old cache
     /// writes back what it holds and closes, the volume is made anew with
@@ -1127,11 +1124,11 @@ impl Manager<'_> {
         }
         if exported {
             if !Arc::ptr_eq(&old, self.arr.volume()) {
-                if let Err(e) = self.server.replace_volume(&self.export, self.arr.volume().clone()) {
+                if let Err(e) = self.exports.replace_volume(&self.arr.volume().clone()) {
                     self.log(format!("cannot move the export to the new volume: {e}"));
                 }
             }
-            let _ = self.server.resume(&self.export);
+            self.exports.resume();
             self.move_export(old);
         }
         result?;
@@ -1148,18 +1145,6 @@ impl Manager<'_> {
 /// Pauses `export` of `server` and waits until its requests are answered,
 /// at most `limit`; `Ok(false)` when they were not (the export is
 /// resumed). Errors: the export cannot be paused (the server's why).
-fn quiet_export(server: &Server, export: &str, limit: Duration) -> Result<bool, String> {
-    server.pause(export)?;
-    let t0 = Instant::now();
-    while !server.is_quiet(export) {
-        if t0.elapsed() > limit {
-            let _ = server.resume(export);
-            return Ok(false);
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    Ok(true)
-}
 
 fn new_scrub(volumes: Vec<usize>, repair: bool, rate: Option<u64>) -> Scrub {
     Scrub {

@@ -4,19 +4,18 @@
 //! The data path pays a few relaxed stores per request and no lock: each
 //! connection counts into counters of its own (one writer, on a cache line
 //! of its own, so connections do not bounce a shared line), and
-//! [`Server::stats`](crate::Server::stats) sums them. A connection that
+//! the export's `stats` sums them. A connection that
 //! ends folds its counters into its export's total, under the export's
 //! lock (taken only when a connection starts or ends, and by `stats`), so
 //! nothing counted is lost. The statistics belong to the export's name,
 //! not to its volume: they go on across
-//! [`Server::replace_volume`](crate::Server::replace_volume).
+//! [`Export::replace_volume`](super::Export::replace_volume).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::proto::{CMD_FLUSH, CMD_READ, CMD_TRIM, CMD_WRITE, CMD_WRITE_ZEROES};
 
 /// Upper bounds of the latency buckets, µs; the last bucket (index
 /// `LATENCY_BOUNDS_US.len()`) is +Inf. A latency equal to a bound falls in
@@ -143,6 +142,12 @@ impl StatsSnapshot {
         d
     }
 
+    /// Both together: every counter, histogram and gauge added (the
+    /// figures of two exports of one volume).
+    pub fn sum(&self, other: &StatsSnapshot) -> StatsSnapshot {
+        self.zip(other, u64::saturating_add)
+    }
+
     /// `f` of each figure of `self` and the same one of `other`.
     fn zip(&self, o: &StatsSnapshot, f: impl Fn(u64, u64) -> u64 + Copy) -> StatsSnapshot {
         StatsSnapshot {
@@ -165,27 +170,19 @@ impl StatsSnapshot {
 
 /// What a reply completes, as the counters tell requests apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
+    /// A read.
     Read,
+    /// A write (FUA or not).
     Write,
+    /// A flush.
     Flush,
+    /// A discard (NBD TRIM, ublk DISCARD).
     Trim,
+    /// A write of zeros.
     WriteZeroes,
     /// An unknown command (counted in `errors` only).
     Other,
-}
-
-impl Kind {
-    pub(crate) fn of(cmd: u16) -> Kind {
-        match cmd {
-            CMD_READ => Kind::Read,
-            CMD_WRITE => Kind::Write,
-            CMD_FLUSH => Kind::Flush,
-            CMD_TRIM => Kind::Trim,
-            CMD_WRITE_ZEROES => Kind::WriteZeroes,
-            _ => Kind::Other,
-        }
-    }
 }
 
 /// Adds `n` to a counter only one thread writes: a load and a store, no
@@ -257,7 +254,7 @@ impl Counters {
 /// The statistics of one export: its open connections' counters and the
 /// total of those that ended.
 #[derive(Debug, Default)]
-pub(crate) struct ExportStats {
+pub struct ExportStats {
     inner: Mutex<Inner>,
 }
 
@@ -276,7 +273,7 @@ impl ExportStats {
 
     /// Counters for a connection that has just finished its handshake
     /// with this export.
-    pub(crate) fn open(&self) -> ConnStats<'_> {
+    pub fn open(&self) -> ConnStats<'_> {
         let c = Arc::new(Counters::default());
         let mut inner = self.inner();
         inner.open.push(c.clone());
@@ -285,7 +282,7 @@ impl ExportStats {
     }
 
     /// The export's statistics now.
-    pub(crate) fn snapshot(&self) -> StatsSnapshot {
+    pub fn snapshot(&self) -> StatsSnapshot {
         let inner = self.inner();
         let mut s = inner.open.iter().fold(inner.closed.clone(), |s, c| s.zip(&c.load(), u64::wrapping_add));
         s.connections = inner.open.len() as u64;
@@ -296,7 +293,7 @@ impl ExportStats {
 /// One connection's counters; when dropped (the connection ends, also by
 /// a panic) they are folded into the export's total.
 #[derive(Debug)]
-pub(crate) struct ConnStats<'a> {
+pub struct ConnStats<'a> {
     export: &'a ExportStats,
     c: Arc<Counters>,
 }
@@ -305,7 +302,7 @@ pub(crate) struct ConnStats<'a> {
 /// A timestamp is 8 bytes and a latency one subtraction; reading it costs
 /// about half of `Instant::now()` and `elapsed()` together (no checked
 /// arithmetic on seconds and nanoseconds).
-pub(crate) fn now_us() -> u64 {
+pub fn now_us() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime(2) writes one timespec, which `ts` is.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -314,14 +311,14 @@ pub(crate) fn now_us() -> u64 {
 
 impl ConnStats<'_> {
     /// A request's header was read; a reply to it will follow.
-    pub(crate) fn received(&self) {
+    pub fn received(&self) {
         bump(&self.c.received, 1);
     }
 
     /// A reply was handed to the socket: to a request of `kind`, an error
     /// reply or not, with `bytes` of data read or written, `latency_us`
     /// after its header was read.
-    pub(crate) fn replied(&self, kind: Kind, ok: bool, bytes: u64, latency_us: u64) {
+    pub fn replied(&self, kind: Kind, ok: bool, bytes: u64, latency_us: u64) {
         let c = &*self.c;
         bump(&c.done[kind as usize], 1);
         if !ok {
