@@ -85,6 +85,16 @@ impl Volume {
         &self.raid
     }
 
+    /// Whether a discard (TRIM) of this volume is worth passing down: false
+    /// once a member refused one ([`Member::no_fallocate`]), as the engine
+    /// would then write zeros on it and an `fstrim` would write all free
+    /// space (md turns discard off for such an array too). Exports answer
+    /// a discard at once, doing nothing, when this is false (a discard is
+    /// a hint); a WRITE_ZEROES is always carried out.
+    pub fn discards(&self) -> bool {
+        !self.raid.members().iter().any(|m| m.no_fallocate())
+    }
+
     /// Makes a queue for the calling thread with room for `depth` logical
     /// requests in flight, through the cache when there is one. Errors:
     /// `Unsupported` when io_uring is missing.

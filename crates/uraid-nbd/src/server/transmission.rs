@@ -540,7 +540,7 @@ impl<'s> Transmission<'s> {
                 // member has refused a discard, the engine would write
                 // zeros on it, so an fstrim would write all free space;
                 // md turns discard off for such an array too.
-                if end <= start || self.vol.members().iter().any(|m| m.no_fallocate()) {
+                if end <= start || !self.vol.discards() {
                     self.reply_ok(&p, None);
                     return;
                 }
