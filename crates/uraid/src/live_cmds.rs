@@ -33,6 +33,7 @@ pub(crate) fn status(c: Client, json: bool) -> Result<()> {
         out["reshape"] = v["reshape"].clone();
         out["maintenance"] = v["maintenance"].clone();
         out["io"] = v["io"].clone();
+        out["exports"] = v["exports"].clone();
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
@@ -59,6 +60,11 @@ pub(crate) fn status(c: Client, json: bool) -> Result<()> {
     }
     if let Some(line) = maintenance_line(&v["maintenance"]) {
         println!("  {line}");
+    }
+    if let Some(list) = v["exports"].as_array().filter(|l| !l.is_empty()) {
+        let each: Vec<String> =
+            list.iter().map(|e| format!("{} {}", e["kind"].as_str().unwrap_or("?"), e["address"].as_str().unwrap_or("?"))).collect();
+        println!("  exported as: {}", each.join(", "));
     }
     if let Some(io) = v["io"].as_object() {
         for (vol, f) in io {

@@ -482,6 +482,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     // them.
     let nbd: Arc<dyn uraid_core::export::Export> = Arc::new(server.handle(&name, &uri).context("the NBD server lost its export")?);
     let exports = crate::service::exports::Exports::new(vec![nbd], flag.clone());
+    live.set_exports(&exports);
     let watcher = {
         let flag = flag.clone();
         let stop = stop_service.clone();
@@ -546,6 +547,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
                 let source = crate::service::metrics::Source {
                     array: name.clone(),
                     exported: Some((exported.clone(), window.clone())),
+                    exports: Some(exports.clone()),
                     live: live.clone(),
                 };
                 match crate::service::metrics::start(addr, a.metrics_insecure, source) {

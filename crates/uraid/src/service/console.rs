@@ -447,6 +447,7 @@ fn status_json(src: &Source, io_seconds: f64) -> serde_json::Value {
     out["served_by"] = serde_json::json!({ "pid": std::process::id() });
     out["progress"] = serde_json::to_value(src.live.progress()).unwrap_or_default();
     out["io"] = serde_json::json!({ src.exported.0.as_str(): src.exported.1.figures(io_seconds) });
+    out["exports"] = src.live.exports();
     out["mismatches"] = serde_json::to_value(src.live.mismatches()).unwrap_or_default();
     out["member_details"] = src.live.member_details();
     out["unix_ms"] = serde_json::json!(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0));

@@ -23,7 +23,13 @@
 //!   `uraid_sync_speed_bytes_per_second`, `uraid_mismatches` (md's
 //!   `mismatch_cnt`: stripes that disagreed in the last check);
 //! - cache: `uraid_cache_dirty_bytes`, `uraid_cache_hit_ratio`;
-//! - export: `uraid_nbd_connections`, `uraid_nbd_connections_accepted_total`.
+//! - per export (`export` label: its kind, `nbd` or `ublk`; `address`:
+//!   where clients find it): `uraid_export_info`,
+//!   `uraid_export_{reads,writes,flushes,trims,write_zeroes}_completed_total`,
+//!   `uraid_export_{read,written}_bytes_total`, `uraid_export_errors_total`,
+//!   `uraid_export_requests_in_flight`, `uraid_export_{read,write}_latency_seconds`;
+//!   the `uraid_volume_*` I/O figures are their sums;
+//! - NBD: `uraid_nbd_connections`, `uraid_nbd_connections_accepted_total`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -44,8 +50,12 @@ use super::Live;
 pub(crate) struct Source {
     /// The array's name.
     pub array: String,
-    /// The exported volume's name and its export's counters.
+    /// The exported volume's name and its exports' counters (summed,
+    /// sampled once a second; used when `exports` is None).
     pub exported: Option<(String, Arc<Window>)>,
+    /// The exported volume's exports, read live for the per-export
+    /// figures.
+    pub exports: Option<super::exports::Exports>,
     /// The service's shared state.
     pub live: Arc<Live>,
 }
@@ -142,26 +152,73 @@ fn family<M: EncodeMetric>(
     Ok(())
 }
 
+impl Source {
+    /// The figures of each export of volume `name`, live.
+    fn encode_exports(&self, enc: &mut DescriptorEncoder, name: &str, exports: &super::exports::Exports) -> std::result::Result<(), std::fmt::Error> {
+        let all: Vec<_> = exports
+            .list()
+            .iter()
+            .map(|e| {
+                let labels = vec![("array", self.array.clone()), ("volume", name.to_string()), ("export", e.kind().to_string()), ("address", e.address())];
+                (labels, e.kind(), e.stats())
+            })
+            .collect();
+        let each = |f: &dyn Fn(&uraid_core::export::StatsSnapshot) -> u64| {
+            all.iter().map(|(l, _, s)| (l.clone(), ConstCounter::new(f(s)))).collect::<Vec<_>>()
+        };
+        family(enc, "uraid_export_info", "1 for each export of a volume: its kind and address as labels.", &all.iter().map(|(l, _, _)| (l.clone(), ConstGauge::new(1))).collect::<Vec<_>>())?;
+        family(enc, "uraid_export_reads_completed", "Reads completed through this export.", &each(&|s| s.reads))?;
+        family(enc, "uraid_export_writes_completed", "Writes completed through this export.", &each(&|s| s.writes))?;
+        family(enc, "uraid_export_flushes_completed", "Flushes completed through this export.", &each(&|s| s.flushes))?;
+        family(enc, "uraid_export_trims_completed", "Trims (discards) completed through this export.", &each(&|s| s.trims))?;
+        family(enc, "uraid_export_write_zeroes_completed", "Write-zeroes completed through this export.", &each(&|s| s.write_zeroes))?;
+        family(enc, "uraid_export_read_bytes", "Bytes read through this export.", &each(&|s| s.read_bytes))?;
+        family(enc, "uraid_export_written_bytes", "Bytes written through this export.", &each(&|s| s.write_bytes))?;
+        family(enc, "uraid_export_errors", "Requests of this export completed with an error.", &each(&|s| s.errors))?;
+        family(
+            enc,
+            "uraid_export_requests_in_flight",
+            "Requests of this export received and not yet answered.",
+            &all.iter().map(|(l, _, s)| (l.clone(), ConstGauge::new(s.in_flight as i64))).collect::<Vec<_>>(),
+        )?;
+        family(enc, "uraid_export_read_latency_seconds", "Read latency through this export.", &all.iter().map(|(l, _, s)| (l.clone(), histogram(&s.read_latency))).collect::<Vec<_>>())?;
+        family(enc, "uraid_export_write_latency_seconds", "Write latency through this export.", &all.iter().map(|(l, _, s)| (l.clone(), histogram(&s.write_latency))).collect::<Vec<_>>())?;
+        // NBD connections: of the NBD exports only (a ublk device has none).
+        let nbd: Vec<_> = all.iter().filter(|(_, k, _)| *k == "nbd").collect();
+        let vol = vec![("array", self.array.clone()), ("volume", name.to_string())];
+        if !nbd.is_empty() {
+            let open: u64 = nbd.iter().map(|(_, _, s)| s.connections).sum();
+            let total: u64 = nbd.iter().map(|(_, _, s)| s.connections_total).sum();
+            family(enc, "uraid_nbd_connections", "NBD connections open.", &[(vol.clone(), ConstGauge::new(open as i64))])?;
+            family(enc, "uraid_nbd_connections_accepted", "NBD connections accepted since the start.", &[(vol, ConstCounter::new(total))])?;
+        }
+        Ok(())
+    }
+}
+
 impl Collector for Source {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::result::Result<(), std::fmt::Error> {
         let a = || ("array", self.array.clone());
         let vol = |v: &str| vec![a(), ("volume", v.to_string())];
         if let Some((name, w)) = &self.exported {
-            let s = w.latest();
+            // Live where the exports are at hand, so that the sums agree
+            // with the per-export figures of the same scrape.
+            let s = self.exports.as_ref().map_or_else(|| w.latest(), |e| e.stats());
             let c = |x: u64| vec![(vol(name), ConstCounter::new(x))];
-            family(&mut enc, "uraid_volume_reads_completed", "Reads completed through the export.", &c(s.reads))?;
-            family(&mut enc, "uraid_volume_writes_completed", "Writes completed through the export.", &c(s.writes))?;
-            family(&mut enc, "uraid_volume_flushes_completed", "Flushes completed through the export.", &c(s.flushes))?;
-            family(&mut enc, "uraid_volume_trims_completed", "Trims completed through the export.", &c(s.trims))?;
-            family(&mut enc, "uraid_volume_write_zeroes_completed", "Write-zeroes completed through the export.", &c(s.write_zeroes))?;
-            family(&mut enc, "uraid_volume_read_bytes", "Bytes read through the export.", &c(s.read_bytes))?;
-            family(&mut enc, "uraid_volume_written_bytes", "Bytes written through the export.", &c(s.write_bytes))?;
+            family(&mut enc, "uraid_volume_reads_completed", "Reads completed through the exports.", &c(s.reads))?;
+            family(&mut enc, "uraid_volume_writes_completed", "Writes completed through the exports.", &c(s.writes))?;
+            family(&mut enc, "uraid_volume_flushes_completed", "Flushes completed through the exports.", &c(s.flushes))?;
+            family(&mut enc, "uraid_volume_trims_completed", "Trims completed through the exports.", &c(s.trims))?;
+            family(&mut enc, "uraid_volume_write_zeroes_completed", "Write-zeroes completed through the exports.", &c(s.write_zeroes))?;
+            family(&mut enc, "uraid_volume_read_bytes", "Bytes read through the exports.", &c(s.read_bytes))?;
+            family(&mut enc, "uraid_volume_written_bytes", "Bytes written through the exports.", &c(s.write_bytes))?;
             family(&mut enc, "uraid_volume_errors", "Requests completed with an error.", &c(s.errors))?;
             family(&mut enc, "uraid_volume_requests_in_flight", "Requests received and not yet answered.", &[(vol(name), ConstGauge::new(s.in_flight as i64))])?;
             family(&mut enc, "uraid_volume_read_latency_seconds", "Read latency, from request to reply.", &[(vol(name), histogram(&s.read_latency))])?;
             family(&mut enc, "uraid_volume_write_latency_seconds", "Write latency, from request to reply.", &[(vol(name), histogram(&s.write_latency))])?;
-            family(&mut enc, "uraid_nbd_connections", "NBD connections open.", &[(vol(name), ConstGauge::new(s.connections as i64))])?;
-            family(&mut enc, "uraid_nbd_connections_accepted", "NBD connections accepted since the start.", &c(s.connections_total))?;
+            if let Some(exports) = &self.exports {
+                self.encode_exports(&mut enc, name, exports)?;
+            }
         }
         // A temporary array of `mem:` drives has no manager: I/O figures only.
         let Some(st) = self.live.status() else { return Ok(()) };

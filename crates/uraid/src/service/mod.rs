@@ -69,6 +69,8 @@ pub(crate) struct Live {
     reshape: Mutex<serde_json::Value>,
     /// The maintenance settings in force (see [`Live::maintenance`]).
     maintenance: Mutex<serde_json::Value>,
+    /// The exports of the served volume (see [`Live::exports`]).
+    exports: Mutex<serde_json::Value>,
 }
 
 impl Live {
@@ -83,7 +85,20 @@ impl Live {
             members: Mutex::new(serde_json::Value::Null),
             reshape: Mutex::new(serde_json::Value::Null),
             maintenance: Mutex::new(serde_json::Value::Null),
+            exports: Mutex::new(serde_json::json!([])),
         })
+    }
+
+    /// The exports of the served volume: `[{"kind": "nbd" | "ublk",
+    /// "address": URI or device}]`, as `status` and the console show them.
+    pub(crate) fn exports(&self) -> serde_json::Value {
+        self.exports.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records `list` as the served volume's exports.
+    pub(crate) fn set_exports(&self, list: &exports::Exports) {
+        let v = list.list().iter().map(|e| serde_json::json!({"kind": e.kind(), "address": e.address()})).collect();
+        *self.exports.lock().unwrap_or_else(|p| p.into_inner()) = serde_json::Value::Array(v);
     }
     /// The last status the manager took.
     pub(crate) fn status(&self) -> Option<ArrayStatus> {

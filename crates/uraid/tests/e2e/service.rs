@@ -286,7 +286,7 @@ fn a_served_array_is_failed_rebuilt_checked_stopped_and_served_again_by_name() {
         saw_status && saw_metrics
     });
     let text = env.ok(&["status", &name]);
-    assert_contains(&text, &["rebuild of role 1", "MB/s", "I/O over the last"], "status while rebuilding");
+    assert_contains(&text, &["rebuild of role 1", "MB/s", "I/O over the last", &format!("exported as: nbd nbd+unix:///{name}?socket=")], "status while rebuilding");
     wait_until(180, "RebuildFinished", || events_seen(&log).contains(&format!("RebuildFinished {name} {}", devs[4])));
     let o = during.wait_with_output().unwrap();
     assert!(o.status.success(), "fio during the rebuild: {}", String::from_utf8_lossy(&o.stderr));
@@ -398,6 +398,13 @@ fn metrics_count_a_known_workload() {
     // fio's nbd engine opens a connection to learn the size, then its own.
     assert!(sample(&m, "uraid_nbd_connections_accepted_total", &l).is_some_and(|n| n >= 2.0), "{m}");
     assert_eq!(sample(&m, "uraid_nbd_connections", &l), Some(0.0), "{m}");
+    // The same figures per export: the one NBD export did it all.
+    let e = ["array=\"known\"", "volume=\"known\"", "export=\"nbd\""];
+    assert_eq!(sample(&m, "uraid_export_info", &e), Some(1.0), "{m}");
+    assert_eq!(sample(&m, "uraid_export_reads_completed_total", &e), Some(128.0), "{m}");
+    assert_eq!(sample(&m, "uraid_export_written_bytes_total", &e), Some(8388608.0), "{m}");
+    assert_eq!(sample(&m, "uraid_export_write_latency_seconds_count", &e), Some(128.0), "{m}");
+    assert!(m.contains("address=\"nbd+unix:///known?socket="), "{m}");
     assert_eq!(sample(&m, "uraid_md_disks_required", &["array=\"known\""]), Some(3.0), "{m}");
     promtool_ok(&m);
     env.ok(&["stop", "known"]);
