@@ -85,14 +85,20 @@ impl Volume {
         &self.raid
     }
 
-    /// Whether a discard (TRIM) of this volume is worth passing down: false
-    /// once a member refused one ([`Member::no_fallocate`]), as the engine
-    /// would then write zeros on it and an `fstrim` would write all free
-    /// space (md turns discard off for such an array too). Exports answer
-    /// a discard at once, doing nothing, when this is false (a discard is
-    /// a hint); a WRITE_ZEROES is always carried out.
+    /// Whether a discard (TRIM) of this volume is worth passing down.
+    /// RAID 0, 1 and 10 send discards to the members: false when a block
+    /// device member does not discard (`discard_max_bytes` 0, or it refused
+    /// one) or a file member refused hole punching. RAID 5 and 6 need the
+    /// discarded stripes to read back as zeros (parity): false when a
+    /// member cannot zero without writing zeros (a block device without
+    /// WRITE_ZEROES, a file that refused hole punching), as an `fstrim`
+    /// would then write all free space (md's RAID 5 does not discard
+    /// either unless told the drives return zeros). Exports answer a
+    /// discard at once, doing nothing, when this is false (a discard is a
+    /// hint); a WRITE_ZEROES is always carried out.
     pub fn discards(&self) -> bool {
-        !self.raid.members().iter().any(|m| m.no_fallocate())
+        let parity = self.raid.geometry().layout().is_some_and(|l| l.level().has_parity());
+        self.raid.members().iter().all(|m| if parity { m.zeroes_cheaply() } else { m.discards() })
     }
 
     /// Makes a queue for the calling thread with room for `depth` logical

@@ -87,3 +87,8 @@ mod admin_view;
 // The README's walkthrough, extracted from its code blocks and run in order.
 #[path = "e2e/readme.rs"]
 mod readme;
+
+// Discards on block-device members: real discards, RAID 5's zeroing, TRIM
+// turned off by a member that cannot discard (issue 29).
+#[path = "e2e/discard.rs"]
+mod discard;

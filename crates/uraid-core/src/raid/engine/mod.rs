@@ -411,7 +411,13 @@ impl RaidQueue {
             self.synthetic.push((ud, res));
             return;
         }
-        let sqe = build_sqe(p, m.kind());
+        let sqe = match build_sqe(p, m) {
+            Ok(sqe) => sqe,
+            Err(res) => {
+                self.synthetic.push((ud, res));
+                return;
+            }
+        };
         // SAFETY: the buffers and iovecs named by the entry live in the
         // slot, which is neither reused nor moved until this piece's
         // completion has been reaped.

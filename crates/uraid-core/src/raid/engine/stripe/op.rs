@@ -100,7 +100,13 @@ impl RaidQueue {
             self.synthetic.push((ud, res));
             return;
         }
-        let sqe = crate::raid::engine::build_sqe(p, m.kind());
+        let sqe = match crate::raid::engine::build_sqe(p, m) {
+            Ok(sqe) => sqe,
+            Err(res) => {
+                self.synthetic.push((ud, res));
+                return;
+            }
+        };
         // SAFETY: the entry names the stripe operation's row buffers (held
         // in the operation until it finishes), the request's buffer (held
         // by its slot until every operation of the request finished) or the
@@ -191,9 +197,16 @@ impl RaidQueue {
         let (first, count) = (self.raid.sops[idx].first as usize, self.raid.sops[idx].count as usize);
         let method = match kind {
             Kind::Zero => {
+                // Parity holds only over data that reads back the same: a
+                // discarded chunk may read back anything, so a discard of
+                // whole stripes is a zeroing of every member (zeros have
+                // zero P and Q), never a discard.
+                let op = match self.slots[self.raid.sops[idx].slot as usize].op {
+                    Op::Discard => Op::WriteZeroes { no_hole: false },
+                    op => op,
+                };
                 for &m in &sm[..k] {
                     if health.writable(m) {
-                        let op = self.slots[self.raid.sops[idx].slot as usize].op;
                         self.sop_piece(idx, op, m, abs, rows, std::ptr::null_mut());
                     }
                 }
