@@ -6,7 +6,8 @@
 //! Without the VM tool the test fails and says how to get it, unless
 //! `URAID_SKIP_VM=1` (then it says that it skipped). `URAID_VM_TESTS=WORD`
 //! runs only the scripts whose name contains WORD; `URAID_VM_TIMEOUT`
-//! (s, default 1800) bounds the whole stage. Output with `-- --nocapture`.
+//! (s, default 1800) bounds the whole stage, `VM_TEST_TIMEOUT` (s, default
+//! 300) each script. Output with `-- --nocapture`.
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -57,7 +58,12 @@ fn vm_stage_passes() {
         panic!("URAID_VM_TESTS={filter:?}: give a word of letters, digits, _ or - (part of a script's name)");
     }
     let limit = Duration::from_secs(std::env::var("URAID_VM_TIMEOUT").ok().and_then(|v| v.parse().ok()).unwrap_or(1800));
-    let inner = format!("URAID={uraid} bash tests/vm/run-all {filter}");
+    // The per-script limit of run-all (s), when set here.
+    let per_script = match std::env::var("VM_TEST_TIMEOUT") {
+        Ok(t) if t.parse::<u32>().is_ok() => format!("VM_TEST_TIMEOUT={t} "),
+        _ => String::new(),
+    };
+    let inner = format!("{per_script}URAID={uraid} bash tests/vm/run-all {filter}");
     println!("vm stage: {} run -- '{inner}' (in {})", vm.display(), root.display());
     let started = Instant::now();
     // Its own process group, so that the VM (qemu under vng) can be
