@@ -446,10 +446,9 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     println!("  LOOP=$(losetup -f --show --direct-io=on /mnt/{name}-nbd/nbd)");
     println!("  mkfs.ext4 $LOOP    # first time only");
     println!("  mount $LOOP /mnt/{name}");
-    println!("with the kernel's nbd module: nbd-client -N {name} {} /dev/nbd0", match &a.tcp {
-        Some(_) => uri.trim_start_matches("nbds://").trim_start_matches("nbd://").split('/').next().unwrap_or("").replace(':', " "),
-        None => format!("-unix {}", uri.split("socket=").nth(1).unwrap_or("")),
-    });
+    for line in nbd_client_hint(&name, &uri, a.tls_cert.is_some(), a.tls_ca.is_some(), a.tls_psk.is_some()) {
+        println!("{line}");
+    }
     println!("stop with Ctrl-C (SIGINT) or SIGTERM: requests in flight finish, members are flushed and marked clean.");
     let capacity = volume.capacity();
     // The live counters for `uraid status` in another process. The caches
@@ -776,4 +775,74 @@ fn ready_to_parent() {
 /// Tells the service manager that the array is stopping.
 fn notify_stopping() {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping, sd_notify::NotifyState::Status("stopping: flushing and marking the members clean")]);
+}
+
+/// The lines `serve` prints for the kernel's client: the nbd-client
+/// command (Debian's 3.24 syntax, run as printed by tests/vm/nbd_client.sh)
+/// for the export at `uri` (`nbd[s]://HOST:PORT/NAME` or
+/// `nbd[s]+unix:///NAME?socket=PATH`). With `cert` (TLS certificates) the
+/// command verifies the server against `CA.pem` and, with `client_cert`
+/// (the server checks clients against --tls-ca), presents `CLIENT-CERT.pem`
+/// and `CLIENT-KEY.pem`: placeholders the user fills in, explained on the
+/// next line. nbd-client has no TLS-PSK (`psk`): then the line says so.
+fn nbd_client_hint(name: &str, uri: &str, cert: bool, client_cert: bool, psk: bool) -> Vec<String> {
+    let head = "with the kernel's nbd module:";
+    if psk {
+        return vec![format!("{head} nbd-client (3.24) has no TLS-PSK: use nbdfuse above, or certificates (--tls-cert)")];
+    }
+    let q = |s: &str| {
+        if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c)) {
+            s.to_string()
+        } else {
+            format!("'{}'", s.replace('\'', "'\\''"))
+        }
+    };
+    let target = match uri.split_once("socket=") {
+        Some((_, path)) => format!("-unix {}", q(path)),
+        None => {
+            // HOST:PORT, HOST an IPv4 address or a bracketed IPv6 one.
+            let authority = uri.split_once("://").map_or(uri, |(_, r)| r).split('/').next().unwrap_or("");
+            let (host, port) = authority.rsplit_once(':').unwrap_or((authority, "10809"));
+            format!("{} {port}", host.trim_start_matches('[').trim_end_matches(']'))
+        }
+    };
+    let mut cmd = format!("{head} nbd-client -N {} {target} /dev/nbd0", q(name));
+    let mut lines = Vec::new();
+    if cert {
+        cmd += " -cacertfile CA.pem";
+        if uri.contains("+unix:") {
+            cmd += " -tlshostname HOST";
+        }
+        if client_cert {
+            cmd += " -certfile CLIENT-CERT.pem -keyfile CLIENT-KEY.pem";
+        }
+        lines.push(cmd);
+        lines.push(format!(
+            "  (CA.pem: the CA that signed this server's certificate; without it nbd-client does not check the server{}{})",
+            if uri.contains("+unix:") { "; HOST: a name in that certificate" } else { "" },
+            if client_cert { "; CLIENT-CERT.pem, CLIENT-KEY.pem: a client certificate signed by --tls-ca and its key" } else { "" }
+        ));
+    } else {
+        lines.push(cmd);
+    }
+    lines
+}
+
+#[cfg(test)]
+mod nbd_client_hint_tests {
+    use super::nbd_client_hint;
+
+    #[test]
+    fn the_command_names_the_socket_or_host_and_port_and_the_tls_files() {
+        let h = |uri, cert, cc, psk| nbd_client_hint("a1", uri, cert, cc, psk).join("\n");
+        assert_eq!(h("nbd+unix:///a1?socket=/run/uraid/a1.sock", false, false, false), "with the kernel's nbd module: nbd-client -N a1 -unix /run/uraid/a1.sock /dev/nbd0");
+        assert_eq!(h("nbd+unix:///a1?socket=/tmp/my dir/a'1.sock", false, false, false), "with the kernel's nbd module: nbd-client -N a1 -unix '/tmp/my dir/a'\\''1.sock' /dev/nbd0");
+        assert_eq!(h("nbd://127.0.0.1:10809/a1", false, false, false), "with the kernel's nbd module: nbd-client -N a1 127.0.0.1 10809 /dev/nbd0");
+        assert_eq!(h("nbd://[::1]:10900/a1", false, false, false), "with the kernel's nbd module: nbd-client -N a1 ::1 10900 /dev/nbd0");
+        let t = h("nbds://127.0.0.1:10819/a1", true, true, false);
+        assert!(t.starts_with("with the kernel's nbd module: nbd-client -N a1 127.0.0.1 10819 /dev/nbd0 -cacertfile CA.pem -certfile CLIENT-CERT.pem -keyfile CLIENT-KEY.pem\n  (CA.pem:"), "{t}");
+        let t = h("nbds://127.0.0.1:10819/a1", true, false, false);
+        assert!(t.starts_with("with the kernel's nbd module: nbd-client -N a1 127.0.0.1 10819 /dev/nbd0 -cacertfile CA.pem\n") && !t.contains("CLIENT-"), "{t}");
+        assert!(h("nbds://127.0.0.1:10819/a1", false, false, true).contains("has no TLS-PSK"));
+    }
 }
