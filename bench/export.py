@@ -19,15 +19,17 @@ load generator included). fio: io_uring, direct=1, one job per profile,
 stonewalled in one fio run (each fio start costs seconds under TCG).
 
 Two setups of 4 null_blk members (configfs: memory_backed=1 for the
-superblock, max_sectors=1024, hw_queue_depth=64 unless throttled):
+superblock, max_sectors=1024, hw_queue_depth=64; scheduler none everywhere):
   (a) no ceilings: the ratios to in-process; issue 29's targets beside:
       ublk >= 90% of in-process RND4K Q32T1 IOPS, ublk server CPU per I/O
       <= in-process + 1.5 µs, and the QD1 latency ublk adds.
-  (b) throttled drives: null_blk mbps=N (bandwidth ceiling per drive) and an
-      IOPS ceiling per drive of --qd-cap requests in flight, each completing
-      after --lat-us (irqmode=2 completion_nsec): one drive is measured alone
-      with fio first, then SEQ1M Q8T1 and RND4K Q32T1 through each path as a
+  (b) throttled drives: null_blk mbps=N per drive, --seq-mbps for SEQ1M
+      Q8T1 read and write, then --rnd-mbps (256 x N 4K requests/s: an IOPS
+      ceiling; requests cut to 4K) for RND4K Q32T1 read; a fifth drive with
+      the same ceiling is measured alone with fio first, then each path as a
       share of 4 x one drive (target: ublk >= 97%).
+One array serves every setup: the drives are power-cycled with the new
+ceiling (null_blk keeps their data).
 
 Figures under TCG are several times slower than on hardware (CPU µs per I/O
 several times larger): compare the ratios, measured together in one boot.
@@ -108,26 +110,40 @@ def has_ublk_option(uraid):
 # ---------------------------------------------------------------------------
 
 class Drives:
-    """Four null_blk devices made through configfs (so each setup gets its
-    own parameters); `remove()` takes them down."""
+    """`n` null_blk devices of `size_mib` MiB named PREFIX0.. made through
+    configfs, memory-backed (the superblock must stay); `throttle()`
+    changes their ceiling (a power cycle: the data stays), `remove()`
+    takes them down."""
 
-    def __init__(self, n, size_mib, throttle=None):
-        self.dirs, self.devs = [], []
-        for i in range(n):
-            d = os.path.join(NULLB, f"uraidbench{i}")
+    def __init__(self, prefix, n, size_mib):
+        self.dirs = [os.path.join(NULLB, f"{prefix}{i}") for i in range(n)]
+        self.devs = []
+        for d in self.dirs:
             os.mkdir(d)
-            self.dirs.append(d)
-            attrs = {"size": size_mib, "memory_backed": 1, "blocksize": 4096, "max_sectors": 1024,
-                     "hw_queue_depth": 64, "submit_queues": 1}
-            if throttle:
-                attrs.update({"mbps": throttle["mbps"], "hw_queue_depth": throttle["qd_cap"],
-                              "irqmode": 2, "completion_nsec": int(throttle["lat_us"] * 1000)})
-            for k, v in attrs.items():
-                p = os.path.join(d, k)
-                if not os.path.exists(p):
-                    sys.exit(f"export.py: this kernel's null_blk has no configfs attribute '{k}' ({p})")
-                with open(p, "w") as f:
-                    f.write(str(v))
+            self.configure(d, {"size": size_mib, "memory_backed": 1, "blocksize": 4096, "hw_queue_depth": 64,
+                               "submit_queues": 1})
+        self.throttle(0, 1024)
+
+    @staticmethod
+    def configure(d, attrs):
+        for k, v in attrs.items():
+            p = os.path.join(d, k)
+            if not os.path.exists(p):
+                sys.exit(f"export.py: this kernel's null_blk has no configfs attribute '{k}' ({p})")
+            with open(p, "w") as f:
+                f.write(str(v))
+
+    def throttle(self, mbps, max_sectors):
+        """Powers the drives off and on again with a ceiling of `mbps` MiB/s
+        each (0: none) and requests of at most `max_sectors` 512-byte
+        sectors. null_blk's budget is per 20 ms tick and a request larger
+        than one tick's budget never passes, hence the small max_sectors
+        with a low mbps."""
+        self.devs = []
+        for d in self.dirs:
+            with open(os.path.join(d, "power"), "w") as f:
+                f.write("0")
+            self.configure(d, {"mbps": mbps, "max_sectors": max_sectors})
             with open(os.path.join(d, "power"), "w") as f:
                 f.write("1")
             # The disk is named after the configfs directory (Linux 6.x),
@@ -204,16 +220,43 @@ def fio(dev, jobs, args, size):
     return res
 
 
+def thread_cpu(pid):
+    """CPU seconds (user + system) of each thread of process `pid`, keyed
+    by (thread id, name), from /proc/PID/task/TID/stat."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            raw = open(f"/proc/{pid}/task/{tid}/stat").read()
+        except OSError:
+            continue  # it ended meanwhile
+        name = raw[raw.index("(") + 1:raw.rindex(")")]
+        f = raw.rsplit(")", 1)[1].split()
+        out[(tid, name)] = (int(f[11]) + int(f[12])) / tick
+    return out
+
+
+def busiest(before, after, n=4):
+    """The `n` threads that used the most CPU between two thread_cpu()
+    readings: [name, CPU seconds]."""
+    d = sorted(((after[k] - before.get(k, 0), k[1]) for k in after), reverse=True)[:n]
+    return [[name, round(c, 2)] for c, name in d if c > 0]
+
+
 def measure_device(dev, server_pid, jobs, args, size):
-    """fio on block device `dev`: first RND4K Q32T1 read alone, with the
-    server's CPU and the device's completed requests counted over it
-    (server CPU µs per I/O), then the other `jobs` in one stonewalled run."""
+    """fio on block device `dev`: RND4K Q32T1 read alone when `jobs` has
+    it, with the server's CPU (and its busiest threads) and the device's
+    completed requests counted over it (server CPU µs per I/O), then the
+    other `jobs` in one stonewalled run."""
     set_no_scheduler(dev)
-    c0, n0 = proc_cpu(server_pid), dev_ios(dev)
-    res = fio(dev, [RND_Q32], args, size)
-    c1, n1 = proc_cpu(server_pid), dev_ios(dev)
-    res["server_cpu_us_per_io"] = (c1 - c0) / max(1, n1 - n0) * 1e6
-    res["server_cpu_ios"] = n1 - n0
+    res = {}
+    if RND_Q32 in jobs:
+        c0, t0, n0 = proc_cpu(server_pid), thread_cpu(server_pid), dev_ios(dev)
+        res.update(fio(dev, [RND_Q32], args, size))
+        c1, t1, n1 = proc_cpu(server_pid), thread_cpu(server_pid), dev_ios(dev)
+        res["server_cpu_us_per_io"] = (c1 - c0) / max(1, n1 - n0) * 1e6
+        res["server_cpu_ios"] = n1 - n0
+        res["server_busiest_threads"] = busiest(t0, t1)
     rest = [j for j in jobs if j is not RND_Q32]
     if rest:
         res.update(fio(dev, rest, args, size))
@@ -228,7 +271,8 @@ class Serve:
         if os.path.exists(SOCK):
             os.unlink(SOCK)
         before = set(glob.glob("/dev/ublkb*"))
-        cmd = [args.uraid, "serve", "--socket", SOCK, *(["--ublk"] if ublk else []), *devs]
+        # --ublk alone: the device, no NBD socket.
+        cmd = [args.uraid, "serve", *(["--ublk"] if ublk else ["--socket", SOCK]), *devs]
         self.err = open(os.path.join(RUN_DIR, "serve.err"), "w+")
         self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err, text=True,
                                   env=dict(os.environ, URAID_RUN_DIR=RUN_DIR))
@@ -316,10 +360,13 @@ def in_process(args, devs, jobs, size):
     reads = sorted({INPROC[k][0].replace(" ", "-") for k, *_ in jobs if INPROC[k][1] == "read"})
     writes = sorted({INPROC[k][0].replace(" ", "-") for k, *_ in jobs if INPROC[k][1] == "write"})
     best = {}
-    for profiles, only in ((reads, "--read-only"), (writes, "--write-only")):
+    runs = [(reads, "--read-only"), (writes, "--write-only")]
+    if reads == writes:
+        runs = [(reads, None)]
+    for profiles, only in runs:
         if not profiles:
             continue
-        cmd = [args.uraid, "bench", "--json", "--quiet", "--overwrite", only, "--profile", ",".join(profiles),
+        cmd = [args.uraid, "bench", "--json", "--quiet", "--overwrite", *([only] if only else []), "--profile", ",".join(profiles),
                "--runs", "1", "--time", str(args.time), "--warmup", "1", "--size", size, *devs]
         out = json.loads(run(*cmd).stdout)
         for r in out["results"]:
@@ -335,10 +382,8 @@ def in_process(args, devs, jobs, size):
     return res
 
 
-def all_paths(args, level, devs, jobs, size):
-    """Creates the array over `devs` and measures every path on it."""
-    step(f"  create RAID {level} over {' '.join(devs)}")
-    run(args.uraid, "create", "--level", str(level), "--chunk", args.chunk, "--name", NAME, "--force", *devs)
+def all_paths(args, devs, jobs, size):
+    """Measures every path on the array over `devs`."""
     res = {}
     step("  in-process (uraid bench)")
     res["in-process"] = in_process(args, devs, jobs, size)
@@ -393,29 +438,38 @@ def guest(args):
             sys.exit(f"export.py: {args.uraid} has no `serve --ublk`; build a uraid with the ublk export, or --no-ublk")
     area = args.size_mib
     size = f"{area}M"
-    throttle = {"mbps": args.mbps, "qd_cap": args.qd_cap, "lat_us": args.lat_us}
+    throttle = {"seq_mbps": args.seq_mbps, "rnd_mbps": args.rnd_mbps}
     result = {"config": {"time_s": args.time, "engine": args.engine, "area_mib": area, "chunk": args.chunk,
                          "members": 4, "throttle": throttle, "kernel": os.uname().release,
                          "ublk": args.ublk}, "levels": {}}
     t0 = time.time()
     for level in args.levels:
-        lv = result["levels"][str(level)] = {}
+        lv = result["levels"][str(level)] = {"b": {}}
         mib = member_mib(level, 4, area)
-        step(f"RAID {level}, (a) no ceilings: 4 null_blk of {mib} MiB, memory-backed")
-        drives = Drives(4, mib)
+        step(f"RAID {level}: 4 null_blk of {mib} MiB, memory-backed, and a fifth alone")
+        drives, one = Drives("uraidbench", 4, mib), Drives("uraidone", 1, mib)
         try:
-            lv["a"] = all_paths(args, level, drives.devs, [RND_Q32, SEQ_READ, SEQ_WRITE, RND_Q1], size)
+            step(f"  create RAID {level} over {' '.join(drives.devs)}")
+            run(args.uraid, "create", "--level", str(level), "--chunk", args.chunk, "--name", NAME, "--force", *drives.devs)
+            # The fifth drive's memory touched now (slow under TCG), as the
+            # members' was by create's zeroing.
+            run("dd", "if=/dev/zero", f"of={one.devs[0]}", "bs=1M", f"count={mib}", "oflag=direct")
+            step(f"RAID {level}, (a) no ceilings")
+            lv["a"] = all_paths(args, drives.devs, [RND_Q32, SEQ_READ, SEQ_WRITE, RND_Q1], size)
+            # Bandwidth ceilings for SEQ1M, then a low one that is an IOPS
+            # ceiling for 4K requests (256 per MiB/s), with 4K requests.
+            for mbps, max_sectors, jobs in ((args.seq_mbps, 1024, [SEQ_READ, SEQ_WRITE]), (args.rnd_mbps, 8, [RND_Q32])):
+                step(f"RAID {level}, (b) throttled: each drive {mbps} MiB/s ({', '.join(j[0] for j in jobs)})")
+                drives.throttle(mbps, max_sectors)
+                one.throttle(mbps, max_sectors)
+                step(f"  one drive alone ({one.devs[0]})")
+                part = {"one drive": fio(one.devs[0], jobs, args, f"{mib - 8}M")}
+                part.update(all_paths(args, drives.devs, jobs, size))
+                for path, figures in part.items():
+                    lv["b"].setdefault(path, {}).update(figures)
         finally:
             drives.remove()
-        step(f"RAID {level}, (b) throttled: each drive {args.mbps} MiB/s, {args.qd_cap} in flight x {args.lat_us} µs")
-        drives = Drives(4, mib, throttle)
-        try:
-            step(f"  one drive alone ({drives.devs[0]})")
-            single = fio(drives.devs[0], [RND_Q32, SEQ_READ, SEQ_WRITE], args, f"{mib - 8}M")
-            lv["b"] = {"one drive": single}
-            lv["b"].update(all_paths(args, level, drives.devs, [RND_Q32, SEQ_READ, SEQ_WRITE], size))
-        finally:
-            drives.remove()
+            one.remove()
     result["elapsed_s"] = time.time() - t0
     path = os.path.join(args.out, "export.json")
     with open(path, "w") as f:
@@ -464,6 +518,10 @@ def print_tables(result):
         if "ublk" in a:
             line += f"  ublk <= in-process + 1.5 µs: {verdict(cpu[1] <= cpu[0] + 1.5)}"
         log(line)
+        for p in paths:
+            th = a[p].get("server_busiest_threads")
+            if th:
+                log(f"  {p} server's busiest threads in RND4K Q32T1 (CPU s): " + ", ".join(f"{n} {c}" for n, c in th))
         dio = a["nbdfuse+loop"].get("loop_direct_io")
         log(f"(in-process CPU: uraid bench's whole process, load generator included; exports: uraid serve's;"
             f" loop over nbdfuse with direct I/O: {'yes' if dio else 'NO (page cache: reads may hit it)'})")
@@ -471,8 +529,8 @@ def print_tables(result):
         b = lv["b"]
         one = b["one drive"]
         t = cfg["throttle"]
-        log(f"\nRAID {level} x4, (b) throttled drives (null_blk: {t['mbps']} MiB/s, {t['qd_cap']} in flight x"
-            f" {t['lat_us']} µs each): share of 4 x one drive")
+        log(f"\nRAID {level} x4, (b) throttled drives (null_blk mbps: {t['seq_mbps']} MiB/s each for SEQ1M,"
+            f" {t['rnd_mbps']} MiB/s = {256 * t['rnd_mbps']} 4K IOPS each for RND4K): share of 4 x one drive")
         log(f"{'':<24}{'1 drive':>10}{'4 x 1':>10}" + "".join(f"{p:>20}" for p in paths) + "  target")
         for key, fld, unit in (("SEQ1M Q8T1 read", "mbps", "MB/s"), ("SEQ1M Q8T1 write", "mbps", "MB/s"),
                                ("RND4K Q32T1 read", "iops", "IOPS")):
@@ -528,9 +586,8 @@ def main():
     ap.add_argument("--levels", default="0", help="RAID levels, comma-separated (0, 5); default 0")
     ap.add_argument("--chunk", default="128K", help="chunk size; default 128K")
     ap.add_argument("--size-mib", type=int, default=256, help="test area in MiB (null_blk memory is slow to touch under TCG); default 256")
-    ap.add_argument("--mbps", type=int, default=40, help="(b): bandwidth ceiling of each drive, MiB/s (null_blk mbps); default 40")
-    ap.add_argument("--qd-cap", type=int, default=4, help="(b): requests in flight per drive (hw_queue_depth); default 4")
-    ap.add_argument("--lat-us", type=float, default=2000, help="(b): µs each request takes (completion_nsec / 1000); default 2000")
+    ap.add_argument("--seq-mbps", type=int, default=40, help="(b) SEQ1M: bandwidth ceiling of each drive, MiB/s (null_blk mbps, at least 25); default 40")
+    ap.add_argument("--rnd-mbps", type=int, default=2, help="(b) RND4K: null_blk mbps of each drive, a ceiling of 256 x N 4K IOPS; default 2")
     ap.add_argument("--engine", default="io_uring", choices=["io_uring", "libaio"], help="fio's engine; default io_uring")
     ap.add_argument("--no-ublk", dest="ublk", action="store_false", help="skip the ublk export")
     ap.add_argument("--uraid", help="the uraid binary (default: cargo build --release -p uraid)")
@@ -543,8 +600,11 @@ def main():
         sys.exit(f"export.py: --levels {args.levels}: give levels like 0 or 0,5")
     if any(level not in (0, 5) for level in args.levels):
         sys.exit(f"export.py: --levels {args.levels}: 0 and 5 are measured")
-    if args.time <= 0 or args.size_mib < 16 or args.mbps < 1 or args.qd_cap < 1 or args.lat_us <= 0:
-        sys.exit("export.py: --time, --mbps, --qd-cap and --lat-us must be positive, --size-mib at least 16")
+    if args.time <= 0 or args.size_mib < 16 or args.rnd_mbps < 1:
+        sys.exit("export.py: --time and --rnd-mbps must be positive, --size-mib at least 16")
+    if args.seq_mbps < 25:
+        # One 20 ms tick's budget must pass a 512 KiB request (max_sectors 1024).
+        sys.exit("export.py: --seq-mbps must be at least 25 (null_blk passes no request larger than 1/50 of it)")
     if args.in_vm:
         if not args.uraid or not args.out:
             sys.exit("export.py --in-vm needs --uraid and --out")
