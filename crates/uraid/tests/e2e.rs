@@ -87,3 +87,7 @@ mod admin_view;
 // The README's walkthrough, extracted from its code blocks and run in order.
 #[path = "e2e/readme.rs"]
 mod readme;
+
+// The systemd units: an fstab mount of /dev/uraid/NAME after its serve.
+#[path = "e2e/boot_units.rs"]
+mod boot_units;
