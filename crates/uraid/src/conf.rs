@@ -154,6 +154,14 @@ pub(crate) struct ArrayConf {
     /// (benchmark targets, spares); `None`: block devices only.
     #[serde(default)]
     pub console_files_dir: Option<PathBuf>,
+    /// Serve the array as a block device, /dev/ublkbN (`uraid serve
+    /// --ublk`): with no `socket` or `tcp` given, the only export.
+    #[serde(default)]
+    pub ublk: bool,
+    /// N of a new /dev/ublkbN (`uraid serve --ublk-id`); `None`: the first
+    /// free one.
+    #[serde(default)]
+    pub ublk_id: Option<u32>,
 }
 
 impl Config {

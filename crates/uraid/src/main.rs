@@ -18,6 +18,7 @@ mod serve;
 mod service;
 mod sock;
 mod suite_cmds;
+mod ublk_export;
 
 use std::process::ExitCode;
 

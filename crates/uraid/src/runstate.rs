@@ -152,7 +152,7 @@ fn now_ms() -> u64 {
 
 /// True when process `pid` exists (`kill(pid, 0)`; a process of another
 /// user, EPERM, exists too).
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     let Ok(p) = libc::pid_t::try_from(pid) else { return false };
     if p <= 0 {
         return false;
@@ -171,17 +171,24 @@ const MAX_STATE_BYTES: u64 = 1 << 20;
 /// read or parsed, names another array, or its process is gone (a stale
 /// file).
 pub(crate) fn read_live(uuid: &str) -> Option<RunState> {
+    let st: RunState = read_json(&state_path(uuid))?;
+    (st.uuid == uuid && alive(st.pid)).then_some(st)
+}
+
+/// A JSON state file of `serve` at `path`: `None` when there is none, it
+/// is a symbolic link, belongs to another user than root or us, is larger
+/// than [`MAX_STATE_BYTES`], or cannot be read or parsed.
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(state_path(uuid)).ok()?;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).ok()?;
     let md = f.metadata().ok()?;
     if !md.is_file() || !crate::sock::trusted_uid(md.uid()) {
         return None;
     }
     let mut text = String::new();
     f.take(MAX_STATE_BYTES).read_to_string(&mut text).ok()?;
-    let st: RunState = serde_json::from_str(&text).ok()?;
-    (st.uuid == uuid && alive(st.pid)).then_some(st)
+    serde_json::from_str(&text).ok()
 }
 
 /// What the publisher needs of one volume.
@@ -205,6 +212,12 @@ pub(crate) struct Source {
 /// name or `path` is a symbolic link or something else than a file of
 /// ours (left alone), or the file cannot be written.
 fn write(path: &Path, st: &RunState) -> Result<()> {
+    write_json(path, st, st.pid)
+}
+
+/// [`write`] for any JSON value, by process `pid` (the temporary file's
+/// name holds it): the other state files of `serve` (the ublk device's).
+pub(crate) fn write_json<T: serde::Serialize>(path: &Path, st: &T, pid: u32) -> Result<()> {
     use std::ffi::CString;
     use std::io::Write;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -219,7 +232,7 @@ fn write(path: &Path, st: &RunState) -> Result<()> {
         .open(dir)
         .with_context(|| format!("cannot open the directory {}", dir.display()))?;
     safe_dir(dir, &d.metadata()?)?;
-    let tmp_name = format!("{}.tmp.{}", file.to_string_lossy(), st.pid);
+    let tmp_name = format!("{}.tmp.{}", file.to_string_lossy(), pid);
     let tmp = CString::new(tmp_name.as_bytes()).context("a file name with a NUL byte")?;
     let dst = CString::new(file.as_bytes()).context("a file name with a NUL byte")?;
     let tmp_path = dir.join(&tmp_name);

@@ -98,6 +98,15 @@ pub(crate) struct ServeArgs {
     /// Export read-only.
     #[arg(long)]
     read_only: bool,
+    /// Serve the array as a block device, /dev/ublkbN (the kernel's ublk
+    /// driver: `modprobe ublk_drv`, Linux 6.5+): alone, with no NBD
+    /// socket; with --socket or --tcp, both. A device left by a server
+    /// that died (kill -9) is re-attached, its mounts kept.
+    #[arg(long)]
+    ublk: bool,
+    /// N of a new /dev/ublkbN (default: the first free one).
+    #[arg(long, value_name = "N")]
+    ublk_id: Option<u32>,
     /// Go to the background once the array is served (the export listens
     /// and the control socket answers), as qemu-nbd --fork: the command
     /// returns then with status 0, or with 1 when the server could not
@@ -309,6 +318,8 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         a.console_token = a.console_token.take().or(c.console_token.clone());
         a.reports = a.reports.take().or(c.reports.clone());
         a.console_files_dir = a.console_files_dir.take().or(c.console_files_dir.clone());
+        a.ublk |= c.ublk;
+        a.ublk_id = a.ublk_id.or(c.ublk_id);
     }
     let rebuild_rate = match crate::manage::rate(&a.rebuild_rate).context("--rebuild-rate")? {
         Some(r) => Some(r),
@@ -344,6 +355,10 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     }
     let tls = nbd_tls(&a)?;
     let tcp_addr = a.tcp.as_deref().map(|addr| tcp_addr(addr, &a, tls.is_some())).transpose()?;
+    // No ublk here: said before the array is touched, never served another way.
+    if a.ublk {
+        crate::ublk_export::check()?;
+    }
 
     let all_mem = specs.iter().all(|s| matches!(s, uraid_core::MemberSpec::Mem(_)));
     let (name, volume, mut arr) = if all_mem {
@@ -381,13 +396,15 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             let l = TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa}"))?;
             // With port 0 the kernel picks one: print the real address.
             let sa = l.local_addr().unwrap_or(sa);
-            (Listener::Tcp(l), format!("{scheme}://{sa}/{name}"))
+            (Some(Listener::Tcp(l)), format!("{scheme}://{sa}/{name}"))
         }
+        // --ublk alone: no NBD socket.
+        None if a.ublk && a.socket.is_none() => (None, String::new()),
         None => {
             let path = a.socket.clone().unwrap_or_else(|| crate::runstate::run_dir().join(format!("{name}.sock")));
             let l = bind_unix(&path, a.socket_mode, socket_gid)?;
             let uri = format!("{scheme}+unix:///{name}?socket={}", path.display());
-            (Listener::Unix(l, path), uri)
+            (Some(Listener::Unix(l, path)), uri)
         }
     };
     let kinds: Vec<String> = volume
@@ -415,6 +432,11 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             buffer_bytes: usize::try_from(buffer_memory).unwrap_or(usize::MAX),
         },
     );
+    let ublk = match a.ublk {
+        true => Some(crate::ublk_export::start(&name, &arr.as_ref().map(|x| x.uuid()).unwrap_or_default(), volume.clone(), a.read_only, a.ublk_id)?),
+        false => None,
+    };
+    let served_on: Vec<String> = listener.iter().map(|_| uri.clone()).chain(ublk.iter().map(|u| u.bdev().to_string())).collect();
     install_signal_handlers();
     if let Some(loopback) = open_tcp {
         log!(
@@ -424,7 +446,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             if loopback { "" } else { ", and every host that can reach it," }
         );
     }
-    println!("serving '{name}' ({description}, {} bytes{}) on {uri}", volume.capacity(), if a.read_only { ", read-only" } else { "" });
+    println!("serving '{name}' ({description}, {} bytes{}) on {}", volume.capacity(), if a.read_only { ", read-only" } else { "" }, served_on.join(" and "));
     println!("members: {}", kinds.join(" "));
     // What a client gives: with TLS-PSK, a user and a file with its key.
     let client_uri = match &a.tls_psk {
@@ -441,15 +463,20 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             println!("WARNING: {}", uraid_core::control::array::WRITEBACK_WARNING);
         }
     }
-    println!("to put a filesystem on it (kernel without nbd: FUSE + a loop device):");
-    println!("  mkdir -p /mnt/{name}-nbd /mnt/{name} && nbdfuse /mnt/{name}-nbd '{client_uri}' &");
-    println!("  LOOP=$(losetup -f --show --direct-io=on /mnt/{name}-nbd/nbd)");
-    println!("  mkfs.ext4 $LOOP    # first time only");
-    println!("  mount $LOOP /mnt/{name}");
-    println!("with the kernel's nbd module: nbd-client -N {name} {} /dev/nbd0", match &a.tcp {
-        Some(_) => uri.trim_start_matches("nbds://").trim_start_matches("nbd://").split('/').next().unwrap_or("").replace(':', " "),
-        None => format!("-unix {}", uri.split("socket=").nth(1).unwrap_or("")),
-    });
+    if let Some(u) = &ublk {
+        println!("to put a filesystem on it: mkfs.ext4 {0}   # first time only\n  mkdir -p /mnt/{name} && mount {0} /mnt/{name}", u.bdev());
+    }
+    if listener.is_some() {
+        println!("to put a filesystem on it (kernel without nbd: FUSE + a loop device):");
+        println!("  mkdir -p /mnt/{name}-nbd /mnt/{name} && nbdfuse /mnt/{name}-nbd '{client_uri}' &");
+        println!("  LOOP=$(losetup -f --show --direct-io=on /mnt/{name}-nbd/nbd)");
+        println!("  mkfs.ext4 $LOOP    # first time only");
+        println!("  mount $LOOP /mnt/{name}");
+        println!("with the kernel's nbd module: nbd-client -N {name} {} /dev/nbd0", match &a.tcp {
+            Some(_) => uri.trim_start_matches("nbds://").trim_start_matches("nbd://").split('/').next().unwrap_or("").replace(':', " "),
+            None => format!("-unix {}", uri.split("socket=").nth(1).unwrap_or("")),
+        });
+    }
     println!("stop with Ctrl-C (SIGINT) or SIGTERM: requests in flight finish, members are flushed and marked clean.");
     let capacity = volume.capacity();
     // The live counters for `uraid status` in another process. The caches
@@ -481,7 +508,8 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     // Every export of the volume, as the manager, status and metrics see
     // them.
     let nbd: Arc<dyn uraid_core::export::Export> = Arc::new(server.handle(&name, &uri).context("the NBD server lost its export")?);
-    let exports = crate::service::exports::Exports::new(vec![nbd], flag.clone());
+    let ublk_export = ublk.clone().map(|u| Arc::new(u) as Arc<dyn uraid_core::export::Export>);
+    let exports = crate::service::exports::Exports::new(listener.iter().map(|_| nbd.clone()).chain(ublk_export).collect(), flag.clone());
     let watcher = {
         let flag = flag.clone();
         let stop = stop_service.clone();
@@ -618,8 +646,11 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             }
             _ => None,
         };
-        notify_ready(&name, &uri);
-        let res = server.run(&listener);
+        notify_ready(&name, &served_on.join(" and "));
+        let res = match &listener {
+            Some(l) => server.run(l),
+            None => crate::ublk_export::wait(&flag),
+        };
         flag.store(true, Ordering::Relaxed);
         // Everything that waits for the service's stop (the metrics
         // endpoint, the control socket, the manager) is told first.
@@ -639,12 +670,16 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     });
     notify_stopping();
     let _ = watcher.join();
-    if let Listener::Unix(_, p) = &listener {
+    if let Some(Listener::Unix(_, p)) = &listener {
         let _ = std::fs::remove_file(p);
+    }
+    // The device goes first (the kernel flushes it through the export).
+    if let Some(u) = &ublk {
+        crate::ublk_export::stop(u, &name)?;
     }
     let arr = arr?;
     res.context("the listening socket failed")?;
-    if let Some(v) = server.volume(&name) {
+    if let Some(v) = exports.list().first().map(|e| e.volume()) {
         // A reshape may have grown it meanwhile, never shrunk it.
         debug_assert!(v.capacity() >= capacity);
         v.flush().context("final flush failed")?;
