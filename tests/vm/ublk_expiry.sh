@@ -4,8 +4,8 @@
 # `ublk-recovery-timeout`; `uraid monitor --scan` runs.
 #  1. timeout 0 (wait for ever): serve --ublk is killed with SIGKILL; a read
 #     of the device waits; 10 s later the device is still there and the read
-#     still waits; a new serve re-attaches and the read completes (the
-#     monitor does not take a device a serve comes back to).
+#     still waits; the configuration then says 3s: the monitor, which reads
+#     it at every look, deletes the device and the read fails with EIO.
 #  2. timeout 6s: an ext4 on the device is mounted and a file synced; serve is
 #     killed; a direct read of the device and a write to the mounted ext4
 #     wait, then fail with EIO (not a hang) once the monitor deletes the
@@ -39,7 +39,7 @@ rec=$URAID_RUN_DIR/$name.ublk
 # serve_ublk: serves the array in the background on ublk; sets DEV, PID.
 serve_ublk() {
   local out=$WORK/serve.$RANDOM
-  uraid serve $name --ublk --fork >"$out" 2>"$out.err" || { cat "$out" "$out.err"; fail "serve --ublk"; }
+  timeout 120 "$URAID" serve $name --ublk --fork >"$out" 2>"$out.err" || { cat "$out" "$out.err"; fail "serve --ublk"; }
   DEV=$(sed -n "s/^serving '$name' .* on \(\/dev\/ublkb[0-9]*\)$/\1/p" "$out")
   [ -b "$DEV" ] || { cat "$out"; fail "no block device in the serving line"; }
   PID=$(jq -r .pid "$rec")
@@ -67,15 +67,19 @@ sleep 10
 kill -0 $dd1 2>/dev/null || fail "the read of $DEV ended while no server served it: $(cat "$WORK/dd1.err")"
 [ -b "$first" ] || fail "$first was deleted with ublk-recovery-timeout = 0"
 echo "10 s after the kill: $first is there, its read waits"
-serve_ublk
-[ "$DEV" = "$first" ] || fail "serve made $DEV instead of re-attaching $first"
-wait $dd1 || fail "the read failed after the re-attach: $(cat "$WORK/dd1.err")"
-echo "re-attached; the read that waited completed $(since "$t0") s after the kill"
 grep -q "DeviceDisappeared $name /dev/ublkb" "$WORK/monitor.out" && fail "the monitor deleted a device with the timeout 0"
+echo 'ublk-recovery-timeout = "3s"' >"$URAID_CONFIG"
+for _ in $(seq 150); do kill -0 $dd1 2>/dev/null || break; sleep 0.2; done
+kill -0 $dd1 2>/dev/null && fail "the read still waits 30 s after the timeout became 3 s"
+rc=0; wait $dd1 || rc=$?
+echo "timeout 3s: the read of $first ended $(since "$t0") s after the kill: exit $rc: $(cat "$WORK/dd1.err")"
+[ $rc -ne 0 ] && grep -q "Input/output error" "$WORK/dd1.err" || fail "the read did not fail with EIO"
+[ ! -e "$first" ] || fail "$first is still there"
 
 step "2. ublk-recovery-timeout = 6s: EIO instead of a hang"
 echo 'ublk-recovery-timeout = "6s"' >"$URAID_CONFIG"
 sleep 1   # the monitor reads the configuration again at its next look
+serve_ublk
 mkfs.ext4 -q -F "$DEV"
 mount "$DEV" "$mnt"
 head -c 1M /dev/urandom >"$mnt/synced"

@@ -44,8 +44,6 @@ const MAX_RECORD_BYTES: u64 = 4096;
 /// which), `bdev` is not a block device, or a link's path holds
 /// something that is not a link of ours (left alone; the message names
 /// it), or a directory cannot be made.
-// Called by `uraid serve --ublk` once its device is started.
-#[allow(dead_code)]
 pub(crate) fn link(name: &str, uuid: &str, bdev: &Path) -> Result<()> {
     link_in(Path::new(DEV), name, uuid, bdev)?;
     udev_change(bdev);
@@ -56,8 +54,6 @@ pub(crate) fn link(name: &str, uuid: &str, bdev: &Path) -> Result<()> {
 /// are links of ours (to any ublk device), and `/dev/uraid` when it is
 /// left empty. Anything else at those paths is left alone; an invalid
 /// name or UUID removes nothing.
-// Called by `uraid serve --ublk` when it deletes its device.
-#[allow(dead_code)]
 pub(crate) fn unlink(name: &str, uuid: &str) {
     unlink_in(Path::new(DEV), name, uuid, None);
 }
