@@ -77,6 +77,9 @@ enum Cmd {
     Tune(crate::suite_cmds::TuneArgs),
     /// List the test sets and their parameters.
     Profiles(crate::suite_cmds::ProfilesArgs),
+    /// For the udev rule: the array name and UUID of a ublk device (URAID_NAME=, URAID_UUID=).
+    #[command(hide = true)]
+    UdevId(crate::devlinks::UdevIdArgs),
 }
 
 
@@ -135,6 +138,7 @@ pub fn run() -> Result<()> {
         Cmd::Suite(a) => crate::suite_cmds::run_suite_cmd(a),
         Cmd::Tune(a) => crate::suite_cmds::run_tune_cmd(a),
         Cmd::Profiles(a) => crate::suite_cmds::run_profiles_cmd(a),
+        Cmd::UdevId(a) => crate::devlinks::udev_id(a),
     }
 }
 

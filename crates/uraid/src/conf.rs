@@ -31,6 +31,12 @@ pub(crate) struct Config {
     /// MAILADDR and PROGRAM); `None`: nothing.
     #[serde(default)]
     pub monitor: Option<MonitorConf>,
+    /// Seconds a ublk device whose `uraid serve` is gone waits (its I/O
+    /// queued) for a serve to re-attach, before `uraid monitor` deletes
+    /// it so that its I/O fails with EIO (written `120s`, `2m`, or a plain
+    /// number of seconds; 0: wait for ever). `None`: [`DEFAULT_UBLK_RECOVERY_TIMEOUT`].
+    #[serde(default, deserialize_with = "de_timeout")]
+    pub ublk_recovery_timeout: Option<u64>,
     /// The arrays known by name, one `[[array]]` table each.
     #[serde(default, rename = "array")]
     pub arrays: Vec<ArrayConf>,
@@ -51,6 +57,20 @@ pub(crate) struct MonitorConf {
     /// on its standard input; default [`DEFAULT_MAIL_COMMAND`].
     #[serde(default = "default_mail_command")]
     pub mail_command: String,
+}
+
+/// The default `ublk-recovery-timeout`, seconds: long enough for systemd
+/// to restart a killed `uraid serve` (RestartSec=5) and for it to
+/// assemble the array, short enough that a filesystem's writers do not
+/// hang for good.
+pub(crate) const DEFAULT_UBLK_RECOVERY_TIMEOUT: u64 = 120;
+
+impl Config {
+    /// `ublk-recovery-timeout` in seconds, its default when left out; 0:
+    /// wait for ever.
+    pub(crate) fn ublk_recovery_timeout(&self) -> u64 {
+        self.ublk_recovery_timeout.unwrap_or(DEFAULT_UBLK_RECOVERY_TIMEOUT)
+    }
 }
 
 fn default_mail_command() -> String {
@@ -352,6 +372,16 @@ fn de_duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u6
     parse_duration(&s).map(Some).map_err(serde::de::Error::custom)
 }
 
+fn de_timeout<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {
+    match NumOrText::deserialize(d)? {
+        NumOrText::Num(n) => Ok(Some(n)),
+        NumOrText::Text(t) if t.trim() == "0" => Ok(Some(0)),
+        NumOrText::Text(t) => parse_duration(&t)
+            .map(Some)
+            .map_err(|e| serde::de::Error::custom(format!("{e}; or 0 to wait for ever"))),
+    }
+}
+
 /// Parses a duration such as `90s`, `30m`, `12h`, `7d` or `1w` (a whole
 /// number and one unit: s, m, h, d, w) into seconds. Errors: another
 /// shape, or 0.
@@ -472,6 +502,19 @@ uuid = "11111111-2222-3333-4444-555555555555"
         assert!(e.contains("larger than the 1048576 bytes") && e.contains(&p.display().to_string()), "{e}");
         std::fs::write(&p, "devices = [\"/dev/x*\"]\n").unwrap();
         assert!(load_from(&p).unwrap().devices.is_some());
+    }
+
+    #[test]
+    fn the_ublk_recovery_timeout_is_a_duration_or_0() {
+        let t = |s: &str| parse(&format!("ublk-recovery-timeout = {s}\n"), Path::new("/c")).map(|c| c.ublk_recovery_timeout());
+        assert_eq!(t("\"2m\"").unwrap(), 120);
+        assert_eq!(t("\"30s\"").unwrap(), 30);
+        assert_eq!(t("45").unwrap(), 45);
+        assert_eq!(t("0").unwrap(), 0);
+        assert_eq!(t("\"0\"").unwrap(), 0);
+        assert_eq!(parse("", Path::new("/c")).unwrap().ublk_recovery_timeout(), DEFAULT_UBLK_RECOVERY_TIMEOUT);
+        let e = t("\"2 minutes\"").unwrap_err().to_string();
+        assert!(e.contains("line 1") && e.contains("0 to wait for ever"), "{e}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod cli;
 mod common;
 mod conf;
 mod demo;
+mod devlinks;
 mod grow_cmd;
 mod live_cmds;
 mod manage;

@@ -26,7 +26,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,7 @@ use anyhow::{anyhow, bail, Result};
 use clap::Args;
 
 use crate::conf::{self, Config};
+use crate::devlinks;
 use crate::service::client::{self, Client};
 use crate::service::events::{self, KEPT};
 use crate::service::proto::{Command, Event, Reply};
@@ -326,6 +327,7 @@ fn daemon(a: &MonitorArgs, mut cfg: Config) -> Result<()> {
     let mut lost: HashMap<String, u64> = HashMap::new();
     let mut seen: HashMap<String, VecDeque<EventKey>> = HashMap::new();
     let mut conf_error: Option<String> = None;
+    let mut ublk = UblkWatch::default();
     let mut first = true;
     loop {
         if !first {
@@ -381,6 +383,7 @@ fn daemon(a: &MonitorArgs, mut cfg: Config) -> Result<()> {
             followed.insert(n, pid);
         }
         first = false;
+        ublk.look(a, &cfg)?;
         let next = Instant::now() + delay;
         loop {
             match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
@@ -417,4 +420,146 @@ fn daemon(a: &MonitorArgs, mut cfg: Config) -> Result<()> {
             }
         }
     }
+}
+
+/// The ublk devices of served arrays (`RUN_DIR/NAME.ublk`) whose `uraid
+/// serve` is gone: the kernel keeps such a device (user recovery) and
+/// queues its I/O until a serve re-attaches. After the configuration's
+/// `ublk-recovery-timeout` without one, the device is deleted so that its
+/// I/O fails with EIO rather than waiting for ever
+/// (DeviceDisappeared).
+///
+/// This lives in the monitor, not in `uraid serve`: a serve that cannot
+/// assemble the array exits and systemd starts it again (a member slow to
+/// appear at boot must not cost the mounted filesystem its device), and
+/// once the serves stop coming back, the monitor is the process left to
+/// count the time.
+///
+/// A device counts as without a server when the kernel reports it
+/// quiesced (`UBLK_S_DEV_QUIESCED`), it is the device the record names
+/// (its server pid is the record's) and that process is gone; the time
+/// counts from the first look that saw it so. It is deleted only when,
+/// at the deadline, no process has its `/dev/ublkcN` open (a serve that
+/// is re-attaching does) either.
+#[derive(Default)]
+struct UblkWatch {
+    /// Control handles by device number, made once each (libublk reads the
+    /// device's JSON when one is made).
+    ctrls: HashMap<u32, libublk::ctrl::UblkCtrl>,
+    /// Since when each device (number) has been seen without a server.
+    since: HashMap<u32, Instant>,
+}
+
+impl UblkWatch {
+    /// One look at every recorded ublk device; deletes those past the
+    /// deadline. Errors: stdout is closed.
+    fn look(&mut self, a: &MonitorArgs, cfg: &Config) -> Result<()> {
+        let timeout = cfg.ublk_recovery_timeout();
+        let mut recorded = HashSet::new();
+        for (name, r) in devlinks::records() {
+            // The newest record of a device (records come newest first).
+            if !recorded.insert(r.dev_id) {
+                continue;
+            }
+            if !self.orphaned(&r) {
+                self.since.remove(&r.dev_id);
+                continue;
+            }
+            let since = *self.since.entry(r.dev_id).or_insert_with(|| {
+                let wait = if timeout == 0 { "for ever (ublk-recovery-timeout = 0)".to_string() } else { format!("{timeout} s") };
+                eprintln!(
+                    "uraid monitor: {} of array '{name}' has no server (uraid serve, pid {}, is gone): its I/O waits {wait} for 'uraid serve {name}' to re-attach",
+                    r.bdev.display(),
+                    r.pid
+                );
+                Instant::now()
+            });
+            if timeout == 0 || since.elapsed() < Duration::from_secs(timeout) {
+                continue;
+            }
+            if let Some(pid) = cdev_holder(r.dev_id) {
+                eprintln!("uraid monitor: process {pid} has /dev/ublkc{} open (a serve re-attaching?): {} is kept", r.dev_id, r.bdev.display());
+                self.since.insert(r.dev_id, Instant::now());
+                continue;
+            }
+            self.expire(a, cfg, &name, &r, since.elapsed().as_secs(), timeout)?;
+        }
+        self.since.retain(|id, _| recorded.contains(id));
+        self.ctrls.retain(|id, _| recorded.contains(id));
+        Ok(())
+    }
+
+    /// Whether the device `r` names is quiesced, is that record's device
+    /// and its server is gone.
+    fn orphaned(&mut self, r: &devlinks::UblkRecord) -> bool {
+        if !Path::new(&format!("/sys/class/ublk-char/ublkc{}", r.dev_id)).exists() {
+            self.ctrls.remove(&r.dev_id);
+            return false;
+        }
+        let ctrl = match self.ctrls.entry(r.dev_id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => match libublk::ctrl::UblkCtrl::new_simple(r.dev_id as i32) {
+                Ok(c) => v.insert(c),
+                // No /dev/ublk-control (no ublk_drv, or not root): no device to watch.
+                Err(_) => return false,
+            },
+        };
+        if ctrl.read_dev_info().is_err() {
+            self.ctrls.remove(&r.dev_id);
+            return false;
+        }
+        let info = ctrl.dev_info();
+        info.state as u32 == libublk::sys::UBLK_S_DEV_QUIESCED && info.ublksrv_pid as i64 == r.pid as i64 && !uraid_alive(r.pid)
+    }
+
+    /// Deletes the device `r` names (its I/O then fails with EIO), its
+    /// links and its record, and reports it. Errors: stdout is closed.
+    fn expire(&mut self, a: &MonitorArgs, cfg: &Config, name: &str, r: &devlinks::UblkRecord, waited: u64, timeout: u64) -> Result<()> {
+        let Some(ctrl) = self.ctrls.get(&r.dev_id) else { return Ok(()) };
+        // STOP_DEV fails the queued I/O and removes the disk; the
+        // asynchronous DEL_DEV does not wait for a mounted filesystem to
+        // let go of it (the synchronous one would).
+        if let Err(e) = ctrl.kill_dev() {
+            eprintln!("uraid monitor: cannot stop {} of array '{name}' ({e}); tried again at the next look", r.bdev.display());
+            return Ok(());
+        }
+        let deleted = match ctrl.del_dev_async() {
+            Ok(_) => String::from("deleted"),
+            Err(e) => format!("stopped (its deletion failed: {e}; 'uraid monitor' does not retry it)"),
+        };
+        self.ctrls.remove(&r.dev_id);
+        self.since.remove(&r.dev_id);
+        devlinks::unlink_device(name, &r.uuid, &r.bdev);
+        // The record, unless a serve wrote a new one meanwhile.
+        let path = crate::runstate::run_dir().join(format!("{name}.ublk"));
+        if devlinks::records().iter().any(|(n, now)| n == name && now == r) {
+            let _ = std::fs::remove_file(&path);
+        }
+        let detail = format!(
+            "the ublk device {} had no server for {waited} s (its uraid serve, pid {}, is gone and none re-attached within \
+             ublk-recovery-timeout = {timeout} s): {deleted}, so its I/O fails with EIO instead of waiting. Unmount a \
+             filesystem on it; 'uraid serve {name}' makes a new device",
+            r.bdev.display(),
+            r.pid
+        );
+        let e = Event { member: Some(r.bdev.display().to_string()), ..own_event("DeviceDisappeared", name, detail) };
+        report(a, cfg, &e, true)
+    }
+}
+
+/// Whether process `pid` is alive and is a uraid (not another program
+/// that got the number since).
+fn uraid_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end().starts_with("uraid"))
+}
+
+/// A process that has `/dev/ublkcN` open (a server attached or
+/// re-attaching), if any.
+fn cdev_holder(dev_id: u32) -> Option<u32> {
+    let cdev = PathBuf::from(format!("/dev/ublkc{dev_id}"));
+    std::fs::read_dir("/proc").ok()?.filter_map(|e| e.ok()).find_map(|p| {
+        let pid: u32 = p.file_name().to_str()?.parse().ok()?;
+        let fds = std::fs::read_dir(p.path().join("fd")).ok()?;
+        fds.filter_map(|f| f.ok()).any(|f| std::fs::read_link(f.path()).is_ok_and(|t| t == cdev)).then_some(pid)
+    })
 }

@@ -436,6 +436,14 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         true => Some(crate::ublk_export::start(&name, &arr.as_ref().map(|x| x.uuid()).unwrap_or_default(), volume.clone(), a.read_only, a.ublk_id)?),
         false => None,
     };
+    // /dev/uraid/NAME and /dev/disk/by-id/uraid-UUID (crate::devlinks); a
+    // path held by something else is said, and the array is served.
+    let array_uuid = arr.as_ref().map(|x| x.uuid()).unwrap_or_default();
+    if let Some(u) = &ublk {
+        if let Err(e) = crate::devlinks::link(&name, &array_uuid, std::path::Path::new(u.bdev())) {
+            eprintln!("uraid serve: {e:#}");
+        }
+    }
     let served_on: Vec<String> = listener.iter().map(|_| uri.clone()).chain(ublk.iter().map(|u| u.bdev().to_string())).collect();
     install_signal_handlers();
     if let Some(loopback) = open_tcp {
@@ -676,6 +684,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     }
     // The device goes first (the kernel flushes it through the export).
     if let Some(u) = &ublk {
+        crate::devlinks::unlink(&name, &array_uuid);
         crate::ublk_export::stop(u, &name)?;
     }
     let arr = arr?;

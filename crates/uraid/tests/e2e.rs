@@ -92,3 +92,7 @@ mod readme;
 // turned off by a member that cannot discard (issue 29).
 #[path = "e2e/discard.rs"]
 mod discard;
+
+// The systemd units: an fstab mount of /dev/uraid/NAME after its serve.
+#[path = "e2e/boot_units.rs"]
+mod boot_units;
