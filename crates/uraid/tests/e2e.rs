@@ -87,3 +87,8 @@ mod admin_view;
 // The README's walkthrough, extracted from its code blocks and run in order.
 #[path = "e2e/readme.rs"]
 mod readme;
+
+// `serve --ublk` on this machine's kernel (no ublk_drv: a clear error, and
+// nothing served); the device itself is tested in the VM (tests/vm/ublk_*.sh).
+#[path = "e2e/ublk.rs"]
+mod ublk;
