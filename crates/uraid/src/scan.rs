@@ -368,6 +368,10 @@ fn block_devices() -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir("/sys/class/block") else { return Vec::new() };
     let mut names: Vec<String> = rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
     names.sort();
+    // Not ublk devices: uraid's own exports are no members, and a read of
+    // one whose server died waits until a server re-attaches (user
+    // recovery), which is what the next `uraid serve NAME` is to do.
+    names.retain(|n| !n.starts_with("ublkb"));
     names.into_iter().map(|n| Path::new("/dev").join(n)).filter(|p| p.exists()).collect()
 }
 

@@ -96,3 +96,8 @@ mod discard;
 // The systemd units: an fstab mount of /dev/uraid/NAME after its serve.
 #[path = "e2e/boot_units.rs"]
 mod boot_units;
+
+// `serve --ublk` on this machine's kernel (no ublk_drv: a clear error, and
+// nothing served); the device itself is tested in the VM (tests/vm/ublk_*.sh).
+#[path = "e2e/ublk.rs"]
+mod ublk;
