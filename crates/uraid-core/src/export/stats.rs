@@ -187,6 +187,7 @@ pub enum Kind {
 
 /// Adds `n` to a counter only one thread writes: a load and a store, no
 /// locked read-modify-write.
+#[inline]
 fn bump(c: &AtomicU64, n: u64) {
     c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
 }
@@ -199,6 +200,7 @@ struct Buckets {
 }
 
 impl Buckets {
+    #[inline]
     fn record(&self, us: u64) {
         bump(&self.counts[bucket(us)], 1);
         bump(&self.sum_us, us);
@@ -302,6 +304,7 @@ pub struct ConnStats<'a> {
 /// A timestamp is 8 bytes and a latency one subtraction; reading it costs
 /// about half of `Instant::now()` and `elapsed()` together (no checked
 /// arithmetic on seconds and nanoseconds).
+#[inline]
 pub fn now_us() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime(2) writes one timespec, which `ts` is.
@@ -311,6 +314,7 @@ pub fn now_us() -> u64 {
 
 impl ConnStats<'_> {
     /// A request's header was read; a reply to it will follow.
+    #[inline]
     pub fn received(&self) {
         bump(&self.c.received, 1);
     }
@@ -318,6 +322,7 @@ impl ConnStats<'_> {
     /// A reply was handed to the socket: to a request of `kind`, an error
     /// reply or not, with `bytes` of data read or written, `latency_us`
     /// after its header was read.
+    #[inline]
     pub fn replied(&self, kind: Kind, ok: bool, bytes: u64, latency_us: u64) {
         let c = &*self.c;
         bump(&c.done[kind as usize], 1);
