@@ -22,14 +22,18 @@ fn repo_root() -> PathBuf {
 
 /// The VM tool: `URAID_VM`, else `shared/testbed/vm` next to the
 /// repository (`../shared/testbed/vm` from its root) or next to one of its
-/// parent directories (a git worktree inside the project's directory).
+/// parent directories (a git worktree inside the project's directory),
+/// else /work/shared/testbed/vm.
 /// Err: the places looked at.
 fn vm_tool(root: &Path) -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("URAID_VM") {
         let p = PathBuf::from(p);
         return if p.is_file() { Ok(p) } else { Err(format!("URAID_VM={} (no such file)", p.display())) };
     }
-    let tried: Vec<PathBuf> = root.ancestors().skip(1).map(|d| d.join("shared/testbed/vm")).collect();
+    // Last, where the project's machines keep the testbed: a checkout
+    // elsewhere (a CI's clean clone) still finds it.
+    let tried: Vec<PathBuf> =
+        root.ancestors().skip(1).map(|d| d.join("shared/testbed/vm")).chain([PathBuf::from("/work/shared/testbed/vm")]).collect();
     tried.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
         tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
     })
