@@ -66,8 +66,12 @@ impl Exports {
     /// The statistics of every export summed: what the volume's users
     /// did, whichever way they came.
     pub(crate) fn stats(&self) -> StatsSnapshot {
-        let mut all = self.list.iter().map(|e| e.stats());
-        let first = all.next().unwrap_or_default();
-        all.fold(first, |a, b| a.sum(&b))
+        sum(self.list.iter().map(|e| e.stats()))
     }
+}
+
+/// Snapshots of the exports of one volume added up (empty: all zero).
+pub(crate) fn sum(mut all: impl Iterator<Item = StatsSnapshot>) -> StatsSnapshot {
+    let first = all.next().unwrap_or_default();
+    all.fold(first, |a, b| a.sum(&b))
 }

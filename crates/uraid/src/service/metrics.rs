@@ -153,14 +153,19 @@ fn family<M: EncodeMetric>(
 }
 
 impl Source {
-    /// The figures of each export of volume `name`, live.
-    fn encode_exports(&self, enc: &mut DescriptorEncoder, name: &str, exports: &super::exports::Exports) -> std::result::Result<(), std::fmt::Error> {
-        let all: Vec<_> = exports
-            .list()
+    /// The figures of each export of volume `name`, from `taken` (each
+    /// export with its snapshot of this scrape).
+    fn encode_exports(
+        &self,
+        enc: &mut DescriptorEncoder,
+        name: &str,
+        taken: &[(&Arc<dyn uraid_core::export::Export>, uraid_core::export::StatsSnapshot)],
+    ) -> std::result::Result<(), std::fmt::Error> {
+        let all: Vec<_> = taken
             .iter()
-            .map(|e| {
+            .map(|(e, s)| {
                 let labels = vec![("array", self.array.clone()), ("volume", name.to_string()), ("export", e.kind().to_string()), ("address", e.address())];
-                (labels, e.kind(), e.stats())
+                (labels, e.kind(), s)
             })
             .collect();
         let each = |f: &dyn Fn(&uraid_core::export::StatsSnapshot) -> u64| {
@@ -201,9 +206,14 @@ impl Collector for Source {
         let a = || ("array", self.array.clone());
         let vol = |v: &str| vec![a(), ("volume", v.to_string())];
         if let Some((name, w)) = &self.exported {
-            // Live where the exports are at hand, so that the sums agree
-            // with the per-export figures of the same scrape.
-            let s = self.exports.as_ref().map_or_else(|| w.latest(), |e| e.stats());
+            // Live where the exports are at hand: each export's snapshot is
+            // taken once, and the volume's figures are their sum, so that
+            // the sums agree with the per-export figures of the same scrape.
+            let taken: Option<Vec<_>> = self.exports.as_ref().map(|x| x.list().iter().map(|e| (e, e.stats())).collect());
+            let s = match &taken {
+                Some(t) => super::exports::sum(t.iter().map(|(_, s)| s.clone())),
+                None => w.latest(),
+            };
             let c = |x: u64| vec![(vol(name), ConstCounter::new(x))];
             family(&mut enc, "uraid_volume_reads_completed", "Reads completed through the exports.", &c(s.reads))?;
             family(&mut enc, "uraid_volume_writes_completed", "Writes completed through the exports.", &c(s.writes))?;
@@ -216,8 +226,8 @@ impl Collector for Source {
             family(&mut enc, "uraid_volume_requests_in_flight", "Requests received and not yet answered.", &[(vol(name), ConstGauge::new(s.in_flight as i64))])?;
             family(&mut enc, "uraid_volume_read_latency_seconds", "Read latency, from request to reply.", &[(vol(name), histogram(&s.read_latency))])?;
             family(&mut enc, "uraid_volume_write_latency_seconds", "Write latency, from request to reply.", &[(vol(name), histogram(&s.write_latency))])?;
-            if let Some(exports) = &self.exports {
-                self.encode_exports(&mut enc, name, exports)?;
+            if let Some(t) = &taken {
+                self.encode_exports(&mut enc, name, t)?;
             }
         }
         // A temporary array of `mem:` drives has no manager: I/O figures only.
