@@ -432,13 +432,13 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             buffer_bytes: usize::try_from(buffer_memory).unwrap_or(usize::MAX),
         },
     );
+    let array_uuid = arr.as_ref().map(|x| x.uuid()).unwrap_or_default();
     let ublk = match a.ublk {
-        true => Some(crate::ublk_export::start(&name, &arr.as_ref().map(|x| x.uuid()).unwrap_or_default(), volume.clone(), a.read_only, a.ublk_id)?),
+        true => Some(crate::ublk_export::start(&name, &array_uuid, volume.clone(), a.read_only, a.ublk_id)?),
         false => None,
     };
     // /dev/uraid/NAME and /dev/disk/by-id/uraid-UUID (crate::devlinks); a
     // path held by something else is said, and the array is served.
-    let array_uuid = arr.as_ref().map(|x| x.uuid()).unwrap_or_default();
     if let Some(u) = &ublk {
         if let Err(e) = crate::devlinks::link(&name, &array_uuid, std::path::Path::new(u.bdev())) {
             eprintln!("uraid serve: {e:#}");
@@ -514,9 +514,12 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     let flag = server.shutdown_flag();
     // Every export of the volume, as the manager, status and metrics see
     // them.
-    let nbd: Arc<dyn uraid_core::export::Export> = Arc::new(server.handle(&name, &uri).context("the NBD server lost its export")?);
-    let ublk_export = ublk.clone().map(|u| Arc::new(u) as Arc<dyn uraid_core::export::Export>);
-    let exports = crate::service::exports::Exports::new(listener.iter().map(|_| nbd.clone()).chain(ublk_export).collect(), flag.clone());
+    let mut list: Vec<Arc<dyn uraid_core::export::Export>> = Vec::new();
+    if listener.is_some() {
+        list.push(Arc::new(server.handle(&name, &uri).context("the NBD server lost its export")?));
+    }
+    list.extend(ublk.clone().map(|u| Arc::new(u) as Arc<dyn uraid_core::export::Export>));
+    let exports = crate::service::exports::Exports::new(list, flag.clone());
     live.set_exports(&exports);
     let watcher = {
         let flag = flag.clone();
