@@ -29,6 +29,7 @@ pub const LATENCY_BOUNDS_US: [u64; 20] = [
 const BUCKETS: usize = LATENCY_BOUNDS_US.len() + 1;
 
 /// The bucket a latency of `us` microseconds falls in.
+#[inline]
 fn bucket(us: u64) -> usize {
     LATENCY_BOUNDS_US.partition_point(|&b| b < us)
 }

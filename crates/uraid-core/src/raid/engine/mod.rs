@@ -411,12 +411,16 @@ impl RaidQueue {
             self.synthetic.push((ud, res));
             return;
         }
-        let sqe = match build_sqe(p, m) {
-            Ok(sqe) => sqe,
-            Err(res) => {
-                self.synthetic.push((ud, res));
-                return;
+        let sqe = if is_block_discard(p, m) {
+            match block_discard_sqe(p, m) {
+                Ok(sqe) => sqe,
+                Err(res) => {
+                    self.synthetic.push((ud, res));
+                    return;
+                }
             }
+        } else {
+            build_sqe(p, m)
         };
         // SAFETY: the buffers and iovecs named by the entry live in the
         // slot, which is neither reused nor moved until this piece's

@@ -156,22 +156,28 @@ pub(super) fn zero_fill_if_refused(p: &mut Piece, m: &Member) {
 }
 
 
+/// True when piece `p` is a discard of block device `m`, which
+/// [`block_discard_sqe`] builds (not [`build_sqe`]).
+#[inline(always)]
+pub(super) fn is_block_discard(p: &Piece, m: &Member) -> bool {
+    matches!(p.op, Op::Discard) && !p.zero_fill && m.kind() == MemberKind::BlockDevice
+}
+
 /// The io_uring entry that does what piece `p` still has to do on member
-/// `m` (user data not set), or `Err(result)` when the piece is done at
-/// once with that result (0 or -errno): a discard to a block device that
-/// does not discard (a hint, dropped).
-pub(super) fn build_sqe(p: &mut Piece, m: &Member) -> std::result::Result<squeue::Entry, i32> {
+/// `m` (user data not set); a block device's discard is
+/// [`block_discard_sqe`]'s.
+#[inline]
+pub(super) fn build_sqe(p: &Piece, m: &Member) -> squeue::Entry {
     let fd = types::Fixed(p.member);
     if p.zero_fill {
         let n = (p.len - p.done).min(ZERO_FILL) as u32;
-        return Ok(opcode::Write::new(fd, zero_fill_buf(), n).offset(p.offset + p.done as u64).build());
+        return opcode::Write::new(fd, zero_fill_buf(), n).offset(p.offset + p.done as u64).build();
     }
     let iov = &p.iov[p.iov_first..];
     let off = p.offset + p.done as u64;
     let rw_flags = if p.fua { libc::RWF_DSYNC } else { 0 };
-    Ok(match p.op {
+    match p.op {
         Op::Flush => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
-        Op::Discard if m.kind() == MemberKind::BlockDevice => return block_discard_sqe(p, m),
         Op::Discard | Op::WriteZeroes { .. } => {
             let mode = fallocate_mode(p.op, m, p.done > 0);
             opcode::Fallocate::new(fd, p.len as u64).offset(p.offset).mode(mode).build()
@@ -182,14 +188,16 @@ pub(super) fn build_sqe(p: &mut Piece, m: &Member) -> std::result::Result<squeue
         }
         Op::Read => opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).build(),
         Op::Write => opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).rw_flags(rw_flags).build(),
-    })
+    }
 }
 
 /// The entry that discards piece `p` on block device `m`: io_uring's
 /// discard command where the kernel has it, else a poll on the eventfd of
 /// a `BLKDISCARD` started on a helper thread ([`Offload`]); `Err(0)` (done,
 /// nothing sent) when the device does not discard.
-fn block_discard_sqe(p: &mut Piece, m: &Member) -> std::result::Result<squeue::Entry, i32> {
+#[cold]
+#[inline(never)]
+pub(super) fn block_discard_sqe(p: &mut Piece, m: &Member) -> std::result::Result<squeue::Entry, i32> {
     use std::os::fd::AsRawFd;
     if !m.discards() {
         return Err(0);
@@ -214,6 +222,8 @@ fn block_discard_sqe(p: &mut Piece, m: &Member) -> std::result::Result<squeue::E
 /// `BLKDISCARD`; a device that refuses the discard is marked
 /// ([`Member::set_no_discard`]) and the piece is done (a discard is a
 /// hint); other errors fail it.
+#[cold]
+#[inline(never)]
 fn block_discard_progress(p: &mut Piece, res: i32, m: &Member) -> Outcome {
     let via_uring = std::mem::take(&mut p.done) == VIA_URING;
     let res = match p.offload.take() {
@@ -287,10 +297,13 @@ pub(super) fn add_segment(slot: &mut Slot, last: &mut [usize; crate::raid::geome
     }
 }
 
+#[cold]
+#[inline(never)]
 pub(super) fn new_piece() -> Piece {
     Piece { op: Op::Read, fua: false, member: 0, offset: 0, len: 0, done: 0, iov: Vec::new(), iov_first: 0, deadline: 0, zero_fill: false, offload: None }
 }
 
+#[inline]
 pub(super) fn next_piece(slot: &mut Slot) -> &mut Piece {
     if slot.npieces == slot.pieces.len() {
         slot.pieces.push(new_piece());
@@ -367,7 +380,7 @@ pub(super) enum Outcome {
 /// starts again as zeros written (and the member is marked, so the next
 /// ones go that way at once), errors name the member and the offset.
 pub(super) fn progress(p: &mut Piece, res: i32, m: &Member) -> Outcome {
-    if p.op == Op::Discard && m.kind() == MemberKind::BlockDevice {
+    if matches!(p.op, Op::Discard) && m.kind() == MemberKind::BlockDevice {
         return block_discard_progress(p, res, m);
     }
     if res == -libc::EOPNOTSUPP && matches!(p.op, Op::Discard | Op::WriteZeroes { .. }) && !p.zero_fill {

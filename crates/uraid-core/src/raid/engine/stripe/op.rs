@@ -100,12 +100,16 @@ impl RaidQueue {
             self.synthetic.push((ud, res));
             return;
         }
-        let sqe = match crate::raid::engine::build_sqe(p, m) {
-            Ok(sqe) => sqe,
-            Err(res) => {
-                self.synthetic.push((ud, res));
-                return;
+        let sqe = if crate::raid::engine::is_block_discard(p, m) {
+            match crate::raid::engine::block_discard_sqe(p, m) {
+                Ok(sqe) => sqe,
+                Err(res) => {
+                    self.synthetic.push((ud, res));
+                    return;
+                }
             }
+        } else {
+            crate::raid::engine::build_sqe(p, m)
         };
         // SAFETY: the entry names the stripe operation's row buffers (held
         // in the operation until it finishes), the request's buffer (held
