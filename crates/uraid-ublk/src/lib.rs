@@ -31,6 +31,8 @@ use uraid_core::export::{Export, StatsSnapshot};
 use uraid_core::Volume;
 
 pub mod params;
+#[doc(hidden)]
+pub mod null;
 mod queue;
 pub mod support;
 
