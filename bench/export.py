@@ -82,11 +82,13 @@ NULLB = "/sys/kernel/config/nullb"
 RUN_DIR = "/tmp/uraid-export-bench"          # the guest's /tmp: sockets, mounts, serve's run dir
 SOCK = os.path.join(RUN_DIR, "bench.sock")
 NAME = "bench"
-PATHS = ["in-process", "null_blk", "ublk null", "ublk null 2 rings", "ublk", "NBD kernel", "nbdfuse+loop"]
+PATHS = ["in-process", "null_blk", "ublk null", "ublk null 2 rings", "ublk B", "ublk", "NBD kernel", "nbdfuse+loop"]
 # Measured only when --paths names them: the null ublk server waiting as
 # the export's queue loop did before it had one ring (a second ring polling
 # the ublk ring's fd).
-EXTRA_PATHS = ["ublk null 2 rings"]
+# "ublk B": `serve --ublk` of another uraid build (--uraid-b), beside
+# this one's in the same boot (a before/after).
+EXTRA_PATHS = ["ublk null 2 rings", "ublk B"]
 # Measured in setup (a) only: the floors of the ublk export.
 FLOORS = ["null_blk", "ublk null"]
 
@@ -291,12 +293,12 @@ class Serve:
     """`uraid serve` on the array's members (with --ublk: its /dev/ublkbN
     in `dev`), stopped with SIGTERM."""
 
-    def __init__(self, args, devs, ublk):
+    def __init__(self, args, devs, ublk, uraid=None):
         if os.path.exists(SOCK):
             os.unlink(SOCK)
         before = set(glob.glob("/dev/ublkb*"))
         # --ublk alone: the device, no NBD socket.
-        cmd = [args.uraid, "serve", *(["--ublk"] if ublk else ["--socket", SOCK]), *devs]
+        cmd = [uraid or args.uraid, "serve", *(["--ublk"] if ublk else ["--socket", SOCK]), *devs]
         self.err = open(os.path.join(RUN_DIR, "serve.err"), "w+")
         self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err, text=True,
                                   env=dict(os.environ, URAID_RUN_DIR=RUN_DIR))
@@ -484,14 +486,16 @@ def all_paths(args, devs, jobs, size, floor=None):
                 res[path]["syscalls"] = syscalls_per_io(srv.dev, srv.p.pid, args, size)
         finally:
             srv.stop()
-    if args.ublk and "ublk" in args.paths:
-        srv = Serve(args, devs, ublk=True)
+    for path, uraid in (("ublk B", args.uraid_b), ("ublk", args.uraid)):
+        if not (args.ublk and path in args.paths and uraid):
+            continue
+        srv = Serve(args, devs, ublk=True, uraid=uraid)
         try:
-            step(f"  ublk ({srv.dev})")
-            res["ublk"] = measure_device(srv.dev, srv.p.pid, jobs, args, size)
-            res["ublk"]["max_sectors_kb"] = int(open(f"/sys/block/{os.path.basename(srv.dev)}/queue/max_sectors_kb").read())
+            step(f"  {path} ({srv.dev}, {uraid})")
+            res[path] = measure_device(srv.dev, srv.p.pid, jobs, args, size)
+            res[path]["max_sectors_kb"] = int(open(f"/sys/block/{os.path.basename(srv.dev)}/queue/max_sectors_kb").read())
             if args.syscalls and floor:
-                res["ublk"]["syscalls"] = syscalls_per_io(srv.dev, srv.p.pid, args, size)
+                res[path]["syscalls"] = syscalls_per_io(srv.dev, srv.p.pid, args, size)
         finally:
             srv.stop()
     if "NBD kernel" not in args.paths and "nbdfuse+loop" not in args.paths:
@@ -608,10 +612,15 @@ def verdict(ok):
 def print_floors(a):
     """ublk against its floors: the null ublk server (no engine) and
     null_blk alone, in setup (a)."""
+    q32, q1 = RND_Q32[0], RND_Q1[0]
+    if "ublk" in a and "ublk B" in a:
+        u, o = a["ublk"], a["ublk B"]
+        log(f"ublk against ublk B (the other build): RND4K Q32T1 read IOPS {u[q32]['iops'] / o[q32]['iops']:.1%}, server CPU"
+            f" µs/IO {u['server_cpu_us_per_io'] - o['server_cpu_us_per_io']:+.2f}, SEQ1M Q8T1 read MB/s"
+            f" {u[SEQ_READ[0]]['mbps'] / o[SEQ_READ[0]]['mbps']:.1%}, QD1 read latency {u[q1]['lat_mean_us'] - o[q1]['lat_mean_us']:+.1f} µs")
     if "ublk" not in a or "ublk null" not in a:
         return
     u, n = a["ublk"], a["ublk null"]
-    q32, q1 = RND_Q32[0], RND_Q1[0]
     log(f"ublk against the null ublk server (no engine): RND4K Q32T1 read IOPS {u[q32]['iops'] / n[q32]['iops']:.1%}"
         f" (target >= 90%: {verdict(u[q32]['iops'] >= 0.9 * n[q32]['iops'])}), server CPU µs/IO"
         f" {u['server_cpu_us_per_io'] - n['server_cpu_us_per_io']:+.2f} (target <= +1.5 µs:"
@@ -734,6 +743,8 @@ def host(args, argv):
     stale = os.path.join(out, "export.json")
     if os.path.exists(stale):
         os.unlink(stale)
+    if args.uraid_b:
+        argv = [*argv, "--uraid-b", os.path.abspath(args.uraid_b)]
     inner = ["python3", "-u", os.path.join(ROOT, "bench", "export.py"), *argv, "--in-vm", "--uraid", uraid, "--out", out,
              *(["--ublk-null", ublk_null] if ublk_null else [])]
     log(f"booting the VM: {vm} run --rw {out} -- {shlex.join(inner)}")
@@ -755,6 +766,7 @@ def main():
     ap.add_argument("--engine", default="io_uring", choices=["io_uring", "libaio"], help="fio's engine; default io_uring")
     ap.add_argument("--no-ublk", dest="ublk", action="store_false", help="skip the ublk export")
     ap.add_argument("--uraid", help="the uraid binary (default: cargo build --release -p uraid)")
+    ap.add_argument("--uraid-b", help="another uraid build, measured as path 'ublk B' beside --uraid's (add 'ublk B' to --paths)")
     ap.add_argument("--ublk-null", help="the ublk-null example binary (default: cargo build --release -p uraid-ublk --example ublk-null)")
     default_paths = [p for p in PATHS[1:] if p not in EXTRA_PATHS]
     ap.add_argument("--paths", default=",".join(default_paths),

@@ -6,7 +6,7 @@
 //! `uraid serve --ublk` (the `ublk-null` example is its command).
 //!
 //! Its queue threads are made like the export's (same depth, buffers,
-//! ring without COOP_TASKRUN, affinity), and wait in one of two ways:
+//! ring without COOP_TASKRUN, CPU affinity), and wait in one of two ways:
 //! - [`Wait::OneRing`]: one `io_uring_enter` per batch on the ublk ring
 //!   submits the commits and waits for the next requests (the floor);
 //! - [`Wait::TwoRings`]: the wait of the export's queue loop without its
@@ -120,7 +120,9 @@ pub fn run(opts: &NullOptions) -> Result<(), Error> {
     let mut failed = None;
     for _ in 0..threads.len() {
         match rx.recv() {
-            Ok(Ok((qid, tid))) => ctrl.set_thread_affinity(qid, tid),
+            // Held to their queue's CPUs as the export's are.
+            Ok(Ok((qid, tid))) if crate::queue::pin_threads(dev.dev_info.nr_hw_queues) => ctrl.set_thread_affinity(qid, tid),
+            Ok(Ok(_)) => {}
             Ok(Err(e)) => failed = failed.or(Some(e)),
             Err(_) => failed = failed.or(Some("a queue thread ended".to_string())),
         }
