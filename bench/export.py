@@ -10,6 +10,16 @@ ublk, nbd and null_blk, under QEMU TCG), it measures:
   NBD kernel    fio on /dev/nbd0: nbd-client over `uraid serve`'s unix socket
   nbdfuse+loop  fio on a loop device over nbdfuse's file of the same socket
 
+and, in setup (a), two floors of the ublk export:
+
+  null_blk      fio on a null_blk drive alone (the kernel block layer alone)
+  ublk null     fio on the /dev/ublkbN of the `ublk-null` example of
+                crates/uraid-ublk: a ublk server answering every request at
+                once, no engine behind it (the ublk driver and one ring's
+                wait: what no ublk server can beat); the table says how far
+                uraid's ublk export is from it, and how far it is from
+                null_blk (the ublk driver's own cost, under TCG)
+
 Profiles: RND4K Q32T1 read (IOPS), SEQ1M Q8T1 read and write (MB/s), RND4K
 Q1T1 read latency (mean and p99, µs), and the server's CPU per I/O in the
 RND4K Q32T1 read (the `uraid serve` process's user + system time from
@@ -35,9 +45,15 @@ Figures under TCG are several times slower than on hardware (CPU µs per I/O
 several times larger): compare the ratios, measured together in one boot.
 
 Usage (as root, on the host): python3 bench/export.py [--levels 0,5] [--time S] [--uraid PATH] [--out DIR]
-It builds `cargo build --release -p uraid` (unless --uraid), boots the VM
-once, prints the tables and writes DIR/export.json (default target/bench-export).
+It builds `cargo build --release -p uraid` and the ublk-null example
+(unless --uraid / --ublk-null), boots the VM once, prints the tables and
+writes DIR/export.json (default target/bench-export).
 --no-ublk measures the other paths only (a uraid without `serve --ublk`).
+--paths P,.. measures only those paths (in-process always), --setups a
+skips the throttled drives: short runs while working on one path.
+--syscalls also counts the syscalls per I/O of the ublk servers (strace -c
+-f on the server over a separate fio run of RND4K Q32T1 and Q1T1 read; the
+slowdown of strace is not in the other figures).
 """
 import argparse, glob, json, os, shlex, shutil, signal, subprocess, sys, time
 
@@ -66,7 +82,15 @@ NULLB = "/sys/kernel/config/nullb"
 RUN_DIR = "/tmp/uraid-export-bench"          # the guest's /tmp: sockets, mounts, serve's run dir
 SOCK = os.path.join(RUN_DIR, "bench.sock")
 NAME = "bench"
-PATHS = ["in-process", "ublk", "NBD kernel", "nbdfuse+loop"]
+PATHS = ["in-process", "null_blk", "ublk null", "ublk null 2 rings", "ublk B", "ublk", "NBD kernel", "nbdfuse+loop"]
+# Measured only when --paths names them: the null ublk server waiting as
+# the export's queue loop did before it had one ring (a second ring polling
+# the ublk ring's fd).
+# "ublk B": `serve --ublk` of another uraid build (--uraid-b), beside
+# this one's in the same boot (a before/after).
+EXTRA_PATHS = ["ublk null 2 rings", "ublk B"]
+# Measured in setup (a) only: the floors of the ublk export.
+FLOORS = ["null_blk", "ublk null"]
 
 # (key, fio job name, rw, bs, qd): the profiles of setup (a); (b) runs the first three.
 RND_Q32 = ("RND4K Q32T1 read", "rnd4k-q32-read", "randread", "4k", 32)
@@ -250,7 +274,9 @@ def measure_device(dev, server_pid, jobs, args, size):
     other `jobs` in one stonewalled run."""
     set_no_scheduler(dev)
     res = {}
-    if RND_Q32 in jobs:
+    if RND_Q32 in jobs and server_pid is None:
+        res.update(fio(dev, [RND_Q32], args, size))
+    elif RND_Q32 in jobs:
         c0, t0, n0 = proc_cpu(server_pid), thread_cpu(server_pid), dev_ios(dev)
         res.update(fio(dev, [RND_Q32], args, size))
         c1, t1, n1 = proc_cpu(server_pid), thread_cpu(server_pid), dev_ios(dev)
@@ -267,12 +293,12 @@ class Serve:
     """`uraid serve` on the array's members (with --ublk: its /dev/ublkbN
     in `dev`), stopped with SIGTERM."""
 
-    def __init__(self, args, devs, ublk):
+    def __init__(self, args, devs, ublk, uraid=None):
         if os.path.exists(SOCK):
             os.unlink(SOCK)
         before = set(glob.glob("/dev/ublkb*"))
         # --ublk alone: the device, no NBD socket.
-        cmd = [args.uraid, "serve", *(["--ublk"] if ublk else ["--socket", SOCK]), *devs]
+        cmd = [uraid or args.uraid, "serve", *(["--ublk"] if ublk else ["--socket", SOCK]), *devs]
         self.err = open(os.path.join(RUN_DIR, "serve.err"), "w+")
         self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err, text=True,
                                   env=dict(os.environ, URAID_RUN_DIR=RUN_DIR))
@@ -303,6 +329,64 @@ class Serve:
             self.p.kill()
             self.p.wait()
             sys.exit(f"export.py: uraid serve did not stop within 60 s of SIGTERM: {self.stderr()}")
+
+
+def strace_counts(path):
+    """Calls per syscall name of an `strace -c` summary file."""
+    calls = {}
+    for line in open(path):
+        f = line.split()
+        if len(f) in (5, 6) and f[3].isdigit():
+            calls[f[-1]] = int(f[3])
+    return calls
+
+
+def syscalls_per_io(dev, server_pid, args, size):
+    """Syscalls per I/O of the server `server_pid` (all its threads) over
+    a fio run of RND4K Q32T1 read then one of Q1T1 read on `dev`, with
+    `strace -c -f` attached: per profile, io_uring_enter and all syscalls
+    per completed request (strace slows the server: only counts are kept)."""
+    out = {}
+    for key, name, rw, bs, qd in (RND_Q32, RND_Q1):
+        summary = os.path.join(RUN_DIR, f"strace-{server_pid}-{qd}.txt")
+        st = subprocess.Popen(["strace", "-c", "-f", "-p", str(server_pid), "-o", summary],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1)  # attached to every thread
+        n0 = dev_ios(dev)
+        fio(dev, [(key, name, rw, bs, qd)], args, size)
+        n = max(1, dev_ios(dev) - n0)
+        st.send_signal(signal.SIGINT)
+        st.wait(60)
+        calls = strace_counts(summary)
+        out[key] = {"ios": n, "io_uring_enter": calls.get("io_uring_enter", 0) / n,
+                    "total": calls.get("total", sum(calls.values())) / n,
+                    "top": sorted(((c, k) for k, c in calls.items() if k != "total"), reverse=True)[:4]}
+    return out
+
+
+class NullServe:
+    """The ublk-null example (a ublk server with no engine) on a device of
+    `mib` MiB: its /dev/ublkbN in `dev`; stopped with SIGTERM."""
+
+    def __init__(self, args, mib, extra):
+        cmd = [args.ublk_null, "--size-mib", str(mib), *extra]
+        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.dev = self.p.stdout.readline().strip()
+        if not self.dev.startswith("/dev/ublkb"):
+            self.p.kill()
+            sys.exit(f"export.py: `{shlex.join(cmd)}` made no device: {self.p.stderr.read().strip()}")
+        for _ in range(100):
+            if blk_sectors(self.dev) > 0:
+                break
+            time.sleep(0.05)
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            self.p.wait(60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
 
 
 def nbd_kernel(args, srv, jobs, size):
@@ -382,24 +466,48 @@ def in_process(args, devs, jobs, size):
     return res
 
 
-def all_paths(args, devs, jobs, size):
-    """Measures every path on the array over `devs`."""
+def all_paths(args, devs, jobs, size, floor=None):
+    """Measures every path (of args.paths) on the array over `devs`; with
+    `floor` (a spare null_blk drive, its test size), the floors too."""
     res = {}
     step("  in-process (uraid bench)")
     res["in-process"] = in_process(args, devs, jobs, size)
-    if args.ublk:
-        srv = Serve(args, devs, ublk=True)
+    if floor and "null_blk" in args.paths:
+        step(f"  null_blk alone ({floor[0]})")
+        res["null_blk"] = measure_device(floor[0], None, jobs, args, floor[1])
+    for path, extra in (("ublk null", []), ("ublk null 2 rings", ["--two-rings"])):
+        if not (floor and path in args.paths and args.ublk):
+            continue
+        srv = NullServe(args, args.size_mib, extra)
         try:
-            step(f"  ublk ({srv.dev})")
-            res["ublk"] = measure_device(srv.dev, srv.p.pid, jobs, args, size)
+            step(f"  {path} ({srv.dev}, no engine)")
+            res[path] = measure_device(srv.dev, srv.p.pid, jobs, args, size)
+            if args.syscalls:
+                res[path]["syscalls"] = syscalls_per_io(srv.dev, srv.p.pid, args, size)
         finally:
             srv.stop()
+    for path, uraid in (("ublk B", args.uraid_b), ("ublk", args.uraid)):
+        if not (args.ublk and path in args.paths and uraid):
+            continue
+        srv = Serve(args, devs, ublk=True, uraid=uraid)
+        try:
+            step(f"  {path} ({srv.dev}, {uraid})")
+            res[path] = measure_device(srv.dev, srv.p.pid, jobs, args, size)
+            res[path]["max_sectors_kb"] = int(open(f"/sys/block/{os.path.basename(srv.dev)}/queue/max_sectors_kb").read())
+            if args.syscalls and floor:
+                res[path]["syscalls"] = syscalls_per_io(srv.dev, srv.p.pid, args, size)
+        finally:
+            srv.stop()
+    if "NBD kernel" not in args.paths and "nbdfuse+loop" not in args.paths:
+        return res
     srv = Serve(args, devs, ublk=False)
     try:
-        step("  NBD kernel client (/dev/nbd0)")
-        res["NBD kernel"] = nbd_kernel(args, srv, jobs, size)
-        step("  nbdfuse + loop")
-        res["nbdfuse+loop"] = nbdfuse_loop(args, srv, jobs, size)
+        if "NBD kernel" in args.paths:
+            step("  NBD kernel client (/dev/nbd0)")
+            res["NBD kernel"] = nbd_kernel(args, srv, jobs, size)
+        if "nbdfuse+loop" in args.paths:
+            step("  nbdfuse + loop")
+            res["nbdfuse+loop"] = nbdfuse_loop(args, srv, jobs, size)
     finally:
         srv.stop()
     return res
@@ -416,7 +524,9 @@ def guest(args):
     """Runs inside the VM: every setup and level, then the tables and JSON."""
     if os.geteuid() != 0:
         sys.exit("export.py --in-vm: run as root (it loads modules and makes block devices)")
-    for exe in ("fio", "nbd-client", "nbdfuse", "losetup", "fusermount3"):
+    need = ["fio", "losetup"] + (["strace"] if args.syscalls else [])
+    need += ["nbd-client"] * ("NBD kernel" in args.paths) + ["nbdfuse", "fusermount3"] * ("nbdfuse+loop" in args.paths)
+    for exe in need:
         if not shutil.which(exe):
             sys.exit(f"export.py: {exe} is missing (apt-get install fio nbd-client libnbd-bin fuse3 mount)")
     os.makedirs(RUN_DIR, mode=0o700, exist_ok=True)
@@ -441,7 +551,7 @@ def guest(args):
     throttle = {"seq_mbps": args.seq_mbps, "rnd_mbps": args.rnd_mbps}
     result = {"config": {"time_s": args.time, "engine": args.engine, "area_mib": area, "chunk": args.chunk,
                          "members": 4, "throttle": throttle, "kernel": os.uname().release,
-                         "ublk": args.ublk}, "levels": {}}
+                         "ublk": args.ublk, "paths": args.paths, "setups": args.setups}, "levels": {}}
     t0 = time.time()
     for level in args.levels:
         lv = result["levels"][str(level)] = {"b": {}}
@@ -455,7 +565,10 @@ def guest(args):
             # members' was by create's zeroing.
             run("dd", "if=/dev/zero", f"of={one.devs[0]}", "bs=1M", f"count={mib}", "oflag=direct")
             step(f"RAID {level}, (a) no ceilings")
-            lv["a"] = all_paths(args, drives.devs, [RND_Q32, SEQ_READ, SEQ_WRITE, RND_Q1], size)
+            lv["a"] = all_paths(args, drives.devs, [RND_Q32, SEQ_READ, SEQ_WRITE, RND_Q1], size,
+                                floor=(one.devs[0], f"{mib - 8}M"))
+            if "b" not in args.setups:
+                continue
             # Bandwidth ceilings for SEQ1M, requests cut to 128K (the
             # chunk: the same requests reach a member and the drive alone,
             # and null_blk's budget per tick passes whole requests only);
@@ -496,15 +609,45 @@ def verdict(ok):
     return "MET" if ok else "NOT MET"
 
 
+def print_floors(a):
+    """ublk against its floors: the null ublk server (no engine) and
+    null_blk alone, in setup (a)."""
+    q32, q1 = RND_Q32[0], RND_Q1[0]
+    if "ublk" in a and "ublk B" in a:
+        u, o = a["ublk"], a["ublk B"]
+        log(f"ublk against ublk B (the other build): RND4K Q32T1 read IOPS {u[q32]['iops'] / o[q32]['iops']:.1%}, server CPU"
+            f" µs/IO {u['server_cpu_us_per_io'] - o['server_cpu_us_per_io']:+.2f}, SEQ1M Q8T1 read MB/s"
+            f" {u[SEQ_READ[0]]['mbps'] / o[SEQ_READ[0]]['mbps']:.1%}, QD1 read latency {u[q1]['lat_mean_us'] - o[q1]['lat_mean_us']:+.1f} µs")
+    if "ublk" not in a or "ublk null" not in a:
+        return
+    u, n = a["ublk"], a["ublk null"]
+    log(f"ublk against the null ublk server (no engine): RND4K Q32T1 read IOPS {u[q32]['iops'] / n[q32]['iops']:.1%}"
+        f" (target >= 90%: {verdict(u[q32]['iops'] >= 0.9 * n[q32]['iops'])}), server CPU µs/IO"
+        f" {u['server_cpu_us_per_io'] - n['server_cpu_us_per_io']:+.2f} (target <= +1.5 µs:"
+        f" {verdict(u['server_cpu_us_per_io'] <= n['server_cpu_us_per_io'] + 1.5)}), SEQ1M Q8T1 read MB/s"
+        f" {u[SEQ_READ[0]]['mbps'] / n[SEQ_READ[0]]['mbps']:.1%}, QD1 read latency {u[q1]['lat_mean_us'] - n[q1]['lat_mean_us']:+.1f} µs")
+    if "ublk null 2 rings" in a:
+        t = a["ublk null 2 rings"]
+        log(f"the null ublk server waiting on a second ring (as the export did) against one ring: RND4K Q32T1 read IOPS"
+            f" {t[q32]['iops'] / n[q32]['iops']:.1%}, server CPU µs/IO {t['server_cpu_us_per_io'] - n['server_cpu_us_per_io']:+.2f},"
+            f" QD1 read latency {t[q1]['lat_mean_us'] - n[q1]['lat_mean_us']:+.1f} µs")
+    if "null_blk" in a:
+        r = a["null_blk"]
+        log(f"the null ublk server against null_blk alone (the ublk driver's cost): RND4K Q32T1 read IOPS"
+            f" {n[q32]['iops'] / r[q32]['iops']:.1%}, QD1 read latency {n[q1]['lat_mean_us'] - r[q1]['lat_mean_us']:+.1f} µs")
+
+
 def print_tables(result):
     cfg = result["config"]
-    paths = [p for p in PATHS if p != "ublk" or cfg["ublk"]]
     for level, lv in result["levels"].items():
         a = lv["a"]
         inp = a["in-process"]
+        paths = [p for p in PATHS if p in a]
         log(f"\nRAID {level} x4 (chunk {cfg['chunk']}), (a) no ceilings, kernel {cfg['kernel']} under TCG,"
             f" {cfg['time_s']} s per test, test area {cfg['area_mib']} MiB")
-        head = f"{'':<30}" + "".join(f"{p:>14}" for p in paths) + "".join(f"{p + '/in':>16}" for p in paths[1:])
+        short = {"ublk null 2 rings": "null 2 rings"}  # column headers of at most 13 characters
+        head = f"{'':<30}" + "".join(f"{short.get(p, p):>14}" for p in paths)
+        head += "".join(f"{short.get(p, p) + '/in':>16}" for p in paths[1:])
         log(head + "  target")
         rows = [("RND4K Q32T1 read", "iops", "IOPS"), ("SEQ1M Q8T1 read", "mbps", "MB/s"),
                 ("SEQ1M Q8T1 write", "mbps", "MB/s"), ("RND4K Q1T1 read", "lat_mean_us", "mean µs"),
@@ -522,21 +665,33 @@ def print_tables(result):
             if key == RND_Q1[0] and "ublk" in a:
                 line += f"  ublk adds {a['ublk'][key][fld] - inp[key][fld]:+.1f} µs"
             log(line)
-        cpu = [a[p]["server_cpu_us_per_io"] for p in paths]
-        line = f"{'server CPU µs/IO (RND4K Q32T1)':<30}" + "".join(f"{v:>14.2f}" for v in cpu)
-        line += "".join(f"{v - cpu[0]:>+13.2f} µs" for v in cpu[1:])
+        cpu = [a[p].get("server_cpu_us_per_io") for p in paths]
+        line = f"{'server CPU µs/IO (RND4K Q32T1)':<30}" + "".join(f"{v:>14.2f}" if v is not None else f"{'-':>14}" for v in cpu)
+        line += "".join(f"{v - cpu[0]:>+13.2f} µs" if v is not None else f"{'-':>16}" for v in cpu[1:])
         if "ublk" in a:
-            line += f"  ublk <= in-process + 1.5 µs: {verdict(cpu[1] <= cpu[0] + 1.5)}"
+            u = a["ublk"]["server_cpu_us_per_io"]
+            line += f"  ublk <= in-process + 1.5 µs: {verdict(u <= cpu[0] + 1.5)}"
         log(line)
         for p in paths:
             th = a[p].get("server_busiest_threads")
             if th:
                 log(f"  {p} server's busiest threads in RND4K Q32T1 (CPU s): " + ", ".join(f"{n} {c}" for n, c in th))
-        dio = a["nbdfuse+loop"].get("loop_direct_io")
-        log(f"(in-process CPU: uraid bench's whole process, load generator included; exports: uraid serve's;"
-            f" loop over nbdfuse with direct I/O: {'yes' if dio else 'NO (page cache: reads may hit it)'})")
+        dio = a.get("nbdfuse+loop", {}).get("loop_direct_io")
+        log(f"(in-process CPU: uraid bench's whole process, load generator included; exports: the server's;"
+            f" null_blk: no server; loop over nbdfuse with direct I/O: {'yes' if dio else 'NO or not run'})")
+        print_floors(a)
+        for p in paths:
+            sc = a[p].get("syscalls")
+            if sc:
+                log(f"  {p} syscalls per I/O (strace -c -f): " + "; ".join(
+                    f"{k}: io_uring_enter {v['io_uring_enter']:.2f}, all {v['total']:.2f} "
+                    f"({', '.join(f'{n} {c}' for c, n in v['top'])}; {v['ios']} I/Os)" for k, v in sc.items()))
+        if "max_sectors_kb" in a.get("ublk", {}):
+            log(f"  ublk device's largest request: {a['ublk']['max_sectors_kb']} KiB")
 
         b = lv["b"]
+        if not b:
+            continue
         one = b["one drive"]
         t = cfg["throttle"]
         log(f"\nRAID {level} x4, (b) throttled drives (null_blk mbps: {t['seq_mbps']} MiB/s each for SEQ1M,"
@@ -573,6 +728,15 @@ def host(args, argv):
         if r.returncode != 0:
             sys.exit("export.py: cargo build --release -p uraid failed (above)")
         uraid = os.path.join(TARGET_DIR, "release", "uraid")
+    if args.ublk_null:
+        ublk_null = os.path.abspath(args.ublk_null)
+    elif args.ublk and ("ublk null" in args.paths or "ublk null 2 rings" in args.paths):
+        r = subprocess.run(["cargo", "build", "--release", "-q", "-p", "uraid-ublk", "--example", "ublk-null"], cwd=ROOT)
+        if r.returncode != 0:
+            sys.exit("export.py: cargo build --release -p uraid-ublk --example ublk-null failed (above)")
+        ublk_null = os.path.join(TARGET_DIR, "release", "examples", "ublk-null")
+    else:
+        ublk_null = None
     if args.ublk and not has_ublk_option(uraid):
         sys.exit(f"export.py: {uraid} has no `serve --ublk` (no ublk export in this build);"
                  " --no-ublk measures the other paths")
@@ -581,7 +745,10 @@ def host(args, argv):
     stale = os.path.join(out, "export.json")
     if os.path.exists(stale):
         os.unlink(stale)
-    inner = ["python3", "-u", os.path.join(ROOT, "bench", "export.py"), *argv, "--in-vm", "--uraid", uraid, "--out", out]
+    if args.uraid_b:
+        argv = [*argv, "--uraid-b", os.path.abspath(args.uraid_b)]
+    inner = ["python3", "-u", os.path.join(ROOT, "bench", "export.py"), *argv, "--in-vm", "--uraid", uraid, "--out", out,
+             *(["--ublk-null", ublk_null] if ublk_null else [])]
     log(f"booting the VM: {vm} run --rw {out} -- {shlex.join(inner)}")
     t0 = time.time()
     r = subprocess.run([vm, "run", "--rw", out, "--", shlex.join(inner)], cwd=ROOT)
@@ -601,6 +768,13 @@ def main():
     ap.add_argument("--engine", default="io_uring", choices=["io_uring", "libaio"], help="fio's engine; default io_uring")
     ap.add_argument("--no-ublk", dest="ublk", action="store_false", help="skip the ublk export")
     ap.add_argument("--uraid", help="the uraid binary (default: cargo build --release -p uraid)")
+    ap.add_argument("--uraid-b", help="another uraid build, measured as path 'ublk B' beside --uraid's (add 'ublk B' to --paths)")
+    ap.add_argument("--ublk-null", help="the ublk-null example binary (default: cargo build --release -p uraid-ublk --example ublk-null)")
+    default_paths = [p for p in PATHS[1:] if p not in EXTRA_PATHS]
+    ap.add_argument("--paths", default=",".join(default_paths),
+                    help=f"paths besides in-process, comma-separated; default {','.join(default_paths)} (also: {','.join(EXTRA_PATHS)})")
+    ap.add_argument("--setups", default="a,b", help="a (no ceilings), b (throttled drives), or both (default a,b)")
+    ap.add_argument("--syscalls", action="store_true", help="count the ublk servers' syscalls per I/O (strace, separate fio runs)")
     ap.add_argument("--out", help="directory for export.json (made writable in the VM); default target/bench-export")
     ap.add_argument("--in-vm", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -612,12 +786,19 @@ def main():
         sys.exit(f"export.py: --levels {args.levels}: 0 and 5 are measured")
     if args.time <= 0 or args.size_mib < 16 or args.rnd_mbps < 1:
         sys.exit("export.py: --time and --rnd-mbps must be positive, --size-mib at least 16")
+    args.paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    bad = [p for p in args.paths if p not in PATHS[1:]]
+    if bad:
+        sys.exit(f"export.py: --paths: unknown {', '.join(bad)}; give some of {','.join(PATHS[1:])}")
+    args.setups = [x.strip() for x in args.setups.split(",") if x.strip()]
+    if not args.setups or any(x not in ("a", "b") for x in args.setups):
+        sys.exit(f"export.py: --setups {','.join(args.setups)}: give a, b or a,b")
     if args.seq_mbps < 7:
         # One 20 ms tick's budget must pass a 128 KiB request (max_sectors 256).
         sys.exit("export.py: --seq-mbps must be at least 7 (null_blk passes no request larger than 1/50 of it, and requests are 128 KiB)")
     if args.in_vm:
-        if not args.uraid or not args.out:
-            sys.exit("export.py --in-vm needs --uraid and --out")
+        if not args.uraid or not args.out or (args.ublk and any(p.startswith("ublk null") for p in args.paths) and not args.ublk_null):
+            sys.exit("export.py --in-vm needs --uraid, --ublk-null and --out")
         guest(args)
     else:
         host(args, sys.argv[1:])

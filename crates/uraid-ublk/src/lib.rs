@@ -31,6 +31,8 @@ use uraid_core::export::{Export, StatsSnapshot};
 use uraid_core::Volume;
 
 pub mod params;
+#[doc(hidden)]
+pub mod null;
 mod queue;
 pub mod support;
 
@@ -350,9 +352,12 @@ impl UblkExport {
         }
         let d = device.dev.clone().expect("set above");
         for (qid, tid) in tids {
-            // Each queue's thread on the CPUs whose requests it gets, and
-            // in libublk's JSON of the device.
-            device.ctrl.set_thread_affinity(qid, tid);
+            // Each queue's thread on the CPUs whose requests it gets (when
+            // they are several: see queue::pin_threads), and in libublk's
+            // JSON of the device.
+            if queue::pin_threads(d.dev_info.nr_hw_queues) {
+                device.ctrl.set_thread_affinity(qid, tid);
+            }
             let _ = device.ctrl.configure_queue(&d, qid, tid);
         }
         if let Err(e) = device.ctrl.start_dev(&d) {
