@@ -1,7 +1,15 @@
-//! Stable names for the block device of a served array:
+//! Stable names for the block devices of a served array:
 //! `/dev/uraid/NAME -> ../ublkbN` and `/dev/disk/by-id/uraid-UUID ->
 //! ../../ublkbN`, so that fstab and systemd mount units can name the
 //! array whichever ublk device number it got.
+//!
+//! A Matrix array has a device per volume: the first volume's is
+//! `/dev/uraid/NAME` (and `uraid-<array UUID>`), every further volume's
+//! `/dev/uraid/NAME:VOLUME` (md names an IMSM volume `/dev/md/VOLUME`;
+//! the array's name in front keeps two arrays' volumes apart, and `:` is
+//! in no array or volume name); every volume's device of a Matrix array
+//! is also `/dev/disk/by-id/uraid-<volume UUID>` (`uraid status --json`
+//! lists the volumes' UUIDs).
 //!
 //! Two makers, one result (as mdadm has): the udev rule
 //! `contrib/udev/60-uraid.rules` asks `uraid udev-id ublkbN` ([`udev_id`])
@@ -30,35 +38,40 @@ const DEV: &str = "/dev";
 /// The largest record file read, bytes (one is about 120).
 const MAX_RECORD_BYTES: u64 = 4096;
 
-/// Makes `/dev/uraid/NAME` and `/dev/disk/by-id/uraid-UUID` point at
-/// `bdev` (a ublk block device, `/dev/ublkbN`), replacing links of ours
-/// that point elsewhere (a device of before), then asks udev, when it
-/// runs, to look at `bdev` again so that its rule adds the same links and
-/// systemd learns the name.
+/// Makes `/dev/uraid/LINK` and `/dev/disk/by-id/uraid-UUID` (for each
+/// of `uuids`; empty ones skipped) point at `bdev` (a ublk block device,
+/// `/dev/ublkbN`), replacing links of ours that point elsewhere (a
+/// device of before), then asks udev, when it runs, to look at `bdev`
+/// again so that its rule adds the same links and systemd learns the
+/// name.
 ///
-/// `name` is the array's name (`uraid create --name`), `uuid` its UUID as
-/// `uraid examine` prints it (empty for a temporary `mem:` array: no
-/// by-id link).
+/// `link` is the array's name (`uraid create --name`) for its first
+/// volume's device, `NAME:VOLUME` for a further volume's; `uuids` the
+/// array's UUID as `uraid examine` prints it (first volume only) and the
+/// volume's (none for a temporary `mem:` array: no by-id link).
 ///
-/// Errors: `name`, `uuid` or `bdev` is not valid (the message says
+/// Errors: `link`, a UUID or `bdev` is not valid (the message says
 /// which), `bdev` is not a block device, or a link's path holds
 /// something that is not a link of ours (left alone; the message names
 /// it), or a directory cannot be made.
-pub(crate) fn link(name: &str, uuid: &str, bdev: &Path) -> Result<()> {
-    link_in(Path::new(DEV), name, uuid, bdev)?;
+pub(crate) fn link_volume(link: &str, uuids: &[String], bdev: &Path) -> Result<()> {
+    link_in(Path::new(DEV), link, uuids, bdev)?;
     udev_change(bdev);
     Ok(())
 }
 
-/// Removes `/dev/uraid/NAME` and `/dev/disk/by-id/uraid-UUID` when they
-/// are links of ours (to any ublk device), and `/dev/uraid` when it is
-/// left empty. Anything else at those paths is left alone; an invalid
-/// name or UUID removes nothing.
-pub(crate) fn unlink(name: &str, uuid: &str) {
-    unlink_in(Path::new(DEV), name, uuid, None);
+/// Removes `/dev/uraid/LINK` and `/dev/disk/by-id/uraid-UUID` (each of
+/// `uuids`) when they are links of ours (to any ublk device), and
+/// `/dev/uraid` when it is left empty. Anything else at those paths is
+/// left alone; an invalid name or UUID removes nothing.
+pub(crate) fn unlink_volume(link: &str, uuids: &[String]) {
+    unlink_in(Path::new(DEV), link, "", None);
+    for uuid in uuids {
+        unlink_in(Path::new(DEV), "", uuid, None);
+    }
 }
 
-/// As [`unlink`], but only the links that point at `bdev`
+/// As [`unlink_volume`] with one UUID, but only the links that point at `bdev`
 /// (`/dev/ublkbN`): those of another device of the array are kept.
 pub(crate) fn unlink_device(name: &str, uuid: &str, bdev: &Path) {
     if let Some(file) = bdev.file_name().and_then(|f| f.to_str()) {
@@ -76,6 +89,20 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a link's name in /dev/uraid: an array name ([`check_name`]),
+/// or `NAME:VOLUME` with a volume name of the same rules.
+fn check_link(link: &str) -> Result<()> {
+    let (name, volume) = match link.split_once(':') {
+        Some((n, v)) => (n, Some(v)),
+        None => (link, None),
+    };
+    check_name(name)?;
+    if let Some(v) = volume {
+        uraid_core::control::superblock::check_name_of("volume", v).map_err(|e| anyhow!("{e}"))?;
+    }
+    Ok(())
+}
+
 /// Whether `file` is a ublk block device's name, `ublkbN`.
 fn is_ublk_name(file: &str) -> bool {
     file.strip_prefix("ublkb").is_some_and(|n| !n.is_empty() && n.len() <= 10 && n.bytes().all(|b| b.is_ascii_digit()))
@@ -89,10 +116,10 @@ fn is_ours(target: &Path, depth: usize) -> bool {
     t.strip_prefix(&"../".repeat(depth)).is_some_and(is_ublk_name)
 }
 
-/// [`link`] in the device directory `root`, without udev.
-fn link_in(root: &Path, name: &str, uuid: &str, bdev: &Path) -> Result<()> {
-    check_name(name)?;
-    let uuid = if uuid.is_empty() { None } else { Some(crate::conf::parse_uuid(uuid)?) };
+/// [`link_volume`] in the device directory `root`, without udev.
+fn link_in(root: &Path, name: &str, uuids: &[String], bdev: &Path) -> Result<()> {
+    check_link(name)?;
+    let uuids: Vec<String> = uuids.iter().filter(|u| !u.is_empty()).map(|u| crate::conf::parse_uuid(u)).collect::<Result<_>>()?;
     let file = bdev.file_name().and_then(|f| f.to_str()).unwrap_or("");
     if !is_ublk_name(file) || bdev.parent() != Some(root) {
         bail!("{} is not a ublk block device ({}/ublkbN): no link to it is made", bdev.display(), root.display());
@@ -107,7 +134,7 @@ fn link_in(root: &Path, name: &str, uuid: &str, bdev: &Path) -> Result<()> {
     if let Err(e) = make_dirs(root, &["uraid"]).and_then(|d| place(&d, name, &format!("../{file}"), 1)) {
         errors.push(format!("{e:#}"));
     }
-    if let Some(uuid) = uuid {
+    for uuid in uuids {
         if let Err(e) = make_dirs(root, &["disk", "by-id"]).and_then(|d| place(&d, &format!("uraid-{uuid}"), &format!("../../{file}"), 2)) {
             errors.push(format!("{e:#}"));
         }
@@ -187,13 +214,14 @@ fn place(dir: &Path, file: &str, target: &str, depth: usize) -> Result<()> {
     bail!("{} keeps changing under us: is something else making it?", path.display())
 }
 
-/// [`unlink`] in `root`; with `only`, just the links to `root/only`.
+/// [`unlink`] in `root`; with `only`, just the links to `root/only`. An
+/// empty `name` removes the by-id link alone.
 fn unlink_in(root: &Path, name: &str, uuid: &str, only: Option<&str>) {
-    if check_name(name).is_err() {
+    if !name.is_empty() && check_link(name).is_err() {
         return;
     }
     let by_name = root.join("uraid");
-    let mut links = vec![(by_name.join(name), 1)];
+    let mut links = if name.is_empty() { vec![] } else { vec![(by_name.join(name), 1)] };
     if let Ok(uuid) = crate::conf::parse_uuid(uuid) {
         links.push((root.join("disk/by-id").join(format!("uraid-{uuid}")), 2));
     }
@@ -253,6 +281,25 @@ pub(crate) struct UblkRecord {
     pub pid: u32,
     /// The block device, `/dev/ublkbN`.
     pub bdev: PathBuf,
+    /// The first volume's UUID (a Matrix array's only).
+    #[serde(default)]
+    pub volume_uuid: String,
+    /// The devices of a Matrix array's further volumes.
+    #[serde(default)]
+    pub volumes: Vec<VolumeUblkRecord>,
+}
+
+/// The device of a volume after the first in a [`UblkRecord`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub(crate) struct VolumeUblkRecord {
+    /// The volume's name.
+    pub volume: String,
+    /// The volume's UUID.
+    pub uuid: String,
+    /// N of /dev/ublkbN.
+    pub dev_id: u32,
+    /// The block device, `/dev/ublkbN`.
+    pub bdev: PathBuf,
 }
 
 /// The ublk devices recorded in the run directory: `(array name,
@@ -296,8 +343,18 @@ fn read_record(path: &Path) -> Result<(std::time::SystemTime, UblkRecord)> {
     if !r.uuid.is_empty() {
         r.uuid = crate::conf::parse_uuid(&r.uuid)?;
     }
+    if !r.volume_uuid.is_empty() {
+        r.volume_uuid = crate::conf::parse_uuid(&r.volume_uuid)?;
+    }
     if r.bdev != Path::new(DEV).join(format!("ublkb{}", r.dev_id)) {
         bail!("{}: bdev {} is not the device {}", path.display(), r.bdev.display(), r.dev_id);
+    }
+    for v in &mut r.volumes {
+        uraid_core::control::superblock::check_name_of("volume", &v.volume).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        v.uuid = crate::conf::parse_uuid(&v.uuid)?;
+        if v.bdev != Path::new(DEV).join(format!("ublkb{}", v.dev_id)) {
+            bail!("{}: bdev {} is not the device {}", path.display(), v.bdev.display(), v.dev_id);
+        }
     }
     Ok((md.modified().unwrap_or(std::time::UNIX_EPOCH), r))
 }
@@ -310,23 +367,43 @@ pub(crate) struct UdevIdArgs {
     pub(crate) kernel: String,
 }
 
-/// Prints `URAID_NAME=NAME` and `URAID_UUID=UUID` (udev's KEY=value
-/// lines) for the ublk device `KERNEL` when a record in the run
-/// directory names it, nothing when none does (a ublk device of another
-/// program). Errors: `KERNEL` is not `ublkbN`.
+/// Prints `URAID_NAME=LINK`, `URAID_UUID=UUID` and
+/// `URAID_VOLUME_UUID=UUID` (udev's KEY=value lines) for the ublk device
+/// `KERNEL` when a record in the run directory names it, nothing when
+/// none does (a ublk device of another program). For the first volume's
+/// device LINK is the array's name and URAID_UUID its UUID; for a
+/// further volume's (a Matrix array) LINK is `NAME:VOLUME` and
+/// URAID_UUID the volume's UUID (so that a rule that knows only
+/// URAID_NAME and URAID_UUID makes that volume's links); URAID_VOLUME_UUID
+/// is the volume's UUID either way. Errors: `KERNEL` is not `ublkbN`.
 pub(crate) fn udev_id(a: UdevIdArgs) -> Result<()> {
     if !is_ublk_name(&a.kernel) {
         bail!("'{}' is not a ublk block device's kernel name (ublkbN, as udev's %k gives it)", a.kernel);
     }
-    let bdev = Path::new(DEV).join(&a.kernel);
-    if let Some((name, r)) = records().into_iter().find(|(_, r)| r.bdev == bdev) {
-        // Both checked: a name of [A-Za-z0-9._-], a UUID of hex and '-'.
-        println!("URAID_NAME={name}");
-        if !r.uuid.is_empty() {
-            println!("URAID_UUID={}", r.uuid);
-        }
+    for line in udev_lines(&records(), &Path::new(DEV).join(&a.kernel)) {
+        println!("{line}");
     }
     Ok(())
+}
+
+/// What [`udev_id`] prints for `bdev`, from `records`.
+fn udev_lines(records: &[(String, UblkRecord)], bdev: &Path) -> Vec<String> {
+    // All checked: names of [A-Za-z0-9._-], UUIDs of hex and '-'.
+    let found = records.iter().find_map(|(name, r)| {
+        if r.bdev == bdev {
+            return Some((name.clone(), r.uuid.clone(), r.volume_uuid.clone()));
+        }
+        r.volumes.iter().find(|v| v.bdev == bdev).map(|v| (format!("{name}:{}", v.volume), v.uuid.clone(), v.uuid.clone()))
+    });
+    let Some((link, uuid, volume_uuid)) = found else { return Vec::new() };
+    let mut lines = vec![format!("URAID_NAME={link}")];
+    if !uuid.is_empty() {
+        lines.push(format!("URAID_UUID={uuid}"));
+    }
+    if !volume_uuid.is_empty() && volume_uuid != uuid {
+        lines.push(format!("URAID_VOLUME_UUID={volume_uuid}"));
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -371,6 +448,11 @@ mod tests {
         p
     }
 
+    /// [`link_in`] with one UUID.
+    fn li(root: &Path, name: &str, uuid: &str, bdev: &Path) -> Result<()> {
+        link_in(root, name, &[uuid.to_string()], bdev)
+    }
+
     fn first_byte(p: &Path) -> u8 {
         use std::io::Read;
         let mut b = [0u8; 1];
@@ -387,7 +469,7 @@ mod tests {
         let r = root.path();
         let (d7, d8) = (node(r, 7, &a), node(r, 8, &b));
 
-        link_in(r, "data", UUID, &d7).unwrap();
+        li(r, "data", UUID, &d7).unwrap();
         let by_name = r.join("uraid/data");
         let by_id = r.join(format!("disk/by-id/uraid-{LOW}"));
         assert_eq!(std::fs::read_link(&by_name).unwrap(), Path::new("../ublkb7"));
@@ -395,8 +477,8 @@ mod tests {
         assert_eq!(first_byte(&by_name), 0xa1, "the name reads the device");
         assert_eq!(first_byte(&by_id), 0xa1);
         // Again: nothing changes. A new device: the links follow it.
-        link_in(r, "data", UUID, &d7).unwrap();
-        link_in(r, "data", UUID, &d8).unwrap();
+        li(r, "data", UUID, &d7).unwrap();
+        li(r, "data", UUID, &d8).unwrap();
         assert_eq!(first_byte(&by_name), 0xb2);
         assert_eq!(first_byte(&by_id), 0xb2);
         assert!(std::fs::read_dir(r.join("uraid")).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with(".#")));
@@ -407,7 +489,7 @@ mod tests {
         std::os::unix::fs::symlink("../sda", r.join("uraid/other")).unwrap();
         let other_id = r.join("disk/by-id/uraid-11111111-2222-3333-4444-555555555555");
         for n in ["file", "dir", "other"] {
-            let e = link_in(r, n, "11111111-2222-3333-4444-555555555555", &d7).unwrap_err().to_string();
+            let e = li(r, n, "11111111-2222-3333-4444-555555555555", &d7).unwrap_err().to_string();
             assert!(e.contains(&format!("uraid/{n}")) && e.contains("left alone"), "{e}");
             assert_eq!(std::fs::read_link(&other_id).unwrap(), Path::new("../../ublkb7"), "the other link is made all the same");
             unlink_in(r, n, "11111111-2222-3333-4444-555555555555", None);
@@ -419,12 +501,12 @@ mod tests {
 
         // Bad input: no link made.
         for (name, uuid, dev) in [("..", UUID, &d7), (".", UUID, &d7), ("a/b", UUID, &d7), ("", UUID, &d7), ("x", "nope", &d7)] {
-            assert!(link_in(r, name, uuid, dev).is_err(), "{name} {uuid}");
+            assert!(li(r, name, uuid, dev).is_err(), "{name} {uuid}");
         }
         std::fs::write(r.join("ublkb9"), b"").unwrap();
-        let e = link_in(r, "x", UUID, &r.join("ublkb9")).unwrap_err().to_string();
+        let e = li(r, "x", UUID, &r.join("ublkb9")).unwrap_err().to_string();
         assert!(e.contains("not a block device"), "{e}");
-        let e = link_in(r, "x", UUID, &a.dev).unwrap_err().to_string();
+        let e = li(r, "x", UUID, &a.dev).unwrap_err().to_string();
         assert!(e.contains("not a ublk block device"), "{e}");
         assert!(!r.join("uraid/x").exists() && !r.join("uraid/..").join("x").exists());
 
@@ -436,17 +518,33 @@ mod tests {
         assert!(r.join("uraid").is_dir(), "not empty (file, dir, other): kept");
 
         // A temporary array (no UUID): the name only.
-        link_in(r, "tmp", "", &d8).unwrap();
+        li(r, "tmp", "", &d8).unwrap();
         assert_eq!(first_byte(&r.join("uraid/tmp")), 0xb2);
         unlink_in(r, "tmp", "", None);
         assert!(std::fs::symlink_metadata(r.join("uraid/tmp")).is_err());
+
+        // A Matrix array's further volume: NAME:VOLUME and its own UUID,
+        // beside the first volume's links.
+        const V1: &str = "aaaaaaaa-2222-4333-8444-555555555555";
+        link_in(r, "mx", &[UUID.to_string(), LOW.replace("0f1e", "1f1e")], &d7).unwrap();
+        link_in(r, "mx:safe", &[V1.to_string()], &d8).unwrap();
+        assert_eq!(first_byte(&r.join("uraid/mx")), 0xa1);
+        assert_eq!(first_byte(&r.join("uraid/mx:safe")), 0xb2);
+        assert_eq!(first_byte(&r.join(format!("disk/by-id/uraid-{LOW}"))), 0xa1);
+        assert_eq!(first_byte(&r.join(format!("disk/by-id/uraid-{}", LOW.replace("0f1e", "1f1e")))), 0xa1);
+        assert_eq!(first_byte(&r.join(format!("disk/by-id/uraid-{V1}"))), 0xb2);
+        assert!(link_in(r, "mx:a:b", &[], &d8).is_err() && link_in(r, "mx:", &[], &d8).is_err());
+        unlink_in(r, "mx:safe", "", None);
+        unlink_in(r, "", V1, None);
+        assert!(std::fs::symlink_metadata(r.join("uraid/mx:safe")).is_err() && std::fs::symlink_metadata(r.join(format!("disk/by-id/uraid-{V1}"))).is_err());
+        assert_eq!(first_byte(&r.join("uraid/mx")), 0xa1, "the first volume's link stays");
 
         // A directory on the way that is a link is not followed.
         let elsewhere = tempfile::tempdir().unwrap();
         let r2 = tempfile::tempdir().unwrap();
         let d = node(r2.path(), 3, &a);
         std::os::unix::fs::symlink(elsewhere.path(), r2.path().join("uraid")).unwrap();
-        let e = link_in(r2.path(), "data", UUID, &d).unwrap_err().to_string();
+        let e = li(r2.path(), "data", UUID, &d).unwrap_err().to_string();
         assert!(e.contains("not a directory"), "{e}");
         assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
     }
@@ -468,6 +566,40 @@ mod tests {
         names.sort();
         assert_eq!(names, ["data", "tmp"], "{rs:?}");
         let data = &rs.iter().find(|(n, _)| n == "data").unwrap().1;
-        assert_eq!(*data, UblkRecord { dev_id: 3, uuid: LOW.into(), pid: 42, bdev: "/dev/ublkb3".into() });
+        assert_eq!(*data, UblkRecord { dev_id: 3, uuid: LOW.into(), pid: 42, bdev: "/dev/ublkb3".into(), volume_uuid: String::new(), volumes: vec![] });
+        assert_eq!(udev_lines(&rs, Path::new("/dev/ublkb3")), [format!("URAID_NAME=data"), format!("URAID_UUID={LOW}")]);
+    }
+
+    /// A Matrix array's record: every volume's device is found, named
+    /// NAME:VOLUME past the first and known by its volume's UUID; a
+    /// record with a further volume that is not well-formed is skipped.
+    #[test]
+    fn matrix_records_name_every_volume() {
+        const V0: &str = "11111111-2222-4333-8444-555555555555";
+        const V1: &str = "AAAAAAAA-2222-4333-8444-555555555555";
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        let rec = |more: &str| {
+            format!(
+                r#"{{"dev_id":3,"uuid":"{UUID}","pid":42,"bdev":"/dev/ublkb3","volume":"fast","volume_uuid":"{V0}","volumes":[{more}]}}"#
+            )
+        };
+        std::fs::write(p.join("mx.ublk"), rec(&format!(r#"{{"volume":"safe","uuid":"{V1}","dev_id":4,"bdev":"/dev/ublkb4"}}"#))).unwrap();
+        std::fs::write(p.join("e1.ublk"), rec(&format!(r#"{{"volume":"safe","uuid":"{V1}","dev_id":5,"bdev":"/dev/sda"}}"#))).unwrap();
+        std::fs::write(p.join("e2.ublk"), rec(&format!(r#"{{"volume":"a:b","uuid":"{V1}","dev_id":6,"bdev":"/dev/ublkb6"}}"#))).unwrap();
+        std::fs::write(p.join("e3.ublk"), rec(r#"{"volume":"safe","uuid":"nope","dev_id":7,"bdev":"/dev/ublkb7"}"#)).unwrap();
+        let rs = records_in(p);
+        assert_eq!(rs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["mx"], "{rs:?}");
+        let v1 = V1.to_lowercase();
+        assert_eq!(udev_lines(&rs, Path::new("/dev/ublkb3")), [format!("URAID_NAME=mx"), format!("URAID_UUID={LOW}"), format!("URAID_VOLUME_UUID={V0}")]);
+        assert_eq!(udev_lines(&rs, Path::new("/dev/ublkb4")), [format!("URAID_NAME=mx:safe"), format!("URAID_UUID={v1}")]);
+        assert!(udev_lines(&rs, Path::new("/dev/ublkb5")).is_empty());
+        // The names the links take.
+        for ok in ["mx", "mx:safe", "a.b:c-d_e"] {
+            assert!(check_link(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", ":", "mx:", ":safe", "mx:a:b", "..", "mx:a/b", "a/b:c"] {
+            assert!(check_link(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -62,9 +62,9 @@ pub(crate) fn status(c: Client, json: bool) -> Result<()> {
         println!("  {line}");
     }
     if let Some(list) = v["exports"].as_array().filter(|l| !l.is_empty()) {
-        let each: Vec<String> =
-            list.iter().map(|e| format!("{} {}", e["kind"].as_str().unwrap_or("?"), e["address"].as_str().unwrap_or("?"))).collect();
-        println!("  exported as: {}", each.join(", "));
+        for line in exported_lines(list) {
+            println!("  {line}");
+        }
     }
     if let Some(io) = v["io"].as_object() {
         for (vol, f) in io {
@@ -83,6 +83,33 @@ pub(crate) fn status(c: Client, json: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The "exported as:" lines of `status` from its `exports` (each
+/// `{"kind", "address", "volume"}`): one line for an array whose exports
+/// serve one volume, else one per volume (a Matrix array's), in order.
+fn exported_lines(list: &[serde_json::Value]) -> Vec<String> {
+    let mut volumes: Vec<&str> = Vec::new();
+    for e in list {
+        let v = e["volume"].as_str().unwrap_or("");
+        if !volumes.contains(&v) {
+            volumes.push(v);
+        }
+    }
+    volumes
+        .iter()
+        .map(|vol| {
+            let each: Vec<String> = list
+                .iter()
+                .filter(|e| e["volume"].as_str().unwrap_or("") == *vol)
+                .map(|e| format!("{} {}", e["kind"].as_str().unwrap_or("?"), e["address"].as_str().unwrap_or("?")))
+                .collect();
+            match volumes.len() {
+                1 => format!("exported as: {}", each.join(", ")),
+                _ => format!("volume '{vol}' exported as: {}", each.join(", ")),
+            }
+        })
+        .collect()
 }
 
 /// `maintenance: check every 7d (next in 6d 23h), scrub rate 100 MB/s,

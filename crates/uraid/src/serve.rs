@@ -379,16 +379,27 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         }
         (arr.name().to_string(), arr.volume().clone(), Some(arr))
     };
-    // The exported volume's live I/O figures, for `uraid status`.
-    let exported = arr.as_ref().and_then(|x| x.volume_entries().first().map(|e| e.name.clone())).unwrap_or_else(|| name.clone());
+    // Every volume is served (a Matrix array's each by its own exports).
+    let (served, vols) = served_volumes(&name, arr.as_ref(), &volume);
+    // Each served volume's live I/O figures, for `uraid status`; the
+    // first volume's window is also the console's.
+    let windows: Vec<(usize, String, Arc<crate::service::figures::Window>)> = served
+        .iter()
+        .map(|s| (s.index, s.name.clone(), if s.index == 0 { window.clone() } else { Default::default() }))
+        .collect();
+    let exported = served[0].name.clone();
     let figures: crate::service::ctl::Figures = {
-        let (window, exported) = (window.clone(), exported.clone());
-        Arc::new(move || serde_json::json!({ exported.as_str(): window.figures(crate::service::figures::STATUS_SECONDS) }))
+        let windows = windows.clone();
+        Arc::new(move || {
+            let each = windows.iter().map(|(_, n, w)| (n.clone(), serde_json::json!(w.figures(crate::service::figures::STATUS_SECONDS))));
+            serde_json::Value::Object(each.collect())
+        })
     };
     let scheme = if tls.is_some() { "nbds" } else { "nbd" };
     // TCP without client authentication: Some(whether it is loopback only).
     let mut open_tcp: Option<bool> = None;
-    let (listener, uri) = match tcp_addr {
+    // An export's URI is `uri_parts.0 + EXPORT + uri_parts.1`.
+    let (listener, uri_parts) = match tcp_addr {
         Some(sa) => {
             if !clients_authenticate(&a) {
                 open_tcp = Some(sa.ip().is_loopback());
@@ -396,30 +407,27 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             let l = TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa}"))?;
             // With port 0 the kernel picks one: print the real address.
             let sa = l.local_addr().unwrap_or(sa);
-            (Some(Listener::Tcp(l)), format!("{scheme}://{sa}/{name}"))
+            (Some(Listener::Tcp(l)), (format!("{scheme}://{sa}/"), String::new()))
         }
         // --ublk alone: no NBD socket.
-        None if a.ublk && a.socket.is_none() => (None, String::new()),
+        None if a.ublk && a.socket.is_none() => (None, (String::new(), String::new())),
         None => {
             let path = a.socket.clone().unwrap_or_else(|| crate::runstate::run_dir().join(format!("{name}.sock")));
             let l = bind_unix(&path, a.socket_mode, socket_gid)?;
-            let uri = format!("{scheme}+unix:///{name}?socket={}", path.display());
-            (Some(Listener::Unix(l, path)), uri)
+            let parts = (format!("{scheme}+unix:///"), format!("?socket={}", path.display()));
+            (Some(Listener::Unix(l, path)), parts)
         }
     };
+    let uri_of = |export: &str| if listener.is_some() { format!("{}{export}{}", uri_parts.0, uri_parts.1) } else { String::new() };
+    let uri = uri_of(&name);
     let kinds: Vec<String> = volume
         .members()
         .iter()
         .map(|m| format!("{}{}", m.name(), if m.kind() == MemberKind::Mem { " (in RAM)" } else { "" }))
         .collect();
-    let description = format!(
-        "uraid RAID {} over {} members, chunk {}",
-        volume.geometry().level().number(),
-        volume.members().len(),
-        uraid_core::units::fmt_size(volume.geometry().chunk())
-    );
+    let description = served[0].description.clone();
     let server = Server::new(
-        vec![Export { name: name.clone(), description: description.clone(), volume: volume.clone() }],
+        served.iter().zip(&vols).map(|(s, v)| Export { name: s.export.clone(), description: s.description.clone(), volume: v.clone() }).collect(),
         ServerOptions {
             read_only: a.read_only,
             queue_depth: a.queue_depth.clamp(1, 1024),
@@ -433,18 +441,36 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         },
     );
     let array_uuid = arr.as_ref().map(|x| x.uuid()).unwrap_or_default();
-    let ublk = match a.ublk {
-        true => Some(crate::ublk_export::start(&name, &array_uuid, volume.clone(), a.read_only, a.ublk_id)?),
+    // One /dev/ublkbN per volume, in the order of the volume table.
+    let ublk: Option<Vec<uraid_ublk::UblkExport>> = match a.ublk {
+        true => {
+            let targets: Vec<crate::ublk_export::Target> = served
+                .iter()
+                .zip(&vols)
+                .map(|(s, v)| crate::ublk_export::Target { volume: s.name.clone(), uuid: s.uuid.clone(), vol: v.clone() })
+                .collect();
+            Some(crate::ublk_export::start_all(&name, &array_uuid, &targets, a.read_only, a.ublk_id)?)
+        }
         false => None,
     };
-    // /dev/uraid/NAME and /dev/disk/by-id/uraid-UUID (crate::devlinks); a
-    // path held by something else is said, and the array is served.
-    if let Some(u) = &ublk {
-        if let Err(e) = crate::devlinks::link(&name, &array_uuid, std::path::Path::new(u.bdev())) {
+    // /dev/uraid/NAME (NAME:VOLUME past the first volume) and
+    // /dev/disk/by-id/uraid-UUID (crate::devlinks); a path held by
+    // something else is said, and the array is served.
+    for (s, u) in served.iter().zip(ublk.iter().flatten()) {
+        if let Err(e) = crate::devlinks::link_volume(&s.link, &s.by_id(&array_uuid), std::path::Path::new(u.bdev())) {
             eprintln!("uraid serve: {e:#}");
         }
     }
-    let served_on: Vec<String> = listener.iter().map(|_| uri.clone()).chain(ublk.iter().map(|u| u.bdev().to_string())).collect();
+    // Where each volume is served.
+    let served_on_each: Vec<Vec<String>> = served
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let nbd = listener.iter().map(|_| uri_of(&s.export));
+            nbd.chain(ublk.iter().filter_map(|u| u.get(i)).map(|u| u.bdev().to_string())).collect()
+        })
+        .collect();
+    let served_on = served_on_each[0].clone();
     install_signal_handlers();
     if let Some(loopback) = open_tcp {
         log!(
@@ -455,6 +481,16 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         );
     }
     println!("serving '{name}' ({description}, {} bytes{}) on {}", volume.capacity(), if a.read_only { ", read-only" } else { "" }, served_on.join(" and "));
+    for ((s, v), on) in served.iter().zip(&vols).zip(&served_on_each).skip(1) {
+        println!(
+            "serving volume '{}' of '{name}' ({}, {} bytes{}) on {}",
+            s.name,
+            s.description,
+            v.capacity(),
+            if a.read_only { ", read-only" } else { "" },
+            on.join(" and ")
+        );
+    }
     println!("members: {}", kinds.join(" "));
     // What a client gives: with TLS-PSK, a user and a file with its key.
     let client_uri = match &a.tls_psk {
@@ -471,8 +507,9 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             println!("WARNING: {}", uraid_core::control::array::WRITEBACK_WARNING);
         }
     }
-    if let Some(u) = &ublk {
-        println!("to put a filesystem on it: mkfs.ext4 {0}   # first time only\n  mkdir -p /mnt/{name} && mount {0} /mnt/{name}", u.bdev());
+    for (s, u) in served.iter().zip(ublk.iter().flatten()) {
+        let (what, dir) = if s.index == 0 { ("it".to_string(), name.clone()) } else { (format!("volume '{}'", s.name), format!("{name}-{}", s.name)) };
+        println!("to put a filesystem on {what}: mkfs.ext4 {0}   # first time only\n  mkdir -p /mnt/{dir} && mount {0} /mnt/{dir}", u.bdev());
     }
     if listener.is_some() {
         println!("to put a filesystem on it (kernel without nbd: FUSE + a loop device):");
@@ -505,6 +542,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     // takes over a role the old volume's Arc count tells when every
     // connection has moved to the new one.
     drop(volume);
+    drop(vols);
     // The service: the control socket, the events and the manager that
     // owns the array (see crate::service).
     let stop_service = Arc::new(AtomicBool::new(false));
@@ -512,13 +550,9 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     let events = crate::service::events::Events::new(&name, sinks.clone());
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let flag = server.shutdown_flag();
-    // Every export of the volume, as the manager, status and metrics see
-    // them.
-    let mut list: Vec<Arc<dyn uraid_core::export::Export>> = Vec::new();
-    if listener.is_some() {
-        list.push(Arc::new(server.handle(&name, &uri).context("the NBD server lost its export")?));
-    }
-    list.extend(ublk.clone().map(|u| Arc::new(u) as Arc<dyn uraid_core::export::Export>));
+    // Every export of every volume, as the manager, status and metrics
+    // see them.
+    let list = exports_of(&served, listener.as_ref().map(|_| &server), ublk.as_deref(), &uri_of)?;
     let exports = crate::service::exports::Exports::new(list, flag.clone());
     live.set_exports(&exports);
     let watcher = {
@@ -567,10 +601,12 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         };
         // The export's counters, once a second, for status and metrics.
         let sampler = {
-            let (exports, window, flag) = (exports.clone(), window.clone(), flag.clone());
+            let (exports, windows, flag) = (exports.clone(), windows.clone(), flag.clone());
             sc.spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
-                    window.push(exports.stats());
+                    for (i, _, w) in &windows {
+                        w.push(exports.stats_of(*i));
+                    }
                     for _ in 0..10 {
                         if flag.load(Ordering::Relaxed) {
                             break;
@@ -584,7 +620,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             Some(addr) => {
                 let source = crate::service::metrics::Source {
                     array: name.clone(),
-                    exported: Some((exported.clone(), window.clone())),
+                    exported: windows.clone(),
                     exports: Some(exports.clone()),
                     live: live.clone(),
                 };
@@ -685,21 +721,25 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     if let Some(Listener::Unix(_, p)) = &listener {
         let _ = std::fs::remove_file(p);
     }
-    // The device goes first (the kernel flushes it through the export).
+    // The devices go first (the kernel flushes them through the exports).
     if let Some(u) = &ublk {
-        crate::devlinks::unlink(&name, &array_uuid);
-        crate::ublk_export::stop(u, &name)?;
+        for s in &served {
+            crate::devlinks::unlink_volume(&s.link, &s.by_id(&array_uuid));
+        }
+        crate::ublk_export::stop_all(u, &name)?;
     }
     let arr = arr?;
     res.context("the listening socket failed")?;
-    if let Some(v) = exports.list().first().map(|e| e.volume()) {
+    for (i, vol_name) in exports.volumes() {
+        let Some(v) = exports.list().iter().find(|e| e.volume == i).map(|e| e.export.volume()) else { continue };
         // A reshape may have grown it meanwhile, never shrunk it.
-        debug_assert!(v.capacity() >= capacity);
+        debug_assert!(i > 0 || v.capacity() >= capacity);
         v.flush().context("final flush failed")?;
         if let Some(c) = v.cache() {
             let st = c.stats();
+            let of = if served.len() > 1 { format!(" of volume '{vol_name}'") } else { String::new() };
             log!(
-                "uraid serve: cache {}: {} writes ({} merged into dirty lines), {} written back ({} whole stripes), \
+                "uraid serve: cache{of} {}: {} writes ({} merged into dirty lines), {} written back ({} whole stripes), \
                  read hits {} of {} ({:.1}%), writers held at the dirty limit {} times",
                 st.mode.name(),
                 st.writes,
@@ -731,6 +771,96 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     }
     log!("uraid serve: stopped cleanly");
     Ok(())
+}
+
+/// One volume of the served array, as its exports name it: a Matrix
+/// array's volumes are each served on their own, the first as the array
+/// (NBD export NAME, /dev/uraid/NAME) and every further one as
+/// NAME/VOLUME over NBD and /dev/uraid/NAME:VOLUME as a ublk device
+/// (neither an array nor a volume name holds `/` or `:`).
+struct ServedVolume {
+    /// Its index in the volume table (0: the first).
+    index: usize,
+    /// Its name in the volume table (the array's for a temporary array).
+    name: String,
+    /// Its UUID as `uraid status` prints it (empty for a temporary array).
+    uuid: String,
+    /// Its NBD export name.
+    export: String,
+    /// Its link's name in /dev/uraid.
+    link: String,
+    /// What `nbdinfo --list` shows of it.
+    description: String,
+    /// The array has several volumes.
+    matrix: bool,
+}
+
+impl ServedVolume {
+    /// The UUIDs its /dev/disk/by-id/uraid-UUID links name: the array's
+    /// (`array_uuid`, the first volume only, as before Matrix volumes were
+    /// served) and, a Matrix array's, its own.
+    fn by_id(&self, array_uuid: &str) -> Vec<String> {
+        let first = (self.index == 0).then(|| array_uuid.to_string());
+        let own = self.matrix.then(|| self.uuid.clone());
+        first.into_iter().chain(own).filter(|u| !u.is_empty()).collect()
+    }
+}
+
+/// Every volume of array `name` (`arr`; `None` for a temporary array,
+/// whose one volume is `first`), with its volume.
+fn served_volumes(name: &str, arr: Option<&array::Array>, first: &Arc<uraid_core::Volume>) -> (Vec<ServedVolume>, Vec<Arc<uraid_core::Volume>>) {
+    let describe = |v: &uraid_core::Volume| {
+        format!(
+            "uraid RAID {} over {} members, chunk {}",
+            v.geometry().level().number(),
+            v.members().len(),
+            uraid_core::units::fmt_size(v.geometry().chunk())
+        )
+    };
+    let Some(arr) = arr else {
+        let only = ServedVolume { index: 0, name: name.to_string(), uuid: String::new(), export: name.to_string(), link: name.to_string(), description: describe(first), matrix: false };
+        return (vec![only], vec![first.clone()]);
+    };
+    let entries = arr.volume_entries();
+    let matrix = entries.len() > 1;
+    entries
+        .iter()
+        .zip(arr.volumes())
+        .enumerate()
+        .map(|(i, (e, v))| {
+            let (export, link) = if i == 0 { (name.to_string(), name.to_string()) } else { (format!("{name}/{}", e.name), format!("{name}:{}", e.name)) };
+            let description = match matrix {
+                true => format!("{}, volume '{}' ({} of {}) of array '{name}'", describe(v), e.name, i + 1, entries.len()),
+                false => describe(v),
+            };
+            let uuid = uraid_core::control::superblock::fmt_uuid(&e.uuid);
+            (ServedVolume { index: i, name: e.name.clone(), uuid, export, link, description, matrix }, v.clone())
+        })
+        .unzip()
+}
+
+/// The exports of every volume of `served`: its NBD export on `server`
+/// (when there is a listener; its URI by `uri_of`) and its ublk device
+/// (`ublk`, one per volume in the same order). Errors: the NBD server
+/// lost an export (a bug).
+fn exports_of(
+    served: &[ServedVolume],
+    server: Option<&Server>,
+    ublk: Option<&[uraid_ublk::UblkExport]>,
+    uri_of: &dyn Fn(&str) -> String,
+) -> Result<Vec<crate::service::exports::Exported>> {
+    let mut list = Vec::new();
+    for (i, s) in served.iter().enumerate() {
+        let mut of: Vec<Arc<dyn uraid_core::export::Export>> = Vec::new();
+        if let Some(server) = server {
+            of.push(Arc::new(server.handle(&s.export, &uri_of(&s.export)).context("the NBD server lost its export")?));
+        }
+        if let Some(u) = ublk.and_then(|u| u.get(i)) {
+            of.push(Arc::new(u.clone()));
+        }
+        list.extend(of.into_iter().map(|export| crate::service::exports::Exported { volume: s.index, volume_name: s.name.clone(), export }));
+    }
+    Ok(list)
 }
 
 /// The group id of `g`, a group name or a number.

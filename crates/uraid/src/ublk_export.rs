@@ -3,8 +3,11 @@
 //! find the device again.
 //!
 //! The record is `RUN_DIR/NAME.ublk`, JSON
-//! `{"dev_id":N,"uuid":"<array uuid>","pid":P,"bdev":"/dev/ublkbN"}`,
-//! written like the other state files (through the run directory's
+//! `{"dev_id":N,"uuid":"<array uuid>","pid":P,"bdev":"/dev/ublkbN",
+//! "volume":"<first volume's name>","volume_uuid":"<its UUID>"}`, the
+//! first volume's device; a Matrix array (one device per volume) adds
+//! `"volumes":[{"volume":NAME,"uuid":"<volume uuid>","dev_id":M,
+//! "bdev":"/dev/ublkbM"}]` for the volumes after the first. It is written like the other state files (through the run directory's
 //! descriptor, never through a symbolic link) once the device serves, and
 //! removed by a clean stop, which also deletes the device. When `serve`
 //! dies instead (kill -9, a crash), the device stays, its I/O waiting,
@@ -15,12 +18,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use uraid_core::Volume;
 use uraid_ublk::{Attach, UblkExport, UblkOptions};
 
-/// The record of a served ublk device.
+/// The record of a served array's ublk devices: the first volume's at
+/// the top (the whole record of an array of one volume), the others'
+/// in `volumes`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Record {
     /// N of /dev/ublkbN.
@@ -31,6 +36,40 @@ pub(crate) struct Record {
     pub pid: u32,
     /// The block device, `/dev/ublkbN`.
     pub bdev: String,
+    /// The first volume's name (a Matrix array's only).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub volume: String,
+    /// The first volume's UUID (a Matrix array's only).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub volume_uuid: String,
+    /// The devices of the volumes after the first (a Matrix array), in
+    /// the order of the volume table.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeRecord>,
+}
+
+/// The device of a volume after the first, in a [`Record`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct VolumeRecord {
+    /// The volume's name.
+    pub volume: String,
+    /// The volume's UUID, which its device keeps as its own (the first
+    /// volume's device keeps the array's).
+    pub uuid: String,
+    /// N of /dev/ublkbN.
+    pub dev_id: u32,
+    /// The block device, `/dev/ublkbN`.
+    pub bdev: String,
+}
+
+/// A volume to serve on a ublk device of its own.
+pub(crate) struct Target {
+    /// The volume's name.
+    pub volume: String,
+    /// The volume's UUID (empty for a temporary array).
+    pub uuid: String,
+    /// The volume.
+    pub vol: Arc<Volume>,
 }
 
 /// Where the record of array `name` is: `RUN_DIR/NAME.ublk`.
@@ -51,40 +90,109 @@ pub(crate) fn check() -> Result<()> {
     Ok(())
 }
 
-/// Serves `volume` of array `name` (`uuid`, empty for a temporary array)
-/// on a ublk device: the one its record names when a server that died
-/// left it waiting, else a new one (`dev_id`, or the first free), and
-/// records it. Errors: another process serves the array's device, the
-/// record names a device of another array still waiting for its server,
-/// or the device cannot be made or re-attached (the message says why).
-pub(crate) fn start(name: &str, uuid: &str, volume: Arc<Volume>, read_only: bool, dev_id: Option<u32>) -> Result<UblkExport> {
+/// Serves each volume of `targets` (the volumes of array `name`, UUID
+/// `uuid`, empty for a temporary array, in the order of its volume table)
+/// on a ublk device of its own: the one the record names for it when a
+/// server that died left it waiting, else a new one (`dev_id` for the
+/// first volume, or the first free), and records them all. Returns the
+/// exports in the order of `targets`.
+///
+/// Errors: another process serves one of the array's devices, the record
+/// names a device of another array still waiting for its server, or a
+/// device cannot be made or re-attached (the message says why). Then the
+/// devices made here are deleted, those re-attached left waiting again
+/// (as after a kill), and the record is left as it was.
+pub(crate) fn start_all(name: &str, uuid: &str, targets: &[Target], read_only: bool, dev_id: Option<u32>) -> Result<Vec<UblkExport>> {
     let path = record_path(name);
     let me = std::process::id();
+    let rec = read_record(name);
+    // First every device's fate, so that a refusal changes nothing.
+    let mut attach = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        // What the record says of this volume's device: (N, device, the
+        // UUID the device keeps).
+        let prior = rec.as_ref().and_then(|r| match i {
+            0 => Some((r.dev_id, r.bdev.clone(), r.uuid.clone())),
+            _ => r.volumes.iter().find(|v| v.uuid == t.uuid).map(|v| (v.dev_id, v.bdev.clone(), v.uuid.clone())),
+        });
+        let pid = rec.as_ref().map_or(me, |r| r.pid);
+        let ident = if i == 0 { uuid } else { t.uuid.as_str() };
+        attach.push(plan(name, &path, ident, prior, pid, if i == 0 { dev_id } else { None })?);
+    }
+    let mut started: Vec<(UblkExport, Attach)> = Vec::new();
+    for (i, (t, &how)) in targets.iter().zip(&attach).enumerate() {
+        let ident = if i == 0 { uuid } else { t.uuid.as_str() };
+        let label = if i == 0 { name.to_string() } else { format!("{name}:{}", t.volume) };
+        let opts = UblkOptions { uuid: ident.to_string(), name: label, attach: how, read_only, queues: 0, depth: 0 };
+        match UblkExport::start(t.vol.clone(), &opts) {
+            Ok(e) => started.push((e, how)),
+            Err(e) => {
+                abandon(started);
+                let e = anyhow::Error::new(e);
+                return Err(if targets.len() > 1 { e.context(format!("volume '{}' of array '{name}'", t.volume)) } else { e });
+            }
+        }
+    }
+    let more: Vec<VolumeRecord> = started
+        .iter()
+        .zip(targets)
+        .skip(1)
+        .map(|((e, _), t)| VolumeRecord { volume: t.volume.clone(), uuid: t.uuid.clone(), dev_id: e.dev_id(), bdev: e.bdev().to_string() })
+        .collect();
+    let (first, t0) = (&started[0].0, &targets[0]);
+    let rec = Record {
+        dev_id: first.dev_id(),
+        uuid: uuid.to_string(),
+        pid: me,
+        bdev: first.bdev().to_string(),
+        // An array of one volume: the record as before Matrix volumes
+        // were served.
+        volume: if targets.len() > 1 { t0.volume.clone() } else { String::new() },
+        volume_uuid: if targets.len() > 1 { t0.uuid.clone() } else { String::new() },
+        volumes: more,
+    };
+    if let Err(e) = crate::runstate::write_json(&path, &rec, me) {
+        abandon(started);
+        return Err(e.context(format!("cannot record the ublk devices in {}", path.display())));
+    }
+    for (e, how) in &started {
+        if let Attach::Recover(_) = how {
+            println!("re-attached {}: what its users wrote before the restart is there, and what they had in flight was issued again", e.bdev());
+        }
+    }
+    Ok(started.into_iter().map(|(e, _)| e).collect())
+}
+
+/// How the device of one volume is had: `prior`, what the record says of
+/// it (N, device, the UUID the device keeps) as written by process `pid`;
+/// `ident` the UUID it must keep; `dev_id` the N asked for a new one.
+/// A device of ours stopped for good (or a temporary array's) is deleted
+/// here. Errors: see [`start_all`].
+fn plan(name: &str, path: &std::path::Path, ident: &str, prior: Option<(u32, String, String)>, pid: u32, dev_id: Option<u32>) -> Result<Attach> {
+    let me = std::process::id();
     let mut attach = Attach::New(dev_id);
-    if let Some(r) = read_record(name) {
-        let dev = uraid_ublk::probe(r.dev_id)?;
+    if let Some((n, bdev, recorded)) = prior {
+        let dev = uraid_ublk::probe(n)?;
         match dev {
             // Gone (a reboot, or deleted): the record is stale.
             None => {}
-            Some(d) if d.live() || (r.pid != me && crate::runstate::alive(r.pid)) => bail!(
-                "{} is served by process {} already ({} says so): two servers cannot attach to one device; \
+            Some(d) if d.live() || (pid != me && crate::runstate::alive(pid)) => bail!(
+                "{bdev} is served by process {} already ({} says so): two servers cannot attach to one device; \
                  stop that one first (uraid stop {name})",
-                r.bdev,
-                if d.live() { d.pid as u32 } else { r.pid },
+                if d.live() { d.pid as u32 } else { pid },
                 path.display()
             ),
-            Some(d) if r.uuid != uuid || d.uuid.as_deref().is_some_and(|u| u != uuid) => bail!(
-                "{} records {} of another array named '{name}' (UUID {}), not this one ({uuid}); it still waits \
+            Some(d) if recorded != ident || d.uuid.as_deref().is_some_and(|u| u != ident) => bail!(
+                "{} records {bdev} of another array named '{name}' (UUID {}), not this one ({ident}); it still waits \
                  for its server: serve that array to re-attach it, or remove {} once the device is gone",
                 path.display(),
-                r.bdev,
-                d.uuid.unwrap_or(r.uuid),
+                d.uuid.unwrap_or(recorded),
                 path.display()
             ),
-            Some(d) if d.quiesced() && d.recoverable && !uuid.is_empty() => attach = Attach::Recover(r.dev_id),
+            Some(d) if d.quiesced() && d.recoverable && !ident.is_empty() => attach = Attach::Recover(n),
             // Ours but stopped for good (or a temporary array's, whose
             // data is gone): it goes, and a new device is made.
-            Some(_) => uraid_ublk::delete(r.dev_id)?,
+            Some(_) => uraid_ublk::delete(n)?,
         }
     }
     if let (Attach::Recover(n), Some(want)) = (attach, dev_id) {
@@ -92,28 +200,37 @@ pub(crate) fn start(name: &str, uuid: &str, volume: Arc<Volume>, read_only: bool
             eprintln!("uraid serve: re-attaching to /dev/ublkb{n}, where the filesystem of '{name}' waits, not --ublk-id {want}");
         }
     }
-    let opts = UblkOptions { uuid: uuid.to_string(), name: name.to_string(), attach, read_only, queues: 0, depth: 0 };
-    let export = UblkExport::start(volume, &opts)?;
-    let rec = Record { dev_id: export.dev_id(), uuid: uuid.to_string(), pid: me, bdev: export.bdev().to_string() };
-    if let Err(e) = crate::runstate::write_json(&path, &rec, me) {
-        let _ = export.stop();
-        return Err(e.context(format!("cannot record the ublk device in {}", path.display())));
-    }
-    if let Attach::Recover(_) = attach {
-        println!("re-attached {}: what its users wrote before the restart is there, and what they had in flight was issued again", export.bdev());
-    }
-    Ok(export)
+    Ok(attach)
 }
 
-/// A clean stop: the device is stopped and deleted, and its record
-/// removed. Errors: the driver refused to delete it.
-pub(crate) fn stop(export: &UblkExport, name: &str) -> Result<()> {
-    export.stop().with_context(|| format!("stopping {}", export.bdev()))?;
+/// After a failed [`start_all`]: the devices made are deleted; those
+/// re-attached are left to wait for the next server, as a kill leaves
+/// them (their handles are never dropped, which would delete them; the
+/// kernel quiesces them when this process ends).
+fn abandon(started: Vec<(UblkExport, Attach)>) {
+    for (e, how) in started {
+        match how {
+            Attach::New(_) => {
+                let _ = e.stop();
+            }
+            Attach::Recover(_) => std::mem::forget(e),
+        }
+    }
+}
+
+/// A clean stop: every device is stopped and deleted, and the record
+/// removed. Errors: the driver refused to delete a device (the others
+/// are stopped all the same).
+pub(crate) fn stop_all(exports: &[UblkExport], name: &str) -> Result<()> {
+    let errs: Vec<String> = exports.iter().filter_map(|e| e.stop().err().map(|m| format!("stopping {}: {m}", e.bdev()))).collect();
     let path = record_path(name);
     if read_record(name).is_some_and(|r| r.pid == std::process::id()) {
         let _ = std::fs::remove_file(&path);
     }
-    Ok(())
+    match errs.is_empty() {
+        true => Ok(()),
+        false => bail!("{}", errs.join("; ")),
+    }
 }
 
 /// Serving with no NBD listener: returns once `stop` is set (a signal,

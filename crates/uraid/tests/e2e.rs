@@ -75,6 +75,11 @@ mod boot_monitor;
 #[path = "e2e/nbd_auth.rs"]
 mod nbd_auth;
 
+// A Matrix array served: every volume an export of its own (NBD here,
+// ublk in tests/vm/ublk_matrix.sh), kept apart through a rebuild.
+#[path = "e2e/matrix_serve.rs"]
+mod matrix_serve;
+
 // What the web console may write; names, spares, warnings and times.
 #[path = "e2e/console_acts.rs"]
 mod console_acts;

@@ -23,8 +23,9 @@
 //!   `uraid_sync_speed_bytes_per_second`, `uraid_mismatches` (md's
 //!   `mismatch_cnt`: stripes that disagreed in the last check);
 //! - cache: `uraid_cache_dirty_bytes`, `uraid_cache_hit_ratio`;
-//! - per export (`export` label: its kind, `nbd` or `ublk`; `address`:
-//!   where clients find it): `uraid_export_info`,
+//! - per export (`volume` label: the volume it serves, each volume of a
+//!   Matrix array having its own; `export`: its kind, `nbd` or `ublk`;
+//!   `address`: where clients find it): `uraid_export_info`,
 //!   `uraid_export_{reads,writes,flushes,trims,write_zeroes}_completed_total`,
 //!   `uraid_export_{read,written}_bytes_total`, `uraid_export_errors_total`,
 //!   `uraid_export_requests_in_flight`, `uraid_export_{read,write}_latency_seconds`;
@@ -50,10 +51,10 @@ use super::Live;
 pub(crate) struct Source {
     /// The array's name.
     pub array: String,
-    /// The exported volume's name and its exports' counters (summed,
-    /// sampled once a second; used when `exports` is None).
-    pub exported: Option<(String, Arc<Window>)>,
-    /// The exported volume's exports, read live for the per-export
+    /// Each exported volume's index and name, and its exports' counters
+    /// (summed, sampled once a second; used when `exports` is None).
+    pub exported: Vec<(usize, String, Arc<Window>)>,
+    /// The exported volumes' exports, read live for the per-export
     /// figures.
     pub exports: Option<super::exports::Exports>,
     /// The service's shared state.
@@ -153,25 +154,26 @@ fn family<M: EncodeMetric>(
 }
 
 impl Source {
-    /// The figures of each export of volume `name`, from `taken` (each
-    /// export with its snapshot of this scrape).
+    /// The figures of each export, from `taken` (each export with its
+    /// snapshot of this scrape), labelled with its volume.
     fn encode_exports(
         &self,
         enc: &mut DescriptorEncoder,
-        name: &str,
-        taken: &[(&Arc<dyn uraid_core::export::Export>, uraid_core::export::StatsSnapshot)],
+        taken: &[(&super::exports::Exported, uraid_core::export::StatsSnapshot)],
     ) -> std::result::Result<(), std::fmt::Error> {
         let all: Vec<_> = taken
             .iter()
-            .map(|(e, s)| {
-                let labels = vec![("array", self.array.clone()), ("volume", name.to_string()), ("export", e.kind().to_string()), ("address", e.address())];
-                (labels, e.kind(), s)
+            .map(|(x, s)| {
+                let e = &x.export;
+                let labels =
+                    vec![("array", self.array.clone()), ("volume", x.volume_name.clone()), ("export", e.kind().to_string()), ("address", e.address())];
+                (labels, e.kind(), s, x.volume_name.clone())
             })
             .collect();
         let each = |f: &dyn Fn(&uraid_core::export::StatsSnapshot) -> u64| {
-            all.iter().map(|(l, _, s)| (l.clone(), ConstCounter::new(f(s)))).collect::<Vec<_>>()
+            all.iter().map(|(l, _, s, _)| (l.clone(), ConstCounter::new(f(s)))).collect::<Vec<_>>()
         };
-        family(enc, "uraid_export_info", "1 for each export of a volume: its kind and address as labels.", &all.iter().map(|(l, _, _)| (l.clone(), ConstGauge::new(1))).collect::<Vec<_>>())?;
+        family(enc, "uraid_export_info", "1 for each export of a volume: its kind and address as labels.", &all.iter().map(|(l, _, _, _)| (l.clone(), ConstGauge::new(1))).collect::<Vec<_>>())?;
         family(enc, "uraid_export_reads_completed", "Reads completed through this export.", &each(&|s| s.reads))?;
         family(enc, "uraid_export_writes_completed", "Writes completed through this export.", &each(&|s| s.writes))?;
         family(enc, "uraid_export_flushes_completed", "Flushes completed through this export.", &each(&|s| s.flushes))?;
@@ -184,19 +186,21 @@ impl Source {
             enc,
             "uraid_export_requests_in_flight",
             "Requests of this export received and not yet answered.",
-            &all.iter().map(|(l, _, s)| (l.clone(), ConstGauge::new(s.in_flight as i64))).collect::<Vec<_>>(),
+            &all.iter().map(|(l, _, s, _)| (l.clone(), ConstGauge::new(s.in_flight as i64))).collect::<Vec<_>>(),
         )?;
-        family(enc, "uraid_export_read_latency_seconds", "Read latency through this export.", &all.iter().map(|(l, _, s)| (l.clone(), histogram(&s.read_latency))).collect::<Vec<_>>())?;
-        family(enc, "uraid_export_write_latency_seconds", "Write latency through this export.", &all.iter().map(|(l, _, s)| (l.clone(), histogram(&s.write_latency))).collect::<Vec<_>>())?;
-        // NBD connections: of the NBD exports only (a ublk device has none).
-        let nbd: Vec<_> = all.iter().filter(|(_, k, _)| *k == "nbd").collect();
-        let vol = vec![("array", self.array.clone()), ("volume", name.to_string())];
-        if !nbd.is_empty() {
-            let open: u64 = nbd.iter().map(|(_, _, s)| s.connections).sum();
-            let total: u64 = nbd.iter().map(|(_, _, s)| s.connections_total).sum();
-            family(enc, "uraid_nbd_connections", "NBD connections open.", &[(vol.clone(), ConstGauge::new(open as i64))])?;
-            family(enc, "uraid_nbd_connections_accepted", "NBD connections accepted since the start.", &[(vol, ConstCounter::new(total))])?;
+        family(enc, "uraid_export_read_latency_seconds", "Read latency through this export.", &all.iter().map(|(l, _, s, _)| (l.clone(), histogram(&s.read_latency))).collect::<Vec<_>>())?;
+        family(enc, "uraid_export_write_latency_seconds", "Write latency through this export.", &all.iter().map(|(l, _, s, _)| (l.clone(), histogram(&s.write_latency))).collect::<Vec<_>>())?;
+        // NBD connections per volume: of the NBD exports only (a ublk
+        // device has none).
+        let mut open = Vec::new();
+        let mut total = Vec::new();
+        for (_, _, s, v) in all.iter().filter(|(_, k, _, _)| *k == "nbd") {
+            let vol = vec![("array", self.array.clone()), ("volume", v.clone())];
+            open.push((vol.clone(), ConstGauge::new(s.connections as i64)));
+            total.push((vol, ConstCounter::new(s.connections_total)));
         }
+        family(enc, "uraid_nbd_connections", "NBD connections open.", &open)?;
+        family(enc, "uraid_nbd_connections_accepted", "NBD connections accepted since the start.", &total)?;
         Ok(())
     }
 }
@@ -205,29 +209,40 @@ impl Collector for Source {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::result::Result<(), std::fmt::Error> {
         let a = || ("array", self.array.clone());
         let vol = |v: &str| vec![a(), ("volume", v.to_string())];
-        if let Some((name, w)) = &self.exported {
+        if !self.exported.is_empty() {
             // Live where the exports are at hand: each export's snapshot is
-            // taken once, and the volume's figures are their sum, so that
-            // the sums agree with the per-export figures of the same scrape.
-            let taken: Option<Vec<_>> = self.exports.as_ref().map(|x| x.list().iter().map(|e| (e, e.stats())).collect());
-            let s = match &taken {
-                Some(t) => super::exports::sum(t.iter().map(|(_, s)| s.clone())),
-                None => w.latest(),
-            };
-            let c = |x: u64| vec![(vol(name), ConstCounter::new(x))];
-            family(&mut enc, "uraid_volume_reads_completed", "Reads completed through the exports.", &c(s.reads))?;
-            family(&mut enc, "uraid_volume_writes_completed", "Writes completed through the exports.", &c(s.writes))?;
-            family(&mut enc, "uraid_volume_flushes_completed", "Flushes completed through the exports.", &c(s.flushes))?;
-            family(&mut enc, "uraid_volume_trims_completed", "Trims completed through the exports.", &c(s.trims))?;
-            family(&mut enc, "uraid_volume_write_zeroes_completed", "Write-zeroes completed through the exports.", &c(s.write_zeroes))?;
-            family(&mut enc, "uraid_volume_read_bytes", "Bytes read through the exports.", &c(s.read_bytes))?;
-            family(&mut enc, "uraid_volume_written_bytes", "Bytes written through the exports.", &c(s.write_bytes))?;
-            family(&mut enc, "uraid_volume_errors", "Requests completed with an error.", &c(s.errors))?;
-            family(&mut enc, "uraid_volume_requests_in_flight", "Requests received and not yet answered.", &[(vol(name), ConstGauge::new(s.in_flight as i64))])?;
-            family(&mut enc, "uraid_volume_read_latency_seconds", "Read latency, from request to reply.", &[(vol(name), histogram(&s.read_latency))])?;
-            family(&mut enc, "uraid_volume_write_latency_seconds", "Write latency, from request to reply.", &[(vol(name), histogram(&s.write_latency))])?;
+            // taken once, and each volume's figures are the sum of its
+            // exports', so that the sums agree with the per-export figures
+            // of the same scrape.
+            let taken: Option<Vec<_>> = self.exports.as_ref().map(|x| x.list().iter().map(|e| (e, e.export.stats())).collect());
+            let per: Vec<(Vec<(&str, String)>, uraid_core::export::StatsSnapshot)> = self
+                .exported
+                .iter()
+                .map(|(i, name, w)| {
+                    let s = match &taken {
+                        Some(t) => super::exports::sum(t.iter().filter(|(e, _)| e.volume == *i).map(|(_, s)| s.clone())),
+                        None => w.latest(),
+                    };
+                    (vol(name), s)
+                })
+                .collect();
+            let c = |f: &dyn Fn(&uraid_core::export::StatsSnapshot) -> u64| per.iter().map(|(l, s)| (l.clone(), ConstCounter::new(f(s)))).collect::<Vec<_>>();
+            family(&mut enc, "uraid_volume_reads_completed", "Reads completed through the exports.", &c(&|s| s.reads))?;
+            family(&mut enc, "uraid_volume_writes_completed", "Writes completed through the exports.", &c(&|s| s.writes))?;
+            family(&mut enc, "uraid_volume_flushes_completed", "Flushes completed through the exports.", &c(&|s| s.flushes))?;
+            family(&mut enc, "uraid_volume_trims_completed", "Trims completed through the exports.", &c(&|s| s.trims))?;
+            family(&mut enc, "uraid_volume_write_zeroes_completed", "Write-zeroes completed through the exports.", &c(&|s| s.write_zeroes))?;
+            family(&mut enc, "uraid_volume_read_bytes", "Bytes read through the exports.", &c(&|s| s.read_bytes))?;
+            family(&mut enc, "uraid_volume_written_bytes", "Bytes written through the exports.", &c(&|s| s.write_bytes))?;
+            family(&mut enc, "uraid_volume_errors", "Requests completed with an error.", &c(&|s| s.errors))?;
+            let g = per.iter().map(|(l, s)| (l.clone(), ConstGauge::new(s.in_flight as i64))).collect::<Vec<_>>();
+            family(&mut enc, "uraid_volume_requests_in_flight", "Requests received and not yet answered.", &g)?;
+            let h = per.iter().map(|(l, s)| (l.clone(), histogram(&s.read_latency))).collect::<Vec<_>>();
+            family(&mut enc, "uraid_volume_read_latency_seconds", "Read latency, from request to reply.", &h)?;
+            let h = per.iter().map(|(l, s)| (l.clone(), histogram(&s.write_latency))).collect::<Vec<_>>();
+            family(&mut enc, "uraid_volume_write_latency_seconds", "Write latency, from request to reply.", &h)?;
             if let Some(t) = &taken {
-                self.encode_exports(&mut enc, name, t)?;
+                self.encode_exports(&mut enc, t)?;
             }
         }
         // A temporary array of `mem:` drives has no manager: I/O figures only.

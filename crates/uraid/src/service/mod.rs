@@ -13,7 +13,8 @@
 //!   the monitors.
 //!
 //! The manager reaches the array only through `uraid_core::control`'s
-//! `Array` and the export only through `Server::replace_volume`.
+//! `Array` and the exports only through [`exports::Exports`] (each export
+//! moved to its own volume's replacement).
 
 pub(crate) mod client;
 pub(crate) mod console;
@@ -89,15 +90,21 @@ impl Live {
         })
     }
 
-    /// The exports of the served volume: `[{"kind": "nbd" | "ublk",
-    /// "address": URI or device}]`, as `status` and the console show them.
+    /// The exports of the served volumes: `[{"kind": "nbd" | "ublk",
+    /// "address": URI or device, "volume": its volume's name}]`, in the
+    /// order of the volume table, as `status` and the console show them.
     pub(crate) fn exports(&self) -> serde_json::Value {
         self.exports.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Records `list` as the served volume's exports.
+    /// Records `list` as the served volumes' exports.
     pub(crate) fn set_exports(&self, list: &exports::Exports) {
-        let v = list.list().iter().map(|e| serde_json::json!({"kind": e.kind(), "address": e.address()})).collect();
+        let mut all: Vec<&exports::Exported> = list.list().iter().collect();
+        all.sort_by_key(|e| e.volume);
+        let v = all
+            .iter()
+            .map(|e| serde_json::json!({"kind": e.export.kind(), "address": e.export.address(), "volume": e.volume_name}))
+            .collect();
         *self.exports.lock().unwrap_or_else(|p| p.into_inner()) = serde_json::Value::Array(v);
     }
     /// The last status the manager took.
@@ -225,7 +232,7 @@ fn log_line(msg: &str) {
 /// The thread that owns the array while it is served (see the module docs).
 pub(crate) struct Manager {
     arr: Array,
-    /// The exports of its first volume.
+    /// The exports of its volumes.
     exports: exports::Exports,
     opts: ManagerOptions,
     jobs: Receiver<Job>,
@@ -251,7 +258,7 @@ pub(crate) struct Manager {
 }
 
 impl Manager {
-    /// A manager of `arr`, whose first volume `exports` serve.
+    /// A manager of `arr`, whose volumes `exports` serve.
     pub(crate) fn new(
         arr: Array,
         exports: exports::Exports,
@@ -439,7 +446,23 @@ impl Manager {
         }
         let specs = add.iter().map(|d| d.parse()).collect::<Result<Vec<MemberSpec>, uraid_core::Error>>()?;
         let opts = uraid_core::control::array::GrowOptions { add: specs, force, rate: None, level, chunk };
-        let old = self.arr.volume().clone();
+        // A live reshape routes the first volume's users alone; the
+        // others would be restriped under their own exports' users.
+        let served = self.exports.volumes();
+        if served.len() > 1 {
+            let names: Vec<String> = served.iter().map(|(_, n)| format!("'{n}'")).collect();
+            return Err(ErrorBody::new(
+                "Unsupported",
+                format!(
+                    "array '{name}' holds {} volumes, each exported ({}): a served Matrix array is not restriped under its \
+                     users. Stop it ('uraid stop {name}'), grow it stopped ('uraid grow --add DEVICE MEMBER...'), then serve \
+                     it again. Nothing was written",
+                    served.len(),
+                    names.join(", ")
+                ),
+            ));
+        }
+        let old = self.arr.volumes().to_vec();
         let (n0, level0) = (self.arr.member_count(), self.arr.volume_entries()[0].level);
         let exports = &self.exports;
         let mut paused = false;
@@ -457,7 +480,7 @@ impl Manager {
         let grow = match change {
             Ok(LiveChange::Reshape(grow)) => *grow,
             Ok(LiveChange::Converted(rep)) => {
-                let moved = self.exports.replace_volume(&self.arr.volume().clone());
+                let moved = self.exports.replace_volumes(self.arr.volumes());
                 self.exports.resume();
                 if let Err(e) = moved {
                     self.log(format!("cannot move the export to the converted volume: {e}"));
@@ -488,7 +511,7 @@ impl Manager {
         let (_, total) = grow.position();
         let rate = rate.or(Some(DEFAULT_RESHAPE_RATE));
         self.reshape = Some(Reshaping { grow, rate, announced: 0, since: (0, Instant::now()), failed: None, reported: Vec::new() });
-        if let Err(e) = self.exports.replace_volume(&vol) {
+        if let Err(e) = self.exports.replace_volumes(std::slice::from_ref(&vol)) {
             // Users stay on the old layout; nothing is moved meanwhile.
             self.log(format!("cannot move the export to the reshaping volume: {e}"));
             if let Some(r) = &mut self.reshape {
@@ -497,7 +520,7 @@ impl Manager {
             return Err(ErrorBody::new("Io", format!("the export could not be moved to the reshaping volume: {e}; stop the array, and the next assemble reshapes it")));
         }
         // The frozen array and this function hold it.
-        self.wait_unused(&old, 2);
+        self.wait_unused(&old[0], 2);
         self.live.set_reshape(serde_json::json!({"members": [n0, n1], "position": 0, "total": total, "failed": null}));
         let levels = if level1 != level0 { format!(", RAID {level0} to RAID {level1}") } else { String::new() };
         self.events.emit("ReshapeStarted", None, format!("from {n0} to {n1} members{levels}; the volume grows to {total} bytes when it ends"));
@@ -531,15 +554,13 @@ impl Manager {
                 "the export's clients did not finish their requests within 30 s; the volume was not grown (its new area was zeroed), try again",
             ));
         }
-        let old = self.arr.volume().clone();
+        let old = self.arr.volumes().to_vec();
         let r = (|| -> uraid_core::Result<_> {
             self.arr.volumes()[plan.volume].close_cache()?;
             self.arr.apply_resize(&plan)
         })();
-        if !Arc::ptr_eq(&old, self.arr.volume()) {
-            if let Err(e) = self.exports.replace_volume(&self.arr.volume().clone()) {
-                self.log(format!("cannot move the export to the grown volume: {e}"));
-            }
+        if let Err(e) = self.exports.replace_volumes(self.arr.volumes()) {
+            self.log(format!("cannot move the export to the grown volume: {e}"));
         }
         self.exports.resume();
         self.move_export(old);
@@ -609,11 +630,11 @@ impl Manager {
         let (n0, n1) = (self.arr.member_count(), r.grow.superblock().member_count);
         match r.grow.finish(&mut self.arr) {
             Ok(rep) => {
-                if let Err(e) = self.exports.replace_volume(&self.arr.volume().clone()) {
+                if let Err(e) = self.exports.replace_volumes(self.arr.volumes()) {
                     self.log(format!("cannot move the export to the grown volume: {e}"));
                 }
                 self.exports.resume();
-                self.move_export(routed);
+                self.move_export(vec![routed]);
                 self.live.set_progress(None);
                 self.live.set_reshape(serde_json::Value::Null);
                 self.seen = self.arr.health().states();
@@ -731,7 +752,7 @@ impl Manager {
         if !down || self.arr.superblock().spares().is_empty() {
             return;
         }
-        let old = self.arr.volume().clone();
+        let old = self.arr.volumes().to_vec();
         match self.arr.attach_spares() {
             Ok(roles) if !roles.is_empty() => {
                 self.log(format!("a spare takes over role(s) {roles:?}; moving the connections to it"));
@@ -752,18 +773,27 @@ impl Manager {
         }
     }
 
-    /// Moves the export from volume `old` to the array's current first
-    /// volume and waits until no connection uses `old`. False when the
-    /// export refused it.
-    fn move_export(&mut self, old: Arc<uraid_core::Volume>) -> bool {
-        if Arc::ptr_eq(&old, self.arr.volume()) {
+    /// Moves each export from its volume of `old` (the array's volumes
+    /// before a change, in the order of the volume table) to the same
+    /// volume of the array now, and waits until no connection uses a
+    /// replaced one. False when an export refused it.
+    fn move_export(&mut self, old: Vec<Arc<uraid_core::Volume>>) -> bool {
+        let replaced: Vec<Arc<uraid_core::Volume>> = old
+            .into_iter()
+            .enumerate()
+            .filter(|(i, o)| !self.arr.volumes().get(*i).is_some_and(|now| Arc::ptr_eq(o, now)))
+            .map(|(_, o)| o)
+            .collect();
+        if replaced.is_empty() {
             return true;
         }
-        if let Err(e) = self.exports.replace_volume(&self.arr.volume().clone()) {
+        if let Err(e) = self.exports.replace_volumes(self.arr.volumes()) {
             self.log(format!("cannot move the export to the new volume: {e}"));
             return false;
         }
-        self.wait_unused(&old, 1);
+        for o in &replaced {
+            self.wait_unused(o, 1);
+        }
         true
     }
 
@@ -973,7 +1003,7 @@ impl Manager {
             })(),
             Command::Remove { member } => (|| {
                 let slot = self.resolve(member)?;
-                let old = self.arr.volume().clone();
+                let old = self.arr.volumes().to_vec();
                 self.arr.remove(slot)?;
                 self.move_export(old);
                 Ok(serde_json::json!({"slot": slot, "events": self.arr.events()}))
@@ -1115,15 +1145,15 @@ impl Manager {
                 .map_err(|e| ErrorBody::new("InvalidInput", format!("volume '{}': {e}", entries[i].name)))?;
             cfgs.push(cfg);
         }
-        // The exported volume: quiet its clients first.
-        let exported = chosen.contains(&0);
+        // The exported volumes: quiet their clients first.
+        let exported = self.exports.volumes().iter().any(|(i, _)| chosen.contains(i));
         if exported && !self.quiet_export(Duration::from_secs(30)).map_err(|e| ErrorBody::new("InvalidInput", e))? {
             return Err(ErrorBody::new(
                 "Busy",
                 "the export's clients did not finish their requests within 30 s; nothing was changed, try again",
             ));
         }
-        let old = self.arr.volume().clone();
+        let old = self.arr.volumes().to_vec();
         let mut result = Ok(());
         for (&i, cfg) in chosen.iter().zip(&cfgs) {
             let r = (|| -> uraid_core::Result<()> {
@@ -1138,10 +1168,8 @@ impl Manager {
             }
         }
         if exported {
-            if !Arc::ptr_eq(&old, self.arr.volume()) {
-                if let Err(e) = self.exports.replace_volume(&self.arr.volume().clone()) {
-                    self.log(format!("cannot move the export to the new volume: {e}"));
-                }
+            if let Err(e) = self.exports.replace_volumes(self.arr.volumes()) {
+                self.log(format!("cannot move the export to the new volume: {e}"));
             }
             self.exports.resume();
             self.move_export(old);
