@@ -65,6 +65,9 @@ pub(crate) fn status(c: Client, json: bool) -> Result<()> {
         let each: Vec<String> =
             list.iter().map(|e| format!("{} {}", e["kind"].as_str().unwrap_or("?"), e["address"].as_str().unwrap_or("?"))).collect();
         println!("  exported as: {}", each.join(", "));
+        for note in list.iter().filter_map(|e| e["note"].as_str()) {
+            println!("  {note}");
+        }
     }
     if let Some(io) = v["io"].as_object() {
         for (vol, f) in io {
@@ -239,6 +242,12 @@ pub(crate) fn grow_size(c: Client, size: &str) -> Result<()> {
         v["capacity"][0],
         v["capacity"][1]
     );
+    // A ublk device the driver cannot resize keeps its size until its export restarts.
+    if let Some(st) = Client::connect(&name).and_then(|c| c.call(Command::Status, &mut |_| {}).ok()) {
+        for note in st["exports"].as_array().into_iter().flatten().filter_map(|e| e["note"].as_str()) {
+            println!("but {note}");
+        }
+    }
     Ok(())
 }
 
