@@ -431,7 +431,9 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         uraid_core::units::fmt_size(volume.geometry().chunk())
     );
     let server = Server::new(
-        vec![Export { name: name.clone(), description: description.clone(), volume: volume.clone() }],
+        // No NBD export without a listener: it would hold the volume, which
+        // a grow waits for every export to let go of (--ublk alone).
+        listener.iter().map(|_| Export { name: name.clone(), description: description.clone(), volume: volume.clone() }).collect(),
         ServerOptions {
             read_only: a.read_only,
             queue_depth: a.queue_depth.clamp(1, 1024),
