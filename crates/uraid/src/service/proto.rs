@@ -293,7 +293,7 @@ impl Progress {
 /// DegradedArray, SpareActive, RebuildStarted, Rebuild20/40/60/80,
 /// RebuildFinished, MismatchesFound, CacheLost, JournalLost, NewArray,
 /// TestMessage; ReshapeStarted, Reshape20/40/60/80, ReshapeFinished,
-/// ReshapeFailed).
+/// ReshapeFailed; TakeOver).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Event {
     /// Milliseconds since the Unix epoch.
