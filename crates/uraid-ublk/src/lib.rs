@@ -212,6 +212,8 @@ struct Inner {
     can_resize: bool,
     /// The user was told the device keeps its size.
     resize_told: AtomicBool,
+    /// The array's name, for what the user is told.
+    name: String,
     device: Mutex<Option<Device>>,
 }
 
@@ -226,6 +228,17 @@ pub struct UblkExport {
 impl std::fmt::Debug for UblkExport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UblkExport").field("bdev", &self.inner.bdev).finish()
+    }
+}
+
+/// A [`UblkExport`] not kept alive by this handle ([`UblkExport::downgrade`]).
+#[derive(Clone)]
+pub struct WeakUblkExport(std::sync::Weak<Inner>);
+
+impl WeakUblkExport {
+    /// The export, while a handle on it is left.
+    pub fn upgrade(&self) -> Option<UblkExport> {
+        self.0.upgrade().map(|inner| UblkExport { inner })
     }
 }
 
@@ -378,6 +391,7 @@ impl UblkExport {
                 bdev: format!("/dev/ublkb{dev_id}"),
                 can_resize: features.update_size(),
                 resize_told: AtomicBool::new(false),
+                name: opts.name.clone(),
                 device: Mutex::new(Some(device)),
             }),
         };
@@ -414,6 +428,36 @@ impl UblkExport {
         }
     }
 
+    /// Leaves the device to the next server (a takeover): it is neither
+    /// stopped nor deleted, and the queue threads keep holding what the
+    /// kernel gave them until this process exits. The kernel then ends
+    /// the queues' commands and, the device having user recovery, leaves
+    /// it quiesced, its requests waiting (those this process took and did
+    /// not answer are issued again to the next server,
+    /// UBLK_F_USER_RECOVERY_REISSUE). Call it with the export paused and
+    /// quiet ([`Export::is_quiet`]): nothing is in the engine then, and
+    /// nothing goes to it any more. Afterwards [`stop`](Self::stop) and
+    /// the last handle's drop do nothing.
+    pub fn leave(&self) {
+        let device = self.inner.device.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // Not dropped: its drop would stop the device, and joining the
+        // queue threads would wait for commands only the exit ends (6.12
+        // waits for them when a ring's files are unregistered).
+        std::mem::forget(device);
+    }
+
+    /// A handle that does not keep the export (nor its device) alive.
+    pub fn downgrade(&self) -> WeakUblkExport {
+        WeakUblkExport(Arc::downgrade(&self.inner))
+    }
+
+    /// Bytes the kernel's device has: the volume's capacity, or less
+    /// after the volume grew where the driver cannot resize a device
+    /// (no UPDATE_SIZE before Linux 6.16).
+    pub fn device_bytes(&self) -> u64 {
+        self.inner.live.capacity.load(Ordering::Acquire)
+    }
+
     /// The kernel's size of the device follows a volume of `capacity`
     /// bytes: UPDATE_SIZE where the driver has it, else the user is told
     /// once what to do.
@@ -426,6 +470,8 @@ impl UblkExport {
         let Some(d) = device.as_ref() else { return };
         let mut p = sys::ublk_params::default();
         let now = if at_start && ctrl_ring().is_ok() && d.ctrl.get_params(&mut p).is_ok() { p.basic.dev_sectors << 9 } else { told };
+        // A re-attached device keeps the size it was made with.
+        self.inner.live.capacity.store(now, Ordering::Release);
         if capacity <= now {
             return;
         }
@@ -439,11 +485,13 @@ impl UblkExport {
                 Err(e) => queue::log(format_args!("uraid serve: {b} could not grow to {capacity} bytes: {e}; it keeps {now}")),
             }
         } else if !self.inner.resize_told.swap(true, Ordering::AcqRel) {
+            let n = &self.inner.name;
             queue::log(format_args!(
                 "uraid serve: the volume grew to {capacity} bytes, but this kernel's ublk driver cannot resize a device \
-                 (UPDATE_SIZE: Linux 6.16+): {b} keeps {now} bytes until the export restarts. Unmount it, then \
-                 `uraid stop NAME` and `uraid serve NAME --ublk` (or re-attach: kill the server and serve again, \
-                 which keeps the mount but not the new size)"
+                 (UPDATE_SIZE: Linux 6.16+): {b} keeps {now} bytes until the export restarts. To use the new size: \
+                 unmount {b}, then `uraid stop {n}` and `uraid serve {n} --ublk` (a new device, of the new size), \
+                 mount it and grow the filesystem (resize2fs, xfs_growfs). A re-attach (`uraid serve {n} --ublk \
+                 --takeover`, or a restart after a crash) keeps the mount but not the new size"
             ));
         }
     }

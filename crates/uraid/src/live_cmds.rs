@@ -65,6 +65,9 @@ pub(crate) fn status(c: Client, json: bool) -> Result<()> {
         for line in exported_lines(list) {
             println!("  {line}");
         }
+        for note in list.iter().filter_map(|e| e["note"].as_str()) {
+            println!("  {note}");
+        }
     }
     if let Some(io) = v["io"].as_object() {
         for (vol, f) in io {
@@ -266,6 +269,12 @@ pub(crate) fn grow_size(c: Client, size: &str) -> Result<()> {
         v["capacity"][0],
         v["capacity"][1]
     );
+    // A ublk device the driver cannot resize keeps its size until its export restarts.
+    if let Some(st) = Client::connect(&name).and_then(|c| c.call(Command::Status, &mut |_| {}).ok()) {
+        for note in st["exports"].as_array().into_iter().flatten().filter_map(|e| e["note"].as_str()) {
+            println!("but {note}");
+        }
+    }
     Ok(())
 }
 

@@ -104,6 +104,14 @@ pub(crate) struct ServeArgs {
     /// that died (kill -9) is re-attached, its mounts kept.
     #[arg(long)]
     ublk: bool,
+    /// Take the array over from the `uraid serve` that serves it (e.g.
+    /// after an upgrade), keeping its /dev/ublkbN and the filesystems
+    /// mounted on it: that process answers its requests in flight,
+    /// flushes, closes the array clean and exits, leaving the device
+    /// waiting; this one re-attaches it. Implies --ublk. Its NBD clients
+    /// lose their connection (they reconnect).
+    #[arg(long)]
+    takeover: bool,
     /// N of a new /dev/ublkbN (default: the first free one).
     #[arg(long, value_name = "N")]
     ublk_id: Option<u32>,
@@ -355,6 +363,10 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     }
     let tls = nbd_tls(&a)?;
     let tcp_addr = a.tcp.as_deref().map(|addr| tcp_addr(addr, &a, tls.is_some())).transpose()?;
+    // The running server hands over first (said before anything else
+    // when nothing serves the array, or serves it without ublk).
+    a.ublk |= a.takeover;
+    let taken = if a.takeover { Some(crate::ublk_export::take_over(&a.members)?) } else { None };
     // No ublk here: said before the array is touched, never served another way.
     if a.ublk {
         crate::ublk_export::check()?;
@@ -427,7 +439,12 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         .collect();
     let description = served[0].description.clone();
     let server = Server::new(
-        served.iter().zip(&vols).map(|(s, v)| Export { name: s.export.clone(), description: s.description.clone(), volume: v.clone() }).collect(),
+        // No NBD export without a listener: it would hold the volume, which
+        // a grow waits for every export to let go of (--ublk alone).
+        match listener.is_some() {
+            true => served.iter().zip(&vols).map(|(s, v)| Export { name: s.export.clone(), description: s.description.clone(), volume: v.clone() }).collect(),
+            false => Vec::new(),
+        },
         ServerOptions {
             read_only: a.read_only,
             queue_depth: a.queue_depth.clamp(1, 1024),
@@ -548,6 +565,9 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     let stop_service = Arc::new(AtomicBool::new(false));
     let live = crate::service::Live::new(stop_service.clone());
     let events = crate::service::events::Events::new(&name, sinks.clone());
+    if let Some(t) = &taken {
+        events.emit("TakeOver", None, format!("process {} took {} over from process {}", std::process::id(), served_on.join(" and "), t.pid));
+    }
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let flag = server.shutdown_flag();
     // Every export of every volume, as the manager, status and metrics
@@ -722,7 +742,9 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         let _ = std::fs::remove_file(p);
     }
     // The devices go first (the kernel flushes them through the exports).
-    if let Some(u) = &ublk {
+    if let Some(u) = ublk.as_ref().filter(|_| crate::ublk_export::handing_over()) {
+        crate::ublk_export::leave_all(u, &name);
+    } else if let Some(u) = &ublk {
         for s in &served {
             crate::devlinks::unlink_volume(&s.link, &s.by_id(&array_uuid));
         }

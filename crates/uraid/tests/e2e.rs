@@ -106,3 +106,7 @@ mod boot_units;
 // nothing served); the device itself is tested in the VM (tests/vm/ublk_*.sh).
 #[path = "e2e/ublk.rs"]
 mod ublk;
+
+// serve --ublk --takeover: its refusals (the takeover itself: tests/vm/ublk_takeover.sh).
+#[path = "e2e/takeover.rs"]
+mod takeover;

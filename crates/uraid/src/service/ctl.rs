@@ -324,7 +324,7 @@ fn serve_client(s: &UnixStream, req: Request, ctx: &Ctx) -> std::io::Result<()> 
                 "reshape": ctx.live.reshape(),
                 "maintenance": ctx.live.maintenance(),
                 "io": (ctx.figures)(),
-                "exports": ctx.live.exports(),
+                "exports": crate::ublk_export::annotate(ctx.live.exports()),
                 "member_details": ctx.live.member_details(),
             });
             send(s, &Reply::done(v))

@@ -4,7 +4,9 @@
 //! TestMessage; and uraid's CacheLost, JournalLost, and ReshapeStarted,
 //! Reshape20/40/60/80, ReshapeFinished, ReshapeFailed after the Rebuild
 //! ones, and AssembleWarning for each warning of the assemble at start:
-//! journal records replayed, regions resynced, stripes left unresynced),
+//! journal records replayed, regions resynced, stripes left unresynced,
+//! and TakeOver when `serve --takeover` moves a ublk device to a new
+//! process, sent by both),
 //! each sent to
 //! - the system log (journald or syslogd through `/dev/log`, with the
 //!   `syslog` crate; `$URAID_SYSLOG_SOCKET` names another datagram socket),

@@ -1100,6 +1100,9 @@ impl Manager {
             Command::Grow { size: Some(size), add, .. } if add.is_empty() => self.resize(size),
             Command::Grow { size: Some(_), .. } => Err(ErrorBody::new("InvalidInput", "grow takes --add or --size, not both: one change at a time")),
             Command::Grow { add, force, rate, size: None, chunk, level } => self.grow(add, *force, *rate, *chunk, *level),
+            Command::Takeover { quiet_seconds, by } => {
+                crate::ublk_export::hand_over(&self.exports, &self.live, &self.events, &self.arr.name(), *quiet_seconds, *by)
+            }
             Command::Status | Command::Stop | Command::Monitor | Command::TestMessage => {
                 Err(ErrorBody::new("Protocol", format!("'{}' is answered by the control socket, not the manager", job.cmd.name())))
             }

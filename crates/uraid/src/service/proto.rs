@@ -150,6 +150,20 @@ pub enum Command {
     Monitor,
     /// Send a TestMessage event through every configured channel.
     TestMessage,
+    /// Hand the array's ublk device over to process `by` (`uraid serve
+    /// NAME --ublk --takeover`): the device's requests in flight are
+    /// answered within `quiet_seconds`, then the array is flushed and
+    /// closed clean and this process exits, leaving the device quiesced
+    /// for `by` to re-attach. Replies `{"pid", "devices", "nbd"}` before
+    /// the close. Refused (nothing changes): no ublk export, `by` not a
+    /// running process, requests still in flight after `quiet_seconds`.
+    Takeover {
+        /// Seconds to wait for the requests in flight (default 10).
+        #[serde(default)]
+        quiet_seconds: Option<u64>,
+        /// The process that takes the device over.
+        by: u32,
+    },
 }
 
 impl Command {
@@ -170,6 +184,7 @@ impl Command {
             Command::Stop => "stop",
             Command::Monitor => "monitor",
             Command::TestMessage => "test-message",
+            Command::Takeover { .. } => "takeover",
         }
     }
 }
@@ -278,7 +293,7 @@ impl Progress {
 /// DegradedArray, SpareActive, RebuildStarted, Rebuild20/40/60/80,
 /// RebuildFinished, MismatchesFound, CacheLost, JournalLost, NewArray,
 /// TestMessage; ReshapeStarted, Reshape20/40/60/80, ReshapeFinished,
-/// ReshapeFailed).
+/// ReshapeFailed; TakeOver).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Event {
     /// Milliseconds since the Unix epoch.
