@@ -14,6 +14,7 @@ pub mod engine;
 pub mod geometry;
 pub mod health;
 pub mod layout;
+pub mod level;
 pub mod locks;
 pub mod parity;
 pub mod reshape;
