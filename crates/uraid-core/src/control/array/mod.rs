@@ -430,7 +430,7 @@ fn level_of(v: &VolumeEntry) -> Option<&'static crate::raid::level::Descriptor> 
 }
 
 fn is_redundant(v: &VolumeEntry) -> bool {
-    level_of(v).is_some_and(|d| d.redundant())
+    v.redundant()
 }
 
 fn has_parity(v: &VolumeEntry) -> bool {

@@ -441,6 +441,12 @@ pub struct Layout {
     chunk: u64,
     member_size: u64,
     variant: Variant,
+    /// The level's data chunks per stripe over these members, and the
+    /// stripes of the volume ([`Descriptor::data_chunks`],
+    /// [`Descriptor::chunks`]), taken once: the data path asks per
+    /// request.
+    data_chunks: u32,
+    stripes: u64,
 }
 
 impl Layout {
@@ -474,7 +480,18 @@ impl Layout {
                  but only {member_size} bytes are available; use larger members or a smaller --chunk"
             );
         }
-        Ok(Layout { level, members: members as u32, chunk, member_size, variant: Variant::Standard })
+        let d = level.desc();
+        let data_chunks = d.data_chunks(members);
+        let stripes = d.chunks(members, member_size / chunk) / data_chunks as u64;
+        Ok(Layout {
+            level,
+            members: members as u32,
+            chunk,
+            member_size,
+            variant: Variant::Standard,
+            data_chunks: data_chunks as u32,
+            stripes,
+        })
     }
 
     /// This layout with parity placed as `variant` says. Errors:
@@ -535,34 +552,30 @@ impl Layout {
     /// `members * member_size / 2` rounded down to whole chunks (md's
     /// `raid10_size`); RAID 5 `(members - 1) * member_size`; RAID 6
     /// `(members - 2) * member_size`.
+    #[inline]
     pub fn capacity(&self) -> u64 {
         self.stripes() * self.stripe_data_width()
     }
 
     /// Data chunks per stripe: RAID 5 `members - 1`, RAID 6 `members - 2`,
     /// 1 for RAID 1 and RAID 10 (see the module docs).
+    #[inline]
     pub fn data_chunks(&self) -> u32 {
-        match self.level {
-            RedundantLevel::Raid1 | RedundantLevel::Raid10 => 1,
-            RedundantLevel::Raid5 => self.members - 1,
-            RedundantLevel::Raid6 => self.members - 2,
-        }
+        self.data_chunks
     }
 
     /// Logical bytes per stripe: [`data_chunks`](Self::data_chunks) times
     /// the chunk.
+    #[inline]
     pub fn stripe_data_width(&self) -> u64 {
         self.data_chunks() as u64 * self.chunk
     }
 
     /// Number of stripes of the volume. For RAID 5 and 6 this is the rows
     /// per member; for RAID 1 and 10 the logical chunks.
+    #[inline]
     pub fn stripes(&self) -> u64 {
-        let rows = self.member_chunks();
-        match self.level {
-            RedundantLevel::Raid1 | RedundantLevel::Raid5 | RedundantLevel::Raid6 => rows,
-            RedundantLevel::Raid10 => rows * self.members as u64 / 2,
-        }
+        self.stripes
     }
 
     /// The stripe that holds logical byte `offset`.

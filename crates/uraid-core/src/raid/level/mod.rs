@@ -14,7 +14,9 @@
 //! [`layout`](crate::raid::layout) (the redundant levels).
 //!
 //! Adding a level: a new file here with its descriptor, its variant in
-//! [`Level`] and its line in [`REGISTRY`].
+//! [`Level`] and its line in [`REGISTRY`]. Not here yet (ARCHITECTURE.md
+//! lists the files): its placement, its stripe operations, its rebuild
+//! and scrub steps and its takeovers.
 
 mod raid0;
 mod raid1;
@@ -166,6 +168,55 @@ impl Descriptor {
             Copies::All => members,
             Copies::Fixed(k) => k,
         }
+    }
+
+    /// Data chunks per stripe over `members` members: a row of data
+    /// chunks and its P (and Q) for the levels that keep one copy (RAID 0
+    /// `members`, RAID 5 `members - 1`, RAID 6 `members - 2`), one chunk
+    /// for the mirrored ones (RAID 1 and 10, whose stripe is a logical
+    /// chunk). `members` is at least [`min_members`](Self::min_members).
+    #[inline]
+    pub fn data_chunks(&self, members: usize) -> usize {
+        match self.copies {
+            Copies::One => members - self.parity,
+            Copies::All | Copies::Fixed(_) => 1,
+        }
+    }
+
+    /// Logical chunks a volume of `rows` chunk-sized rows on each of
+    /// `members` members holds: the rows' slots less P and Q, over the
+    /// copies (RAID 10 over an odd count rounds down, md's
+    /// `raid10_size`). `members` is at least
+    /// [`min_members`](Self::min_members).
+    pub fn chunks(&self, members: usize, rows: u64) -> u64 {
+        rows * (members - self.parity) as u64 / self.copies(members) as u64
+    }
+
+    /// Rows on each of `members` members that hold `chunks` logical
+    /// chunks (the inverse of [`chunks`](Self::chunks), rounded up);
+    /// `None` when the count overflows or `members` is below the level's
+    /// parity.
+    pub fn rows_for(&self, members: usize, chunks: u64) -> Option<u64> {
+        let data = members.checked_sub(self.parity).filter(|&d| d > 0)? as u64;
+        Some(chunks.checked_mul(self.copies(members) as u64)?.div_ceil(data))
+    }
+
+    /// The fewest rows that hold whole logical chunks over `members`
+    /// members: 1, or 2 for RAID 10 over an odd count (whose copy pairs
+    /// straddle rows).
+    pub fn unit_rows(&self, members: usize) -> u64 {
+        let (mut a, mut b) = ((members - self.parity) as u64, self.copies(members) as u64);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        self.copies(members) as u64 / a
+    }
+
+    /// True when the level lays its data out in stripes a reshape can
+    /// move (all but RAID 1, whose every member holds the whole volume:
+    /// it grows by rebuilding the new members).
+    pub fn has_stripes(&self) -> bool {
+        self.copies != Copies::All
     }
 
     /// True when the level keeps redundancy (it may lose a member).

@@ -127,3 +127,29 @@ fn registry_is_indexed_by_level_and_numbers_round_trip() {
     assert!(RedundantLevel::from_number(0).unwrap_err().to_string().contains("RAID 0 has no redundancy"));
     assert!(Level::from_number(4).unwrap_err().to_string().contains("uraid knows levels 0, 1, 10, 5 and 6"));
 }
+
+/// The descriptors' sizes against the layouts: the logical chunks a
+/// number of rows holds, its inverse (the rows `create` gives a volume of
+/// a size), and the fewest rows that hold whole chunks (a reshape's unit).
+#[test]
+fn sizes_agree_with_the_layouts() {
+    for level in Level::ALL {
+        let d = level.desc();
+        for n in d.min_members..=9 {
+            for rows in 1..=7u64 {
+                let g = Geometry::new(level, n, CHUNK, rows * CHUNK).unwrap();
+                let chunks = d.chunks(n, rows);
+                assert_eq!(chunks * CHUNK, g.capacity(), "{level} over {n} members, {rows} rows");
+                let need = d.rows_for(n, chunks).unwrap();
+                assert!(need <= rows && d.chunks(n, need) >= chunks, "{level} over {n}: {chunks} chunks in {need} rows");
+                assert!(need == 0 || d.chunks(n, need - 1) < chunks, "{level} over {n}: {need} rows is not the fewest");
+                if let Some(l) = g.layout() {
+                    assert_eq!(l.data_chunks() as usize, d.data_chunks(n));
+                    let used = (0..n as u32).map(|m| (0..rows).filter(|&r| l.role(m, r * CHUNK) != Role::Unused).count()).sum::<usize>();
+                    assert_eq!(used as u64 == rows * n as u64, rows % d.unit_rows(n) == 0, "{level} over {n}, {rows} rows: {used} slots used");
+                }
+            }
+            assert!(d.unit_rows(n) >= 1);
+        }
+    }
+}
