@@ -540,7 +540,7 @@ impl Layout {
     /// level's rule ([`Descriptor::survival`]) on this layout.
     #[inline]
     pub fn survival(&self, lost: MemberMask) -> Survival {
-        self.level.desc().survival(self.members(), self.capacity() / self.chunk, lost)
+        self.level.desc().survival(self.members(), self.stripes * self.data_chunks as u64, lost)
     }
 
     /// Chunks of data area on each member (rows).
