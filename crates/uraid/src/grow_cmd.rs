@@ -137,12 +137,13 @@ pub(crate) fn cmd_grow(a: GrowArgs) -> Result<()> {
         );
         return Ok(());
     }
-    if rep.level == 1 {
+    if uraid_core::Level::from_number(rep.level).is_ok_and(|l| !l.desc().has_stripes()) {
         println!(
-            "array '{}' grew from {} to {} members: RAID 1 keeps {} copies now; the new members were rebuilt in {:.1} s ({} written)",
+            "array '{}' grew from {} to {} members: RAID {} keeps {} copies now; the new members were rebuilt in {:.1} s ({} written)",
             rep.array,
             rep.members.0,
             rep.members.1,
+            rep.level,
             rep.members.1,
             rep.seconds,
             fmt_size(rep.bytes_written)

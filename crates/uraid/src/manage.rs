@@ -437,7 +437,7 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
 /// recovery offset `o` (absolute member bytes), with the same rounding
 /// as the volumes' `rebuild` line; empty without a redundant volume.
 fn rebuilt_share(st: &ArrayStatus, o: u64) -> String {
-    let vols: Vec<_> = st.volumes.iter().filter(|v| v.level != 0 && v.member_size > 0).collect();
+    let vols: Vec<_> = st.volumes.iter().filter(|v| v.redundant() && v.member_size > 0).collect();
     let total: u64 = vols.iter().map(|v| v.member_size).sum();
     if total == 0 {
         return String::new();
@@ -577,7 +577,7 @@ pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
     let entries = arr.volume_entries();
     let chosen: Vec<usize> = match &a.volume {
         Some(name) => vec![arr.volume_index(name)?],
-        None => (0..entries.len()).filter(|&i| entries[i].level != 0).collect(),
+        None => (0..entries.len()).filter(|&i| entries[i].redundant()).collect(),
     };
     if chosen.is_empty() {
         bail!("array '{}' has no redundant volume to check (RAID 0 keeps no copies or parity)", arr.name());

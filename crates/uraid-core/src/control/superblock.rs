@@ -240,6 +240,12 @@ impl VolumeEntry {
         }
     }
 
+    /// True when the volume's level keeps copies or parity (it may lose a
+    /// member); false for RAID 0 and a level this build does not know.
+    pub fn redundant(&self) -> bool {
+        crate::raid::geometry::Level::from_number(self.level).is_ok_and(|l| l.desc().redundant())
+    }
+
     /// Usable bytes of the volume over `members` members (0 when this
     /// build cannot lay the entry out).
     pub fn capacity(&self, members: usize) -> u64 {

@@ -10,76 +10,14 @@ use crate::{bail, Result};
 
 pub use crate::raid::chunk::{check_chunk, Segment, DEFAULT_CHUNK, MAX_CHUNK, MAX_MEMBERS, MIN_CHUNK};
 
-/// RAID level of a volume.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum Level {
-    /// Striping without redundancy.
-    Raid0,
-    /// Mirroring (see [`crate::raid::layout`]).
-    Raid1,
-    /// Striped mirrors, md's near-2 layout.
-    Raid10,
-    /// Striping with rotating parity P, left-symmetric.
-    Raid5,
-    /// Striping with rotating P and Q, left-symmetric.
-    Raid6,
-}
+pub use crate::raid::level::Level;
 
 impl Level {
-    /// Every level, in the order the CLI lists them.
-    pub const ALL: [Level; 5] = [Level::Raid0, Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6];
-
-    /// The number md and the CLI use for this level (0, 1, 10, 5 or 6).
-    pub fn number(self) -> u32 {
-        match self {
-            Level::Raid0 => 0,
-            Level::Raid1 => 1,
-            Level::Raid10 => 10,
-            Level::Raid5 => 5,
-            Level::Raid6 => 6,
-        }
-    }
-
-    /// Parses the CLI / superblock number of a level.
-    ///
-    /// Errors: `InvalidInput` for a number that is not 0, 1, 10, 5 or 6.
-    pub fn from_number(n: u32) -> Result<Level> {
-        match n {
-            0 => Ok(Level::Raid0),
-            1 => Ok(Level::Raid1),
-            10 => Ok(Level::Raid10),
-            5 => Ok(Level::Raid5),
-            6 => Ok(Level::Raid6),
-            _ => bail!(InvalidInput, "unknown RAID level {n}; uraid knows levels 0, 1, 10, 5 and 6"),
-        }
-    }
-
     /// The redundant level, `None` for RAID 0.
     pub fn redundant(self) -> Option<RedundantLevel> {
-        match self {
-            Level::Raid0 => None,
-            Level::Raid1 => Some(RedundantLevel::Raid1),
-            Level::Raid10 => Some(RedundantLevel::Raid10),
-            Level::Raid5 => Some(RedundantLevel::Raid5),
-            Level::Raid6 => Some(RedundantLevel::Raid6),
-        }
-    }
-
-    /// Fewest members: RAID 0 1, RAID 1 and 10 2, RAID 5 3, RAID 6 4.
-    pub fn min_members(self) -> usize {
-        self.redundant().map_or(1, RedundantLevel::min_members)
-    }
-
-    /// Members that may fail without data loss in an array of `members`
-    /// (0 for RAID 0; see [`RedundantLevel::fault_tolerance`]).
-    pub fn fault_tolerance(self, members: usize) -> usize {
-        self.redundant().map_or(0, |l| l.fault_tolerance(members))
-    }
-}
-
-impl std::fmt::Display for Level {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "raid{}", self.number())
+        // RedundantLevel's discriminants are Level's (checked by a test of
+        // raid::level).
+        self.desc().redundant().then(|| RedundantLevel::ALL[self as usize - 1])
     }
 }
 
@@ -169,6 +107,14 @@ impl Geometry {
     pub fn member_size(&self) -> u64 {
         self.member_size
     }
+    /// Whether this volume keeps all its data with the roles in `lost`
+    /// unavailable, and how many more members it may lose then: the
+    /// level's rule ([`Descriptor::survival`](crate::raid::level::Descriptor::survival))
+    /// on this layout.
+    pub fn survival(&self, lost: crate::raid::level::MemberMask) -> crate::raid::level::Survival {
+        self.level.desc().survival(self.members(), self.capacity() / self.chunk, lost)
+    }
+
     /// Usable size of the volume in bytes.
     pub fn capacity(&self) -> u64 {
         match &self.layout {

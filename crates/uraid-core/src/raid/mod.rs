@@ -1,4 +1,5 @@
-//! The RAID layer: where each logical byte lives ([`geometry`], and for
+//! The RAID layer: what each level is and which losses it survives
+//! ([`level`]), where each logical byte lives ([`geometry`], and for
 //! the redundant levels [`layout`]), P and Q parity ([`parity`]), member
 //! states ([`health`]), per-stripe locks ([`locks`]), the write-intent
 //! bitmap ([`bitmap`]), and the engine that turns a volume request into
@@ -14,6 +15,7 @@ pub mod engine;
 pub mod geometry;
 pub mod health;
 pub mod layout;
+pub mod level;
 pub mod locks;
 pub mod parity;
 pub mod reshape;

@@ -20,7 +20,7 @@ pub fn temporary(members: Vec<Member>, chunk: u64) -> Result<(Arc<Volume>, Optio
 /// byte 1 MiB of each member. Errors: as [`temporary`], and as
 /// [`Geometry::new`] for a level the member count cannot hold.
 pub fn temporary_at(members: Vec<Member>, level: Level, chunk: u64) -> Result<(Arc<Volume>, Option<String>)> {
-    if level == Level::Raid0 {
+    if level.redundant().is_none() {
         return temporary(members, chunk);
     }
     let (data_size, warning) = data_size(&members, chunk)?;
@@ -70,15 +70,7 @@ pub(super) fn member_size_for(name: &str, level: Level, n: usize, chunk: u64, ca
     if capacity == 0 {
         bail!(InvalidInput, "volume '{name}' has size 0; give a size like 1G, or leave it out on the last volume to use the rest");
     }
-    let chunks = capacity.div_ceil(chunk);
-    let n = n as u64;
-    let rows = match level {
-        Level::Raid0 => Some(chunks.div_ceil(n)),
-        Level::Raid1 => Some(chunks),
-        Level::Raid10 => chunks.checked_mul(2).map(|c| c.div_ceil(n)),
-        Level::Raid5 => Some(chunks.div_ceil(n - 1)),
-        Level::Raid6 => Some(chunks.div_ceil(n - 2)),
-    };
+    let rows = level.desc().rows_for(n, capacity.div_ceil(chunk));
     match rows.and_then(|r| r.checked_mul(chunk)) {
         Some(s) => Ok(s),
         None => bail!(InvalidInput, "volume '{name}' size {capacity} bytes is too large"),

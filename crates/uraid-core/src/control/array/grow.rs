@@ -212,7 +212,7 @@ fn move_window(vol: &Arc<Volume>, write: bool, pos: u64, data: &mut [u8], row: u
 /// row, or two for RAID 10 over an odd member count (whose copy pairs
 /// straddle rows).
 fn unit(g: &Geometry) -> (u64, u64) {
-    let rows = if g.level() == Level::Raid10 && g.members() % 2 == 1 { 2 } else { 1 };
+    let rows = g.level().desc().unit_rows(g.members());
     let data = Geometry::new(g.level(), g.members(), g.chunk(), rows * g.chunk()).map_or(0, |u| u.capacity());
     (data, rows * g.chunk())
 }
@@ -440,11 +440,11 @@ fn plan(sb: &Superblock, opts: &GrowOptions) -> Result<Change> {
         if add == 0 && chunk.is_none() {
             bail!(InvalidInput, "volume '{}' is RAID {from} already; nothing to do", v.name);
         }
-        if level == Level::Raid1 {
+        if !level.desc().has_stripes() {
             if chunk.is_some() {
-                bail!(InvalidInput, "RAID 1 has no stripes: its chunk only cuts requests; nothing to restripe. Nothing was written");
+                bail!(InvalidInput, "RAID {from} has no stripes: its chunk only cuts requests; nothing to restripe. Nothing was written");
             }
-            return Ok(Change::Takeover(Takeover::Rebuilt(1)));
+            return Ok(Change::Takeover(Takeover::Rebuilt(from)));
         }
         // A parity-last volume (after a takeover) is restriped into md's
         // rotating layout.
@@ -930,13 +930,13 @@ fn check_record(sb: &Superblock) -> Result<()> {
     };
     // The backup, when there is one, holds exactly the critical window
     // that starts at the position (so its length, read back, is bounded).
-    let ok = matches!(level, Level::Raid0 | Level::Raid5 | Level::Raid6 | Level::Raid10)
+    let ok = level.desc().has_stripes()
         // Several volumes: members added, nothing else changes.
         && (sb.volumes.len() == 1
             || (r.old_level.is_none() && r.old_chunk.is_none() && !r.old_parity_last && r.old_members < sb.member_count && r.backup.is_none_or(|k| k.role != SPREAD)))
         && v.layout == 0
         && old_level_ok
-        && (!r.old_parity_last || (matches!(level, Level::Raid5 | Level::Raid6) && r.old_level.is_none()))
+        && (!r.old_parity_last || (level.desc().parity > 0 && r.old_level.is_none()))
         && match record_geometries(sb) {
             Ok((old_g, new_g)) => {
                 let ((wo, uo), (wn, un)) = (unit(&old_g), unit(&new_g));

@@ -408,24 +408,13 @@ fn down_roles(health: &Health) -> Vec<bool> {
 }
 
 /// True when volume `v` over `n` members still has every logical byte with
-/// the roles flagged in `down` unavailable: RAID 0 none down; RAID 5 at most
-/// one, RAID 6 at most two; RAID 1 and 10 a copy of every chunk left
-/// (checked on the layout itself, so RAID 10's neighbouring pairs count).
+/// the roles flagged in `down` unavailable: the level's rule
+/// ([`Geometry::survival`]) on the volume's layout, so RAID 10's
+/// neighbouring pairs count. False for an entry this build cannot lay out.
 fn volume_survives(v: &VolumeEntry, n: usize, down: &[bool]) -> bool {
-    let count = down.iter().filter(|&&d| d).count();
     let Ok(level) = Level::from_number(v.level) else { return false };
-    match level {
-        Level::Raid0 => count == 0,
-        Level::Raid5 => count <= 1,
-        Level::Raid6 => count <= 2,
-        Level::Raid1 => count < n,
-        Level::Raid10 => {
-            let Ok(g) = Geometry::new(level, n, v.chunk, v.member_size) else { return false };
-            let Some(l) = g.layout() else { return false };
-            // The copy placement repeats every n chunks.
-            (0..l.stripes().min(n as u64)).all(|c| l.data_locations(c * v.chunk).iter().any(|p| !down[p.member as usize]))
-        }
-    }
+    let Ok(g) = Geometry::new(level, n, v.chunk, v.member_size) else { return false };
+    g.survival(crate::raid::level::mask_of(down)).survives
 }
 
 /// Indexes of the volumes of `sb` that lose data with the roles in `down`
@@ -434,16 +423,22 @@ fn lost_volumes(sb: &Superblock, down: &[bool]) -> Vec<usize> {
     (0..sb.volumes.len()).filter(|&i| !volume_survives(&sb.volumes[i], sb.member_count as usize, down)).collect()
 }
 
+/// The descriptor of `v`'s level; `None` for a number this build does not
+/// know.
+fn level_of(v: &VolumeEntry) -> Option<&'static crate::raid::level::Descriptor> {
+    Level::from_number(v.level).ok().map(Level::desc)
+}
+
 fn is_redundant(v: &VolumeEntry) -> bool {
-    v.level != 0
+    v.redundant()
 }
 
 fn has_parity(v: &VolumeEntry) -> bool {
-    v.level == 5 || v.level == 6
+    level_of(v).is_some_and(|d| d.parity > 0)
 }
 
 fn level_tolerance(v: &VolumeEntry, n: usize) -> usize {
-    Level::from_number(v.level).map_or(0, |l| l.fault_tolerance(n))
+    level_of(v).map_or(0, |d| d.fault_tolerance(n))
 }
 
 fn describe_volume(v: &VolumeEntry) -> String {

@@ -71,6 +71,14 @@ pub struct VolumeStatus {
     pub cache_stats: Option<crate::cache::CacheStats>,
 }
 
+impl VolumeStatus {
+    /// True when the volume's level keeps copies or parity (it may lose a
+    /// member); false for RAID 0.
+    pub fn redundant(&self) -> bool {
+        crate::raid::geometry::Level::from_number(self.level).is_ok_and(|l| l.desc().redundant())
+    }
+}
+
 /// One volume's status, from its entry `v` over `n` roles: `down[r]` when
 /// role r is not active, `rebuilding` the recovery offsets (absolute member
 /// bytes) of the rebuilding roles, `resyncing` when its dirty regions await

@@ -55,19 +55,21 @@
 //! does (see [`WriteBand`]).
 
 use crate::raid::chunk::{check_chunk, Segment, MAX_MEMBERS};
+use crate::raid::level::{Descriptor, Level, MemberMask, Survival, REGISTRY};
 use crate::{bail, Result};
 
-/// A RAID level with redundancy.
+/// A RAID level with redundancy. Its discriminant is its
+/// [`Level`]'s, and its facts are the [`Level::desc`] descriptor's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum RedundantLevel {
     /// Mirroring: every member holds the whole volume.
-    Raid1,
+    Raid1 = Level::Raid1 as isize,
     /// Striped mirrors, md's "near" layout with 2 copies of every chunk.
-    Raid10,
+    Raid10 = Level::Raid10 as isize,
     /// Striping with one rotating parity chunk (P) per stripe.
-    Raid5,
+    Raid5 = Level::Raid5 as isize,
     /// Striping with two rotating parity chunks (P and Q) per stripe.
-    Raid6,
+    Raid6 = Level::Raid6 as isize,
 }
 
 impl RedundantLevel {
@@ -75,14 +77,21 @@ impl RedundantLevel {
     pub const ALL: [RedundantLevel; 4] =
         [RedundantLevel::Raid1, RedundantLevel::Raid10, RedundantLevel::Raid5, RedundantLevel::Raid6];
 
+    /// The level.
+    #[inline]
+    pub fn level(self) -> Level {
+        Level::ALL[self as usize]
+    }
+
+    /// The level's descriptor.
+    #[inline]
+    pub fn desc(self) -> &'static Descriptor {
+        REGISTRY[self as usize]
+    }
+
     /// The number md and the CLI use for this level (1, 10, 5 or 6).
     pub fn number(self) -> u32 {
-        match self {
-            RedundantLevel::Raid1 => 1,
-            RedundantLevel::Raid10 => 10,
-            RedundantLevel::Raid5 => 5,
-            RedundantLevel::Raid6 => 6,
-        }
+        self.desc().number
     }
 
     /// Parses a level number.
@@ -90,53 +99,38 @@ impl RedundantLevel {
     /// Errors: `InvalidInput` for 0 (no redundancy: use
     /// [`Geometry`](crate::raid::geometry::Geometry)) and for unknown numbers.
     pub fn from_number(n: u32) -> Result<RedundantLevel> {
-        match n {
-            1 => Ok(RedundantLevel::Raid1),
-            10 => Ok(RedundantLevel::Raid10),
-            5 => Ok(RedundantLevel::Raid5),
-            6 => Ok(RedundantLevel::Raid6),
-            0 => bail!(InvalidInput, "RAID 0 has no redundancy; its layout is geometry::Geometry, not layout::Layout"),
-            _ => bail!(InvalidInput, "unknown RAID level {n}; uraid knows levels 0, 1, 10, 5 and 6"),
+        let level = Level::from_number(n)?;
+        match level.desc().redundant() {
+            true => Ok(RedundantLevel::ALL[level as usize - 1]),
+            false => bail!(
+                InvalidInput,
+                "RAID {n} has no redundancy; its layout is geometry::Geometry, not layout::Layout"
+            ),
         }
     }
 
     /// Fewest members an array of this level may have: RAID 1 and RAID 10
     /// 2, RAID 5 3, RAID 6 4 (md's own minimums).
     pub fn min_members(self) -> usize {
-        match self {
-            RedundantLevel::Raid1 | RedundantLevel::Raid10 => 2,
-            RedundantLevel::Raid5 => 3,
-            RedundantLevel::Raid6 => 4,
-        }
+        self.desc().min_members
     }
 
     /// How many members of an array of `members` members may fail, whichever
-    /// they are, without losing data: RAID 1 `members - 1`, RAID 10 1, RAID
-    /// 5 1, RAID 6 2.
-    ///
-    /// RAID 10 near-2 survives more failures when they hit different copy
-    /// pairs (up to `members / 2` with an even count), but two neighbouring
-    /// members (`m` and `m + 1`, or the last and the first) hold both copies
-    /// of some chunk, so only 1 is guaranteed.
+    /// they are, without losing data (see [`Descriptor::fault_tolerance`]).
+    #[inline]
     pub fn fault_tolerance(self, members: usize) -> usize {
-        match self {
-            RedundantLevel::Raid1 => members.saturating_sub(1),
-            RedundantLevel::Raid10 | RedundantLevel::Raid5 => 1,
-            RedundantLevel::Raid6 => 2,
-        }
+        self.desc().fault_tolerance(members)
     }
 
     /// Parity chunks per stripe: 0 for RAID 1 and 10, 1 (P) for RAID 5, 2
     /// (P and Q) for RAID 6.
+    #[inline]
     pub fn parity_chunks(self) -> usize {
-        match self {
-            RedundantLevel::Raid1 | RedundantLevel::Raid10 => 0,
-            RedundantLevel::Raid5 => 1,
-            RedundantLevel::Raid6 => 2,
-        }
+        self.desc().parity
     }
 
     /// True for the parity levels (RAID 5 and RAID 6).
+    #[inline]
     pub fn has_parity(self) -> bool {
         self.parity_chunks() > 0
     }
@@ -145,11 +139,7 @@ impl RedundantLevel {
     /// members: RAID 1 `members`, RAID 10 2, RAID 5 and RAID 6 1 (the data
     /// chunk; parity protects it without copying it).
     pub fn copies(self, members: usize) -> usize {
-        match self {
-            RedundantLevel::Raid1 => members,
-            RedundantLevel::Raid10 => 2,
-            RedundantLevel::Raid5 | RedundantLevel::Raid6 => 1,
-        }
+        self.desc().copies(members)
     }
 }
 
@@ -451,6 +441,12 @@ pub struct Layout {
     chunk: u64,
     member_size: u64,
     variant: Variant,
+    /// The level's data chunks per stripe over these members, and the
+    /// stripes of the volume ([`Descriptor::data_chunks`],
+    /// [`Descriptor::chunks`]), taken once: the data path asks per
+    /// request.
+    data_chunks: u32,
+    stripes: u64,
 }
 
 impl Layout {
@@ -484,7 +480,18 @@ impl Layout {
                  but only {member_size} bytes are available; use larger members or a smaller --chunk"
             );
         }
-        Ok(Layout { level, members: members as u32, chunk, member_size, variant: Variant::Standard })
+        let d = level.desc();
+        let data_chunks = d.data_chunks(members);
+        let stripes = d.chunks(members, member_size / chunk) / data_chunks as u64;
+        Ok(Layout {
+            level,
+            members: members as u32,
+            chunk,
+            member_size,
+            variant: Variant::Standard,
+            data_chunks: data_chunks as u32,
+            stripes,
+        })
     }
 
     /// This layout with parity placed as `variant` says. Errors:
@@ -528,6 +535,14 @@ impl Layout {
     pub fn member_size(&self) -> u64 {
         self.member_size
     }
+    /// Whether this volume keeps all its data with the roles in `lost`
+    /// unavailable, and how many more members it may lose then: the
+    /// level's rule ([`Descriptor::survival`]) on this layout.
+    #[inline]
+    pub fn survival(&self, lost: MemberMask) -> Survival {
+        self.level.desc().survival(self.members(), self.stripes * self.data_chunks as u64, lost)
+    }
+
     /// Chunks of data area on each member (rows).
     pub fn member_chunks(&self) -> u64 {
         self.member_size / self.chunk
@@ -537,34 +552,30 @@ impl Layout {
     /// `members * member_size / 2` rounded down to whole chunks (md's
     /// `raid10_size`); RAID 5 `(members - 1) * member_size`; RAID 6
     /// `(members - 2) * member_size`.
+    #[inline]
     pub fn capacity(&self) -> u64 {
         self.stripes() * self.stripe_data_width()
     }
 
     /// Data chunks per stripe: RAID 5 `members - 1`, RAID 6 `members - 2`,
     /// 1 for RAID 1 and RAID 10 (see the module docs).
+    #[inline]
     pub fn data_chunks(&self) -> u32 {
-        match self.level {
-            RedundantLevel::Raid1 | RedundantLevel::Raid10 => 1,
-            RedundantLevel::Raid5 => self.members - 1,
-            RedundantLevel::Raid6 => self.members - 2,
-        }
+        self.data_chunks
     }
 
     /// Logical bytes per stripe: [`data_chunks`](Self::data_chunks) times
     /// the chunk.
+    #[inline]
     pub fn stripe_data_width(&self) -> u64 {
         self.data_chunks() as u64 * self.chunk
     }
 
     /// Number of stripes of the volume. For RAID 5 and 6 this is the rows
     /// per member; for RAID 1 and 10 the logical chunks.
+    #[inline]
     pub fn stripes(&self) -> u64 {
-        let rows = self.member_chunks();
-        match self.level {
-            RedundantLevel::Raid1 | RedundantLevel::Raid5 | RedundantLevel::Raid6 => rows,
-            RedundantLevel::Raid10 => rows * self.members as u64 / 2,
-        }
+        self.stripes
     }
 
     /// The stripe that holds logical byte `offset`.

@@ -37,7 +37,7 @@
 use std::collections::VecDeque;
 
 use super::{new_piece, now_ns, progress, Completion, Op, Outcome, Piece, RaidQueue, Rejected, Request, Reverse, RowsWrite, SOP_BIT};
-use crate::raid::layout::{Layout, Places, RedundantLevel};
+use crate::raid::layout::{Layout, Places};
 use crate::raid::parity::Kernel;
 use crate::{Error, ErrorKind, IoBuf};
 
@@ -459,31 +459,25 @@ impl RaidQueue {
     }
 
     /// Why the volume can take no more writes: more members lost than its
-    /// level tolerates (for RAID 10: both members of a copy pair), or an
-    /// earlier failure stopped writes. `None` when it can.
+    /// level tolerates ([`Layout::survival`]; for RAID 10: both members of
+    /// a copy pair that holds a chunk), or an earlier failure stopped
+    /// writes. `None` when it can.
     pub(super) fn volume_failed(&self, l: &Layout) -> Option<String> {
         let health = self.vol.health();
         let n = l.members() as u32;
-        let gone: Vec<u32> = (0..n).filter(|&m| !health.writable(m)).collect();
-        let names = |v: &[u32]| v.iter().map(|&m| self.vol.members()[m as usize].name().to_string()).collect::<Vec<_>>().join(", ");
-        let failed = match l.level() {
-            RedundantLevel::Raid1 => gone.len() == n as usize,
-            // Near-2: chunk c's copies are on slots 2c and 2c+1, members
-            // (2c mod n, 2c+1 mod n); the pattern repeats every n chunks.
-            RedundantLevel::Raid10 => (0..n as u64).any(|c| gone.contains(&((2 * c % n as u64) as u32)) && gone.contains(&(((2 * c + 1) % n as u64) as u32))),
-            _ => gone.len() > l.level().fault_tolerance(n as usize),
-        };
-        if failed {
+        let gone = (0..n).filter(|&m| !health.writable(m)).fold(0u64, |g, m| g | 1 << m);
+        let names = || (0..n).filter(|&m| gone & 1 << m != 0).map(|m| self.vol.members()[m as usize].name().to_string()).collect::<Vec<_>>().join(", ");
+        if !l.survival(gone).survives {
             health.stop_writes();
             return Some(format!(
                 "the {} volume has failed: members {} are lost, more than it tolerates; nothing more is written \
                  (replace the members and restore from a backup, or assemble with --force if a member was lost by mistake)",
                 l.level(),
-                names(&gone)
+                names()
             ));
         }
         if health.writes_stopped() {
-            return Some(format!("the {} volume has failed earlier (members {} lost): nothing more is written", l.level(), names(&gone)));
+            return Some(format!("the {} volume has failed earlier (members {} lost): nothing more is written", l.level(), names()));
         }
         None
     }

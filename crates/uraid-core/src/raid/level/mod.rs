@@ -1,0 +1,281 @@
+//! The RAID levels, one descriptor each: what a level is, declared as data
+//! (SPDK's `struct raid_bdev_module` in `module/bdev/raid`: a level, its
+//! minimum member count and its constraint on lost members), and the one
+//! rule that says whether a volume survives a set of lost members.
+//!
+//! Each level fills one [`Descriptor`] in a file of its own (`raid0.rs`,
+//! `raid1.rs`, `raid10.rs`, `raid5.rs`, `raid6.rs`); [`REGISTRY`] lists
+//! them, one line each, in the order of [`Level`]. Everything else asks the
+//! descriptor ([`Level::desc`]) instead of matching on the level:
+//! minimum members, names and numbers, parity chunks, copies, how many
+//! members it may lose ([`Descriptor::survival`], the only place that
+//! decides it). Where each byte lives is still in
+//! [`geometry`](crate::raid::geometry) (RAID 0) and
+//! [`layout`](crate::raid::layout) (the redundant levels).
+//!
+//! Adding a level: a new file here with its descriptor, its variant in
+//! [`Level`] and its line in [`REGISTRY`]. Not here yet (ARCHITECTURE.md
+//! lists the files): its placement, its stripe operations, its rebuild
+//! and scrub steps and its takeovers.
+
+mod raid0;
+mod raid1;
+mod raid10;
+mod raid5;
+mod raid6;
+
+use crate::{bail, Result};
+
+/// RAID level of a volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Level {
+    /// Striping without redundancy.
+    Raid0 = 0,
+    /// Mirroring (see [`crate::raid::layout`]).
+    Raid1 = 1,
+    /// Striped mirrors, md's near-2 layout.
+    Raid10 = 2,
+    /// Striping with rotating parity P, left-symmetric.
+    Raid5 = 3,
+    /// Striping with rotating P and Q, left-symmetric.
+    Raid6 = 4,
+}
+
+/// Every level's descriptor, indexed by `Level as usize` (one line per
+/// level; the order is the CLI's).
+pub static REGISTRY: [&Descriptor; 5] = [
+    &raid0::RAID0,
+    &raid1::RAID1,
+    &raid10::RAID10,
+    &raid5::RAID5,
+    &raid6::RAID6,
+];
+
+/// How many members a level may lose, as data (SPDK's
+/// `base_bdevs_constraint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loses {
+    /// Any `k` members, whichever they are (SPDK's
+    /// `CONSTRAINT_MAX_BASE_BDEVS_REMOVED`): RAID 0 0, RAID 5 1, RAID 6 2.
+    Any(usize),
+    /// All but `k` members, whichever they are (SPDK's
+    /// `CONSTRAINT_MIN_BASE_BDEVS_OPERATIONAL`): RAID 1 keeps 1.
+    AllBut(usize),
+    /// `k` near copies (md's RAID 10 `n2` for `k` 2): the members' chunks
+    /// are numbered row by row (slot `p` on member `p % n`) and logical
+    /// chunk `c` is stored in slots `k c .. k c + k - 1`. The volume lives
+    /// while every logical chunk keeps one of its `k` members.
+    NearCopies(usize),
+}
+
+/// How many places hold each logical byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Copies {
+    /// One: RAID 0, and RAID 5 and 6 (parity protects it without copying
+    /// it).
+    One,
+    /// Every member: RAID 1.
+    All,
+    /// A fixed number: RAID 10's 2.
+    Fixed(usize),
+}
+
+/// What a RAID level is, as data. One `static` per level, in
+/// [`REGISTRY`].
+#[derive(Debug)]
+pub struct Descriptor {
+    /// The level this describes.
+    pub level: Level,
+    /// The number md, the CLI and the superblock use (0, 1, 10, 5, 6).
+    pub number: u32,
+    /// Fewest members an array of this level may have (md's own
+    /// minimums).
+    pub min_members: usize,
+    /// The members it may lose (see [`Descriptor::survival`]).
+    pub loses: Loses,
+    /// Parity chunks per stripe: 0, 1 (P) or 2 (P and Q).
+    pub parity: usize,
+    /// Places that hold each logical byte.
+    pub copies: Copies,
+}
+
+/// Whether a volume keeps all its data with a set of members lost (see
+/// [`Descriptor::survival`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Survival {
+    /// True when every logical byte can still be read (from a copy, or
+    /// rebuilt from parity).
+    pub survives: bool,
+    /// How many more members it may lose, whichever they are, and still
+    /// survive (0 when it has not survived).
+    pub more: usize,
+}
+
+/// A set of member roles as a bit mask: bit `m` is role `m`
+/// ([`MAX_MEMBERS`](crate::raid::chunk::MAX_MEMBERS) is 32).
+pub type MemberMask = u64;
+
+/// The mask of the roles whose flag in `down` is set.
+pub fn mask_of(down: &[bool]) -> MemberMask {
+    down.iter().enumerate().filter(|(_, &d)| d).fold(0, |m, (i, _)| m | 1 << i)
+}
+
+impl Descriptor {
+    /// The survival rule, for every level: whether a volume of this level
+    /// over `members` members holding `chunks` logical chunks keeps all
+    /// its data with the roles in `lost` unavailable, and how many more
+    /// members it may lose then. `chunks` matters only to near copies (a
+    /// volume of fewer chunks than members leaves some neighbours sharing
+    /// nothing); pass `u64::MAX` for "any size". Roles past `members` in
+    /// `lost` are ignored.
+    #[inline]
+    pub fn survival(&self, members: usize, chunks: u64, lost: MemberMask) -> Survival {
+        let all = if members >= 64 { u64::MAX } else { (1u64 << members) - 1 };
+        let lost = lost & all;
+        let gone = lost.count_ones() as usize;
+        let more = match self.loses {
+            Loses::Any(k) => k.checked_sub(gone),
+            // Losing every member loses the data, whatever `k` says.
+            Loses::AllBut(k) => (members - gone).checked_sub(k.max(1)),
+            Loses::NearCopies(k) => {
+                let n = members as u64;
+                // The placement repeats every `members` chunks.
+                let least = (0..chunks.min(n))
+                    .map(|c| (0..k as u64).filter(|j| lost & 1 << ((k as u64 * c + j) % n) == 0).count())
+                    .min()
+                    .unwrap_or(k);
+                least.checked_sub(1)
+            }
+        };
+        Survival { survives: more.is_some(), more: more.unwrap_or(0) }
+    }
+
+    /// How many members of an array of `members` members may fail,
+    /// whichever they are, without losing data: RAID 0 0, RAID 1
+    /// `members - 1`, RAID 10 1, RAID 5 1, RAID 6 2. (RAID 10 survives
+    /// more when they hit different copy pairs, but two neighbouring
+    /// members hold both copies of some chunk.)
+    #[inline]
+    pub fn fault_tolerance(&self, members: usize) -> usize {
+        self.survival(members, u64::MAX, 0).more
+    }
+
+    /// How many places hold each logical byte in an array of `members`
+    /// members.
+    pub fn copies(&self, members: usize) -> usize {
+        match self.copies {
+            Copies::One => 1,
+            Copies::All => members,
+            Copies::Fixed(k) => k,
+        }
+    }
+
+    /// Data chunks per stripe over `members` members: a row of data
+    /// chunks and its P (and Q) for the levels that keep one copy (RAID 0
+    /// `members`, RAID 5 `members - 1`, RAID 6 `members - 2`), one chunk
+    /// for the mirrored ones (RAID 1 and 10, whose stripe is a logical
+    /// chunk). `members` is at least [`min_members`](Self::min_members).
+    #[inline]
+    pub fn data_chunks(&self, members: usize) -> usize {
+        match self.copies {
+            Copies::One => members - self.parity,
+            Copies::All | Copies::Fixed(_) => 1,
+        }
+    }
+
+    /// Logical chunks a volume of `rows` chunk-sized rows on each of
+    /// `members` members holds: the rows' slots less P and Q, over the
+    /// copies (RAID 10 over an odd count rounds down, md's
+    /// `raid10_size`). `members` is at least
+    /// [`min_members`](Self::min_members).
+    pub fn chunks(&self, members: usize, rows: u64) -> u64 {
+        rows * (members - self.parity) as u64 / self.copies(members) as u64
+    }
+
+    /// Rows on each of `members` members that hold `chunks` logical
+    /// chunks (the inverse of [`chunks`](Self::chunks), rounded up);
+    /// `None` when the count overflows or `members` is below the level's
+    /// parity.
+    pub fn rows_for(&self, members: usize, chunks: u64) -> Option<u64> {
+        let data = members.checked_sub(self.parity).filter(|&d| d > 0)? as u64;
+        Some(chunks.checked_mul(self.copies(members) as u64)?.div_ceil(data))
+    }
+
+    /// The fewest rows that hold whole logical chunks over `members`
+    /// members: 1, or 2 for RAID 10 over an odd count (whose copy pairs
+    /// straddle rows).
+    pub fn unit_rows(&self, members: usize) -> u64 {
+        let (mut a, mut b) = ((members - self.parity) as u64, self.copies(members) as u64);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        self.copies(members) as u64 / a
+    }
+
+    /// True when the level lays its data out in stripes a reshape can
+    /// move (all but RAID 1, whose every member holds the whole volume:
+    /// it grows by rebuilding the new members).
+    pub fn has_stripes(&self) -> bool {
+        self.copies != Copies::All
+    }
+
+    /// True when the level keeps redundancy (it may lose a member).
+    pub fn redundant(&self) -> bool {
+        self.loses != Loses::Any(0)
+    }
+}
+
+impl Level {
+    /// Every level, in the order the CLI lists them.
+    pub const ALL: [Level; 5] = [Level::Raid0, Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6];
+
+    /// This level's descriptor.
+    #[inline]
+    pub fn desc(self) -> &'static Descriptor {
+        REGISTRY[self as usize]
+    }
+
+    /// The number md and the CLI use for this level (0, 1, 10, 5 or 6).
+    pub fn number(self) -> u32 {
+        self.desc().number
+    }
+
+    /// Parses the CLI / superblock number of a level.
+    ///
+    /// Errors: `InvalidInput` for a number that is not 0, 1, 10, 5 or 6.
+    pub fn from_number(n: u32) -> Result<Level> {
+        match REGISTRY.iter().find(|d| d.number == n) {
+            Some(d) => Ok(d.level),
+            None => bail!(InvalidInput, "unknown RAID level {n}; uraid knows levels {}", known_numbers()),
+        }
+    }
+
+    /// Fewest members: RAID 0 1, RAID 1 and 10 2, RAID 5 3, RAID 6 4.
+    pub fn min_members(self) -> usize {
+        self.desc().min_members
+    }
+
+    /// Members that may fail without data loss in an array of `members`
+    /// (see [`Descriptor::fault_tolerance`]).
+    pub fn fault_tolerance(self, members: usize) -> usize {
+        self.desc().fault_tolerance(members)
+    }
+}
+
+/// The level numbers uraid knows, as a sentence: "0, 1, 10, 5 and 6".
+pub fn known_numbers() -> String {
+    let n: Vec<String> = REGISTRY.iter().map(|d| d.number.to_string()).collect();
+    match n.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => n.join(""),
+    }
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "raid{}", self.number())
+    }
+}
+
+#[cfg(test)]
+mod tests;
