@@ -162,8 +162,16 @@ probe() {
   echo "$1: $r; nbd-client -c: $c"
   [ "$r" = "read ok" ]
 }
+# connect_again [OPTIONS]: nbd-client on /dev/nbd0 once the kernel has let
+# go of its last connection (nbd-client -d returns before the teardown
+# ends; a connect meanwhile fails "Failed to setup device").
+connect_again() {
+  try_connect() { nbd-client -N $name -unix "$WORK/$name.sock" /dev/nbd0 "$@" >"$WORK/connect.out" 2>&1; }
+  wait_for 30 "nbd-client connecting /dev/nbd0 again ($(cat "$WORK/connect.out" 2>/dev/null))" try_connect "$@"
+  cat "$WORK/connect.out"
+}
 serve_unix
-nbd-client -N $name -unix "$WORK/$name.sock" /dev/nbd0
+connect_again
 mount_fs
 fio_run $(job restart)
 sync
@@ -179,7 +187,7 @@ sleep 2
 # The way back: unmount, disconnect, connect again, check, mount.
 timeout 20 umount "$mnt" 2>&1 || echo "umount: exit status $?"
 timeout 20 nbd-client -d /dev/nbd0 || echo "nbd-client -d: exit status $?"
-nbd-client -N $name -unix "$WORK/$name.sock" /dev/nbd0
+connect_again
 connected nbd0 || fail "reconnecting /dev/nbd0 failed"
 fsck.ext4 -n /dev/nbd0 >"$WORK/fsck.out" 2>&1 || { cat "$WORK/fsck.out"; fail "fsck after the restart"; }
 echo "fsck.ext4 -n after the restart: clean"
@@ -192,7 +200,7 @@ nbd-client -d /dev/nbd0
 # asserted (whether it reconnects later is nbd-client's business); what
 # waits is bounded shorter (a read 5 s, fio's read-back 20 s).
 step "3b. the same with nbd-client -persist (ioctl mode: -nonetlink)"
-nbd-client -N $name -unix "$WORK/$name.sock" /dev/nbd0 -persist -nonetlink
+connect_again -persist -nonetlink
 connected nbd0 || fail "/dev/nbd0 not connected with -persist -nonetlink"
 mount_fs
 stop_server
