@@ -10,39 +10,14 @@
 #  4. a clean stop removes the links (and /dev/uraid, left empty);
 #  5. something that is not uraid's at /dev/uraid/NAME is left alone: the
 #     serve goes on, says why there is no link, and the file is unchanged.
-set -euo pipefail
-: "${URAID:?set URAID to the uraid binary}" "${WORK:?set WORK to a scratch directory}"
-export URAID_RUN_DIR=$WORK/run URAID_CONFIG=$WORK/uraid.conf URAID_STATE_DIR=$WORK/state
-mkdir -p -m 0700 "$URAID_RUN_DIR"
+. "$(dirname "$0")/lib.sh"
 name=vmlinks
-modprobe loop
 modprobe ublk_drv
-uraid() { "$URAID" "$@"; }
-step() { echo "== $*"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
-L=()
-for i in 0 1; do
-  truncate -s 64M "$WORK/m$i.img"
-  L+=("$(losetup -f --show "$WORK/m$i.img")")
-done
+loop_members 2 64M
 uraid create --level 1 --name $name "${L[@]}" >/dev/null
 uuid=$(uraid examine "${L[0]}" | sed -n 's/^ *array uuid : //p')
-rec=$URAID_RUN_DIR/$name.ublk
 
-serve_ublk() {
-  local out=$WORK/serve.$RANDOM
-  uraid serve $name --ublk --fork >"$out" 2>"$out.err" || { cat "$out" "$out.err"; fail "serve --ublk"; }
-  DEV=$(sed -n "s/^serving '$name' .* on \(\/dev\/ublkb[0-9]*\)$/\1/p" "$out")
-  [ -b "$DEV" ] || { cat "$out"; fail "no block device in the serving line"; }
-  PID=$(jq -r .pid "$rec")
-  SERVE_ERR=$out.err
-}
-stop_serve() {
-  uraid stop $name >/dev/null
-  for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || return 0; sleep 0.2; done
-  fail "serve $PID did not stop"
-}
 # check_links: both links point at $DEV and read what it holds.
 check_links() {
   local b; b=$(basename "$DEV")
@@ -55,7 +30,7 @@ check_links() {
 }
 
 step "1. serve --ublk makes the links"
-serve_ublk
+serve_ublk $name
 dd if=/dev/urandom of="$DEV" bs=64k count=1 oflag=direct status=none
 check_links
 
@@ -86,7 +61,7 @@ else
 fi
 
 step "4. a clean stop removes the links"
-stop_serve
+stop_serve $name
 [ ! -L "/dev/uraid/$name" ] || fail "/dev/uraid/$name is still there"
 [ ! -L "/dev/disk/by-id/uraid-$uuid" ] || fail "the by-id link is still there"
 [ ! -e /dev/uraid ] || [ -n "$(ls -A /dev/uraid)" ] || fail "/dev/uraid is left empty"
@@ -95,12 +70,12 @@ rm -f /etc/udev/rules.d/60-uraid.rules
 step "5. something else at /dev/uraid/$name is left alone"
 mkdir -p /dev/uraid
 echo keep >"/dev/uraid/$name"
-serve_ublk
-cat "$SERVE_ERR"
+serve_ublk $name
+cat "$SERVE_OUT.err"
 [ "$(cat "/dev/uraid/$name")" = keep ] || fail "/dev/uraid/$name was changed"
-grep -q "/dev/uraid/$name exists and is not a link: left alone" "$SERVE_ERR" || fail "serve did not say why there is no link"
+grep -q "/dev/uraid/$name exists and is not a link: left alone" "$SERVE_OUT.err" || fail "serve did not say why there is no link"
 [ "$(readlink "/dev/disk/by-id/uraid-$uuid")" = "../../$(basename "$DEV")" ] || fail "no by-id link"
-stop_serve
+stop_serve $name
 [ "$(cat "/dev/uraid/$name")" = keep ] || fail "/dev/uraid/$name was removed or changed by the stop"
 rm "/dev/uraid/$name"
 echo "devlinks: ok"

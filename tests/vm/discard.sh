@@ -12,17 +12,12 @@
 #     on (as md's RAID 5 without devices_handle_discard_safely): fstrim succeeds, no discard and
 #     no zero-writing reaches the drives, the files' data is intact, e2fsck is clean.
 # Prints the members' queue limits and discard counters.
-set -euo pipefail
-: "${URAID:?set URAID to the uraid binary}" "${WORK:?set WORK to a scratch directory}"
-export URAID_RUN_DIR=$WORK/run URAID_CONFIG=$WORK/uraid.conf URAID_STATE_DIR=$WORK/state
-mkdir -p -m 0700 "$URAID_RUN_DIR"
-mnt=$WORK/mnt
-mkdir -p "$mnt"
-uraid() { "$URAID" "$@"; }
-step() { echo "== $*"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
+mnt=$MNT
 
-modprobe null_blk nr_devices=5 memory_backed=1 discard=1 gb=1 max_sectors=1024 hw_queue_depth=64
+# 128 MiB each, through configfs (the module's gb= cannot go under 1 GiB):
+# ext4 on a smaller volume is made and trimmed faster.
+null_members 5 128 discard=1
 modprobe nbd
 for i in 0 1 2 3 4; do
   q=/sys/block/nullb$i/queue
@@ -34,7 +29,7 @@ done
 discards() { awk '{print $12, $14}' "/sys/block/nullb$1/stat"; }
 
 # run NAME LEVEL DEVICES...: creates and serves the array, connects /dev/nbd0, ext4 with
-# 48 MiB of files (checksummed), deleted but one, fstrim; leaves the discard counters of the
+# 24 MiB of files (checksummed), deleted but one, fstrim; leaves the discard counters of the
 # members before and after the fstrim in $before and $after, fstrim's output in $trimmed.
 run() {
   local name=$1 level=$2; shift 2
@@ -44,9 +39,10 @@ run() {
   nbd-client -N "$name" -unix "$WORK/$name.sock" /dev/nbd0 >/dev/null
   echo "/dev/nbd0: discard_max_bytes $(cat /sys/block/nbd0/queue/discard_max_bytes)"
   mkfs.ext4 -q -E nodiscard /dev/nbd0
-  mount /dev/nbd0 "$mnt"
+  # No background zeroing of the inode tables (slow under TCG).
+  mount -o noinit_itable /dev/nbd0 "$mnt"
   for i in 0 1 2; do
-    head -c 16M /dev/urandom >"$mnt/f$i"
+    head -c 8M /dev/urandom >"$mnt/f$i"
   done
   (cd "$mnt" && sha256sum f0 >"$WORK/$name.sum")
   sync
@@ -74,7 +70,7 @@ paste <(echo "$before") <(echo "$after") | while read -r r0 s0 r1 s1; do
 done
 total=$(paste <(echo "$before") <(echo "$after") | awk '{s += $4 - $2} END {print s * 512}')
 echo "RAID 0: $total bytes discarded on the members"
-[ "$total" -ge $((32 << 20)) ] || fail "RAID 0: only $total bytes discarded, 32 MiB of files were deleted"
+[ "$total" -ge $((16 << 20)) ] || fail "RAID 0: only $total bytes discarded, 16 MiB of files were deleted"
 
 step "2. RAID 5 on the same drives: TRIM is not passed on (parity needs zeros they can only write)"
 run d5 5 /dev/nullb2 /dev/nullb3 /dev/nullb4

@@ -3,16 +3,14 @@
 # ublk_drv: the code block after the marker that names this script,
 # with $D0 $D1 and $DIR set up as the README's walkthrough sets them up
 # (two loop devices, a RAID 0 named fast with 128K chunks).
-set -euo pipefail
-: "${URAID:?the uraid binary}" "${WORK:?a scratch directory}"
+. "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")/../.." && pwd)
 block=$(awk '/readme-test: skip: .*tests\/vm\/readme_ublk.sh/ {on=1; next}
              on && /^    / {print substr($0, 5); seen=1; next}
              on && seen && !/^    / && !/^$/ {exit}' "$here/README.md")
-[ -n "$block" ] || { echo "readme_ublk: no block after the marker in README.md"; exit 1; }
+[ -n "$block" ] || fail "readme_ublk: no block after the marker in README.md"
 mkdir -p "$WORK/bin"; ln -sf "$URAID" "$WORK/bin/uraid"
-export PATH=$WORK/bin:$PATH DIR=$WORK URAID_RUN_DIR=$WORK/run
-mkdir -p -m 700 "$URAID_RUN_DIR"
+export PATH=$WORK/bin:$PATH DIR=$WORK
 modprobe loop
 truncate -s 256M "$DIR/d0.img" "$DIR/d1.img"
 D0=$(losetup -f --show --direct-io=on "$DIR/d0.img"); D1=$(losetup -f --show --direct-io=on "$DIR/d1.img")

@@ -3,8 +3,9 @@
 # tests/vm/run-all; URAID and WORK from it). uraid.conf has
 # `ublk-recovery-timeout`; `uraid monitor --scan` runs.
 #  1. timeout 0 (wait for ever): serve --ublk is killed with SIGKILL; a read
-#     of the device waits; 10 s later the device is still there and the read
-#     still waits; the configuration then says 3s: the monitor, which reads
+#     of the device waits; 5 s later (ten looks of the monitor) the device is still there and the read
+#     still waits, and `uraid scan` skips it (a live export too, even with
+#     a member's superblock on it); the configuration then says 3s: the monitor, which reads
 #     it at every look, deletes the device and the read fails with EIO.
 #  2. timeout 6s: an ext4 on the device is mounted and a file synced; serve is
 #     killed; a direct read of the device and a write to the mounted ext4
@@ -13,41 +14,24 @@
 #     naming the device; the device, its /dev/uraid link and its record are
 #     gone; `uraid serve` again makes a new device and the file synced
 #     before the kill reads back.
-set -euo pipefail
-: "${URAID:?set URAID to the uraid binary}" "${WORK:?set WORK to a scratch directory}"
-export URAID_RUN_DIR=$WORK/run URAID_CONFIG=$WORK/uraid.conf URAID_STATE_DIR=$WORK/state
-mkdir -p -m 0700 "$URAID_RUN_DIR"
+. "$(dirname "$0")/lib.sh"
 name=vmexp
-mnt=$WORK/mnt
-mkdir -p "$mnt"
-modprobe loop
+mnt=$MNT
 modprobe ublk_drv
-uraid() { "$URAID" "$@"; }
-step() { echo "== $*"; }
-fail() { echo "FAIL: $*" >&2; [ -f "$WORK/monitor.out" ] && { echo "-- monitor:"; cat "$WORK/monitor.out"; } >&2; exit 1; }
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}'; }
+on_fail() { [ -f "$WORK/monitor.out" ] && { echo "-- monitor:"; cat "$WORK/monitor.out"; }; }
 
-L=()
-for i in 0 1; do
-  truncate -s 64M "$WORK/m$i.img"
-  L+=("$(losetup -f --show "$WORK/m$i.img")")
-done
+loop_members 2 64M
 uraid create --level 1 --name $name "${L[@]}" >/dev/null
 rec=$URAID_RUN_DIR/$name.ublk
 
-# serve_ublk: serves the array in the background on ublk; sets DEV, PID.
-serve_ublk() {
-  local out=$WORK/serve.$RANDOM
-  timeout 120 "$URAID" serve $name --ublk --fork >"$out" 2>"$out.err" || { cat "$out" "$out.err"; fail "serve --ublk"; }
-  DEV=$(sed -n "s/^serving '$name' .* on \(\/dev\/ublkb[0-9]*\)$/\1/p" "$out")
-  [ -b "$DEV" ] || { cat "$out"; fail "no block device in the serving line"; }
-  PID=$(jq -r .pid "$rec")
-  SERVE_OUT=$out
-}
-kill9() {
-  kill -KILL "$PID"
-  while kill -0 "$PID" 2>/dev/null; do sleep 0.1; done
+# scan_check WHAT: `uraid scan` ends within 30 s, finds the array on its
+# two loop members and names no ublk device (stdout or stderr).
+scan_check() {
+  local out
+  out=$(timeout 30 "$URAID" scan 2>&1) || fail "uraid scan with a $1: exit status $? (killed after 30 s: 124): $out"
+  echo "uraid scan with a $1: $out"
+  echo "$out" | grep -q "^ARRAY name=$name .*devices=${L[0]},${L[1]}$" || fail "uraid scan did not find $name on ${L[*]}"
+  ! echo "$out" | grep -q ublkb || fail "uraid scan read the $1"
 }
 
 echo 'ublk-recovery-timeout = 0' >"$URAID_CONFIG"
@@ -56,17 +40,22 @@ MON=$!
 trap 'kill $MON 2>/dev/null || true' EXIT
 
 step "1. ublk-recovery-timeout = 0: the device waits for its serve"
-serve_ublk
+serve_ublk $name
 first=$DEV
-dd if=/dev/urandom of="$DEV" bs=64k count=16 oflag=direct status=none
-kill9
+# The device holds a copy of a member's first MiB (its superblock): were
+# `uraid scan` to read the live export, it would take it for a member.
+dd if="${L[0]}" of="$DEV" bs=64k count=16 oflag=direct status=none
+scan_check "live $DEV"
+kill9 "$PID"
 t0=$(now)
 dd if="$DEV" of="$WORK/read1" bs=64k count=16 iflag=direct status=none 2>"$WORK/dd1.err" &
 dd1=$!
-sleep 10
+sleep 5
 kill -0 $dd1 2>/dev/null || fail "the read of $DEV ended while no server served it: $(cat "$WORK/dd1.err")"
 [ -b "$first" ] || fail "$first was deleted with ublk-recovery-timeout = 0"
-echo "10 s after the kill: $first is there, its read waits"
+echo "5 s after the kill: $first is there, its read waits"
+# A scan skips the device whose server is gone (a read of it would wait).
+scan_check "quiesced $DEV"
 grep -q "DeviceDisappeared $name /dev/ublkb" "$WORK/monitor.out" && fail "the monitor deleted a device with the timeout 0"
 echo 'ublk-recovery-timeout = "3s"' >"$URAID_CONFIG"
 for _ in $(seq 150); do kill -0 $dd1 2>/dev/null || break; sleep 0.2; done
@@ -78,15 +67,14 @@ echo "timeout 3s: the read of $first ended $(since "$t0") s after the kill: exit
 
 step "2. ublk-recovery-timeout = 6s: EIO instead of a hang"
 echo 'ublk-recovery-timeout = "6s"' >"$URAID_CONFIG"
-sleep 1   # the monitor reads the configuration again at its next look
-serve_ublk
+serve_ublk $name
 mkfs.ext4 -q -F "$DEV"
 mount "$DEV" "$mnt"
 head -c 1M /dev/urandom >"$mnt/synced"
 sync
 sum=$(md5sum <"$mnt/synced")
 [ -L "/dev/uraid/$name" ] && echo "/dev/uraid/$name -> $(readlink "/dev/uraid/$name")"
-kill9
+kill9 "$PID"
 t0=$(now)
 # An uncached read of the device, and a write to the mounted ext4.
 dd if="$DEV" of=/dev/null bs=4k count=1 skip=4000 iflag=direct status=none 2>"$WORK/dd2.err" &
@@ -107,9 +95,8 @@ for _ in $(seq 100); do kill -0 $dd3 2>/dev/null || break; sleep 0.2; done
 rc=0; wait $dd3 || rc=$?
 echo "write to the mounted ext4: exit $rc: $(cat "$WORK/dd3.err")"
 [ $rc -ne 0 ] || fail "a synchronous write to the ext4 on the deleted device succeeded"
-sleep 1
+wait_for 10 "a DeviceDisappeared event naming $DEV" grep -q "DeviceDisappeared $name $DEV: .*EIO" "$WORK/monitor.out"
 echo "-- monitor:"; cat "$WORK/monitor.out"
-grep -q "DeviceDisappeared $name $DEV: .*EIO" "$WORK/monitor.out" || fail "no DeviceDisappeared event naming $DEV"
 [ ! -e "$DEV" ] || fail "$DEV is still there"
 [ ! -e "/sys/class/ublk-char/ublkc${DEV#/dev/ublkb}" ] || fail "the ublk device ${DEV#/dev/ublkb} is still there"
 [ ! -e "$rec" ] || fail "the record $rec is still there"
@@ -117,10 +104,9 @@ grep -q "DeviceDisappeared $name $DEV: .*EIO" "$WORK/monitor.out" || fail "no De
 umount "$mnt" 2>/dev/null || umount -l "$mnt"
 
 step "3. serve again: a new device, the data synced before the kill is there"
-serve_ublk
+serve_ublk $name
 mount "$DEV" "$mnt"
 [ "$(md5sum <"$mnt/synced")" = "$sum" ] || fail "the file synced before the kill differs"
 umount "$mnt"
-uraid stop $name >/dev/null
-for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.2; done
+stop_serve $name
 echo "ublk_expiry: ok"

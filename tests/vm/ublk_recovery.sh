@@ -9,43 +9,22 @@
 # nothing). Also: a second serve of the served array is refused and the
 # first one serves on; a RAID 5 of 4 (3 data chunks, no power of two) says
 # which mkfs options give the stripe; a clean stop deletes the device.
-set -euo pipefail
-: "${URAID:?set URAID to the uraid binary}" "${WORK:?set WORK to a scratch directory}"
-export URAID_RUN_DIR=$WORK/run URAID_CONFIG=$WORK/uraid.conf URAID_STATE_DIR=$WORK/state
-mkdir -p -m 0700 "$URAID_RUN_DIR"
+. "$(dirname "$0")/lib.sh"
 name=vmrec
-mnt=$WORK/mnt
-mkdir -p "$mnt"
-modprobe loop
+mnt=$MNT
 modprobe ublk_drv
-uraid() { "$URAID" "$@"; }
-step() { echo "== $*"; }
-fail() { echo "FAIL: $*" >&2; dmesg | tail -25 >&2; exit 1; }
+on_fail() { dmesg | tail -25; }
 # The kernel log from here on: earlier tests of the same boot fail ublk
 # devices on purpose (ublk_expiry.sh), and the device number is reused.
 log_from=$(dmesg | wc -l)
 
-L=()
-for i in 0 1 2 3; do
-  truncate -s 100M "$WORK/m$i.img"
-  L+=("$(losetup -f --show "$WORK/m$i.img")")
-done
+loop_members 4 100M
 uraid create --level 5 --chunk 64K --name $name "${L[@]}" >/dev/null
 rec=$URAID_RUN_DIR/$name.ublk
 
-# serve_ublk: serves the array in the background on ublk; sets DEV, PID.
-serve_ublk() {
-  local out=$WORK/serve.$RANDOM
-  timeout 120 "$URAID" serve $name --ublk --fork >"$out" 2>"$out.err" || { cat "$out" "$out.err"; fail "serve --ublk"; }
-  cat "$out.err"
-  DEV=$(sed -n "s/^serving '$name' .* on \(\/dev\/ublkb[0-9]*\)$/\1/p" "$out")
-  [ -b "$DEV" ] || { cat "$out"; fail "no block device in the serving line"; }
-  PID=$(jq -r .pid "$rec")
-  SERVE_OUT=$out
-}
-
 step "1. serve --ublk, ext4 mounted"
-serve_ublk
+serve_ublk $name
+cat "$SERVE_OUT.err"
 grep -q "mkfs.xfs -d su=64k,sw=3" "$SERVE_OUT.err" || fail "no word on the stripe width of 3 chunks"
 first=$DEV
 mkfs.ext4 -q -F "$DEV"
@@ -67,17 +46,17 @@ fio=$!
 # Until fio has written something (and so has I/O in flight).
 for _ in $(seq 100); do [ "$(stat -c %b "$mnt/fio" 2>/dev/null || echo 0)" -gt 512 ] && break; sleep 0.2; done
 kill -0 $fio 2>/dev/null || { cat "$WORK/fio.json"; fail "fio ended before the kill"; }
-kill -KILL "$PID"
-while kill -0 "$PID" 2>/dev/null; do sleep 0.1; done
+kill9 "$PID"
 echo "serve $PID killed; fio $(kill -0 $fio 2>/dev/null && echo waits || echo ended)"
 [ -b "$DEV" ] || fail "$DEV went with the server"
 [ -e "$rec" ] || fail "the record went with the server"
-sleep 2
+sleep 1
 kill -0 $fio 2>/dev/null || { cat "$WORK/fio.json"; fail "fio ended while no server served the device"; }
 
 step "4. serve again: re-attached, the mount goes on"
 t0=$(date +%s.%N)
-serve_ublk
+serve_ublk $name
+cat "$SERVE_OUT.err"
 grep -q "re-attached $first" "$SERVE_OUT" || { cat "$SERVE_OUT"; fail "serve did not say it re-attached $first"; }
 [ "$DEV" = "$first" ] || fail "serve made $DEV instead of re-attaching $first"
 echo "re-attached in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s"
@@ -93,9 +72,7 @@ dmesg | tail -n +"$((log_from + 1))" | grep -iE "ext4.*(error|abort)|I/O error, 
 step "5. unmount, fsck -n, clean stop"
 umount "$mnt"
 e2fsck -fn "$DEV" || fail "e2fsck found errors"
-uraid stop $name >/dev/null
-for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.2; done
-kill -0 "$PID" 2>/dev/null && fail "serve did not stop"
+stop_serve $name
 [ ! -e "$DEV" ] || fail "$DEV is left after a clean stop"
 [ ! -e "$rec" ] || fail "the record is left after a clean stop"
 echo "ublk_recovery: ok"

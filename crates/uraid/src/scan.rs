@@ -368,11 +368,26 @@ fn block_devices() -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir("/sys/class/block") else { return Vec::new() };
     let mut names: Vec<String> = rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
     names.sort();
-    // Not ublk devices: uraid's own exports are no members, and a read of
-    // one whose server died waits until a server re-attaches (user
-    // recovery), which is what the next `uraid serve NAME` is to do.
-    names.retain(|n| !n.starts_with("ublkb"));
+    names.retain(|n| !skip_in_scan(n));
     names.into_iter().map(|n| Path::new("/dev").join(n)).filter(|p| p.exists()).collect()
+}
+
+/// Whether the block device `name` (a name in /sys/class/block) is a ublk
+/// device that is no member to read: one that is not LIVE (its server died:
+/// a read waits until a server re-attaches, user recovery, which is what
+/// the next `uraid serve NAME` is to do, or until the device is deleted),
+/// or a live one that uraid serves (an array's export, its server's JSON
+/// names the array's UUID). A ublk device another program serves, live, is
+/// read like any block device. When the driver cannot be asked (no
+/// /dev/ublk-control, no permission), a ublk device is skipped: its state is
+/// unknown and a read may wait. Other devices: false.
+fn skip_in_scan(name: &str) -> bool {
+    let Some(id) = name.strip_prefix("ublkb").and_then(|n| n.parse::<u32>().ok()) else { return false };
+    match uraid_ublk::probe(id) {
+        Ok(Some(info)) => !info.live() || info.uuid.is_some(),
+        // Deleted since the listing (/dev/ublkbN is gone too), or unknown.
+        Ok(None) | Err(_) => true,
+    }
 }
 
 /// The arguments of a command that takes members, with an array's NAME or
