@@ -508,7 +508,12 @@ fn rebuild_keeps_a_throttled_target_busy() {
     let best = (0..3).map(|_| sustained_rebuild_rate(bw)).fold(0.0, f64::max);
     let ratio = best / bw as f64;
     eprintln!("rebuild RAID 5 x4 on 250 MB/s emulated drives: {:.0} MB/s sustained, {ratio:.3} of one drive", best / 1e6);
-    assert!(ratio >= 0.9, "rebuild ran at {ratio:.3} of one drive's write ceiling");
+    // The behaviour, not the figure (bench/redundant.py measures that:
+    // 0.9-1.0 on a quiet machine): a rebuild that read a batch, then
+    // wrote it, would run at most at half the ceiling (reads and the
+    // write each take a batch's bytes / bw); above 0.6 the reads overlap
+    // the write, with room for a loaded machine (0.67-0.87 seen at load 20).
+    assert!(ratio >= 0.6, "rebuild ran at {ratio:.3} of one drive's write ceiling: reads and writes do not overlap");
 }
 
 /// Rebuilds member 0 of a RAID 5 over 4 emulated drives of `bw` bytes/s
