@@ -106,3 +106,8 @@ mod boot_units;
 // nothing served); the device itself is tested in the VM (tests/vm/ublk_*.sh).
 #[path = "e2e/ublk.rs"]
 mod ublk;
+
+// An idle `uraid serve` sleeps (no periodic wake-ups of its own); SIGTERM
+// still stops it at once (issue 29).
+#[path = "e2e/idle.rs"]
+mod idle;
