@@ -457,94 +457,161 @@ impl UblkWatch {
         let timeout = cfg.ublk_recovery_timeout();
         let mut recorded = HashSet::new();
         for (name, r) in devlinks::records() {
-            // The newest record of a device (records come newest first).
-            if !recorded.insert(r.dev_id) {
-                continue;
+            // Every device of the record (one per volume of a Matrix array).
+            let devices = devices_of(&name, &r);
+            let (mut left, mut deleted) = (devices.len(), false);
+            for d in &devices {
+                // The newest record of a device (records come newest first).
+                if !recorded.insert(d.dev_id) {
+                    continue;
+                }
+                match self.look_at(a, cfg, &name, &r, d, timeout)? {
+                    Seen::Kept => {}
+                    Seen::Gone => left -= 1,
+                    Seen::Deleted => (left, deleted) = (left - 1, true),
+                }
             }
-            if !self.orphaned(&r) {
-                self.since.remove(&r.dev_id);
-                continue;
+            // The record goes with its last device, unless a serve wrote a
+            // new one meanwhile.
+            if left == 0 && deleted {
+                let path = crate::runstate::run_dir().join(format!("{name}.ublk"));
+                if devlinks::records().iter().any(|(n, now)| n == &name && now == &r) {
+                    let _ = std::fs::remove_file(&path);
+                }
             }
-            let since = *self.since.entry(r.dev_id).or_insert_with(|| {
-                let wait = if timeout == 0 { "for ever (ublk-recovery-timeout = 0)".to_string() } else { format!("{timeout} s") };
-                eprintln!(
-                    "uraid monitor: {} of array '{name}' has no server (uraid serve, pid {}, is gone): its I/O waits {wait} for 'uraid serve {name}' to re-attach",
-                    r.bdev.display(),
-                    r.pid
-                );
-                Instant::now()
-            });
-            if timeout == 0 || since.elapsed() < Duration::from_secs(timeout) {
-                continue;
-            }
-            if let Some(pid) = cdev_holder(r.dev_id) {
-                eprintln!("uraid monitor: process {pid} has /dev/ublkc{} open (a serve re-attaching?): {} is kept", r.dev_id, r.bdev.display());
-                self.since.insert(r.dev_id, Instant::now());
-                continue;
-            }
-            self.expire(a, cfg, &name, &r, since.elapsed().as_secs(), timeout)?;
         }
         self.since.retain(|id, _| recorded.contains(id));
         self.ctrls.retain(|id, _| recorded.contains(id));
         Ok(())
     }
 
-    /// Whether the device `r` names is quiesced, is that record's device
-    /// and its server is gone.
-    fn orphaned(&mut self, r: &devlinks::UblkRecord) -> bool {
-        if !Path::new(&format!("/sys/class/ublk-char/ublkc{}", r.dev_id)).exists() {
-            self.ctrls.remove(&r.dev_id);
-            return false;
+    /// One look at the device `d` of record `r` (array `name`), deleted
+    /// when past its deadline. Errors: stdout is closed.
+    fn look_at(&mut self, a: &MonitorArgs, cfg: &Config, name: &str, r: &devlinks::UblkRecord, d: &Device, timeout: u64) -> Result<Seen> {
+        if !Path::new(&format!("/sys/class/ublk-char/ublkc{}", d.dev_id)).exists() {
+            self.ctrls.remove(&d.dev_id);
+            self.since.remove(&d.dev_id);
+            return Ok(Seen::Gone);
         }
-        let ctrl = match self.ctrls.entry(r.dev_id) {
+        if !self.orphaned(d.dev_id, r.pid) {
+            self.since.remove(&d.dev_id);
+            return Ok(Seen::Kept);
+        }
+        let since = *self.since.entry(d.dev_id).or_insert_with(|| {
+            let wait = if timeout == 0 { "for ever (ublk-recovery-timeout = 0)".to_string() } else { format!("{timeout} s") };
+            eprintln!(
+                "uraid monitor: {} of array '{name}' has no server (uraid serve, pid {}, is gone): its I/O waits {wait} for 'uraid serve {name}' to re-attach",
+                d.bdev.display(),
+                r.pid
+            );
+            Instant::now()
+        });
+        if timeout == 0 || since.elapsed() < Duration::from_secs(timeout) {
+            return Ok(Seen::Kept);
+        }
+        if let Some(pid) = cdev_holder(d.dev_id) {
+            eprintln!("uraid monitor: process {pid} has /dev/ublkc{} open (a serve re-attaching?): {} is kept", d.dev_id, d.bdev.display());
+            self.since.insert(d.dev_id, Instant::now());
+            return Ok(Seen::Kept);
+        }
+        let stopped = self.expire(a, cfg, name, r.pid, d, since.elapsed().as_secs(), timeout)?;
+        Ok(if stopped { Seen::Deleted } else { Seen::Kept })
+    }
+
+    /// Whether the device `dev_id` is quiesced, is still the device of the
+    /// server `pid` (the record's) and that server is gone.
+    fn orphaned(&mut self, dev_id: u32, pid: u32) -> bool {
+        let ctrl = match self.ctrls.entry(dev_id) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => match libublk::ctrl::UblkCtrl::new_simple(r.dev_id as i32) {
+            std::collections::hash_map::Entry::Vacant(v) => match libublk::ctrl::UblkCtrl::new_simple(dev_id as i32) {
                 Ok(c) => v.insert(c),
                 // No /dev/ublk-control (no ublk_drv, or not root): no device to watch.
                 Err(_) => return false,
             },
         };
         if ctrl.read_dev_info().is_err() {
-            self.ctrls.remove(&r.dev_id);
+            self.ctrls.remove(&dev_id);
             return false;
         }
         let info = ctrl.dev_info();
-        info.state as u32 == libublk::sys::UBLK_S_DEV_QUIESCED && info.ublksrv_pid as i64 == r.pid as i64 && !uraid_alive(r.pid)
+        info.state as u32 == libublk::sys::UBLK_S_DEV_QUIESCED && info.ublksrv_pid as i64 == pid as i64 && !uraid_alive(pid)
     }
 
-    /// Deletes the device `r` names (its I/O then fails with EIO), its
-    /// links and its record, and reports it. Errors: stdout is closed.
-    fn expire(&mut self, a: &MonitorArgs, cfg: &Config, name: &str, r: &devlinks::UblkRecord, waited: u64, timeout: u64) -> Result<()> {
-        let Some(ctrl) = self.ctrls.get(&r.dev_id) else { return Ok(()) };
+    /// Deletes the device `d` of array `name` (its I/O then fails with
+    /// EIO) and its links, and reports it; true when it was stopped.
+    /// Errors: stdout is closed.
+    #[allow(clippy::too_many_arguments)]
+    fn expire(&mut self, a: &MonitorArgs, cfg: &Config, name: &str, pid: u32, d: &Device, waited: u64, timeout: u64) -> Result<bool> {
+        let Some(ctrl) = self.ctrls.get(&d.dev_id) else { return Ok(false) };
         // STOP_DEV fails the queued I/O and removes the disk; the
         // asynchronous DEL_DEV does not wait for a mounted filesystem to
         // let go of it (the synchronous one would).
         if let Err(e) = ctrl.kill_dev() {
-            eprintln!("uraid monitor: cannot stop {} of array '{name}' ({e}); tried again at the next look", r.bdev.display());
-            return Ok(());
+            eprintln!("uraid monitor: cannot stop {} of array '{name}' ({e}); tried again at the next look", d.bdev.display());
+            return Ok(false);
         }
         let deleted = match ctrl.del_dev_async() {
             Ok(_) => String::from("deleted"),
             Err(e) => format!("stopped (its deletion failed: {e}; 'uraid monitor' does not retry it)"),
         };
-        self.ctrls.remove(&r.dev_id);
-        self.since.remove(&r.dev_id);
-        devlinks::unlink_device(name, &r.uuid, &r.bdev);
-        // The record, unless a serve wrote a new one meanwhile.
-        let path = crate::runstate::run_dir().join(format!("{name}.ublk"));
-        if devlinks::records().iter().any(|(n, now)| n == name && now == r) {
-            let _ = std::fs::remove_file(&path);
+        self.ctrls.remove(&d.dev_id);
+        self.since.remove(&d.dev_id);
+        for uuid in &d.uuids {
+            devlinks::unlink_device(&d.link, uuid, &d.bdev);
         }
         let detail = format!(
-            "the ublk device {} had no server for {waited} s (its uraid serve, pid {}, is gone and none re-attached within \
+            "the ublk device {} had no server for {waited} s (its uraid serve, pid {pid}, is gone and none re-attached within \
              ublk-recovery-timeout = {timeout} s): {deleted}, so its I/O fails with EIO instead of waiting. Unmount a \
              filesystem on it; 'uraid serve {name}' makes a new device",
-            r.bdev.display(),
-            r.pid
+            d.bdev.display(),
         );
-        let e = Event { member: Some(r.bdev.display().to_string()), ..own_event("DeviceDisappeared", name, detail) };
-        report(a, cfg, &e, true)
+        let e = Event { member: Some(d.bdev.display().to_string()), ..own_event("DeviceDisappeared", name, detail) };
+        report(a, cfg, &e, true)?;
+        Ok(true)
     }
+}
+
+/// What one look found of a recorded device.
+enum Seen {
+    /// Served, or waiting for a server within its time.
+    Kept,
+    /// Not there (deleted, or a reboot).
+    Gone,
+    /// Deleted by this look (past `ublk-recovery-timeout`).
+    Deleted,
+}
+
+/// One ublk device of a record: a volume's.
+#[derive(Debug, PartialEq)]
+struct Device {
+    /// N of /dev/ublkbN.
+    dev_id: u32,
+    /// `/dev/ublkbN`.
+    bdev: PathBuf,
+    /// Its link in /dev/uraid: `NAME`, or `NAME:VOLUME` for a volume
+    /// after the first.
+    link: String,
+    /// The UUIDs of its /dev/disk/by-id links (the array's, and the
+    /// volume's own in a Matrix array).
+    uuids: Vec<String>,
+}
+
+/// Every device the record `r` of array `name` lists: the first volume's
+/// (the record's top), then one per further volume of a Matrix array.
+fn devices_of(name: &str, r: &devlinks::UblkRecord) -> Vec<Device> {
+    let first = Device {
+        dev_id: r.dev_id,
+        bdev: r.bdev.clone(),
+        link: name.to_string(),
+        uuids: [&r.uuid, &r.volume_uuid].into_iter().filter(|u| !u.is_empty()).cloned().collect(),
+    };
+    let rest = r.volumes.iter().map(|v| Device {
+        dev_id: v.dev_id,
+        bdev: v.bdev.clone(),
+        link: format!("{name}:{}", v.volume),
+        uuids: [&v.uuid].into_iter().filter(|u| !u.is_empty()).cloned().collect(),
+    });
+    std::iter::once(first).chain(rest).collect()
 }
 
 /// Whether process `pid` is alive and is a uraid (not another program
@@ -562,4 +629,33 @@ fn cdev_holder(dev_id: u32) -> Option<u32> {
         let fds = std::fs::read_dir(p.path().join("fd")).ok()?;
         fds.filter_map(|f| f.ok()).any(|f| std::fs::read_link(f.path()).is_ok_and(|t| t == cdev)).then_some(pid)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every device of a Matrix array's record is watched: the first
+    /// volume's at the top, then each further volume's, with its own link
+    /// and UUID; an array of one volume has its one device.
+    #[test]
+    fn devices_of_walks_every_volume() {
+        let json = r#"{"dev_id":3,"uuid":"a1","pid":7,"bdev":"/dev/ublkb3","volume":"fast","volume_uuid":"v1",
+            "volumes":[{"volume":"bulk","uuid":"v2","dev_id":4,"bdev":"/dev/ublkb4"},
+                       {"volume":"logs","uuid":"v3","dev_id":9,"bdev":"/dev/ublkb9"}]}"#;
+        let r: devlinks::UblkRecord = serde_json::from_str(json).unwrap();
+        let d = devices_of("m", &r);
+        let got: Vec<(u32, &str, &str, Vec<&str>)> =
+            d.iter().map(|d| (d.dev_id, d.bdev.to_str().unwrap(), d.link.as_str(), d.uuids.iter().map(|u| u.as_str()).collect())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (3, "/dev/ublkb3", "m", vec!["a1", "v1"]),
+                (4, "/dev/ublkb4", "m:bulk", vec!["v2"]),
+                (9, "/dev/ublkb9", "m:logs", vec!["v3"]),
+            ]
+        );
+        let one: devlinks::UblkRecord = serde_json::from_str(r#"{"dev_id":0,"uuid":"","pid":7,"bdev":"/dev/ublkb0"}"#).unwrap();
+        assert_eq!(devices_of("t", &one), vec![Device { dev_id: 0, bdev: "/dev/ublkb0".into(), link: "t".into(), uuids: vec![] }]);
+    }
 }

@@ -5,8 +5,8 @@
 //!
 //! One JSON file per array, `RUN_DIR/ARRAY-UUID.json`, where `RUN_DIR` is
 //! `/run/uraid` unless the environment variable `URAID_RUN_DIR` names
-//! another directory. `serve` rewrites it about once a second and at the
-//! stop (a temporary file renamed over it, so that a reader never sees half
+//! another directory. `serve` rewrites it when its counters change (looked at once a
+//! second; at least every 10 s) and at the stop (a temporary file renamed over it, so that a reader never sees half
 //! of one) and removes it at a clean stop. A file whose process is gone is
 //! stale and is ignored by readers.
 //!
@@ -336,14 +336,21 @@ impl Shared {
 }
 
 /// Publishes the state of a served array: [`Publisher::start`] writes the
-/// file at once and then about once a second from a thread;
+/// file at once and then, from a thread that looks once a second, when
+/// the counters changed (at least every [`REFRESH`]);
 /// [`Publisher::finish`] stops the thread and writes it a last time;
-/// [`Publisher::remove`] deletes it (a clean stop).
+/// [`Publisher::remove`] deletes it (a clean stop). With no cache there
+/// is nothing that changes, so no thread.
 pub(crate) struct Publisher {
     shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the thread at once.
+    stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
+
+/// The longest an unchanged file goes unwritten while serving, so that
+/// its age tells readers the process still publishes.
+const REFRESH: Duration = Duration::from_secs(10);
 
 impl Publisher {
     /// Starts publishing the state of array `array` (`uuid`) with the
@@ -352,25 +359,29 @@ impl Publisher {
     pub(crate) fn start(array: String, uuid: String, sources: Vec<Source>) -> Publisher {
         let shared = Arc::new(Shared { path: state_path(&uuid), array, uuid, sources, warned: AtomicBool::new(false) });
         shared.publish();
-        let stop = Arc::new(AtomicBool::new(false));
+        if shared.sources.iter().all(|s| s.cache.is_none()) {
+            return Publisher { shared, stop: None, thread: None };
+        }
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let thread = {
-            let (shared, stop) = (shared.clone(), stop.clone());
+            let shared = shared.clone();
             std::thread::spawn(move || {
-                let mut last = std::time::Instant::now();
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(50));
-                    if last.elapsed() >= Duration::from_secs(1) {
-                        last = std::time::Instant::now();
+                let counters = |sh: &Shared| sh.sources.iter().map(|s| s.cache.as_ref().map(|c| c.stats())).collect::<Vec<_>>();
+                let (mut last, mut seen) = (std::time::Instant::now(), counters(&shared));
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(Duration::from_secs(1)) {
+                    let now = counters(&shared);
+                    if now != seen || last.elapsed() >= REFRESH {
+                        (last, seen) = (std::time::Instant::now(), now);
                         shared.publish();
                     }
                 }
             })
         };
-        Publisher { shared, stop, thread: Some(thread) }
+        Publisher { shared, stop: Some(stop), thread: Some(thread) }
     }
 
     fn stop_thread(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.take();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

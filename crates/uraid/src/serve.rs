@@ -215,9 +215,48 @@ static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
+    wake();
+}
+
+/// The pipe the stop watcher of `serve` sleeps on (read end, write end;
+/// -1 before [`install_signal_handlers`] made it).
+static WAKE_PIPE: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
+
+/// Wakes the stop watcher of `serve` at once (a signal, a `stop` command)
+/// rather than at its next check (seconds later). Async-signal-safe.
+pub(crate) fn wake() {
+    let fd = WAKE_PIPE[1].load(Ordering::Relaxed);
+    if fd >= 0 {
+        // SAFETY: write(2) of one byte from a valid buffer to our pipe; it
+        // is async-signal-safe, and errno is restored for the thread the
+        // signal interrupted. A full pipe (EAGAIN) means a wake is pending.
+        unsafe {
+            let errno = *libc::__errno_location();
+            let _ = libc::write(fd, [1u8].as_ptr().cast(), 1);
+            *libc::__errno_location() = errno;
+        }
+    }
+}
+
+/// Waits until [`wake`] is called or `timeout` passes; drains the pipe.
+fn wait_wake(timeout: std::time::Duration) {
+    let fd = WAKE_PIPE[0].load(Ordering::Relaxed);
+    let ms = if fd >= 0 { timeout.as_millis().min(i32::MAX as u128) as i32 } else { 50 };
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd (a negative fd is ignored by poll), count 1.
+    unsafe { libc::poll(&mut pfd, 1, ms) };
+    let mut buf = [0u8; 64];
+    // SAFETY: read into a valid 64-byte buffer from our non-blocking pipe.
+    while fd >= 0 && unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
 }
 
 fn install_signal_handlers() {
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 writes two descriptors into a valid 2-element array.
+    if WAKE_PIPE[0].load(Ordering::Relaxed) < 0 && unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == 0 {
+        WAKE_PIPE[1].store(fds[1], Ordering::Relaxed);
+        WAKE_PIPE[0].store(fds[0], Ordering::Relaxed);
+    }
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: a zeroed sigaction with a handler that only stores to an
         // atomic (async-signal-safe); sa_mask empty, no SA_RESTART so that
@@ -579,12 +618,25 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         let flag = flag.clone();
         let stop = stop_service.clone();
         let live = live.clone();
+        // Asleep until a signal or a stop command wakes it (see [`wake`]);
+        // a look every 5 s for any other setter of the flags. The main
+        // thread (in `ublk_export::wait`) and the NBD listener are woken.
+        let (main, lfd) = (std::thread::current(), listener.as_ref().map(|l| match l {
+            Listener::Unix(u, _) => std::os::fd::AsRawFd::as_raw_fd(u),
+            Listener::Tcp(t) => std::os::fd::AsRawFd::as_raw_fd(t),
+        }));
         std::thread::spawn(move || {
             while !STOP.load(Ordering::Relaxed) && !flag.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(std::time::Duration::from_millis(50));
+                wait_wake(std::time::Duration::from_secs(5));
             }
             live.interrupt.store(true, Ordering::Relaxed);
             flag.store(true, Ordering::Relaxed);
+            main.unpark();
+            if let Some(fd) = lfd {
+                // SAFETY: the listener outlives this thread (joined before
+                // it is dropped); shutdown wakes the server's poll on it.
+                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            }
         })
     };
     let (res, arr) = std::thread::scope(|sc| -> (std::io::Result<()>, Result<Option<array::Array>>) {
@@ -627,12 +679,8 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
                     for (i, _, w) in &windows {
                         w.push(exports.stats_of(*i));
                     }
-                    for _ in 0..10 {
-                        if flag.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        std::thread::sleep(std::time::Duration::from_millis(100));
-                    }
+                    // Woken at the stop (unparked below).
+                    std::thread::park_timeout(std::time::Duration::from_secs(1));
                 }
             })
         };
@@ -728,10 +776,13 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         if let Some(p) = &token_file {
             let _ = std::fs::remove_file(p);
         }
+        sampler.thread().unpark();
         let _ = sampler.join();
         live.interrupt.store(true, Ordering::Relaxed);
         let managed = manager.map(|(m, ctl)| {
             drop(ctl);
+            // Wakes the idle manager (it answers a job it does not run).
+            let _ = jobs_tx.send(crate::service::Job { cmd: crate::service::proto::Command::Stop, reply: std::sync::mpsc::channel().0 });
             m.join().map_err(|_| anyhow::anyhow!("the array manager thread panicked"))
         });
         (res, managed.transpose().map(|m| m.or(arr)))

@@ -282,10 +282,11 @@ pub(crate) fn stop_all(exports: &[UblkExport], name: &str) -> Result<()> {
 }
 
 /// Serving with no NBD listener: returns once `stop` is set (a signal,
-/// `uraid stop`); the queue threads serve meanwhile.
+/// `uraid stop`); the queue threads serve meanwhile. Asleep until the
+/// one who sets `stop` unparks this thread (a look every 5 s besides).
 pub(crate) fn wait(stop: &std::sync::atomic::AtomicBool) -> std::io::Result<()> {
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::park_timeout(std::time::Duration::from_secs(5));
     }
     Ok(())
 }

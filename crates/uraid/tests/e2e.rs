@@ -110,3 +110,8 @@ mod ublk;
 // serve --ublk --takeover: its refusals (the takeover itself: tests/vm/ublk_takeover.sh).
 #[path = "e2e/takeover.rs"]
 mod takeover;
+
+// An idle `uraid serve` sleeps (no periodic wake-ups of its own); SIGTERM
+// still stops it at once (issue 29).
+#[path = "e2e/idle.rs"]
+mod idle;

@@ -476,7 +476,12 @@ impl Server {
         while !self.shutdown.load(Ordering::Relaxed) {
             let mut pfd = libc::pollfd { fd: lfd, events: libc::POLLIN, revents: 0 };
             // SAFETY: one valid pollfd, count 1.
-            unsafe { libc::poll(&mut pfd, 1, TICK.as_millis() as i32) };
+            // Asleep until a client connects or a second passes (a
+            // shutdown of the listener by the stopper wakes it too).
+            unsafe { libc::poll(&mut pfd, 1, 1000) };
+            if self.shutdown.load(Ordering::Relaxed) {
+                break;
+            }
             threads.retain(|t| !t.is_finished());
             let accepted = match listener {
                 Listener::Unix(l, _) => l.accept().map(|(s, _)| OwnedFd::from(s)),

@@ -66,6 +66,8 @@ impl CtlServer {
 impl Drop for CtlServer {
     fn drop(&mut self) {
         self.live.stop.store(true, Ordering::Relaxed);
+        // Wakes the accept loop asleep in poll (it then sees the stop).
+        let _ = UnixStream::connect(&self.path);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -92,6 +94,9 @@ struct Pending {
     deadline: Instant,
 }
 
+/// The longest sleep of the idle accept loop (a look at the stop flag).
+const IDLE_LOOK: Duration = Duration::from_secs(5);
+
 fn accept_loop(l: UnixListener, ctx: Arc<Ctx>) {
     let mut pending: VecDeque<Pending> = VecDeque::new();
     while !ctx.live.stop.load(Ordering::Relaxed) {
@@ -101,7 +106,12 @@ fn accept_loop(l: UnixListener, ctx: Arc<Ctx>) {
             .collect();
         // SAFETY: `fds` holds `fds.len()` initialised pollfd entries of
         // descriptors open for the call; poll writes only their revents.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
+        // Asleep until a client connects or sends, the first pending
+        // request's deadline, or the stop (whose self-connect wakes it);
+        // a look every 5 s besides.
+        let now = Instant::now();
+        let wait = pending.iter().map(|p| p.deadline.saturating_duration_since(now)).min().unwrap_or(IDLE_LOOK).min(IDLE_LOOK);
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait.as_millis() as i32 + 1) };
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -332,6 +342,7 @@ fn serve_client(s: &UnixStream, req: Request, ctx: &Ctx) -> std::io::Result<()> 
         Command::Stop => {
             ctx.live.stop.store(true, Ordering::Relaxed);
             ctx.live.interrupt.store(true, Ordering::Relaxed);
+            crate::serve::wake();
             send(s, &Reply::done(serde_json::json!({"pid": std::process::id()})))
         }
         Command::TestMessage => {

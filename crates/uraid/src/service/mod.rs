@@ -49,7 +49,7 @@ pub(crate) struct Job {
 
 /// What the manager shares with the control socket's threads.
 pub(crate) struct Live {
-    /// The array's status as of the manager's last look (every 200 ms when
+    /// The array's status as of the manager's last look (every second when
     /// idle, after each checkpoint of a rebuild or scrub).
     status: Mutex<Option<ArrayStatus>>,
     /// The background operation running, if any.
@@ -153,6 +153,10 @@ impl Live {
         *self.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
     }
 }
+
+/// How often the idle manager looks at the array (its status and the
+/// members' states, for `status` and the events).
+const IDLE_LOOK: Duration = Duration::from_secs(1);
 
 /// How often the status is taken again while a rebuild or a scrub runs
 /// (at its progress calls), so that every view follows it.
@@ -382,10 +386,12 @@ impl Manager {
                 self.scrub_step();
                 continue;
             }
-            match self.jobs.recv_timeout(Duration::from_millis(200)) {
+            // Idle: a look a second (member faults met by the data path,
+            // the scheduled check); a job or the stop's wake-up job at once.
+            match self.jobs.recv_timeout(IDLE_LOOK) {
                 Ok(job) => self.handle(job),
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(200)),
+                Err(RecvTimeoutError::Disconnected) => std::thread::sleep(IDLE_LOOK),
             }
         }
         if let Some(s) = self.scrub.take() {
