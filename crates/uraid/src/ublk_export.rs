@@ -373,6 +373,7 @@ pub(crate) fn hand_over(exports: &Exports, live: &Live, events: &Events, name: &
     );
     live.stop.store(true, Ordering::Relaxed);
     live.interrupt.store(true, Ordering::Relaxed);
+    crate::serve::wake();
     Ok(serde_json::json!({"pid": me, "devices": devices, "nbd": nbd}))
 }
 
