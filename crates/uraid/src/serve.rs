@@ -218,45 +218,10 @@ extern "C" fn on_signal(_: libc::c_int) {
     wake();
 }
 
-/// The pipe the stop watcher of `serve` sleeps on (read end, write end;
-/// -1 before [`install_signal_handlers`] made it).
-static WAKE_PIPE: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
-
-/// Wakes the stop watcher of `serve` at once (a signal, a `stop` command)
-/// rather than at its next check (seconds later). Async-signal-safe.
-pub(crate) fn wake() {
-    let fd = WAKE_PIPE[1].load(Ordering::Relaxed);
-    if fd >= 0 {
-        // SAFETY: write(2) of one byte from a valid buffer to our pipe; it
-        // is async-signal-safe, and errno is restored for the thread the
-        // signal interrupted. A full pipe (EAGAIN) means a wake is pending.
-        unsafe {
-            let errno = *libc::__errno_location();
-            let _ = libc::write(fd, [1u8].as_ptr().cast(), 1);
-            *libc::__errno_location() = errno;
-        }
-    }
-}
-
-/// Waits until [`wake`] is called or `timeout` passes; drains the pipe.
-fn wait_wake(timeout: std::time::Duration) {
-    let fd = WAKE_PIPE[0].load(Ordering::Relaxed);
-    let ms = if fd >= 0 { timeout.as_millis().min(i32::MAX as u128) as i32 } else { 50 };
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one pollfd (a negative fd is ignored by poll), count 1.
-    unsafe { libc::poll(&mut pfd, 1, ms) };
-    let mut buf = [0u8; 64];
-    // SAFETY: read into a valid 64-byte buffer from our non-blocking pipe.
-    while fd >= 0 && unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
-}
+use crate::service::wake::{wait_wake, wake};
 
 fn install_signal_handlers() {
-    let mut fds = [-1; 2];
-    // SAFETY: pipe2 writes two descriptors into a valid 2-element array.
-    if WAKE_PIPE[0].load(Ordering::Relaxed) < 0 && unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == 0 {
-        WAKE_PIPE[1].store(fds[1], Ordering::Relaxed);
-        WAKE_PIPE[0].store(fds[0], Ordering::Relaxed);
-    }
+    crate::service::wake::make_pipe();
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: a zeroed sigaction with a handler that only stores to an
         // atomic (async-signal-safe); sa_mask empty, no SA_RESTART so that
@@ -405,7 +370,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     // The running server hands over first (said before anything else
     // when nothing serves the array, or serves it without ublk).
     a.ublk |= a.takeover;
-    let taken = if a.takeover { Some(crate::ublk_export::take_over(&a.members)?) } else { None };
+    let taken = if a.takeover { Some(crate::service::takeover::take_over(&a.members)?) } else { None };
     // No ublk here: said before the array is touched, never served another way.
     if a.ublk {
         crate::ublk_export::check()?;
@@ -644,6 +609,13 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             Some(x) if !a.read_only => {
                 let check_stamp = Some(crate::runstate::check_stamp(&x.uuid()));
                 let opts = crate::service::ManagerOptions { rebuild_rate, scrub_rate, scrub_every, check_stamp };
+                // A member the data path fails wakes the manager at once
+                // (its events, the live status, a spare's takeover).
+                let wake = std::sync::Mutex::new(jobs_tx.clone());
+                x.health().set_notify(move || {
+                    let job = crate::service::Job { cmd: crate::service::proto::Command::Status, reply: std::sync::mpsc::channel().0 };
+                    let _ = wake.lock().unwrap_or_else(|p| p.into_inner()).send(job);
+                });
                 let m = crate::service::Manager::new(x, exports.clone(), opts, jobs_rx, live.clone(), events.clone());
                 let ctl = match crate::service::ctl::CtlServer::start(
                     &crate::service::client::ctl_path(&name),

@@ -72,6 +72,8 @@ pub struct Health {
     /// [`set_unclean`](Health::set_unclean)).
     unclean: AtomicBool,
     on_change: Mutex<Option<OnChange>>,
+    /// Told after `on_change` (see [`set_notify`](Health::set_notify)).
+    notify: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
 }
 
 impl std::fmt::Debug for Health {
@@ -90,6 +92,7 @@ impl Health {
             stopped: AtomicBool::new(false),
             unclean: AtomicBool::new(false),
             on_change: Mutex::new(None),
+            notify: Mutex::new(None),
         }
     }
 
@@ -170,10 +173,24 @@ impl Health {
         self.recovery[m as usize].store(u64::MAX, Ordering::Release);
         self.generation.fetch_add(1, Ordering::AcqRel);
         let hook = self.on_change.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(h) = hook.as_ref() {
-            h(self, m)?;
+        let persisted = match hook.as_ref() {
+            Some(h) => h(self, m),
+            None => Ok(()),
+        };
+        drop(hook);
+        if let Some(n) = self.notify.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            n();
         }
+        persisted?;
         Ok(true)
+    }
+
+    /// Installs a notification run after the data path fails a member
+    /// (after the [`set_on_change`](Health::set_on_change) hook, whatever
+    /// it returned): a service that watches the array learns of it at
+    /// once instead of at its next look. It must not block.
+    pub fn set_notify(&self, f: impl Fn() + Send + Sync + 'static) {
+        *self.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
     }
 
     /// Installs the hook run after the data path fails a member (with the
