@@ -529,7 +529,7 @@ async fn command(State(src): S, h: HeaderMap, body: String) -> Response {
         Command::Stop => {
             src.live.stop.store(true, Ordering::Relaxed);
             src.live.interrupt.store(true, Ordering::Relaxed);
-            crate::serve::wake();
+            crate::service::wake::wake();
             Reply::done(serde_json::json!({"pid": std::process::id()}))
         }
         Command::TestMessage => {

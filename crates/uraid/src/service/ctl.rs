@@ -342,7 +342,7 @@ fn serve_client(s: &UnixStream, req: Request, ctx: &Ctx) -> std::io::Result<()> 
         Command::Stop => {
             ctx.live.stop.store(true, Ordering::Relaxed);
             ctx.live.interrupt.store(true, Ordering::Relaxed);
-            crate::serve::wake();
+            crate::service::wake::wake();
             send(s, &Reply::done(serde_json::json!({"pid": std::process::id()})))
         }
         Command::TestMessage => {

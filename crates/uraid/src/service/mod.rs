@@ -25,6 +25,8 @@ pub(crate) mod figures;
 pub(crate) mod http;
 pub(crate) mod metrics;
 pub(crate) mod proto;
+pub(crate) mod takeover;
+pub(crate) mod wake;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -1107,7 +1109,7 @@ impl Manager {
             Command::Grow { size: Some(_), .. } => Err(ErrorBody::new("InvalidInput", "grow takes --add or --size, not both: one change at a time")),
             Command::Grow { add, force, rate, size: None, chunk, level } => self.grow(add, *force, *rate, *chunk, *level),
             Command::Takeover { quiet_seconds, by } => {
-                crate::ublk_export::hand_over(&self.exports, &self.live, &self.events, &self.arr.name(), *quiet_seconds, *by)
+                takeover::hand_over(&self.exports, &self.live, &self.events, &self.arr.name(), *quiet_seconds, *by)
             }
             Command::Status | Command::Stop | Command::Monitor | Command::TestMessage => {
                 Err(ErrorBody::new("Protocol", format!("'{}' is answered by the control socket, not the manager", job.cmd.name())))

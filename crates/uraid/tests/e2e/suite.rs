@@ -121,34 +121,74 @@ fn service_secs(block: f64, bw: f64, iops: f64) -> f64 {
     (1.0 / iops).max(block / bw)
 }
 
+/// Bandwidth of suite_reaches_mem_ceilings's drive (bytes/s).
+const BW: f64 = 1e9;
+/// IOPS of that drive: 5 ms per I/O up to 5 MB, 1000 MB/s above. The
+/// engine wakes up to ~150 µs late on a loaded VM to deliver a held
+/// completion, which a queue depth of 1 sees in full: a slow I/O keeps
+/// that under 5%.
+const IOPS: f64 = 200.0;
+
 #[test]
 fn suite_reaches_mem_ceilings() {
     let _g = shared();
-    const BW: f64 = 1e9;
-    // 5 ms per I/O up to 5 MB, 1000 MB/s above. The engine wakes up to
-    // ~150 µs late on a loaded VM to deliver a held completion, which a
-    // queue depth of 1 sees in full: a slow I/O keeps that under 5%.
-    const IOPS: f64 = 200.0;
     // ATTO's own 256 MiB area: a 16 MiB transfer is then 16 samples per
     // pass, not 4, so one late wake-up on a busy machine does not decide
     // the figure.
     let drive = "mem:320M,bw=1000M,iops=200";
+    // The model is a ceiling: a busy machine (the VM stage runs beside
+    // the host tests) only makes a figure slower, never faster. So a
+    // figure past the model fails at once, and one short of it is
+    // measured again (up to 3 suite runs, the best of each figure kept,
+    // as --best does within a run): the behaviour tested is that every
+    // figure reaches its ceiling, not that the first run was undisturbed.
+    let mut best: Vec<(String, f64, f64, &str)> = Vec::new();
+    for attempt in 1..=3 {
+        let figures = suite_figures(drive);
+        if best.is_empty() {
+            best = figures;
+        } else {
+            for (b, f) in best.iter_mut().zip(figures) {
+                assert_eq!(b.0, f.0, "the suite's figures come in one order");
+                // Closer to the model from the slow side: larger for
+                // rates, smaller for latencies.
+                let slow = |x: f64| if b.3 == "ms" { x / b.2 } else { b.2 / x };
+                if slow(f.1) < slow(b.1) {
+                    *b = f;
+                }
+            }
+        }
+        let ratio = |b: &(String, f64, f64, &str)| b.1 / b.2;
+        let fast: Vec<String> = best.iter().filter(|b| if b.3 == "ms" { ratio(b) < 0.95 } else { ratio(b) > 1.05 }).map(line).collect();
+        assert!(fast.is_empty(), "faster than the drive model allows (the model or the measurement is wrong):\n{}", fast.join("\n"));
+        let short: Vec<String> = best.iter().filter(|b| !(0.95..=1.05).contains(&ratio(b))).map(line).collect();
+        let report = best.iter().map(line).collect::<Vec<_>>().join("\n");
+        eprintln!("mem: drive {drive}, run {attempt}, best figures against the drive model:\n{report}");
+        if short.is_empty() {
+            return;
+        }
+        assert!(attempt < 3, "off the model by more than 5% in 3 runs:\n{}\n\nall:\n{report}", short.join("\n"));
+    }
+}
+
+/// One line of the report: name, figure, unit, the model's figure, ratio.
+fn line(b: &(String, f64, f64, &str)) -> String {
+    let (what, got, want, unit) = (&b.0, b.1, b.2, b.3);
+    format!("{what:<34} {got:>10.2} {unit:<5} model {want:>10.2}  ratio {:.3}", got / want)
+}
+
+/// Runs `uraid suite` over `drive` once, checks what does not depend on
+/// the machine's load (the tests, passes and bytes), and returns every
+/// figure with the drive model's: (name, figure, model, unit).
+fn suite_figures(drive: &str) -> Vec<(String, f64, f64, &'static str)> {
     let o = uraid_ok(&[
         "suite", "--json", "--sets", "all", "--best", "--runs", "2", "--time", "0.2", "--warmup", "0.05", "--size", "32M",
         "--atto-size", "256M", "--atto-cap", "0.4", drive,
     ]);
     let j = json(&o);
     let t = &j["targets"][0];
-    let mut report = Vec::new();
-    let mut bad = Vec::new();
-    let mut check = |what: String, got: f64, want: f64, unit: &str| {
-        let r = got / want;
-        let line = format!("{what:<34} {got:>10.2} {unit:<5} model {want:>10.2}  ratio {r:.3}");
-        if !(0.95..=1.05).contains(&r) {
-            bad.push(line.clone());
-        }
-        report.push(line);
-    };
+    let mut figures = Vec::new();
+    let mut check = |what: String, got: f64, want: f64, unit: &'static str| figures.push((what, got, want, unit));
     let tests = t["tests"].as_array().unwrap();
     assert_eq!(tests.len(), 25, "every timed test of every set, each once: {}", tests.len());
     for x in tests {
@@ -200,9 +240,7 @@ fn suite_reaches_mem_ceilings() {
     let mb = |b: f64| b / service_secs(b, BW, IOPS) / 1e6;
     let want_total = 0.15 * mb(16.0 * MIB as f64) + 0.1 * mb(16.0 * MIB as f64) + 2.0 * mb(4096.0) + mb(4096.0) + mb(4096.0) + 1.5 * mb(4096.0);
     check("AS SSD total score".into(), sc["total"].as_f64().unwrap(), want_total, "");
-    let report = report.join("\n");
-    eprintln!("mem: drive {drive}, figures against the drive model:\n{report}");
-    assert!(bad.is_empty(), "off the model by more than 5%:\n{}\n\nall:\n{report}", bad.join("\n"));
+    figures
 }
 
 fn dir_name(d: &Value) -> String {
