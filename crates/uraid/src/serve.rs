@@ -613,8 +613,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
                 // (its events, the live status, a spare's takeover).
                 let wake = std::sync::Mutex::new(jobs_tx.clone());
                 x.health().set_notify(move || {
-                    let job = crate::service::Job { cmd: crate::service::proto::Command::Status, reply: std::sync::mpsc::channel().0 };
-                    let _ = wake.lock().unwrap_or_else(|p| p.into_inner()).send(job);
+                    let _ = wake.lock().unwrap_or_else(|p| p.into_inner()).send(crate::service::Job::wake());
                 });
                 let m = crate::service::Manager::new(x, exports.clone(), opts, jobs_rx, live.clone(), events.clone());
                 let ctl = match crate::service::ctl::CtlServer::start(
@@ -753,8 +752,8 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
         live.interrupt.store(true, Ordering::Relaxed);
         let managed = manager.map(|(m, ctl)| {
             drop(ctl);
-            // Wakes the idle manager (it answers a job it does not run).
-            let _ = jobs_tx.send(crate::service::Job { cmd: crate::service::proto::Command::Stop, reply: std::sync::mpsc::channel().0 });
+            // Wakes the idle manager, which then sees the stop.
+            let _ = jobs_tx.send(crate::service::Job::wake());
             m.join().map_err(|_| anyhow::anyhow!("the array manager thread panicked"))
         });
         (res, managed.transpose().map(|m| m.or(arr)))

@@ -49,6 +49,16 @@ pub(crate) struct Job {
     pub reply: Sender<Reply>,
 }
 
+impl Job {
+    /// A job that only wakes an idle manager, which then looks at the
+    /// array at once (its events, the live status, a spare's takeover):
+    /// `stop` is run by the control socket, so the manager answers it,
+    /// into a reply nobody reads, without acting on it.
+    pub(crate) fn wake() -> Job {
+        Job { cmd: Command::Stop, reply: std::sync::mpsc::channel().0 }
+    }
+}
+
 /// What the manager shares with the control socket's threads.
 pub(crate) struct Live {
     /// The array's status as of the manager's last look (every second when
