@@ -694,6 +694,7 @@ def print_tables(result):
             continue
         one = b["one drive"]
         t = cfg["throttle"]
+        paths = [p for p in PATHS if p in b]  # the floors are measured in (a) only
         log(f"\nRAID {level} x4, (b) throttled drives (null_blk mbps: {t['seq_mbps']} MiB/s each for SEQ1M,"
             f" {t['rnd_mbps']} MiB/s = {256 * t['rnd_mbps']} 4K IOPS each for RND4K): share of 4 x one drive")
         log(f"{'':<24}{'1 drive before/after':>21}{'4 x best':>10}" + "".join(f"{p:>20}" for p in paths) + "  target")

@@ -15,12 +15,15 @@
 //! - [`export`]: the interface every export (NBD, ublk) implements, and
 //!   their I/O statistics.
 //! - [`volume`]: a volume as its users see it: the stack of the layers.
+//! - [`clock`]: every clock read and sleep, the machine's or a virtual
+//!   clock a simulation installs.
 //! - [`control`]: create, examine, assemble, membership changes, the
 //!   superblock, and maintenance (rebuild, scrub, resync).
 //!
 //! Sizes are bytes unless a name says otherwise; MB/s means 10^6 bytes/s.
 
 pub mod cache;
+pub mod clock;
 pub mod control;
 pub mod error;
 pub mod export;

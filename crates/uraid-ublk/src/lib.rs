@@ -59,8 +59,10 @@ pub(crate) fn ublk_error(e: &UblkError) -> String {
 
 /// Requests in flight per queue (tags), by default.
 pub const DEFAULT_DEPTH: u16 = 64;
-/// Largest request, bytes: each tag's buffer (512 KiB).
-pub const DEFAULT_BUF_BYTES: u32 = 512 << 10;
+/// Largest request, bytes: each tag's buffer (1 MiB, so that a 1 MiB
+/// request, the size SEQ1M and most file systems send, is not split in two;
+/// the memory is touched only as far as requests reach).
+pub const DEFAULT_BUF_BYTES: u32 = 1 << 20;
 
 /// How the device is found or made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -48,7 +48,7 @@ impl Cache {
             if let Some(r) = self.durable(target) {
                 return r;
             }
-            std::thread::sleep(Duration::from_micros(200));
+            crate::clock::sleep(Duration::from_micros(200));
         }
     }
 
@@ -828,7 +828,7 @@ impl Cache {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
                         eprintln!("uraid: the write-back cache could not write to the members: {e}");
-                        std::thread::sleep(Duration::from_millis(200));
+                        crate::clock::sleep(Duration::from_millis(200));
                     }
                     Err(panic) => return c.flusher_died(&crate::error::panic_message(&*panic)),
                 }
@@ -865,7 +865,7 @@ impl Cache {
     pub fn crash(c: &Arc<Cache>) {
         c.close();
         while Arc::strong_count(c) > 1 {
-            std::thread::sleep(Duration::from_millis(1));
+            crate::clock::sleep(Duration::from_millis(1));
         }
     }
 }

@@ -446,7 +446,7 @@ pub use crate::units::new_uuid;
 
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    crate::clock::wall_secs()
 }
 
 /// Checks an array name: 1 to 32 bytes of letters, digits, `-`, `_`, `.`.

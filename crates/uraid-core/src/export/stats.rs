@@ -301,17 +301,9 @@ pub struct ConnStats<'a> {
     c: Arc<Counters>,
 }
 
-/// The monotonic clock in microseconds: what latencies are measured with.
-/// A timestamp is 8 bytes and a latency one subtraction; reading it costs
-/// about half of `Instant::now()` and `elapsed()` together (no checked
-/// arithmetic on seconds and nanoseconds).
-#[inline]
-pub fn now_us() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime(2) writes one timespec, which `ts` is.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
-}
+/// The monotonic clock in microseconds, what latencies are measured with
+/// (the injected clock's: see [`crate::clock::now_us`]).
+pub use crate::clock::now_us;
 
 impl ConnStats<'_> {
     /// A request's header was read; a reply to it will follow.

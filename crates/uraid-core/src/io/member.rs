@@ -13,8 +13,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Once, OnceLock};
-use std::time::Instant;
+use std::sync::{Arc, Once};
 
 use crate::io::request::Op;
 use crate::units::{parse_rate, parse_size};
@@ -386,7 +385,7 @@ impl Member {
                 match open(direct) {
                     Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < BUSY_RETRIES => {
                         tries += 1;
-                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        crate::clock::sleep(std::time::Duration::from_millis(20));
                     }
                     r => return r,
                 }
@@ -473,7 +472,7 @@ impl Member {
                 // work ends, which can take seconds on a loaded machine),
                 // keep waiting longer than for a live holder.
                 tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(20));
+                crate::clock::sleep(std::time::Duration::from_millis(20));
                 continue;
             }
             if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
@@ -819,11 +818,9 @@ fn file_dio_align(file: &File) -> u32 {
     }
 }
 
-/// Nanoseconds on the monotonic clock since the first call in this process.
-pub fn now_ns() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
-}
+/// Nanoseconds on the monotonic clock since the first read in this process
+/// (the injected clock's: see [`crate::clock`]).
+pub use crate::clock::now_ns;
 
 /// The service model of an emulated drive: one queue, served in order,
 /// where each I/O takes `max(1/iops, bytes/bw)` of drive time, plus a fixed

@@ -91,7 +91,7 @@ impl StripeLocks {
             if spins < 64 {
                 std::hint::spin_loop();
             } else {
-                std::thread::sleep(std::time::Duration::from_micros(20));
+                crate::clock::sleep(std::time::Duration::from_micros(20));
             }
         }
         StripeGuard { locks: self, stripe }

@@ -347,7 +347,7 @@ pub fn grow(specs: &[MemberSpec], opts: &GrowOptions, progress: &mut dyn FnMut(u
             restripe(a, &sb, added, &old_g, &new_g, opts, progress)
         }
         Change::Takeover(t) => {
-            let t0 = std::time::Instant::now();
+            let t0 = crate::clock::now();
             let added = open_added(&a, opts)?;
             let (devs, _, mut new_sb) = takeover(&a, &sb, &t, &added)?;
             a.release();
@@ -726,7 +726,7 @@ fn rebuild_copies(
         bytes_read: written,
         bytes_written: written,
         backed_up_rows: 0,
-        seconds: t0.elapsed().as_secs_f64(),
+        seconds: crate::clock::since(t0).as_secs_f64(),
     })
 }
 
@@ -1087,7 +1087,7 @@ fn run(
     progress: &mut dyn FnMut(u64, u64),
     served: Option<&Served>,
 ) -> Result<GrowReport> {
-    let t0 = std::time::Instant::now();
+    let t0 = crate::clock::now();
     let r = sb.reshape.expect("a reshape is recorded");
     let v = sb.volumes[r.volume as usize].clone();
     let n = sb.member_count as usize;
@@ -1218,7 +1218,7 @@ fn run(
         st.advance(sb.reshape.expect("recorded").position, true);
     }
     outcome?;
-    report.seconds = t0.elapsed().as_secs_f64();
+    report.seconds = crate::clock::since(t0).as_secs_f64();
     if served.is_some() {
         return Ok(report);
     }
@@ -1528,7 +1528,7 @@ impl LiveGrow {
         persist_all(&self.devs, &mut self.sb)?;
         let fresh = array_over(&self.devs, self.specs.clone(), &self.sb)?;
         self.report.capacity.1 = fresh.volume().capacity();
-        self.report.seconds = self.t0.elapsed().as_secs_f64();
+        self.report.seconds = crate::clock::since(self.t0).as_secs_f64();
         *arr = fresh;
         Ok(self.report)
     }
@@ -1610,7 +1610,7 @@ impl Array {
     /// takeover's superblocks are written leaves the members disagreeing:
     /// stop the array and assemble it.
     pub fn grow_live(&mut self, opts: &GrowOptions, quiet: &mut dyn FnMut() -> Result<()>) -> Result<LiveChange> {
-        let t0 = std::time::Instant::now();
+        let t0 = crate::clock::now();
         let sb = self.superblock();
         let name = sb.name.clone();
         if self.inspect || self.frozen {
@@ -1732,7 +1732,7 @@ impl Array {
         self.health.set_on_change(|_, _| Ok(()));
         *self = array_over(&devs, specs, &new_sb)?;
         let capacity = self.volume().capacity();
-        Ok(GrowReport::unmoved(sb.name.clone(), new_sb.volumes[0].level, (sb.member_count, new_sb.member_count), capacity, t0.elapsed().as_secs_f64()))
+        Ok(GrowReport::unmoved(sb.name.clone(), new_sb.volumes[0].level, (sb.member_count, new_sb.member_count), capacity, crate::clock::since(t0).as_secs_f64()))
     }
 }
 
@@ -1775,13 +1775,13 @@ pub struct ResizeReport {
 ///
 /// Errors: as [`open`], and as the three steps.
 pub fn resize(specs: &[MemberSpec], size: NewSize, progress: &mut dyn FnMut(u64, u64)) -> Result<ResizeReport> {
-    let t0 = std::time::Instant::now();
+    let t0 = crate::clock::now();
     let mut a = open(specs)?;
     let plan = a.plan_resize(size)?;
     a.zero_new_area(&plan, progress)?;
     let mut rep = a.apply_resize(&plan)?;
     a.release();
-    rep.seconds = t0.elapsed().as_secs_f64();
+    rep.seconds = crate::clock::since(t0).as_secs_f64();
     Ok(rep)
 }
 

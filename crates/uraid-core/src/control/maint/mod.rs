@@ -60,7 +60,6 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::Instant;
 
 use crate::volume::Volume;
 use crate::raid::health::MemberState;
@@ -83,10 +82,10 @@ use crate::raid::access::*;
 /// callers refuse a rate of 0.
 pub(crate) fn pace(t0: std::time::Instant, bytes: u64, rate: Option<u64>) {
     let Some(rate) = rate.filter(|&r| r > 0) else { return };
-    let due = t0.elapsed().as_nanos();
+    let due = crate::clock::since(t0).as_nanos();
     let want = bytes as u128 * 1_000_000_000 / rate as u128;
     if want > due {
-        std::thread::sleep(std::time::Duration::from_nanos((want - due).min(u64::MAX as u128) as u64));
+        crate::clock::sleep(std::time::Duration::from_nanos((want - due).min(u64::MAX as u128) as u64));
     }
 }
 

@@ -88,7 +88,7 @@ pub fn rebuild(
     if opts.only_dirty && vols.iter().any(|v| v.bitmap().is_none()) {
         bail!(InvalidInput, "a resync from the bitmap needs a write-intent bitmap, and the array has none; rebuild in full");
     }
-    let t0 = Instant::now();
+    let t0 = crate::clock::now();
     let target = &first.members()[member as usize];
     let kernel = Kernel::detect();
     let mut order: Vec<usize> = (0..vols.len()).collect();
@@ -255,7 +255,7 @@ pub fn rebuild(
     (opts.checkpoint)(final_end)?;
     health.set_state(member, MemberState::Active);
     progress(total, total);
-    report.seconds = t0.elapsed().as_secs_f64();
+    report.seconds = crate::clock::since(t0).as_secs_f64();
     Ok(report)
 }
 

@@ -70,7 +70,7 @@ pub fn check_part(
     let total = l.stripes() * width;
     let start = opts.start_stripe.min(l.stripes());
     progress(start * width, total);
-    let t0 = std::time::Instant::now();
+    let t0 = crate::clock::now();
     let mut stopped = None;
     let mut s = start;
     while s < l.stripes() {

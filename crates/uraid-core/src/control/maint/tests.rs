@@ -1,4 +1,5 @@
 use super::*;
+use std::time::Instant;
 use crate::raid::bitmap::Bitmap;
 use crate::raid::engine::Shared;
 use crate::raid::health::Health;

@@ -241,7 +241,7 @@ fn new_ring() -> Result<IoUring> {
 pub(crate) fn sleep_until(deadline_ns: u64) {
     let now = now_ns();
     if deadline_ns > now {
-        std::thread::sleep(Duration::from_nanos(deadline_ns - now));
+        crate::clock::sleep(Duration::from_nanos(deadline_ns - now));
     }
 }
 

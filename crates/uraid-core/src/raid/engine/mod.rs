@@ -555,7 +555,7 @@ impl RaidQueue {
                         self.ring.submitter().submit_with_args(1, &args)
                     } else {
                         self.submit();
-                        std::thread::sleep(std::time::Duration::from_nanos(wait_ns));
+                        crate::clock::sleep(std::time::Duration::from_nanos(wait_ns));
                         Ok(0)
                     }
                 }
@@ -566,7 +566,7 @@ impl RaidQueue {
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => {}
                 // Short of memory for a moment: look again.
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOMEM)) => {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    crate::clock::sleep(std::time::Duration::from_millis(1));
                 }
                 Err(e) => self.ring_failed("waiting for completions", e),
             }
@@ -587,7 +587,7 @@ impl RaidQueue {
                 // Short of memory for a moment: try again, for a while.
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOMEM)) && tries < 1000 => {
                     tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    crate::clock::sleep(std::time::Duration::from_millis(1));
                 }
                 Err(e) => {
                     self.ring_failed("submitting", e);

@@ -86,7 +86,7 @@ impl RaidQueue {
                 // and the rest a moment later, so a crash test's SIGKILL can
                 // land between them (a stripe written in part).
                 self.submit();
-                std::thread::sleep(std::time::Duration::from_micros(300));
+                crate::clock::sleep(std::time::Duration::from_micros(300));
             }
         }
     }
