@@ -381,7 +381,15 @@ fn block_devices() -> Vec<PathBuf> {
 /// read like any block device. When the driver cannot be asked (no
 /// /dev/ublk-control, no permission), a ublk device is skipped: its state is
 /// unknown and a read may wait. Other devices: false.
+///
+/// A suspended device-mapper device (`/sys/class/block/dm-N/dm/suspended`
+/// is 1: `dmsetup suspend`, or LVM and multipath in the middle of a table
+/// change) is skipped too: a read waits until it resumes, and a scan must
+/// not hang on it (LVM's `ignore_suspended_devices` and blkid do the same).
 fn skip_in_scan(name: &str) -> bool {
+    if name.starts_with("dm-") {
+        return std::fs::read_to_string(format!("/sys/class/block/{name}/dm/suspended")).is_ok_and(|s| s.trim() == "1");
+    }
     let Some(id) = name.strip_prefix("ublkb").and_then(|n| n.parse::<u32>().ok()) else { return false };
     match uraid_ublk::probe(id) {
         Ok(Some(info)) => !info.live() || info.uuid.is_some(),
