@@ -79,8 +79,9 @@ head -c 1M /dev/urandom >"$WORK/block2"
 dd if="$WORK/block2" of="$DEV" bs=1M count=1 seek=2 oflag=direct status=none || fail "a write after the refusal failed"
 dd if="$DEV" of="$WORK/read2" bs=1M count=1 skip=2 iflag=direct status=none
 cmp -s "$WORK/block2" "$WORK/read2" || fail "a write after the refusal reads back different"
-uraid status $name | grep "served by" || true
-uraid status $name | grep -q "served by uraid serve (pid $old)" || fail "status does not show the old serve"
+uraid status $name >"$WORK/status.out"
+grep "served by" "$WORK/status.out" || true
+grep -q "served by uraid serve (pid $old)" "$WORK/status.out" || fail "status does not show the old serve"
 stop_serve $name
 for d in "${outer[@]}" "${dm[@]}"; do dmsetup remove "$d"; done
 dm=()

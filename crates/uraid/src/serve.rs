@@ -222,6 +222,7 @@ use crate::service::wake::{wait_wake, wake};
 
 fn install_signal_handlers() {
     crate::service::wake::make_pipe();
+    crate::service::reload::install();
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: a zeroed sigaction with a handler that only stores to an
         // atomic (async-signal-safe); sa_mask empty, no SA_RESTART so that
@@ -590,9 +591,13 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             Listener::Unix(u, _) => std::os::fd::AsRawFd::as_raw_fd(u),
             Listener::Tcp(t) => std::os::fd::AsRawFd::as_raw_fd(t),
         }));
+        let (reload_name, has_ublk) = (name.clone(), ublk.is_some());
         std::thread::spawn(move || {
             while !STOP.load(Ordering::Relaxed) && !flag.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
                 wait_wake(std::time::Duration::from_secs(5));
+                if crate::service::reload::take_request() {
+                    crate::service::reload::start(&reload_name, has_ublk);
+                }
             }
             live.interrupt.store(true, Ordering::Relaxed);
             flag.store(true, Ordering::Relaxed);
@@ -993,8 +998,12 @@ fn ready_to_parent() {
     }
 }
 
-/// Tells the service manager that the array is stopping.
+/// Tells the service manager that the array is stopping (unless this
+/// serve handed over to the new serve of a reload: crate::service::reload).
 fn notify_stopping() {
+    if crate::service::reload::handed_to_child() {
+        return; // the unit goes on: its main process is the new serve now
+    }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping, sd_notify::NotifyState::Status("stopping: flushing and marking the members clean")]);
 }
 

@@ -25,6 +25,7 @@ pub(crate) mod figures;
 pub(crate) mod http;
 pub(crate) mod metrics;
 pub(crate) mod proto;
+pub(crate) mod reload;
 pub(crate) mod takeover;
 pub(crate) mod wake;
 

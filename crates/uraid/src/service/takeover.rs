@@ -73,6 +73,8 @@ pub(crate) fn hand_over(exports: &Exports, live: &Live, events: &Events, name: &
         std::thread::sleep(Duration::from_millis(2));
     }
     crate::ublk_export::set_handing_over();
+    // A reload's new serve becomes the unit's main process (MAINPID=).
+    super::reload::handing_over_to(by);
     let devices: Vec<String> = ublk.iter().map(|e| e.address()).collect();
     events.emit(
         "TakeOver",
