@@ -108,7 +108,7 @@ pub const VERSION_RESHAPE: u32 = 3;
 /// Bytes the superblock occupies on each member.
 pub const SB_SIZE: usize = 4096;
 /// Data offset of new arrays, in bytes: the first volume starts 1 MiB in.
-pub use crate::raid::DATA_OFFSET;
+pub use crate::io::member::DATA_OFFSET;
 /// Longest array or volume name, in bytes.
 pub const NAME_MAX: usize = 32;
 /// Most spares an array may hold.

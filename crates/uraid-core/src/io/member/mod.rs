@@ -29,6 +29,13 @@ mod mem;
 mod path;
 mod spec;
 
+/// Where each member's data area starts, in bytes from the member's start
+/// (1 MiB): before it lie the superblock (`control::superblock`, at 0) and
+/// the write-intent bitmap (`raid::bitmap`, at 64 KiB). Part of the on-disk
+/// format. It lives here, below every layer that uses it (the RAID layer,
+/// the cache's and the control path's tests, the control path).
+pub const DATA_OFFSET: u64 = 1 << 20;
+
 pub use discard::QueueLimits;
 use lock::HeldLock;
 pub use mem::Throttle;

@@ -77,8 +77,7 @@ use std::time::Duration;
 use io_uring::IoUring;
 
 use crate::raid::health::{Health, MemberState};
-use crate::io::member::{now_ns, Member};
-use crate::raid::DATA_OFFSET;
+use crate::io::member::{now_ns, Member, DATA_OFFSET};
 use crate::{bail, Error, ErrorKind, IoBuf, Result};
 
 mod daemon;
