@@ -221,16 +221,7 @@ fn draw_lines<DB: DrawingBackend>(
 ) -> DrawResult<DB> {
     let tx = |x: f64| if x_axis == XAxis::Log2Size { x.max(1.0).log2() } else { x };
     let pts = || series.iter().flat_map(|s| s.points.iter().copied()).filter(|(x, y)| x.is_finite() && y.is_finite());
-    let (mut x0, mut x1) = pts().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), (x, _)| (a.min(tx(x)), b.max(tx(x))));
-    if !x0.is_finite() {
-        (x0, x1) = (0.0, 1.0);
-    }
-    if x1 <= x0 {
-        x1 = x0 + 1.0;
-    }
-    if x_axis == XAxis::Categories {
-        (x0, x1) = (-0.3, (categories.len().max(1) as f64) - 0.7);
-    }
+    let (x0, x1) = x_bounds(pts(), tx, x_axis, categories.len());
     let ymax = pts().map(|(_, y)| y).fold(0.0, f64::max);
     let ymin_pos = pts().map(|(_, y)| y).filter(|y| *y > 0.0).fold(f64::INFINITY, f64::min);
     let panel = series.len() > INLINE_LEGEND_MAX;
@@ -245,35 +236,10 @@ fn draw_lines<DB: DrawingBackend>(
     }
     let mut builder = ChartBuilder::on(&plot);
     let chart = builder.caption(title, (FAMILY, 22)).margin(12).x_label_area_size(48).y_label_area_size(72);
-    let x_fmt = |v: &f64| -> String {
-        match x_axis {
-            XAxis::Linear => fmt_num(*v),
-            XAxis::Log2Size => {
-                if (v - v.round()).abs() < 1e-6 {
-                    fmt_size(2f64.powf(v.round()) as u64)
-                } else {
-                    String::new()
-                }
-            }
-            XAxis::Categories => {
-                let i = v.round();
-                if (v - i).abs() < 1e-6 && i >= 0.0 {
-                    categories.get(i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            }
-        }
-    };
+    let x_fmt = |v: &f64| x_tick(*v, x_axis, categories);
     let x_labels = match x_axis {
         XAxis::Linear => 10,
         _ => ((x1 - x0).ceil() as usize + 1).min(40),
-    };
-    let legend = |c: usize, dashed: bool| {
-        move |(x, y): (i32, i32)| {
-            let st = ShapeStyle::from(color(c)).stroke_width(if dashed { 1 } else { 2 });
-            PathElement::new(vec![(x, y), (x + 24, y)], st)
-        }
     };
     if y_log {
         let lo = if ymin_pos.is_finite() { ymin_pos / 2.0 } else { 0.1 };
@@ -289,22 +255,11 @@ fn draw_lines<DB: DrawingBackend>(
             .axis_desc_style((FAMILY, 15))
             .draw()?;
         for s in series {
-            let st = ShapeStyle::from(color(s.color)).stroke_width(2);
             let p: Vec<(f64, f64)> = s.points.iter().filter(|(_, y)| *y > 0.0).map(|&(x, y)| (tx(x), y)).collect();
-            if s.dashed {
-                c.draw_series(DashedLineSeries::new(p.clone(), 8, 5, st))?.label(&s.name).legend(legend(s.color, true));
-            } else {
-                c.draw_series(LineSeries::new(p.clone(), st))?.label(&s.name).legend(legend(s.color, false));
-            }
-            c.draw_series(p.iter().map(|&pt| Circle::new(pt, 3, color(s.color).filled())))?;
+            draw_line(&mut c, s, p, true)?;
         }
         if !panel {
-            c.configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.4))
-                .label_font((FAMILY, 14))
-                .position(SeriesLabelPosition::UpperLeft)
-                .draw()?;
+            inline_legend(&mut c, SeriesLabelPosition::UpperLeft)?;
         }
     } else {
         let mut c = chart.build_cartesian_2d(x0..x1, 0.0..nice_max(ymax))?;
@@ -319,27 +274,90 @@ fn draw_lines<DB: DrawingBackend>(
             .draw()?;
         let many = series.iter().map(|s| s.points.len()).max().unwrap_or(0) > 60;
         for s in series {
-            let st = ShapeStyle::from(color(s.color)).stroke_width(2);
             let p: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), y)).collect();
-            if s.dashed {
-                c.draw_series(DashedLineSeries::new(p.clone(), 8, 5, st))?.label(&s.name).legend(legend(s.color, true));
-            } else {
-                c.draw_series(LineSeries::new(p.clone(), st))?.label(&s.name).legend(legend(s.color, false));
-            }
-            if !many {
-                c.draw_series(p.iter().map(|&pt| Circle::new(pt, 3, color(s.color).filled())))?;
-            }
+            draw_line(&mut c, s, p, !many)?;
         }
         if !panel {
-            c.configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.4))
-                .label_font((FAMILY, 14))
-                .position(SeriesLabelPosition::LowerRight)
-                .draw()?;
+            inline_legend(&mut c, SeriesLabelPosition::LowerRight)?;
         }
     }
     Ok(())
+}
+
+/// The x range of a line chart: the (transformed by `tx`) x of the finite
+/// points `pts`, at least 1 wide; a category axis of `categories`
+/// categories spans them with a margin.
+fn x_bounds(pts: impl Iterator<Item = (f64, f64)>, tx: impl Fn(f64) -> f64, x_axis: XAxis, categories: usize) -> (f64, f64) {
+    let (mut x0, mut x1) = pts.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), (x, _)| (a.min(tx(x)), b.max(tx(x))));
+    if !x0.is_finite() {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    if x_axis == XAxis::Categories {
+        (x0, x1) = (-0.3, (categories.max(1) as f64) - 0.7);
+    }
+    (x0, x1)
+}
+
+/// The label of x tick `v` (empty between whole steps of a size or
+/// category axis).
+fn x_tick(v: f64, x_axis: XAxis, categories: &[String]) -> String {
+    match x_axis {
+        XAxis::Linear => fmt_num(v),
+        XAxis::Log2Size => {
+            if (v - v.round()).abs() < 1e-6 {
+                fmt_size(2f64.powf(v.round()) as u64)
+            } else {
+                String::new()
+            }
+        }
+        XAxis::Categories => {
+            let i = v.round();
+            if (v - i).abs() < 1e-6 && i >= 0.0 {
+                categories.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        }
+    }
+}
+
+/// Draws series `s` at points `p` (dashed where it is), labelled for the
+/// legend, with a dot on each point when `dots`.
+fn draw_line<DB: DrawingBackend, CT: CoordTranslate<From = (f64, f64)>>(
+    c: &mut ChartContext<'_, DB, CT>,
+    s: &Series,
+    p: Vec<(f64, f64)>,
+    dots: bool,
+) -> DrawResult<DB> {
+    let st = ShapeStyle::from(color(s.color)).stroke_width(2);
+    let legend = |c: usize, dashed: bool| {
+        move |(x, y): (i32, i32)| {
+            let st = ShapeStyle::from(color(c)).stroke_width(if dashed { 1 } else { 2 });
+            PathElement::new(vec![(x, y), (x + 24, y)], st)
+        }
+    };
+    if s.dashed {
+        c.draw_series(DashedLineSeries::new(p.clone(), 8, 5, st))?.label(&s.name).legend(legend(s.color, true));
+    } else {
+        c.draw_series(LineSeries::new(p.clone(), st))?.label(&s.name).legend(legend(s.color, false));
+    }
+    if dots {
+        c.draw_series(p.iter().map(|&pt| Circle::new(pt, 3, color(s.color).filled())))?;
+    }
+    Ok(())
+}
+
+/// The legend inside the plot, at `pos`.
+fn inline_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(c: &mut ChartContext<'a, DB, CT>, pos: SeriesLabelPosition) -> DrawResult<DB> {
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font((FAMILY, 14))
+        .position(pos)
+        .draw()
 }
 
 /// A legend in its own panel: a line sample (dashed where the series is)

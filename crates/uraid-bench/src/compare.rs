@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use uraid_core::control::array::temporary;
-use uraid_core::control::superblock::DATA_OFFSET;
+use uraid_core::io::member::DATA_OFFSET;
 use uraid_core::units::fmt_size;
 use uraid_core::{bail, Geometry, Member, Result, Volume};
 

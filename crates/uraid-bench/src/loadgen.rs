@@ -254,6 +254,24 @@ struct WindowOut {
     hist: Histogram<u64>,
 }
 
+impl WindowOut {
+    /// Nothing counted yet in window `window`.
+    fn new(window: usize) -> WindowOut {
+        WindowOut { window, bytes: 0, ios: 0, read_ios: 0, last_ns: 0, hist: new_hist() }
+    }
+
+    /// Counts one request of `block` bytes that completed at `now` (ns)
+    /// after `lat_ns`.
+    #[inline]
+    fn record(&mut self, block: u64, is_read: bool, now: u64, lat_ns: u64) {
+        self.bytes += block;
+        self.ios += 1;
+        self.read_ios += u64::from(is_read);
+        self.last_ns = now;
+        let _ = self.hist.record(lat_ns.max(1));
+    }
+}
+
 /// Runs `test` on `vol` for `duration` over the first `area` bytes (one
 /// window; see [`run_windows`]).
 ///
@@ -299,7 +317,6 @@ pub fn run_windows<D: BlockDevice>(
     if windows.is_empty() || windows.iter().any(|d| d.is_zero()) {
         bail!(InvalidInput, "a timed run needs a duration above zero");
     }
-    let p = test.profile;
     let nwin = windows.len();
     // Window ends, ns from the start.
     let mut ends = Vec::with_capacity(nwin);
@@ -308,61 +325,8 @@ pub fn run_windows<D: BlockDevice>(
         acc += d.as_nanos() as u64;
         ends.push(acc);
     }
-    let barrier = Barrier::new(p.threads + 1);
-    let (tx, rx) = std::sync::mpsc::channel::<WindowOut>();
-    // One more slot for the requests that ended after the last window.
-    let mut per_window: Vec<WindowOut> =
-        (0..=nwin).map(|w| WindowOut { window: w, bytes: 0, ios: 0, read_ios: 0, last_ns: 0, hist: new_hist() }).collect();
-    let mut cpu_at = vec![0f64; nwin + 1];
-    let mut t0 = 0u64;
-    let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..p.threads)
-            .map(|t| {
-                let barrier = &barrier;
-                let ends = &ends;
-                let tx = tx.clone();
-                std::thread::Builder::new()
-                    .name(format!("uraid-load{t}"))
-                    .stack_size(256 << 10)
-                    .spawn_scoped(s, move || {
-                        thread_main(vol, test, area, t, ends, fill, seed.wrapping_add(t as u64 * 7919), barrier, &tx)
-                    })
-                    .expect("cannot start a load thread")
-            })
-            .collect();
-        drop(tx);
-        barrier.wait();
-        cpu_at[0] = cpu_time();
-        t0 = now_ns();
-        on_window(0);
-        // Sample CPU at each window edge and tell the caller.
-        for (w, &end) in ends.iter().enumerate() {
-            loop {
-                let now = now_ns();
-                if now >= t0 + end {
-                    break;
-                }
-                match rx.recv_timeout(Duration::from_nanos(t0 + end - now)) {
-                    Ok(o) => merge(&mut per_window, o),
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                    // Every thread is gone (an error): stop waiting.
-                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-            }
-            cpu_at[w + 1] = cpu_time();
-            if w + 1 < nwin {
-                on_window(w + 1);
-            }
-        }
-        let r = handles.into_iter().map(|h| h.join().expect("load thread panicked")).collect();
-        for o in rx.try_iter() {
-            merge(&mut per_window, o);
-        }
-        r
-    });
-    for r in results {
-        r?;
-    }
+    let run = Run { vol, test, area, ends: &ends, fill, seed };
+    let (mut per_window, cpu_at, t0) = run.drive(on_window)?;
     if per_window[nwin - 1].ios == 0 {
         let late = per_window.pop().expect("late slot");
         let last = &mut per_window[nwin - 1];
@@ -372,7 +336,92 @@ pub fn run_windows<D: BlockDevice>(
         last.last_ns = late.last_ns;
         last.hist = late.hist;
     }
-    // Empty windows take the figures of the next non-empty one.
+    let out = window_results(&per_window, windows, &cpu_at, t0);
+    // Only possible when a thread failed before its first completion.
+    if out.iter().any(Option::is_none) {
+        bail!(Io, "{test}: no request completed");
+    }
+    Ok(out.into_iter().map(|r| r.expect("checked")).collect())
+}
+
+/// What every load thread of one timed run shares.
+struct Run<'a, D> {
+    vol: &'a D,
+    test: Test,
+    /// Bytes of the volume the run covers.
+    area: u64,
+    /// Window ends, ns from the start.
+    ends: &'a [u64],
+    fill: Fill,
+    seed: u64,
+}
+
+impl<D: BlockDevice> Run<'_, D> {
+    /// Starts the load threads, samples CPU at each window edge (calling
+    /// `on_window`) and collects what each window counted, one more slot
+    /// for the requests that ended after the last. Returns those, the CPU
+    /// seconds at each edge and the start (ns). Errors: a thread's first.
+    fn drive(&self, on_window: &mut dyn FnMut(usize)) -> Result<(Vec<WindowOut>, Vec<f64>, u64)> {
+        let (p, nwin) = (self.test.profile, self.ends.len());
+        let barrier = Barrier::new(p.threads + 1);
+        let (tx, rx) = std::sync::mpsc::channel::<WindowOut>();
+        // One more slot for the requests that ended after the last window.
+        let mut per_window: Vec<WindowOut> = (0..=nwin).map(WindowOut::new).collect();
+        let mut cpu_at = vec![0f64; nwin + 1];
+        let mut t0 = 0u64;
+        let results: Vec<Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..p.threads)
+                .map(|t| {
+                    let barrier = &barrier;
+                    let tx = tx.clone();
+                    std::thread::Builder::new()
+                        .name(format!("uraid-load{t}"))
+                        .stack_size(256 << 10)
+                        .spawn_scoped(s, move || self.thread_main(t, self.seed.wrapping_add(t as u64 * 7919), barrier, &tx))
+                        .expect("cannot start a load thread")
+                })
+                .collect();
+            drop(tx);
+            barrier.wait();
+            cpu_at[0] = cpu_time();
+            t0 = now_ns();
+            on_window(0);
+            // Sample CPU at each window edge and tell the caller.
+            for (w, &end) in self.ends.iter().enumerate() {
+                loop {
+                    let now = now_ns();
+                    if now >= t0 + end {
+                        break;
+                    }
+                    match rx.recv_timeout(Duration::from_nanos(t0 + end - now)) {
+                        Ok(o) => merge(&mut per_window, o),
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                        // Every thread is gone (an error): stop waiting.
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                cpu_at[w + 1] = cpu_time();
+                if w + 1 < nwin {
+                    on_window(w + 1);
+                }
+            }
+            let r = handles.into_iter().map(|h| h.join().expect("load thread panicked")).collect();
+            for o in rx.try_iter() {
+                merge(&mut per_window, o);
+            }
+            r
+        });
+        for r in results {
+            r?;
+        }
+        Ok((per_window, cpu_at, t0))
+    }
+}
+
+/// The figures of each window (`None` for none completed in it or any
+/// after it); an empty window takes those of the next non-empty one.
+fn window_results(per_window: &[WindowOut], windows: &[Duration], cpu_at: &[f64], t0: u64) -> Vec<Option<RunResult>> {
+    let nwin = windows.len();
     let mut out: Vec<Option<RunResult>> = vec![None; nwin];
     let mut prev_end = t0;
     let mut pending: Vec<usize> = Vec::new();
@@ -409,11 +458,7 @@ pub fn run_windows<D: BlockDevice>(
         pending.clear();
         out[w] = Some(r);
     }
-    // Only possible when a thread failed before its first completion.
-    if out.iter().any(Option::is_none) {
-        bail!(Io, "{test}: no request completed");
-    }
-    Ok(out.into_iter().map(|r| r.expect("checked")).collect())
+    out
 }
 
 fn merge(per_window: &mut [WindowOut], o: WindowOut) {
@@ -425,148 +470,169 @@ fn merge(per_window: &mut [WindowOut], o: WindowOut) {
     w.hist.add(&o.hist).expect("same bounds");
 }
 
-#[allow(clippy::too_many_arguments)]
-fn thread_main<D: BlockDevice>(
-    vol: &D,
-    test: Test,
-    area: u64,
-    t: usize,
-    ends: &[u64],
-    fill: Fill,
-    seed: u64,
-    barrier: &Barrier,
-    tx: &std::sync::mpsc::Sender<WindowOut>,
-) -> Result<()> {
-    let p = test.profile;
-    let setup = || -> Result<_> {
-        let q = vol.open_queue(p.qd)?;
+/// Where and what a load thread's next request is: its slice of the
+/// area (sequential: one per thread; random: the whole area) and the
+/// read share of a mixed test.
+struct Picker {
+    pattern: Pattern,
+    dir: Dir,
+    /// First byte of the slice.
+    start: u64,
+    /// Request size in bytes.
+    block: u64,
+    /// Blocks in the slice.
+    blocks: u64,
+    /// The next block of a sequential slice (wraps).
+    next: u64,
+    /// Reads out of 2^32 for a mixed test.
+    read_below: u64,
+}
+
+impl Picker {
+    /// Thread `t`'s picker for `test` over `area` bytes.
+    fn new(test: &Test, area: u64, t: usize) -> Picker {
+        let p = test.profile;
+        let block = p.block as u64;
+        // Sequential threads each own a slice; random ones roam the whole area.
+        let (start, len) = match p.pattern {
+            Pattern::Seq => {
+                let slice = area / p.threads as u64 / block * block;
+                (slice * t as u64, slice)
+            }
+            Pattern::Rand => (0, area),
+        };
+        let read_below: u64 = match test.dir {
+            Dir::Read => 1 << 32,
+            Dir::Write => 0,
+            Dir::Mix(r) => (u64::from(r) << 32) / 100,
+        };
+        Picker { pattern: p.pattern, dir: test.dir, start, block, blocks: len / block, next: 0, read_below }
+    }
+
+    /// The next request's direction.
+    #[inline]
+    fn op(&self, rng: &mut SmallRng) -> Op {
+        match self.dir {
+            Dir::Read => Op::Read,
+            Dir::Write => Op::Write,
+            Dir::Mix(_) => {
+                if u64::from(rng.next_u32()) < self.read_below {
+                    Op::Read
+                } else {
+                    Op::Write
+                }
+            }
+        }
+    }
+
+    /// The next request's byte offset.
+    #[inline]
+    fn offset(&mut self, rng: &mut SmallRng) -> u64 {
+        let idx = match self.pattern {
+            Pattern::Seq => {
+                let i = self.next % self.blocks;
+                self.next += 1;
+                i
+            }
+            Pattern::Rand => rng.random_range(0..self.blocks),
+        };
+        self.start + idx * self.block
+    }
+}
+
+impl<D: BlockDevice> Run<'_, D> {
+    /// The queue, random source and buffers of a load thread seeded `seed`.
+    fn setup(&self, seed: u64) -> Result<(D::Queue, SmallRng, Vec<IoBuf>)> {
+        let p = self.test.profile;
+        let q = self.vol.open_queue(p.qd)?;
         let mut rng = SmallRng::seed_from_u64(seed);
         let bufs: Vec<IoBuf> = (0..p.qd)
             .map(|_| {
                 let mut b = IoBuf::new(p.block);
-                if test.dir.writes() {
-                    fill_buf(&mut b, fill, &mut rng);
+                if self.test.dir.writes() {
+                    fill_buf(&mut b, self.fill, &mut rng);
                 }
                 b
             })
             .collect();
         Ok((q, rng, bufs))
-    };
-    let setup = setup();
-    barrier.wait();
-    let (mut q, mut rng, mut bufs) = setup?;
-    let block = p.block as u64;
-    // Sequential threads each own a slice; random ones roam the whole area.
-    let (start, len) = match p.pattern {
-        Pattern::Seq => {
-            let slice = area / p.threads as u64 / block * block;
-            (slice * t as u64, slice)
-        }
-        Pattern::Rand => (0, area),
-    };
-    let blocks = len / block;
-    let mut next = 0u64;
-    // Reads out of 2^32 for a mixed test.
-    let read_below: u64 = match test.dir {
-        Dir::Read => 1 << 32,
-        Dir::Write => 0,
-        Dir::Mix(r) => (u64::from(r) << 32) / 100,
-    };
-    let op_of = |rng: &mut SmallRng| match test.dir {
-        Dir::Read => Op::Read,
-        Dir::Write => Op::Write,
-        Dir::Mix(_) => {
-            if u64::from(rng.next_u32()) < read_below {
-                Op::Read
-            } else {
-                Op::Write
-            }
-        }
-    };
-    let mut sub_at = vec![0u64; p.qd];
-    let mut is_read = vec![false; p.qd];
-    let mut out: Vec<Completion> = Vec::with_capacity(p.qd);
-    let mut error: Option<Error> = None;
-    // Each replacement goes to the kernel at once (see the module docs).
-    let submit_each = p.qd > 1;
-    let t0 = now_ns();
-    let nwin = ends.len();
-    let deadline = t0 + ends[nwin - 1];
-    let mut win = 0usize;
-    let mut cur = WindowOut { window: 0, bytes: 0, ios: 0, read_ios: 0, last_ns: 0, hist: new_hist() };
-    let mut late = WindowOut { window: nwin, bytes: 0, ios: 0, read_ios: 0, last_ns: 0, hist: new_hist() };
-    let mut offset_of = |rng: &mut SmallRng| {
-        let idx = match p.pattern {
-            Pattern::Seq => {
-                let i = next % blocks;
-                next += 1;
-                i
-            }
-            Pattern::Rand => rng.random_range(0..blocks),
-        };
-        start + idx * block
-    };
-    for tag in 0..p.qd {
-        let buf = bufs.pop().expect("qd buffers");
-        sub_at[tag] = now_ns();
-        let offset = offset_of(&mut rng);
-        let op = op_of(&mut rng);
-        is_read[tag] = op == Op::Read;
-        if let Err(r) = q.push(Request { op, offset, len: p.block, buf: Some(buf), tag: tag as u64, fua: false }) {
-            return Err(r.error);
-        }
     }
-    while q.in_flight() > 0 {
-        out.clear();
-        q.wait(1, &mut out);
-        let now = now_ns();
-        // Close the windows that have ended.
-        while win + 1 < nwin && now >= t0 + ends[win] {
-            let next_w = WindowOut { window: win + 1, bytes: 0, ios: 0, read_ios: 0, last_ns: 0, hist: new_hist() };
-            let _ = tx.send(std::mem::replace(&mut cur, next_w));
-            win += 1;
+
+    /// Load thread `t`: keeps QD requests in flight until the last window
+    /// ends, sending what each window counted on `tx` as it closes.
+    fn thread_main(&self, t: usize, seed: u64, barrier: &Barrier, tx: &std::sync::mpsc::Sender<WindowOut>) -> Result<()> {
+        let p = self.test.profile;
+        let setup = self.setup(seed);
+        barrier.wait();
+        let (mut q, mut rng, mut bufs) = setup?;
+        let block = p.block as u64;
+        let mut pick = Picker::new(&self.test, self.area, t);
+        let mut sub_at = vec![0u64; p.qd];
+        let mut is_read = vec![false; p.qd];
+        let mut out: Vec<Completion> = Vec::with_capacity(p.qd);
+        let mut error: Option<Error> = None;
+        // Each replacement goes to the kernel at once (see the module docs).
+        let submit_each = p.qd > 1;
+        let t0 = now_ns();
+        let ends = self.ends;
+        let nwin = ends.len();
+        let deadline = t0 + ends[nwin - 1];
+        let mut win = 0usize;
+        let mut cur = WindowOut::new(0);
+        let mut late = WindowOut::new(nwin);
+        for tag in 0..p.qd {
+            let buf = bufs.pop().expect("qd buffers");
+            sub_at[tag] = now_ns();
+            let offset = pick.offset(&mut rng);
+            let op = pick.op(&mut rng);
+            is_read[tag] = op == Op::Read;
+            if let Err(r) = q.push(Request { op, offset, len: p.block, buf: Some(buf), tag: tag as u64, fua: false }) {
+                return Err(r.error);
+            }
         }
-        for c in out.drain(..) {
-            let tag = c.tag as usize;
-            if let Err(e) = c.result {
-                error.get_or_insert(e);
-                continue;
+        while q.in_flight() > 0 {
+            out.clear();
+            q.wait(1, &mut out);
+            let now = now_ns();
+            // Close the windows that have ended.
+            while win + 1 < nwin && now >= t0 + ends[win] {
+                let _ = tx.send(std::mem::replace(&mut cur, WindowOut::new(win + 1)));
+                win += 1;
             }
-            if now <= deadline {
-                cur.bytes += block;
-                cur.ios += 1;
-                cur.read_ios += u64::from(is_read[tag]);
-                cur.last_ns = now;
-                let _ = cur.hist.record((now - sub_at[tag]).max(1));
-            } else if late.ios == 0 {
-                // The first request to end after the last window: counted
-                // only if no thread completed anything in that window.
-                late.bytes += block;
-                late.ios += 1;
-                late.read_ios += u64::from(is_read[tag]);
-                late.last_ns = now;
-                let _ = late.hist.record((now - sub_at[tag]).max(1));
-            }
-            if now < deadline && error.is_none() {
-                sub_at[tag] = now;
-                let offset = offset_of(&mut rng);
-                let op = op_of(&mut rng);
-                is_read[tag] = op == Op::Read;
-                if let Err(r) = q.push(Request { op, offset, len: p.block, buf: c.buf, tag: tag as u64, fua: false }) {
-                    error.get_or_insert(r.error);
-                } else if submit_each {
-                    q.submit();
+            for c in out.drain(..) {
+                let tag = c.tag as usize;
+                if let Err(e) = c.result {
+                    error.get_or_insert(e);
+                    continue;
+                }
+                if now <= deadline {
+                    cur.record(block, is_read[tag], now, now - sub_at[tag]);
+                } else if late.ios == 0 {
+                    // The first request to end after the last window: counted
+                    // only if no thread completed anything in that window.
+                    late.record(block, is_read[tag], now, now - sub_at[tag]);
+                }
+                if now < deadline && error.is_none() {
+                    sub_at[tag] = now;
+                    let offset = pick.offset(&mut rng);
+                    let op = pick.op(&mut rng);
+                    is_read[tag] = op == Op::Read;
+                    if let Err(r) = q.push(Request { op, offset, len: p.block, buf: c.buf, tag: tag as u64, fua: false }) {
+                        error.get_or_insert(r.error);
+                    } else if submit_each {
+                        q.submit();
+                    }
                 }
             }
         }
-    }
-    let _ = tx.send(cur);
-    if late.ios > 0 {
-        let _ = tx.send(late);
-    }
-    match error {
-        Some(e) => Err(e),
-        None => Ok(()),
+        let _ = tx.send(cur);
+        if late.ios > 0 {
+            let _ = tx.send(late);
+        }
+        match error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 

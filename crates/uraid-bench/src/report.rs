@@ -167,196 +167,229 @@ fn test_value<'a>(t: &'a TargetReport, test: &crate::Test) -> Option<&'a TestRes
 /// Every table of a report, in order: results side by side, per-target run
 /// statistics and CPU, ATTO, AS SSD, linear surface, machine, members.
 pub fn report_grids(r: &Report) -> Vec<Grid> {
-    let stat = r.stat;
     let mut grids = Vec::new();
     let Some(first) = r.targets.first() else { return grids };
     if !first.tests.is_empty() {
-        let mut header = vec!["test".to_string(), "unit".to_string()];
+        grids.push(results_grid(r, first));
+        grids.extend(r.targets.iter().enumerate().map(|(i, t)| runs_grid(r, i, t)));
+    }
+    grids.extend(atto_grid(r));
+    grids.extend(asssd_grid(r));
+    grids.extend(linear_grid(r));
+    grids.push(machine_grid(r));
+    grids.push(members_grid(r));
+    grids
+}
+
+/// The results of every target side by side, each against the first.
+fn results_grid(r: &Report, first: &TargetReport) -> Grid {
+    let stat = r.stat;
+    let mut header = vec!["test".to_string(), "unit".to_string()];
+    for (i, t) in r.targets.iter().enumerate() {
+        header.push(t.label.clone());
+        if i > 0 {
+            header.push(format!("vs {}", first.label));
+        }
+    }
+    let mut rows = Vec::new();
+    for base in &first.tests {
+        let mut row = vec![base.test.to_string(), base.metric.unit().to_string()];
         for (i, t) in r.targets.iter().enumerate() {
-            header.push(t.label.clone());
+            let res = test_value(t, &base.test);
+            row.push(res.map(|x| fmt_value(x.metric, x.headline(stat))).unwrap_or_else(|| "-".into()));
             if i > 0 {
-                header.push(format!("vs {}", first.label));
+                let v = res.and_then(|x| verdict(&base.summary, &x.summary, stat));
+                row.push(v.map(|v| v.to_string()).unwrap_or_else(|| "-".into()));
             }
         }
-        let mut rows = Vec::new();
-        for base in &first.tests {
-            let mut row = vec![base.test.to_string(), base.metric.unit().to_string()];
-            for (i, t) in r.targets.iter().enumerate() {
-                let res = test_value(t, &base.test);
-                row.push(res.map(|x| fmt_value(x.metric, x.headline(stat))).unwrap_or_else(|| "-".into()));
-                if i > 0 {
-                    let v = res.and_then(|x| verdict(&base.summary, &x.summary, stat));
-                    row.push(v.map(|v| v.to_string()).unwrap_or_else(|| "-".into()));
-                }
-            }
-            rows.push(row);
-        }
-        grids.push(Grid {
-            id: "results".into(),
-            title: format!("Results: {} of {} runs", stat, r.runs),
-            header,
-            rows,
-            note: format!(
-                "MB/s = 10^6 bytes/s. 'same' = the difference is smaller than the larger spread of the two (at least {}%).{}",
-                crate::stats::SAME_MIN_PCT,
-                if r.targets.len() > 1 { format!(" Differences are against {}.", first.label) } else { String::new() }
-            ),
-        });
-        for (i, t) in r.targets.iter().enumerate() {
-            let rows = t
-                .tests
-                .iter()
-                .map(|x| {
-                    let s = &x.summary;
-                    let run = x.run_for(stat);
-                    vec![
-                        x.test.to_string(),
-                        x.metric.unit().to_string(),
-                        fmt_value(x.metric, s.median),
-                        fmt_value(x.metric, s.min),
-                        fmt_value(x.metric, s.max),
-                        format!("{:.1}", s.spread_pct),
-                        format!("{:.1}", run.mbps),
-                        format!("{:.0}", run.iops),
-                        format!("{:.1}", run.lat.mean),
-                        format!("{:.1}", run.lat.p99),
-                        format!("{:.1}", run.lat.p9999),
-                        format!("{:.2}", x.cpu_per_sec),
-                        format!("{:.2}", x.cpu_secs_per_gb),
-                    ]
-                })
-                .collect();
-            grids.push(Grid {
-                id: format!("runs-{}", i + 1),
-                title: format!("{}: runs and CPU", t.label),
-                header: [
-                    "test", "unit", "median", "min", "max", "spread %", "MB/s", "IOPS", "mean µs", "p99 µs", "p99.99 µs", "CPU s/s",
-                    "CPU s/GB",
-                ]
-                .map(String::from)
-                .to_vec(),
-                rows,
-                note: format!(
-                    "{} runs of {:.1} s after a discarded {:.1} s warm-up. MB/s, IOPS and latency are of the {stat} run. \
-                     CPU s/s = process CPU seconds per wall second (1 = one core busy); CPU s/GB = per 10^9 bytes moved.",
-                    r.runs, r.run_secs, r.warmup_secs
-                ),
-            });
-        }
+        rows.push(row);
     }
+    Grid {
+        id: "results".into(),
+        title: format!("Results: {} of {} runs", stat, r.runs),
+        header,
+        rows,
+        note: format!(
+            "MB/s = 10^6 bytes/s. 'same' = the difference is smaller than the larger spread of the two (at least {}%).{}",
+            crate::stats::SAME_MIN_PCT,
+            if r.targets.len() > 1 { format!(" Differences are against {}.", first.label) } else { String::new() }
+        ),
+    }
+}
+
+/// Target `i`'s runs: the statistics over them and the CPU they took.
+fn runs_grid(r: &Report, i: usize, t: &TargetReport) -> Grid {
+    let stat = r.stat;
+    let rows = t
+        .tests
+        .iter()
+        .map(|x| {
+            let s = &x.summary;
+            let run = x.run_for(stat);
+            vec![
+                x.test.to_string(),
+                x.metric.unit().to_string(),
+                fmt_value(x.metric, s.median),
+                fmt_value(x.metric, s.min),
+                fmt_value(x.metric, s.max),
+                format!("{:.1}", s.spread_pct),
+                format!("{:.1}", run.mbps),
+                format!("{:.0}", run.iops),
+                format!("{:.1}", run.lat.mean),
+                format!("{:.1}", run.lat.p99),
+                format!("{:.1}", run.lat.p9999),
+                format!("{:.2}", x.cpu_per_sec),
+                format!("{:.2}", x.cpu_secs_per_gb),
+            ]
+        })
+        .collect();
+    Grid {
+        id: format!("runs-{}", i + 1),
+        title: format!("{}: runs and CPU", t.label),
+        header: [
+            "test", "unit", "median", "min", "max", "spread %", "MB/s", "IOPS", "mean µs", "p99 µs", "p99.99 µs", "CPU s/s",
+            "CPU s/GB",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+        note: format!(
+            "{} runs of {:.1} s after a discarded {:.1} s warm-up. MB/s, IOPS and latency are of the {stat} run. \
+             CPU s/s = process CPU seconds per wall second (1 = one core busy); CPU s/GB = per 10^9 bytes moved.",
+            r.runs, r.run_secs, r.warmup_secs
+        ),
+    }
+}
+
+/// ATTO: transfer rates per block size of the targets that ran it.
+fn atto_grid(r: &Report) -> Option<Grid> {
     let atto: Vec<&TargetReport> = r.targets.iter().filter(|t| t.atto.is_some()).collect();
-    if let Some(a0) = atto.first().and_then(|t| t.atto.as_ref()) {
-        let mut header = vec!["size".to_string()];
-        for t in &atto {
-            for h in ["write MB/s", "read MB/s", "write IOPS", "read IOPS"] {
-                header.push(format!("{} {h}", t.label));
-            }
+    let a0 = atto.first().and_then(|t| t.atto.as_ref())?;
+    let mut header = vec!["size".to_string()];
+    for t in &atto {
+        for h in ["write MB/s", "read MB/s", "write IOPS", "read IOPS"] {
+            header.push(format!("{} {h}", t.label));
         }
-        let sizes: Vec<usize> = a0.points.iter().map(|p| p.size).collect();
-        let rows = sizes
-            .iter()
-            .map(|&size| {
-                let mut row = vec![fmt_size(size as u64)];
-                for t in &atto {
-                    let p = t.atto.as_ref().and_then(|a| a.points.iter().find(|p| p.size == size));
-                    let f = |x: Option<crate::sweep::Transfer>, mb: bool| {
-                        x.map(|x| {
-                            let v = if mb { format!("{:.1}", x.mbps) } else { format!("{:.0}", x.iops) };
-                            if x.capped { format!("{v}*") } else { v }
-                        })
-                        .unwrap_or_else(|| "-".into())
-                    };
-                    row.push(f(p.and_then(|p| p.write), true));
-                    row.push(f(p.and_then(|p| p.read), true));
-                    row.push(f(p.and_then(|p| p.write), false));
-                    row.push(f(p.and_then(|p| p.read), false));
-                }
-                row
-            })
-            .collect();
-        let skipped: Vec<String> = a0.skipped.iter().map(|s| fmt_size(*s as u64)).collect();
-        grids.push(Grid {
-            id: "atto".into(),
-            title: format!("ATTO: QD{}, {} per size, write then read", a0.qd, fmt_size(a0.area)),
-            header,
-            rows,
-            note: format!(
-                "* = the pass hit its time cap and is measured over what it moved.{}",
-                if skipped.is_empty() { String::new() } else { format!(" Skipped (below the block size): {}.", skipped.join(", ")) }
-            ),
-        });
     }
+    let sizes: Vec<usize> = a0.points.iter().map(|p| p.size).collect();
+    let rows = sizes
+        .iter()
+        .map(|&size| {
+            let mut row = vec![fmt_size(size as u64)];
+            for t in &atto {
+                let p = t.atto.as_ref().and_then(|a| a.points.iter().find(|p| p.size == size));
+                let f = |x: Option<crate::sweep::Transfer>, mb: bool| {
+                    x.map(|x| {
+                        let v = if mb { format!("{:.1}", x.mbps) } else { format!("{:.0}", x.iops) };
+                        if x.capped { format!("{v}*") } else { v }
+                    })
+                    .unwrap_or_else(|| "-".into())
+                };
+                row.push(f(p.and_then(|p| p.write), true));
+                row.push(f(p.and_then(|p| p.read), true));
+                row.push(f(p.and_then(|p| p.write), false));
+                row.push(f(p.and_then(|p| p.read), false));
+            }
+            row
+        })
+        .collect();
+    let skipped: Vec<String> = a0.skipped.iter().map(|s| fmt_size(*s as u64)).collect();
+    Some(Grid {
+        id: "atto".into(),
+        title: format!("ATTO: QD{}, {} per size, write then read", a0.qd, fmt_size(a0.area)),
+        header,
+        rows,
+        note: format!(
+            "* = the pass hit its time cap and is measured over what it moved.{}",
+            if skipped.is_empty() { String::new() } else { format!(" Skipped (below the block size): {}.", skipped.join(", ")) }
+        ),
+    })
+}
+
+/// AS SSD: its tests and scores for the targets that ran it.
+fn asssd_grid(r: &Report) -> Option<Grid> {
+    let stat = r.stat;
     let asssd: Vec<&TargetReport> = r.targets.iter().filter(|t| t.asssd.is_some()).collect();
-    if !asssd.is_empty() {
-        let mut header = vec!["AS SSD".to_string()];
-        for t in &asssd {
-            header.push(format!("{} read", t.label));
-            header.push(format!("{} write", t.label));
-        }
-        let find = |t: &TargetReport, name: &str, dir: crate::Dir| {
-            t.tests.iter().find(|x| x.test.profile.name == name && x.test.dir == dir).map(|x| fmt_value(x.metric, x.headline(stat)))
-        };
-        let mut rows = Vec::new();
-        for (label, name) in [
-            ("Seq (MB/s)", "AS SSD Seq"),
-            ("4K (MB/s)", "AS SSD 4K"),
-            ("4K-64Thrd (MB/s)", "AS SSD 4K-64Thrd"),
-            ("Acc.time (ms)", "AS SSD Acc.time"),
-        ] {
-            let mut row = vec![label.to_string()];
-            for t in &asssd {
-                row.push(find(t, name, crate::Dir::Read).unwrap_or_else(|| "-".into()));
-                row.push(find(t, name, crate::Dir::Write).unwrap_or_else(|| "-".into()));
-            }
-            rows.push(row);
-        }
-        let mut row = vec!["Score (read / write)".to_string()];
-        for t in &asssd {
-            let s = t.asssd.expect("filtered");
-            row.push(format!("{:.0}", s.read));
-            row.push(format!("{:.0}", s.write));
-        }
-        rows.push(row);
-        let mut row = vec!["Total score".to_string()];
-        for t in &asssd {
-            row.push(format!("{:.0}", t.asssd.expect("filtered").total));
-            row.push(String::new());
-        }
-        rows.push(row);
-        grids.push(Grid {
-            id: "asssd".into(),
-            title: "AS SSD".into(),
-            header,
-            rows,
-            note: "Score = 0.15 SeqW + 0.1 SeqR + 2 x 4K R + 4K W + 4K-64 W + 1.5 x 4K-64 R (MB/s).".into(),
-        });
+    if asssd.is_empty() {
+        return None;
     }
+    let mut header = vec!["AS SSD".to_string()];
+    for t in &asssd {
+        header.push(format!("{} read", t.label));
+        header.push(format!("{} write", t.label));
+    }
+    let find = |t: &TargetReport, name: &str, dir: crate::Dir| {
+        t.tests.iter().find(|x| x.test.profile.name == name && x.test.dir == dir).map(|x| fmt_value(x.metric, x.headline(stat)))
+    };
+    let mut rows = Vec::new();
+    for (label, name) in [
+        ("Seq (MB/s)", "AS SSD Seq"),
+        ("4K (MB/s)", "AS SSD 4K"),
+        ("4K-64Thrd (MB/s)", "AS SSD 4K-64Thrd"),
+        ("Acc.time (ms)", "AS SSD Acc.time"),
+    ] {
+        let mut row = vec![label.to_string()];
+        for t in &asssd {
+            row.push(find(t, name, crate::Dir::Read).unwrap_or_else(|| "-".into()));
+            row.push(find(t, name, crate::Dir::Write).unwrap_or_else(|| "-".into()));
+        }
+        rows.push(row);
+    }
+    let mut row = vec!["Score (read / write)".to_string()];
+    for t in &asssd {
+        let s = t.asssd.expect("filtered");
+        row.push(format!("{:.0}", s.read));
+        row.push(format!("{:.0}", s.write));
+    }
+    rows.push(row);
+    let mut row = vec!["Total score".to_string()];
+    for t in &asssd {
+        row.push(format!("{:.0}", t.asssd.expect("filtered").total));
+        row.push(String::new());
+    }
+    rows.push(row);
+    Some(Grid {
+        id: "asssd".into(),
+        title: "AS SSD".into(),
+        header,
+        rows,
+        note: "Score = 0.15 SeqW + 0.1 SeqR + 2 x 4K R + 4K W + 4K-64 W + 1.5 x 4K-64 R (MB/s).".into(),
+    })
+}
+
+/// The linear surfaces (read and write passes over the whole target).
+fn linear_grid(r: &Report) -> Option<Grid> {
     let surf: Vec<(&TargetReport, &crate::sweep::Surface)> = r.targets.iter().flat_map(|t| t.surfaces.iter().map(move |s| (t, s))).collect();
-    if !surf.is_empty() {
-        grids.push(Grid {
-            id: "linear".into(),
-            title: "Linear surface".into(),
-            header: ["target", "pass", "covered", "average MB/s", "min MB/s", "max MB/s", "seconds", "CPU s/GB"].map(String::from).to_vec(),
-            rows: surf
-                .iter()
-                .map(|(t, s)| {
-                    vec![
-                        t.label.clone(),
-                        s.dir.to_string(),
-                        fmt_size(s.len),
-                        format!("{:.1}", s.total.mbps),
-                        format!("{:.1}", s.min_mbps),
-                        format!("{:.1}", s.max_mbps),
-                        format!("{:.1}", s.total.secs),
-                        format!("{:.2}", s.total.cpu_secs_per_gb),
-                    ]
-                })
-                .collect(),
-            note: format!("{} MiB blocks at QD1 from the start to the end; min and max over equal slices.", surf[0].1.block >> 20),
-        });
+    if surf.is_empty() {
+        return None;
     }
+    Some(Grid {
+        id: "linear".into(),
+        title: "Linear surface".into(),
+        header: ["target", "pass", "covered", "average MB/s", "min MB/s", "max MB/s", "seconds", "CPU s/GB"].map(String::from).to_vec(),
+        rows: surf
+            .iter()
+            .map(|(t, s)| {
+                vec![
+                    t.label.clone(),
+                    s.dir.to_string(),
+                    fmt_size(s.len),
+                    format!("{:.1}", s.total.mbps),
+                    format!("{:.1}", s.min_mbps),
+                    format!("{:.1}", s.max_mbps),
+                    format!("{:.1}", s.total.secs),
+                    format!("{:.2}", s.total.cpu_secs_per_gb),
+                ]
+            })
+            .collect(),
+        note: format!("{} MiB blocks at QD1 from the start to the end; min and max over equal slices.", surf[0].1.block >> 20),
+    })
+}
+
+/// The machine the report was made on.
+fn machine_grid(r: &Report) -> Grid {
     let m = &r.machine;
-    grids.push(Grid {
+    Grid {
         id: "machine".into(),
         title: "Machine".into(),
         header: vec!["".into(), "".into()],
@@ -368,7 +401,11 @@ pub fn report_grids(r: &Report) -> Vec<Grid> {
             vec!["host".into(), m.hostname.clone()],
         ],
         note: String::new(),
-    });
+    }
+}
+
+/// The targets' members: kind, model, size and what each sits on.
+fn members_grid(r: &Report) -> Grid {
     let mut rows = Vec::new();
     for t in &r.targets {
         for mi in &t.members {
@@ -387,14 +424,13 @@ pub fn report_grids(r: &Report) -> Vec<Grid> {
             ]);
         }
     }
-    grids.push(Grid {
+    Grid {
         id: "members".into(),
         title: "Targets and members".into(),
         header: ["target", "member", "kind", "model", "size", "rotational", "sits on"].map(String::from).to_vec(),
         rows,
         note: String::new(),
-    });
-    grids
+    }
 }
 
 fn fmt_value(m: Metric, v: f64) -> String {

@@ -19,6 +19,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::Serialize;
@@ -91,16 +92,7 @@ fn pass(
 ) -> Result<Pass> {
     let bs = vol.block_size() as u64;
     let mut q = vol.queue(qd)?;
-    let mut rng = SmallRng::seed_from_u64(0xa770 ^ block as u64);
-    let mut free: Vec<IoBuf> = (0..qd)
-        .map(|_| {
-            let mut b = IoBuf::new(block);
-            if op == Op::Write {
-                fill_buf(&mut b, fill, &mut rng);
-            }
-            b
-        })
-        .collect();
+    let mut free = pass_buffers(op, block, qd, fill);
     let mut sub_at = vec![0u64; qd];
     let mut tag_free: Vec<u64> = (0..qd as u64).rev().collect();
     let mut ends = vec![0u64; qd];
@@ -179,18 +171,40 @@ fn pass(
     progress(bytes);
     let cpu = cpu_time() - c0;
     let secs = ((last - t0) as f64 / 1e9).max(1e-9);
-    let transfer = Transfer {
-        bytes,
-        ios,
-        secs,
-        mbps: bytes as f64 / secs / 1e6,
-        iops: ios as f64 / secs,
-        lat: Latency::from_hist(&hist),
-        cpu_per_sec: cpu / secs,
-        cpu_secs_per_gb: if bytes > 0 { cpu / (bytes as f64 / 1e9) } else { 0.0 },
-        capped,
-    };
-    Ok(Pass { transfer, samples })
+    Ok(Pass { transfer: Transfer::of(bytes, ios, secs, &hist, cpu, capped), samples })
+}
+
+/// The `qd` buffers of `block` bytes of a pass (filled for a write, the
+/// same for every pass of that size).
+fn pass_buffers(op: Op, block: usize, qd: usize, fill: Fill) -> Vec<IoBuf> {
+    let mut rng = SmallRng::seed_from_u64(0xa770 ^ block as u64);
+    (0..qd)
+        .map(|_| {
+            let mut b = IoBuf::new(block);
+            if op == Op::Write {
+                fill_buf(&mut b, fill, &mut rng);
+            }
+            b
+        })
+        .collect()
+}
+
+impl Transfer {
+    /// The figures of `bytes` moved in `ios` requests over `secs` s, with
+    /// latencies `hist` (ns) and `cpu` s of process CPU.
+    fn of(bytes: u64, ios: u64, secs: f64, hist: &Histogram<u64>, cpu: f64, capped: bool) -> Transfer {
+        Transfer {
+            bytes,
+            ios,
+            secs,
+            mbps: bytes as f64 / secs / 1e6,
+            iops: ios as f64 / secs,
+            lat: Latency::from_hist(hist),
+            cpu_per_sec: cpu / secs,
+            cpu_secs_per_gb: if bytes > 0 { cpu / (bytes as f64 / 1e9) } else { 0.0 },
+            capped,
+        }
+    }
 }
 
 /// How to run the ATTO sweep.

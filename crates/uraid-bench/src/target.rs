@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use uraid_core::control::array::{self, Array, Examination};
-use uraid_core::control::superblock::DATA_OFFSET;
+use uraid_core::io::member::DATA_OFFSET;
 use uraid_core::units::fmt_size;
 use uraid_core::{bail, Geometry, MemberSpec, Result, Volume};
 

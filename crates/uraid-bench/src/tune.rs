@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use uraid_core::raid::geometry::{check_chunk, DEFAULT_CHUNK, MAX_CHUNK, MIN_CHUNK};
-use uraid_core::control::superblock::DATA_OFFSET;
+use uraid_core::io::member::DATA_OFFSET;
 use uraid_core::units::fmt_size;
 use uraid_core::{bail, Geometry, Level, Member, Result, Volume};
 

@@ -262,31 +262,7 @@ impl UblkExport {
     pub fn start(vol: Arc<Volume>, opts: &UblkOptions) -> Result<UblkExport, Error> {
         let features = support::check()?;
         ctrl_ring()?;
-        let recovery = if opts.uuid.is_empty() { 0 } else { support::RECOVERY };
-        let encode = if features.ioctl_encode() { sys::UBLK_F_CMD_IOCTL_ENCODE as u64 } else { 0 };
-        let (id, dev_flags) = match opts.attach {
-            Attach::New(id) => (id.map_or(-1, |i| i as i32), UblkFlags::UBLK_DEV_F_ADD_DEV),
-            Attach::Recover(id) => (id as i32, UblkFlags::UBLK_DEV_F_RECOVER_DEV),
-        };
-        let queues = if opts.queues == 0 { default_queues() } else { opts.queues };
-        let depth = if opts.depth == 0 { DEFAULT_DEPTH } else { opts.depth };
-        let ctrl = UblkCtrlBuilder::default()
-            .name("uraid")
-            .id(id)
-            .nr_queues(queues)
-            .depth(depth)
-            .io_buf_bytes(DEFAULT_BUF_BYTES)
-            .ctrl_flags(recovery | encode)
-            .dev_flags(dev_flags)
-            .build()
-            .map_err(|e| {
-                Error(match (opts.attach, &e) {
-                    (Attach::New(Some(n)), UblkError::UringIOError(c)) if *c == -libc::EEXIST => {
-                        format!("ublk: device {n} (/dev/ublkb{n}) exists already: give another --ublk-id, or none")
-                    }
-                    _ => format!("ublk: cannot {} the device: {}", if id < 0 { "add" } else { "open" }, ublk_error(&e)),
-                })
-            })?;
+        let ctrl = new_ctrl(opts, features.ioctl_encode())?;
         // This code deletes the device itself (stop), never libublk's drop.
         ctrl.disown();
         let info = ctrl.dev_info();
@@ -318,71 +294,21 @@ impl UblkExport {
         )
         .map_err(|e| delete_new(Error(format!("ublk: cannot open /dev/ublkc{dev_id}: {}", ublk_error(&e)))))?;
         let dev = Arc::new(dev);
-        let live = Arc::new(Live {
-            current: Mutex::new(vol.clone()),
-            generation: AtomicU64::new(0),
-            paused: AtomicBool::new(false),
-            active: AtomicUsize::new(0),
-            parked: AtomicUsize::new(0),
-            abandon: AtomicBool::new(false),
-            capacity: AtomicU64::new(vol.capacity()),
-            block_size: vol.block_size(),
-            stats: ExportStats::default(),
-        });
-        let (tx, rx) = std::sync::mpsc::channel();
-        let mut threads = Vec::new();
-        for qid in 0..dev.dev_info.nr_hw_queues {
-            let cfg = queue::QueueConfig {
-                qid,
-                depth: dev.dev_info.queue_depth,
-                buf_bytes: dev.dev_info.max_io_buf_bytes as usize,
-                read_only: opts.read_only,
-                ioctl_encode: dev.dev_info.flags & sys::UBLK_F_CMD_IOCTL_ENCODE as u64 != 0,
-            };
-            let (dev, live, tx) = (dev.clone(), live.clone(), tx.clone());
-            let t = std::thread::Builder::new()
-                .name(format!("ublk{dev_id}q{qid}"))
-                .spawn(move || queue::serve(cfg, &dev, &live, tx))
-                .map_err(|e| Error(format!("ublk: cannot start a queue thread: {e}")));
-            match t {
-                Ok(t) => threads.push(t),
-                Err(e) => return Err(delete_new(e)),
-            }
-        }
-        drop(tx);
-        let mut failed = None;
-        let mut tids = Vec::new();
-        for _ in 0..threads.len() {
-            match rx.recv() {
-                Ok(Ok(t)) => tids.push(t),
-                Ok(Err(e)) => failed = failed.or(Some(e)),
-                Err(_) => failed = failed.or(Some("a queue thread ended".to_string())),
-            }
-        }
+        let live = Live::new(&vol);
+        let (threads, tids) = match spawn_queues(&dev, &live, opts.read_only, dev_id) {
+            Ok(q) => q,
+            Err(e) => return Err(delete_new(e)),
+        };
         let mut device = Device { ctrl, dev: Some(dev), threads, live: live.clone() };
         let new = matches!(opts.attach, Attach::New(_));
-        if let Some(e) = failed {
-            device.abandon(new);
-            return Err(Error(format!("ublk: {e}")));
-        }
-        let d = device.dev.clone().expect("set above");
-        for (qid, tid) in tids {
-            // Each queue's thread on the CPUs whose requests it gets (when
-            // they are several: see queue::pin_threads), and in libublk's
-            // JSON of the device.
-            if queue::pin_threads(d.dev_info.nr_hw_queues) {
-                device.ctrl.set_thread_affinity(qid, tid);
+        let tids = match tids {
+            Ok(tids) => tids,
+            Err(e) => {
+                device.abandon(new);
+                return Err(Error(format!("ublk: {e}")));
             }
-            let _ = device.ctrl.configure_queue(&d, qid, tid);
-        }
-        if let Err(e) = device.ctrl.start_dev(&d) {
-            let what = if new { "start" } else { "end the recovery of" };
-            let msg = format!("ublk: cannot {what} device {dev_id}: {}", ublk_error(&e));
-            drop(d);
-            device.abandon(new);
-            return Err(Error(msg));
-        }
-        drop(d);
+        };
+        device.run(tids, new, dev_id)?;
         if let Some(n) = &p.note {
             queue::log(format_args!("uraid serve: /dev/ublkb{dev_id}: {n}"));
         }
@@ -538,7 +464,118 @@ fn check_recover(ctrl: &UblkCtrl, vol: &Volume, opts: &UblkOptions) -> Result<()
     Ok(())
 }
 
+/// The control device of a new device (`opts.attach` New) or of the one
+/// to recover; `ioctl_encode`: the kernel takes the encoded commands.
+/// Errors: the id is taken, or the device cannot be added or opened.
+fn new_ctrl(opts: &UblkOptions, ioctl_encode: bool) -> Result<UblkCtrl, Error> {
+    let recovery = if opts.uuid.is_empty() { 0 } else { support::RECOVERY };
+    let encode = if ioctl_encode { sys::UBLK_F_CMD_IOCTL_ENCODE as u64 } else { 0 };
+    let (id, dev_flags) = match opts.attach {
+        Attach::New(id) => (id.map_or(-1, |i| i as i32), UblkFlags::UBLK_DEV_F_ADD_DEV),
+        Attach::Recover(id) => (id as i32, UblkFlags::UBLK_DEV_F_RECOVER_DEV),
+    };
+    let queues = if opts.queues == 0 { default_queues() } else { opts.queues };
+    let depth = if opts.depth == 0 { DEFAULT_DEPTH } else { opts.depth };
+    UblkCtrlBuilder::default()
+        .name("uraid")
+        .id(id)
+        .nr_queues(queues)
+        .depth(depth)
+        .io_buf_bytes(DEFAULT_BUF_BYTES)
+        .ctrl_flags(recovery | encode)
+        .dev_flags(dev_flags)
+        .build()
+        .map_err(|e| {
+            Error(match (opts.attach, &e) {
+                (Attach::New(Some(n)), UblkError::UringIOError(c)) if *c == -libc::EEXIST => {
+                    format!("ublk: device {n} (/dev/ublkb{n}) exists already: give another --ublk-id, or none")
+                }
+                _ => format!("ublk: cannot {} the device: {}", if id < 0 { "add" } else { "open" }, ublk_error(&e)),
+            })
+        })
+}
+
+impl Live {
+    /// The shared state of the queues serving `vol`, not paused.
+    fn new(vol: &Arc<Volume>) -> Arc<Live> {
+        Arc::new(Live {
+            current: Mutex::new(vol.clone()),
+            generation: AtomicU64::new(0),
+            paused: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            parked: AtomicUsize::new(0),
+            abandon: AtomicBool::new(false),
+            capacity: AtomicU64::new(vol.capacity()),
+            block_size: vol.block_size(),
+            stats: ExportStats::default(),
+        })
+    }
+}
+
+/// A queue thread started by [`spawn_queues`], and what each one said
+/// once ready: (queue id, thread id), or the first failure.
+type Queues = (Vec<std::thread::JoinHandle<()>>, Result<Vec<(u16, libc::pid_t)>, String>);
+
+/// Starts one thread per hardware queue of `dev` of device `dev_id` and
+/// waits until each is ready or failed. Errors: a thread could not be
+/// started (those started are left to end with the device).
+fn spawn_queues(dev: &Arc<UblkDev>, live: &Arc<Live>, read_only: bool, dev_id: u32) -> Result<Queues, Error> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut threads = Vec::new();
+    for qid in 0..dev.dev_info.nr_hw_queues {
+        let cfg = queue::QueueConfig {
+            qid,
+            depth: dev.dev_info.queue_depth,
+            buf_bytes: dev.dev_info.max_io_buf_bytes as usize,
+            read_only,
+            ioctl_encode: dev.dev_info.flags & sys::UBLK_F_CMD_IOCTL_ENCODE as u64 != 0,
+        };
+        let (dev, live, tx) = (dev.clone(), live.clone(), tx.clone());
+        let t = std::thread::Builder::new()
+            .name(format!("ublk{dev_id}q{qid}"))
+            .spawn(move || queue::serve(cfg, &dev, &live, tx))
+            .map_err(|e| Error(format!("ublk: cannot start a queue thread: {e}")))?;
+        threads.push(t);
+    }
+    drop(tx);
+    let mut failed = None;
+    let mut tids = Vec::new();
+    for _ in 0..threads.len() {
+        match rx.recv() {
+            Ok(Ok(t)) => tids.push(t),
+            Ok(Err(e)) => failed = failed.or(Some(e)),
+            Err(_) => failed = failed.or(Some("a queue thread ended".to_string())),
+        }
+    }
+    Ok((threads, failed.map_or(Ok(tids), Err)))
+}
+
 impl Device {
+    /// Starts the device whose queue threads `tids` (queue id, thread id)
+    /// are ready: pins them, names them in libublk's JSON, and starts it
+    /// (`new`) or ends its recovery. Errors: the driver refused; the
+    /// device is then abandoned (deleted when `new`).
+    fn run(&mut self, tids: Vec<(u16, libc::pid_t)>, new: bool, dev_id: u32) -> Result<(), Error> {
+        let d = self.dev.clone().expect("set above");
+        for (qid, tid) in tids {
+            // Each queue's thread on the CPUs whose requests it gets (when
+            // they are several: see queue::pin_threads), and in libublk's
+            // JSON of the device.
+            if queue::pin_threads(d.dev_info.nr_hw_queues) {
+                self.ctrl.set_thread_affinity(qid, tid);
+            }
+            let _ = self.ctrl.configure_queue(&d, qid, tid);
+        }
+        if let Err(e) = self.ctrl.start_dev(&d) {
+            let what = if new { "start" } else { "end the recovery of" };
+            let msg = format!("ublk: cannot {what} device {dev_id}: {}", ublk_error(&e));
+            drop(d);
+            self.abandon(new);
+            return Err(Error(msg));
+        }
+        Ok(())
+    }
+
     /// Ends a device that did not start: its queue threads end (closing
     /// their rings cancels their commands), and a new device is deleted.
     fn abandon(&mut self, delete: bool) {

@@ -78,6 +78,7 @@ impl IoBuf {
         // SAFETY: the layout has a non-zero size (at least BUF_ALIGN).
         let ptr = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).ok_or(Some(layout))?;
+        debug_assert!((ptr.as_ptr() as usize).is_multiple_of(BUF_ALIGN), "the allocator broke the layout's alignment");
         Ok(IoBuf { ptr, len, mapped: 0 })
     }
 

@@ -20,8 +20,7 @@ pub mod locks;
 pub mod parity;
 pub mod reshape;
 
-/// Where each member's data area starts, in bytes from the member's start
-/// (1 MiB): before it lie the superblock ([`crate::control::superblock`],
-/// at 0) and the write-intent bitmap ([`bitmap`], at 64 KiB). Part of the
-/// on-disk format.
-pub const DATA_OFFSET: u64 = 1 << 20;
+/// Where each member's data area starts (1 MiB): the member layout's,
+/// below every layer that uses it ([`crate::io::member::DATA_OFFSET`]);
+/// named here too for the RAID and control code that says `raid::DATA_OFFSET`.
+pub use crate::io::member::DATA_OFFSET;

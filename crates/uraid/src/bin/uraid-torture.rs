@@ -204,47 +204,87 @@ fn ack(done: &[uraid_core::Completion], busy: &mut HashMap<u64, (u64, u64)>, fua
     }
 }
 
-fn verify(vol: &Arc<Volume>, seed: u64, log: &std::path::Path, all_acked: bool) -> bool {
-    // Per sector: every issued write (id) that covered it, and the newest
-    // acknowledged write made durable (by a later completed flush, FUA, or
-    // at once with `all_acked`).
-    let mut issued: HashMap<u64, (u64, u64)> = HashMap::new();
-    let mut zeroings = std::collections::HashSet::new();
-    let mut acked: Vec<u64> = Vec::new();
-    let mut fua_acked: Vec<u64> = Vec::new();
-    let mut durable_upto_ack = 0usize; // acked[..n] are durable
+/// What the log of a run says: every write and zeroing issued (id ->
+/// offset, length), which were acknowledged (in order) and with FUA, and
+/// how many of the acknowledged ones a completed flush made durable.
+struct Log {
+    issued: HashMap<u64, (u64, u64)>,
+    zeroings: std::collections::HashSet<u64>,
+    acked: Vec<u64>,
+    fua_acked: Vec<u64>,
+    /// `acked[..durable_upto_ack]` are durable.
+    durable_upto_ack: usize,
+}
+
+/// Reads the log at `log` (a last line cut by the kill is skipped).
+fn read_log(log: &std::path::Path) -> Log {
+    let mut l = Log { issued: HashMap::new(), zeroings: Default::default(), acked: Vec::new(), fua_acked: Vec::new(), durable_upto_ack: 0 };
     for line in std::io::BufReader::new(std::fs::File::open(log).expect("log")).lines() {
         let Ok(line) = line else { break };
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.as_slice() {
             [k @ ("I" | "Z"), id, off, len] => {
                 let id: u64 = id.parse().unwrap();
-                issued.insert(id, (off.parse().unwrap(), len.parse().unwrap()));
+                l.issued.insert(id, (off.parse().unwrap(), len.parse().unwrap()));
                 if *k == "Z" {
-                    zeroings.insert(id);
+                    l.zeroings.insert(id);
                 }
             }
-            ["A", id] => acked.push(id.parse().unwrap()),
+            ["A", id] => l.acked.push(id.parse().unwrap()),
             ["U", id] => {
-                acked.push(id.parse().unwrap());
-                fua_acked.push(id.parse().unwrap());
+                l.acked.push(id.parse().unwrap());
+                l.fua_acked.push(id.parse().unwrap());
             }
-            ["F", _] => durable_upto_ack = acked.len(),
+            ["F", _] => l.durable_upto_ack = l.acked.len(),
             _ => {} // a line cut by the kill
         }
     }
+    l
+}
+
+/// What is wrong with sector `s` holding `got`, if anything: `writers`
+/// are the writes that covered it, `fl` the newest durable one (0: none).
+fn check_sector(l: &Log, seed: u64, s: u64, got: &[u8], writers: &[u64], fl: u64, expect: &mut [u8]) -> Option<String> {
+    let id = u64::from_le_bytes(got[..8].try_into().unwrap());
+    if got.iter().all(|&b| b == 0) {
+        // The sector's first state, or a zeroing no older than
+        // what is durable there may have landed.
+        if fl > 0 && !writers.iter().any(|z| l.zeroings.contains(z) && *z >= fl) {
+            return Some(format!("sector {s}: zeros, but write {fl} was acknowledged and flushed"));
+        }
+        return None;
+    }
+    if !writers.contains(&id) || l.zeroings.contains(&id) {
+        return Some(format!("sector {s}: holds id {id}, which never wrote it (torn or misplaced)"));
+    }
+    fill(expect, seed, id, s);
+    if got != &expect[..] {
+        return Some(format!("sector {s}: content of write {id} is corrupt"));
+    }
+    if id < fl {
+        let what = if l.zeroings.contains(&fl) { "zeroing" } else { "write" };
+        return Some(format!("sector {s}: holds write {id}, older than {what} {fl} acknowledged before a flush"));
+    }
+    None
+}
+
+fn verify(vol: &Arc<Volume>, seed: u64, log: &std::path::Path, all_acked: bool) -> bool {
+    // Per sector: every issued write (id) that covered it, and the newest
+    // acknowledged write made durable (by a later completed flush, FUA, or
+    // at once with `all_acked`).
+    let mut l = read_log(log);
     let mut sectors: HashMap<u64, Vec<u64>> = HashMap::new();
-    for (&id, &(off, len)) in &issued {
+    for (&id, &(off, len)) in &l.issued {
         for s in (off..off + len).step_by(SECTOR) {
             sectors.entry(s).or_default().push(id);
         }
     }
     if all_acked {
-        durable_upto_ack = acked.len();
+        l.durable_upto_ack = l.acked.len();
     }
     let mut floor: HashMap<u64, u64> = HashMap::new();
-    for &id in acked[..durable_upto_ack].iter().chain(&fua_acked) {
-        let (off, len) = issued[&id];
+    for &id in l.acked[..l.durable_upto_ack].iter().chain(&l.fua_acked) {
+        let (off, len) = l.issued[&id];
         for s in (off..off + len).step_by(SECTOR) {
             let e = floor.entry(s).or_insert(0);
             *e = (*e).max(id);
@@ -275,36 +315,15 @@ fn verify(vol: &Arc<Volume>, seed: u64, log: &std::path::Path, all_acked: bool) 
             let Some((_, b)) = block.as_ref() else { continue };
             let got = &b[(s - base) as usize..(s - base) as usize + SECTOR];
             checked += 1;
-            let id = u64::from_le_bytes(got[..8].try_into().unwrap());
             let fl = floor.get(&s).copied().unwrap_or(0);
-            if got.iter().all(|&b| b == 0) {
-                // The sector's first state, or a zeroing no older than
-                // what is durable there may have landed.
-                if fl > 0 && !sectors[&s].iter().any(|z| zeroings.contains(z) && *z >= fl) {
-                    bad.push(format!("sector {s}: zeros, but write {fl} was acknowledged and flushed"));
-                }
-                continue;
-            }
-            if !sectors[&s].contains(&id) || zeroings.contains(&id) {
-                bad.push(format!("sector {s}: holds id {id}, which never wrote it (torn or misplaced)"));
-                continue;
-            }
-            fill(&mut expect, seed, id, s);
-            if got != &expect[..] {
-                bad.push(format!("sector {s}: content of write {id} is corrupt"));
-                continue;
-            }
-            if id < fl {
-                let what = if zeroings.contains(&fl) { "zeroing" } else { "write" };
-                bad.push(format!("sector {s}: holds write {id}, older than {what} {fl} acknowledged before a flush"));
-            }
+            bad.extend(check_sector(&l, seed, s, got, &sectors[&s], fl, &mut expect));
         }
     }
     let summary = serde_json::json!({
-        "writes_issued": issued.len() - zeroings.len(),
-        "zeroings_issued": zeroings.len(),
-        "writes_acknowledged": acked.len(),
-        "writes_durable": durable_upto_ack,
+        "writes_issued": l.issued.len() - l.zeroings.len(),
+        "zeroings_issued": l.zeroings.len(),
+        "writes_acknowledged": l.acked.len(),
+        "writes_durable": l.durable_upto_ack,
         "sectors_checked": checked,
         "violations": bad.len(),
         "first_violations": bad.iter().take(10).collect::<Vec<_>>(),

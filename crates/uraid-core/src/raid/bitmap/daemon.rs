@@ -2,7 +2,13 @@
 //! for a while (md's bitmap daemon), so that a resync after a crash covers
 //! only what was being written.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use super::Bitmap;
+#[cfg(doc)]
+use super::BitmapStats;
 
 impl Bitmap {
     /// Starts a thread that calls [`clear_idle`](Self::clear_idle) every

@@ -2,7 +2,17 @@
 //! writable member, with RWF_DSYNC through a small io_uring of its own, and
 //! a member whose bitmap write fails failed (as md does).
 
-use super::*;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+use io_uring::{opcode, types};
+
+use super::{bits_bytes, new_ring, sleep_until, Bitmap, Io, BITMAP_OFFSET, BLOCK, HEADER_SIZE};
+use crate::io::member::now_ns;
+#[cfg(doc)]
+use crate::raid::health::Health;
+use crate::{bail, Error, ErrorKind, Result};
 
 impl Bitmap {
     /// Writes the whole bitmap (header and bits, durably) to role `member`,
