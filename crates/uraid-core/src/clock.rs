@@ -85,9 +85,35 @@ pub fn sleep(d: Duration) {
     let moved = VIRTUAL.with(|v| {
         v.borrow().as_ref().map(|t| t.fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::AcqRel))
     });
-    if moved.is_none() {
-        std::thread::sleep(d);
+    match moved {
+        None => std::thread::sleep(d),
+        // A thread that waits on a virtual clock lets the others run (the
+        // one it waits for may be on the same core).
+        Some(_) => std::thread::yield_now(),
     }
+}
+
+/// The calling thread's virtual clock, if one is installed there: what a
+/// thread it starts should install ([`spawn`] does).
+pub fn current() -> Option<Virtual> {
+    VIRTUAL.with(|v| v.borrow().as_ref().map(|ns| Virtual { ns: ns.clone() }))
+}
+
+/// Starts a thread named `name` that runs `f` on the calling thread's
+/// clock: a virtual clock installed here is installed there too, so that a
+/// layer's thread (the cache's flusher, the bitmap's daemon) keeps time
+/// with the simulation that built it. Errors: as
+/// `std::thread::Builder::spawn`.
+pub fn spawn<F, T>(name: &str, f: F) -> std::io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let clock = current();
+    std::thread::Builder::new().name(name.into()).spawn(move || {
+        let _installed = clock.as_ref().map(Virtual::install);
+        f()
+    })
 }
 
 /// Seconds since the Unix epoch (wall time, for superblock timestamps); on
@@ -186,5 +212,28 @@ mod tests {
         assert_eq!(after, c.ns());
         // this thread never installed it
         assert!(now_ns() < c.ns());
+    }
+
+    #[test]
+    fn a_thread_started_through_spawn_keeps_its_starters_clock() {
+        let c = Virtual::new();
+        let before = c.ns();
+        let (virt, real) = {
+            let g = c.install();
+            assert!(current().is_some());
+            let t = spawn("sim-child", || {
+                sleep(Duration::from_secs(100));
+                now_ns()
+            })
+            .unwrap();
+            let virt = t.join().unwrap();
+            drop(g);
+            // Without a virtual clock, the child is on the machine's.
+            let real = spawn("real-child", current).unwrap().join().unwrap();
+            (virt, real)
+        };
+        assert_eq!(virt, before + 100_000_000_000, "the child's sleep did not move the starter's clock");
+        assert_eq!(c.ns(), virt);
+        assert!(real.is_none());
     }
 }

@@ -33,6 +33,12 @@ impl Member {
     pub fn set_limits(&mut self, limits: Limits) {
         self.throttle = (!limits.is_none()).then(|| Arc::new(Throttle::new(limits)));
     }
+
+    /// Puts the member under the service model `t` (a simulated drive's:
+    /// [`Throttle::drawn`]).
+    pub fn set_throttle(&mut self, t: Arc<Throttle>) {
+        self.throttle = Some(t);
+    }
 }
 
 /// The service model of an emulated drive: one queue, served in order,
@@ -44,6 +50,16 @@ pub struct Throttle {
     bw: u64,
     lat_ns: u64,
     next_free_ns: AtomicU64,
+    /// A model that draws each I/O's latency instead of the one above (a
+    /// simulated drive's: [`crate::io::sim`]).
+    drawn: Option<Arc<dyn Latency>>,
+}
+
+/// Where an emulated drive's latency comes from when a model draws it per
+/// I/O ([`Throttle::drawn`]): a simulated drive's seeded one.
+pub trait Latency: Send + Sync + std::fmt::Debug {
+    /// The latency of the next I/O of `bytes`, in ns.
+    fn latency_ns(&self, bytes: u64) -> u64;
 }
 
 impl Throttle {
@@ -54,12 +70,22 @@ impl Throttle {
             bw: limits.bw,
             lat_ns: limits.lat_us * 1000,
             next_free_ns: AtomicU64::new(0),
+            drawn: None,
         }
+    }
+
+    /// A model whose every I/O takes the latency `model` draws for it
+    /// (pipelined: no drive time is consumed).
+    pub fn drawn(model: Arc<dyn Latency>) -> Throttle {
+        Throttle { drawn: Some(model), ..Throttle::new(Limits::default()) }
     }
 
     /// Admits an I/O of `bytes` issued at `now` (ns, [`now_ns`](super::now_ns)) and returns
     /// the time its completion may be delivered.
     pub fn admit(&self, bytes: u64, now: u64) -> u64 {
+        if let Some(d) = &self.drawn {
+            return now + d.latency_ns(bytes);
+        }
         let xfer = if self.bw > 0 { (bytes as u128 * 1_000_000_000 / self.bw as u128) as u64 } else { 0 };
         let service = self.ns_per_io.max(xfer);
         let mut cur = self.next_free_ns.load(Ordering::Relaxed);

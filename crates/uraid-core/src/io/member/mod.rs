@@ -38,7 +38,7 @@ pub const DATA_OFFSET: u64 = 1 << 20;
 
 pub use discard::QueueLimits;
 use lock::HeldLock;
-pub use mem::Throttle;
+pub use mem::{Latency, Throttle};
 pub use spec::{check_distinct, Identity, Limits, MemSpec, MemberSpec};
 
 /// What kind of thing a member is.
