@@ -1,4 +1,8 @@
-//! `uraid serve`: export an array's volume over NBD until SIGINT/SIGTERM.
+//! `uraid serve`: export an array's volumes over NBD (and ublk) until
+//! SIGINT/SIGTERM. [`run`] goes by phase: the settings ([`setup`]), the
+//! array opened, the exports started (NBD: [`nbd_export`]; ublk:
+//! `crate::ublk_export`), what is served announced, the service run
+//! ([`running`]: manager, control socket, metrics, console), the stop.
 //!
 //! A member left rebuilding when the array is assembled (a spare that took
 //! over a failed role, or one added with `--no-rebuild`) is rebuilt in the
@@ -10,9 +14,8 @@
 //! cache counters) is published in a runtime file for `uraid status`
 //! (see [`crate::runstate`]); a clean stop removes it.
 
-use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -20,10 +23,7 @@ use clap::Args;
 use uraid_core::control::array;
 use uraid_core::io::member::MemberKind;
 use uraid_core::units::parse_size;
-use uraid_nbd::{Export, Listener, Server, ServerOptions};
-
-use crate::common::specs;
-use crate::sock::bind_unix;
+use uraid_core::{MemberSpec, Volume};
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
@@ -211,6 +211,11 @@ macro_rules! log {
     }};
 }
 
+mod nbd_export;
+mod notify;
+mod running;
+mod setup;
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -218,7 +223,7 @@ extern "C" fn on_signal(_: libc::c_int) {
     wake();
 }
 
-use crate::service::wake::{wait_wake, wake};
+use crate::service::wake::wake;
 
 fn install_signal_handlers() {
     crate::service::wake::make_pipe();
@@ -235,138 +240,18 @@ fn install_signal_handlers() {
     }
 }
 
-/// The export's TLS: certificates (with the clients' CA when given), or
-/// pre-shared keys. Errors: a file cannot be read or used (the message
-/// names it), or both kinds are given (the config and flags together).
-fn nbd_tls(a: &ServeArgs) -> Result<Option<uraid_nbd::Tls>> {
-    match (&a.tls_cert, &a.tls_key, &a.tls_psk) {
-        (Some(_), _, Some(_)) => bail!("give either --tls-psk (tls-psk in uraid.conf) or --tls-cert and --tls-key, not both"),
-        (Some(c), Some(k), None) => {
-            Ok(Some(uraid_nbd::Tls::Certificate(uraid_nbd::tls_config(c, k, a.tls_ca.as_deref()).map_err(anyhow::Error::msg)?)))
-        }
-        (None, _, Some(p)) => Ok(Some(uraid_nbd::Tls::Psk(uraid_nbd::psk_config(p).map_err(anyhow::Error::msg)?))),
-        _ if a.tls_ca.is_some() => bail!("tls-ca (client certificates) needs tls-cert and tls-key, the server's own certificate"),
-        _ => Ok(None),
-    }
-}
-
-/// Whether TCP clients must prove who they are: a pre-shared key
-/// (--tls-psk) or a certificate of the clients' CA (--tls-ca).
-fn clients_authenticate(a: &ServeArgs) -> bool {
-    a.tls_psk.is_some() || a.tls_ca.is_some()
-}
-
-/// The TCP address `addr` to serve on (port 10809 when none is given).
-/// Errors: not an address, or not loopback while clients would not
-/// authenticate (no TLS-PSK, no client CA) and the user did not say
-/// --insecure-no-client-auth.
-fn tcp_addr(addr: &str, a: &ServeArgs, tls: bool) -> Result<SocketAddr> {
-    let sa: SocketAddr = addr
-        .parse()
-        .or_else(|_| format!("{addr}:10809").parse())
-        .with_context(|| format!("'{addr}' is not an address like 127.0.0.1:10809"))?;
-    if !sa.ip().is_loopback() && !clients_authenticate(a) && !a.insecure_no_client_auth {
-        bail!(
-            "{sa} is not a loopback address and clients would not authenticate: anyone who can connect \
-             could read and write the array{}. Give --tls-psk FILE (pre-shared keys), or --tls-cert and \
-             --tls-key with --tls-verify-peer --tls-ca CA.pem (client certificates); or use a unix socket \
-             or 127.0.0.1; or add --insecure-no-client-auth if everyone who can reach {sa} may write the array \
-             (in uraid.conf: tls-psk, tls-ca, insecure-no-client-auth = true)",
-            if tls { "" } else { ", and without TLS data travels in clear" }
-        );
-    }
-    Ok(sa)
-}
-
-/// Default scrub rate of a served array, bytes/s (100 MB/s).
-const DEFAULT_SCRUB_RATE: u64 = 100_000_000;
-
+/// `uraid serve` (see the module docs). Errors: a setting that cannot be
+/// used, an array that cannot be assembled, an export that cannot start
+/// (nothing is served then), the final flush or stop.
 pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     // A client that hangs up must never end the server (its replies go
     // with MSG_NOSIGNAL too; this also covers stdout and stderr).
     // SAFETY: setting a signal disposition; no handler runs.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     if a.fork {
-        fork_until_ready()?;
+        notify::fork_until_ready()?;
     }
-    let specs = specs(&a.members)?;
-    let conn_buffer = parse_size(&a.conn_buffer, "--conn-buffer")?;
-    let buffer_memory = parse_size(&a.buffer_memory, "--buffer-memory")?;
-    if conn_buffer < 32 << 20 {
-        bail!("--conn-buffer {} is below 32M, the largest request a client may send", a.conn_buffer);
-    }
-    if buffer_memory < conn_buffer {
-        bail!("--buffer-memory {} is below --conn-buffer {}: one connection could not hold its budget", a.buffer_memory, a.conn_buffer);
-    }
-    if buffer_memory < conn_buffer + 4096 * a.max_connections as u64 {
-        bail!(
-            "--buffer-memory {} cannot hold --conn-buffer {} and the 4K reserved for each of the --max-connections {}: give more buffer memory or fewer connections",
-            a.buffer_memory,
-            a.conn_buffer,
-            a.max_connections
-        );
-    }
-    let socket_gid = a.socket_group.as_deref().map(group_id).transpose()?;
-    // The control socket and the state file go there: refused before the
-    // array is touched when others could write to it.
-    crate::runstate::check_run_dir()?;
-    // An array named in the config: its settings where no flag is given.
-    let conf = crate::conf::load()?;
-    let mine = match &a.members[..] {
-        [one] => conf.array(one).cloned(),
-        _ => None,
-    };
-    let mon = conf.monitor.clone();
-    if let Some(c) = &mine {
-        a.socket = a.socket.take().or(c.socket.clone());
-        a.tcp = a.tcp.take().or(c.tcp.clone());
-        a.tls_cert = a.tls_cert.take().or(c.tls_cert.clone());
-        a.tls_key = a.tls_key.take().or(c.tls_key.clone());
-        a.tls_ca = a.tls_ca.take().or(c.tls_ca.clone());
-        a.tls_psk = a.tls_psk.take().or(c.tls_psk.clone());
-        a.insecure_no_client_auth |= c.insecure_no_client_auth;
-        a.metrics = a.metrics.take().or(c.metrics.clone());
-        a.console = a.console.take().or(c.console.clone());
-        a.console_token = a.console_token.take().or(c.console_token.clone());
-        a.reports = a.reports.take().or(c.reports.clone());
-        a.console_files_dir = a.console_files_dir.take().or(c.console_files_dir.clone());
-        a.ublk |= c.ublk;
-        a.ublk_id = a.ublk_id.or(c.ublk_id);
-    }
-    let rebuild_rate = match crate::manage::rate(&a.rebuild_rate).context("--rebuild-rate")? {
-        Some(r) => Some(r),
-        None => mine.as_ref().and_then(|c| c.rebuild_rate),
-    };
-    let scrub_rate = match crate::manage::rate(&a.scrub_rate).context("--scrub-rate")? {
-        Some(r) => Some(r),
-        None => Some(mine.as_ref().and_then(|c| c.scrub_rate).unwrap_or(DEFAULT_SCRUB_RATE)),
-    };
-    let scrub_every = match a.scrub_every.as_deref() {
-        Some(s) => Some(std::time::Duration::from_secs(crate::conf::parse_duration(s).context("--scrub-every")?)),
-        None => mine.as_ref().and_then(|c| c.scrub_every).map(std::time::Duration::from_secs),
-    };
-    let sinks = crate::service::events::Sinks {
-        program: a.program.clone().or_else(|| mon.as_ref().and_then(|m| m.program.clone()).map(PathBuf::from)),
-        mail: a.mail.clone().or_else(|| mon.as_ref().and_then(|m| m.mail.clone())),
-        mail_command: a.mail_command.clone().or_else(|| mon.as_ref().map(|m| m.mail_command.clone())),
-    };
-    let window = Arc::new(crate::service::figures::Window::default());
-    // The console's address and certificate, checked before anything is
-    // assembled: HTTPS with the export's certificate when one is given
-    // (without the export's client certificates: a browser logs in with
-    // the token), and loopback only without.
-    let console_tls = match (&a.console, &a.tls_cert, &a.tls_key) {
-        (Some(_), Some(c), Some(k)) => Some(uraid_nbd::tls_config(c, k, None).map_err(anyhow::Error::msg)?),
-        _ => None,
-    };
-    if let Some(addr) = &a.console {
-        crate::service::console::parse_addr(addr, console_tls.is_some())?;
-        if let Some(t) = &a.console_token {
-            crate::service::console::check_token(t)?;
-        }
-    }
-    let tls = nbd_tls(&a)?;
-    let tcp_addr = a.tcp.as_deref().map(|addr| tcp_addr(addr, &a, tls.is_some())).transpose()?;
+    let mut set = setup::settings(&mut a)?;
     // The running server hands over first (said before anything else
     // when nothing serves the array, or serves it without ublk).
     a.ublk |= a.takeover;
@@ -375,94 +260,72 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     if a.ublk {
         crate::ublk_export::check()?;
     }
+    let (name, volume, arr) = open(&set.specs, &a.chunk)?;
+    let started = start_exports(&a, &mut set, &name, arr.as_ref(), &volume)?;
+    install_signal_handlers();
+    announce(&a, &name, &volume, &started);
+    let capacity = volume.capacity();
+    // The live counters for `uraid status` in another process. The caches
+    // are shared, not the volumes (see below).
+    let publisher = arr.as_ref().map(publish);
+    // From here the server alone holds the volume, so that after a spare
+    // takes over a role the old volume's Arc count tells when every
+    // connection has moved to the new one.
+    drop(volume);
+    let ran = running::run(&a, set, &name, arr, &started, taken)?;
+    stop(&name, started, ran, capacity, publisher)
+}
 
-    let all_mem = specs.iter().all(|s| matches!(s, uraid_core::MemberSpec::Mem(_)));
-    let (name, volume, mut arr) = if all_mem {
-        let members = array::open_members(&specs, true, true)?;
-        let (v, _) = array::temporary(members, parse_size(&a.chunk, "chunk size")?)?;
-        ("mem".to_string(), v, None)
-    } else {
-        for s in &specs {
-            if !array::examine(s)?.is_array_device() {
-                bail!("{s} is not a uraid member; create an array first (uraid create --level 0 --name NAME MEMBER...)");
-            }
+/// Opens what `specs` name: a temporary RAID 0 of `chunk` over `mem:`
+/// drives (named "mem"), else the array they form, assembled. Returns its
+/// name, its first volume and the array (`None`: temporary). Errors: a
+/// member that is not a uraid member, an array that cannot be assembled.
+fn open(specs: &[MemberSpec], chunk: &str) -> Result<(String, Arc<Volume>, Option<array::Array>)> {
+    if specs.iter().all(|s| matches!(s, MemberSpec::Mem(_))) {
+        let members = array::open_members(specs, true, true)?;
+        let (v, _) = array::temporary(members, parse_size(chunk, "chunk size")?)?;
+        return Ok(("mem".to_string(), v, None));
+    }
+    for s in specs {
+        if !array::examine(s)?.is_array_device() {
+            bail!("{s} is not a uraid member; create an array first (uraid create --level 0 --name NAME MEMBER...)");
         }
-        let arr = array::assemble(&specs)?;
-        // What the assemble did, as `uraid assemble` prints it (the
-        // manager also sends each as an AssembleWarning event).
-        for w in arr.warnings() {
-            eprintln!("uraid serve: warning: {w}");
-        }
-        (arr.name().to_string(), arr.volume().clone(), Some(arr))
-    };
-    // Every volume is served (a Matrix array's each by its own exports).
-    let (served, vols) = served_volumes(&name, arr.as_ref(), &volume);
-    // Each served volume's live I/O figures, for `uraid status`; the
-    // first volume's window is also the console's.
-    let windows: Vec<(usize, String, Arc<crate::service::figures::Window>)> = served
-        .iter()
-        .map(|s| (s.index, s.name.clone(), if s.index == 0 { window.clone() } else { Default::default() }))
-        .collect();
-    let exported = served[0].name.clone();
-    let figures: crate::service::ctl::Figures = {
-        let windows = windows.clone();
-        Arc::new(move || {
-            let each = windows.iter().map(|(_, n, w)| (n.clone(), serde_json::json!(w.figures(crate::service::figures::STATUS_SECONDS))));
-            serde_json::Value::Object(each.collect())
-        })
-    };
-    let scheme = if tls.is_some() { "nbds" } else { "nbd" };
-    // TCP without client authentication: Some(whether it is loopback only).
-    let mut open_tcp: Option<bool> = None;
-    // An export's URI is `uri_parts.0 + EXPORT + uri_parts.1`.
-    let (listener, uri_parts) = match tcp_addr {
-        Some(sa) => {
-            if !clients_authenticate(&a) {
-                open_tcp = Some(sa.ip().is_loopback());
-            }
-            let l = TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa}"))?;
-            // With port 0 the kernel picks one: print the real address.
-            let sa = l.local_addr().unwrap_or(sa);
-            (Some(Listener::Tcp(l)), (format!("{scheme}://{sa}/"), String::new()))
-        }
-        // --ublk alone: no NBD socket.
-        None if a.ublk && a.socket.is_none() => (None, (String::new(), String::new())),
-        None => {
-            let path = a.socket.clone().unwrap_or_else(|| crate::runstate::run_dir().join(format!("{name}.sock")));
-            let l = bind_unix(&path, a.socket_mode, socket_gid)?;
-            let parts = (format!("{scheme}+unix:///"), format!("?socket={}", path.display()));
-            (Some(Listener::Unix(l, path)), parts)
-        }
-    };
-    let uri_of = |export: &str| if listener.is_some() { format!("{}{export}{}", uri_parts.0, uri_parts.1) } else { String::new() };
-    let uri = uri_of(&name);
-    let kinds: Vec<String> = volume
-        .members()
-        .iter()
-        .map(|m| format!("{}{}", m.name(), if m.kind() == MemberKind::Mem { " (in RAM)" } else { "" }))
-        .collect();
-    let description = served[0].description.clone();
-    let server = Server::new(
-        // No NBD export without a listener: it would hold the volume, which
-        // a grow waits for every export to let go of (--ublk alone).
-        match listener.is_some() {
-            true => served.iter().zip(&vols).map(|(s, v)| Export { name: s.export.clone(), description: s.description.clone(), volume: v.clone() }).collect(),
-            false => Vec::new(),
-        },
-        ServerOptions {
-            read_only: a.read_only,
-            queue_depth: a.queue_depth.clamp(1, 1024),
-            tls,
-            max_connections: a.max_connections as usize,
-            handshake_timeout: std::time::Duration::from_secs(a.handshake_timeout),
-            client_timeout: std::time::Duration::from_secs(a.client_timeout),
-            payload_timeout: std::time::Duration::from_secs(a.payload_timeout),
-            conn_buffer_bytes: usize::try_from(conn_buffer).unwrap_or(usize::MAX),
-            buffer_bytes: usize::try_from(buffer_memory).unwrap_or(usize::MAX),
-        },
-    );
-    let array_uuid = arr.as_ref().map(|x| x.uuid()).unwrap_or_default();
-    // One /dev/ublkbN per volume, in the order of the volume table.
+    }
+    let arr = array::assemble(specs)?;
+    // What the assemble did, as `uraid assemble` prints it (the
+    // manager also sends each as an AssembleWarning event).
+    for w in arr.warnings() {
+        eprintln!("uraid serve: warning: {w}");
+    }
+    Ok((arr.name().to_string(), arr.volume().clone(), Some(arr)))
+}
+
+/// The exports of a served array, started.
+struct Started {
+    /// Every volume (a Matrix array's each by its own exports).
+    served: Vec<ServedVolume>,
+    /// Their capacities, bytes, in the same order.
+    capacities: Vec<u64>,
+    /// The NBD listener and server.
+    nbd: nbd_export::Nbd,
+    /// One /dev/ublkbN per volume, in the order of the volume table.
+    ublk: Option<Vec<uraid_ublk::UblkExport>>,
+    /// Where each volume is served (URIs, devices).
+    served_on_each: Vec<Vec<String>>,
+    /// The first volume's NBD URI (empty without a listener).
+    uri: String,
+    /// The array's UUID (empty for a temporary array).
+    array_uuid: String,
+}
+
+/// Starts the exports of every volume of `arr` (`first` alone for a
+/// temporary array): NBD where `a` says, ublk with `--ublk`, the
+/// /dev/uraid links. Errors: a listener or device that cannot start.
+fn start_exports(a: &ServeArgs, set: &mut setup::Settings, name: &str, arr: Option<&array::Array>, first: &Arc<Volume>) -> Result<Started> {
+    let (served, vols) = served_volumes(name, arr, first);
+    let offers = served.iter().zip(&vols).map(|(s, v)| nbd_export::Offer { name: s.export.clone(), description: s.description.clone(), volume: v.clone() });
+    let nbd = nbd_export::Nbd::start(a, name, set.tcp, set.tls.take(), set.socket_gid, set.budgets, offers.collect())?;
+    let array_uuid = arr.map(|x| x.uuid()).unwrap_or_default();
     let ublk: Option<Vec<uraid_ublk::UblkExport>> = match a.ublk {
         true => {
             let targets: Vec<crate::ublk_export::Target> = served
@@ -470,7 +333,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
                 .zip(&vols)
                 .map(|(s, v)| crate::ublk_export::Target { volume: s.name.clone(), uuid: s.uuid.clone(), vol: v.clone() })
                 .collect();
-            Some(crate::ublk_export::start_all(&name, &array_uuid, &targets, a.read_only, a.ublk_id)?)
+            Some(crate::ublk_export::start_all(name, &array_uuid, &targets, a.read_only, a.ublk_id)?)
         }
         false => None,
     };
@@ -482,44 +345,45 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             eprintln!("uraid serve: {e:#}");
         }
     }
-    // Where each volume is served.
     let served_on_each: Vec<Vec<String>> = served
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let nbd = listener.iter().map(|_| uri_of(&s.export));
-            nbd.chain(ublk.iter().filter_map(|u| u.get(i)).map(|u| u.bdev().to_string())).collect()
+            let on = nbd.listens().then(|| nbd.uri_of(&s.export));
+            on.into_iter().chain(ublk.iter().filter_map(|u| u.get(i)).map(|u| u.bdev().to_string())).collect()
         })
         .collect();
-    let served_on = served_on_each[0].clone();
-    install_signal_handlers();
-    if let Some(loopback) = open_tcp {
+    let uri = nbd.uri_of(name);
+    let capacities = vols.iter().map(|v| v.capacity()).collect();
+    Ok(Started { served, capacities, nbd, ublk, served_on_each, uri, array_uuid })
+}
+/// Prints what is served where, and how to put a filesystem on it.
+fn announce(a: &ServeArgs, name: &str, volume: &Volume, st: &Started) {
+    if let Some(loopback) = st.nbd.open_tcp {
         log!(
-            "WARNING: clients of {uri} do not authenticate: every user of this machine{} can connect and read and \
+            "WARNING: clients of {} do not authenticate: every user of this machine{} can connect and read and \
              write the array. Give --tls-psk FILE, or --tls-verify-peer --tls-ca CA.pem with --tls-cert and --tls-key \
              (or tls-psk / tls-ca in uraid.conf), or serve on the unix socket (mode 0600, root only)",
+            st.uri,
             if loopback { "" } else { ", and every host that can reach it," }
         );
     }
-    println!("serving '{name}' ({description}, {} bytes{}) on {}", volume.capacity(), if a.read_only { ", read-only" } else { "" }, served_on.join(" and "));
-    for ((s, v), on) in served.iter().zip(&vols).zip(&served_on_each).skip(1) {
-        println!(
-            "serving volume '{}' of '{name}' ({}, {} bytes{}) on {}",
-            s.name,
-            s.description,
-            v.capacity(),
-            if a.read_only { ", read-only" } else { "" },
-            on.join(" and ")
-        );
+    let ro = if a.read_only { ", read-only" } else { "" };
+    let description = &st.served[0].description;
+    println!("serving '{name}' ({description}, {} bytes{ro}) on {}", volume.capacity(), st.served_on_each[0].join(" and "));
+    for ((s, cap), on) in st.served.iter().zip(&st.capacities).zip(&st.served_on_each).skip(1) {
+        println!("serving volume '{}' of '{name}' ({}, {cap} bytes{ro}) on {}", s.name, s.description, on.join(" and "));
     }
+    let kinds: Vec<String> =
+        volume.members().iter().map(|m| format!("{}{}", m.name(), if m.kind() == MemberKind::Mem { " (in RAM)" } else { "" })).collect();
     println!("members: {}", kinds.join(" "));
     // What a client gives: with TLS-PSK, a user and a file with its key.
     let client_uri = match &a.tls_psk {
         Some(p) => {
             println!("clients authenticate as a user of {}: USER below, and FILE holding that user's line (mode 0600)", p.display());
-            format!("{}?tls-psk-file=FILE", uri.replacen("://", "://USER@", 1))
+            format!("{}?tls-psk-file=FILE", st.uri.replacen("://", "://USER@", 1))
         }
-        None => uri.clone(),
+        None => st.uri.clone(),
     };
     if let Some(c) = volume.cache() {
         let cfg = c.config();
@@ -528,282 +392,62 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
             println!("WARNING: {}", uraid_core::control::array::WRITEBACK_WARNING);
         }
     }
-    for (s, u) in served.iter().zip(ublk.iter().flatten()) {
-        let (what, dir) = if s.index == 0 { ("it".to_string(), name.clone()) } else { (format!("volume '{}'", s.name), format!("{name}-{}", s.name)) };
+    for (s, u) in st.served.iter().zip(st.ublk.iter().flatten()) {
+        let (what, dir) = if s.index == 0 { ("it".to_string(), name.to_string()) } else { (format!("volume '{}'", s.name), format!("{name}-{}", s.name)) };
         println!("to put a filesystem on {what}: mkfs.ext4 {0}   # first time only\n  mkdir -p /mnt/{dir} && mount {0} /mnt/{dir}", u.bdev());
     }
-    if listener.is_some() {
+    if st.nbd.listens() {
         println!("to put a filesystem on it (kernel without nbd: FUSE + a loop device):");
         println!("  mkdir -p /mnt/{name}-nbd /mnt/{name} && nbdfuse /mnt/{name}-nbd '{client_uri}' &");
         println!("  LOOP=$(losetup -f --show --direct-io=on /mnt/{name}-nbd/nbd)");
         println!("  mkfs.ext4 $LOOP    # first time only");
         println!("  mount $LOOP /mnt/{name}");
-        for line in nbd_client_hint(&name, &uri, a.tls_cert.is_some(), a.tls_ca.is_some(), a.tls_psk.is_some()) {
+        for line in nbd_export::nbd_client_hint(name, &st.uri, a.tls_cert.is_some(), a.tls_ca.is_some(), a.tls_psk.is_some()) {
             println!("{line}");
         }
     }
     println!("stop with Ctrl-C (SIGINT) or SIGTERM: requests in flight finish, members are flushed and marked clean.");
-    let capacity = volume.capacity();
-    // The live counters for `uraid status` in another process. The caches
-    // are shared, not the volumes (see below).
-    let publisher = arr.as_ref().map(|arr| {
-        let sources = arr
-            .volume_entries()
-            .iter()
-            .zip(arr.volumes())
-            .map(|(e, v)| crate::runstate::Source {
-                name: e.name.clone(),
-                uuid: uraid_core::control::superblock::fmt_uuid(&e.uuid),
-                cache: v.cache().cloned(),
-            })
-            .collect();
-        crate::runstate::Publisher::start(arr.name(), arr.uuid(), sources)
-    });
-    // From here the server alone holds the volume, so that after a spare
-    // takes over a role the old volume's Arc count tells when every
-    // connection has moved to the new one.
-    drop(volume);
-    drop(vols);
-    // The service: the control socket, the events and the manager that
-    // owns the array (see crate::service).
-    let stop_service = Arc::new(AtomicBool::new(false));
-    let live = crate::service::Live::new(stop_service.clone());
-    let events = crate::service::events::Events::new(&name, sinks.clone());
-    if let Some(t) = &taken {
-        events.emit("TakeOver", None, format!("process {} took {} over from process {}", std::process::id(), served_on.join(" and "), t.pid));
-    }
-    let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
-    let flag = server.shutdown_flag();
-    // Every export of every volume, as the manager, status and metrics
-    // see them.
-    let list = exports_of(&served, listener.as_ref().map(|_| &server), ublk.as_deref(), &uri_of)?;
-    let exports = crate::service::exports::Exports::new(list, flag.clone());
-    live.set_exports(&exports);
-    let watcher = {
-        let flag = flag.clone();
-        let stop = stop_service.clone();
-        let live = live.clone();
-        // Asleep until a signal or a stop command wakes it (see [`wake`]);
-        // a look every 5 s for any other setter of the flags. The main
-        // thread (in `ublk_export::wait`) and the NBD listener are woken.
-        let (main, lfd) = (std::thread::current(), listener.as_ref().map(|l| match l {
-            Listener::Unix(u, _) => std::os::fd::AsRawFd::as_raw_fd(u),
-            Listener::Tcp(t) => std::os::fd::AsRawFd::as_raw_fd(t),
-        }));
-        std::thread::spawn(move || {
-            while !STOP.load(Ordering::Relaxed) && !flag.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
-                wait_wake(std::time::Duration::from_secs(5));
-            }
-            live.interrupt.store(true, Ordering::Relaxed);
-            flag.store(true, Ordering::Relaxed);
-            main.unpark();
-            if let Some(fd) = lfd {
-                // SAFETY: the listener outlives this thread (joined before
-                // it is dropped); shutdown wakes the server's poll on it.
-                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
-            }
-        })
-    };
-    let (res, arr) = std::thread::scope(|sc| -> (std::io::Result<()>, Result<Option<array::Array>>) {
-        let manager = match arr.take() {
-            Some(x) if !a.read_only => {
-                let check_stamp = Some(crate::runstate::check_stamp(&x.uuid()));
-                let opts = crate::service::ManagerOptions { rebuild_rate, scrub_rate, scrub_every, check_stamp };
-                // A member the data path fails wakes the manager at once
-                // (its events, the live status, a spare's takeover).
-                let wake = std::sync::Mutex::new(jobs_tx.clone());
-                x.health().set_notify(move || {
-                    let _ = wake.lock().unwrap_or_else(|p| p.into_inner()).send(crate::service::Job::wake());
-                });
-                let m = crate::service::Manager::new(x, exports.clone(), opts, jobs_rx, live.clone(), events.clone());
-                let ctl = match crate::service::ctl::CtlServer::start(
-                    &crate::service::client::ctl_path(&name),
-                    live.clone(),
-                    jobs_tx.clone(),
-                    events.clone(),
-                    figures.clone(),
-                ) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        flag.store(true, Ordering::Relaxed);
-                        // Nothing was served: the array goes back as it came.
-                        let stopped = m.into_array().stop();
-                        let e = e.context("cannot open the control socket");
-                        return (Ok(()), Err(match stopped {
-                            Ok(()) => e,
-                            Err(s) => e.context(format!("and the array could not be stopped cleanly: {s}")),
-                        }));
-                    }
-                };
-                Some((sc.spawn(move || m.run()), ctl))
-            }
-            other => {
-                arr = other;
-                None
-            }
-        };
-        // The export's counters, once a second, for status and metrics.
-        let sampler = {
-            let (exports, windows, flag) = (exports.clone(), windows.clone(), flag.clone());
-            sc.spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    for (i, _, w) in &windows {
-                        w.push(exports.stats_of(*i));
-                    }
-                    // Woken at the stop (unparked below).
-                    std::thread::park_timeout(std::time::Duration::from_secs(1));
-                }
-            })
-        };
-        let metrics = match &a.metrics {
-            Some(addr) => {
-                let source = crate::service::metrics::Source {
-                    array: name.clone(),
-                    exported: windows.clone(),
-                    exports: Some(exports.clone()),
-                    live: live.clone(),
-                };
-                match crate::service::metrics::start(addr, a.metrics_insecure, source) {
-                    Ok(m) => {
-                        println!("metrics: http://{}/metrics", m.addr);
-                        Some(m)
-                    }
-                    Err(e) => {
-                        flag.store(true, Ordering::Relaxed);
-                        stop_service.store(true, Ordering::Relaxed);
-                        let _ = sampler.join();
-                        if let Some((m, ctl)) = manager {
-                            drop(ctl);
-                            let _ = m.join();
-                        }
-                        return (Ok(()), Err(e));
-                    }
-                }
-            }
-            None => None,
-        };
-        // A token made here is written to a file only root reads, never printed.
-        let token_file = (a.console.is_some() && manager.is_some() && a.console_token.is_none()).then(|| crate::service::console::token_path(&name));
-        let console = match (&a.console, &manager) {
-            (Some(addr), Some(_)) => {
-                let token = match a.console_token.clone().map(Ok).unwrap_or_else(crate::service::console::new_token) {
-                    Ok(t) => match token_file.as_deref().map(|p| crate::service::console::write_token(p, &t)) {
-                        Some(Err(e)) => {
-                            eprintln!("uraid serve: no console: {e:#}");
-                            String::new()
-                        }
-                        _ => t,
-                    },
-                    Err(e) => {
-                        eprintln!("uraid serve: {e:#}");
-                        String::new()
-                    }
-                };
-                let https = console_tls.is_some();
-                let source = crate::service::console::Source {
-                    array: name.clone(),
-                    token: token.clone(),
-                    live: live.clone(),
-                    jobs: std::sync::Mutex::new(jobs_tx.clone()),
-                    events: events.clone(),
-                    exported: (exported.clone(), window.clone()),
-                    reports: a.reports.clone().unwrap_or_else(|| PathBuf::from("/var/lib/uraid/reports")),
-                    bench: std::sync::Mutex::new(None),
-                    tls: console_tls.clone(),
-                    guesses: crate::service::console::Guesses::new(),
-                    files_dir: a.console_files_dir.clone(),
-                    export_uri: uri.clone(),
-                };
-                match (token.is_empty(), crate::service::console::start(addr, source)) {
-                    (false, Ok(c)) => {
-                        let told = token_file.as_ref().map_or("as configured".to_string(), |p| format!("in {}", p.display()));
-                        println!("console: {}://{}/ (access token {told})", if https { "https" } else { "http" }, c.addr);
-                        Some(c)
-                    }
-                    (_, Err(e)) => {
-                        eprintln!("uraid serve: no console: {e:#}");
-                        None
-                    }
-                    (true, Ok(_)) => None,
-                }
-            }
-            (Some(_), None) => {
-                eprintln!("uraid serve: no console: a read-only or temporary array has no manager to act on it");
-                None
-            }
-            _ => None,
-        };
-        notify_ready(&name, &served_on.join(" and "));
-        let res = match &listener {
-            Some(l) => server.run(l),
-            None => crate::ublk_export::wait(&flag),
-        };
-        flag.store(true, Ordering::Relaxed);
-        // Everything that waits for the service's stop (the metrics
-        // endpoint, the control socket, the manager) is told first.
-        stop_service.store(true, Ordering::Relaxed);
-        drop(metrics);
-        drop(console);
-        if let Some(p) = &token_file {
-            let _ = std::fs::remove_file(p);
-        }
-        sampler.thread().unpark();
-        let _ = sampler.join();
-        live.interrupt.store(true, Ordering::Relaxed);
-        let managed = manager.map(|(m, ctl)| {
-            drop(ctl);
-            // Wakes the idle manager, which then sees the stop.
-            let _ = jobs_tx.send(crate::service::Job::wake());
-            m.join().map_err(|_| anyhow::anyhow!("the array manager thread panicked"))
-        });
-        (res, managed.transpose().map(|m| m.or(arr)))
-    });
-    notify_stopping();
-    let _ = watcher.join();
-    if let Some(Listener::Unix(_, p)) = &listener {
-        let _ = std::fs::remove_file(p);
-    }
+}
+
+/// Starts publishing the live counters of `arr`'s volumes (see
+/// [`crate::runstate`]).
+fn publish(arr: &array::Array) -> crate::runstate::Publisher {
+    let sources = arr
+        .volume_entries()
+        .iter()
+        .zip(arr.volumes())
+        .map(|(e, v)| crate::runstate::Source { name: e.name.clone(), uuid: uraid_core::control::superblock::fmt_uuid(&e.uuid), cache: v.cache().cloned() })
+        .collect();
+    crate::runstate::Publisher::start(arr.name(), arr.uuid(), sources)
+}
+
+/// The stop, once the service has ended (`ran`): the ublk devices go
+/// (or are left for a takeover), every served volume is flushed and its
+/// cache's counters logged, the array is stopped clean (`capacity`: the
+/// first volume's at the start, bytes). Errors: the listening socket
+/// failed, the manager panicked, a flush or the array's stop failed.
+fn stop(name: &str, started: Started, ran: running::Ran, capacity: u64, publisher: Option<crate::runstate::Publisher>) -> Result<()> {
+    started.nbd.remove_socket();
     // The devices go first (the kernel flushes them through the exports).
-    if let Some(u) = ublk.as_ref().filter(|_| crate::ublk_export::handing_over()) {
-        crate::ublk_export::leave_all(u, &name);
-    } else if let Some(u) = &ublk {
-        for s in &served {
-            crate::devlinks::unlink_volume(&s.link, &s.by_id(&array_uuid));
+    if let Some(u) = started.ublk.as_ref().filter(|_| crate::ublk_export::handing_over()) {
+        crate::ublk_export::leave_all(u, name);
+    } else if let Some(u) = &started.ublk {
+        for s in &started.served {
+            crate::devlinks::unlink_volume(&s.link, &s.by_id(&started.array_uuid));
         }
-        crate::ublk_export::stop_all(u, &name)?;
+        crate::ublk_export::stop_all(u, name)?;
     }
-    let arr = arr?;
-    res.context("the listening socket failed")?;
-    for (i, vol_name) in exports.volumes() {
-        let Some(v) = exports.list().iter().find(|e| e.volume == i).map(|e| e.export.volume()) else { continue };
+    let arr = ran.arr?;
+    ran.res.context("the listening socket failed")?;
+    for (i, vol_name) in ran.exports.volumes() {
+        let Some(v) = ran.exports.list().iter().find(|e| e.volume == i).map(|e| e.export.volume()) else { continue };
         // A reshape may have grown it meanwhile, never shrunk it.
         debug_assert!(i > 0 || v.capacity() >= capacity);
         v.flush().context("final flush failed")?;
-        if let Some(c) = v.cache() {
-            let st = c.stats();
-            let of = if served.len() > 1 { format!(" of volume '{vol_name}'") } else { String::new() };
-            log!(
-                "uraid serve: cache{of} {}: {} writes ({} merged into dirty lines), {} written back ({} whole stripes), \
-                 read hits {} of {} ({:.1}%), writers held at the dirty limit {} times",
-                st.mode.name(),
-                st.writes,
-                st.merged,
-                st.writebacks,
-                st.full_lines,
-                st.read_hits,
-                st.read_hits + st.read_misses,
-                st.hit_ratio * 100.0,
-                st.throttled
-            );
-            if st.journal_records + st.stripe_records + st.rows_records > 0 {
-                log!(
-                    "uraid serve: journal: {} records of writes, {} whole stripes and {} stripe rows recorded before their member writes",
-                    st.journal_records, st.stripe_records, st.rows_records
-                );
-            }
-        }
+        let of = if started.served.len() > 1 { format!(" of volume '{vol_name}'") } else { String::new() };
+        log_cache(&v, &of);
     }
-    drop(server);
+    drop(started);
     // The last counters, kept if the stop fails (the file is stale once
     // this process is gone).
     let publisher = publisher.map(|p| p.finish());
@@ -815,6 +459,31 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
     }
     log!("uraid serve: stopped cleanly");
     Ok(())
+}
+
+/// Logs the counters of `v`'s cache, if it has one (`of`: which volume).
+fn log_cache(v: &Volume, of: &str) {
+    let Some(c) = v.cache() else { return };
+    let st = c.stats();
+    log!(
+        "uraid serve: cache{of} {}: {} writes ({} merged into dirty lines), {} written back ({} whole stripes), \
+         read hits {} of {} ({:.1}%), writers held at the dirty limit {} times",
+        st.mode.name(),
+        st.writes,
+        st.merged,
+        st.writebacks,
+        st.full_lines,
+        st.read_hits,
+        st.read_hits + st.read_misses,
+        st.hit_ratio * 100.0,
+        st.throttled
+    );
+    if st.journal_records + st.stripe_records + st.rows_records > 0 {
+        log!(
+            "uraid serve: journal: {} records of writes, {} whole stripes and {} stripe rows recorded before their member writes",
+            st.journal_records, st.stripe_records, st.rows_records
+        );
+    }
 }
 
 /// One volume of the served array, as its exports name it: a Matrix
@@ -883,187 +552,19 @@ fn served_volumes(name: &str, arr: Option<&array::Array>, first: &Arc<uraid_core
         .unzip()
 }
 
-/// The exports of every volume of `served`: its NBD export on `server`
-/// (when there is a listener; its URI by `uri_of`) and its ublk device
-/// (`ublk`, one per volume in the same order). Errors: the NBD server
-/// lost an export (a bug).
-fn exports_of(
-    served: &[ServedVolume],
-    server: Option<&Server>,
-    ublk: Option<&[uraid_ublk::UblkExport]>,
-    uri_of: &dyn Fn(&str) -> String,
-) -> Result<Vec<crate::service::exports::Exported>> {
+/// The exports of every volume of `served`: its NBD export (when there
+/// is a listener) and its ublk device (`ublk`, one per volume in the
+/// same order), as the service sees them. Errors: the NBD server lost an
+/// export (a bug).
+fn exports_of(served: &[ServedVolume], nbd: &nbd_export::Nbd, ublk: Option<&[uraid_ublk::UblkExport]>) -> Result<Vec<crate::service::exports::Exported>> {
     let mut list = Vec::new();
     for (i, s) in served.iter().enumerate() {
         let mut of: Vec<Arc<dyn uraid_core::export::Export>> = Vec::new();
-        if let Some(server) = server {
-            of.push(Arc::new(server.handle(&s.export, &uri_of(&s.export)).context("the NBD server lost its export")?));
-        }
+        of.extend(nbd.export(&s.export)?);
         if let Some(u) = ublk.and_then(|u| u.get(i)) {
             of.push(Arc::new(u.clone()));
         }
         list.extend(of.into_iter().map(|export| crate::service::exports::Exported { volume: s.index, volume_name: s.name.clone(), export }));
     }
     Ok(list)
-}
-
-/// The group id of `g`, a group name or a number.
-fn group_id(g: &str) -> Result<libc::gid_t> {
-    if let Ok(n) = g.parse::<libc::gid_t>() {
-        return Ok(n);
-    }
-    let c = std::ffi::CString::new(g).map_err(|_| anyhow::anyhow!("--socket-group '{g}' holds a NUL byte"))?;
-    // SAFETY: getgrnam with a valid NUL-terminated name; the result is read
-    // at once, before any other call could reuse its static storage (this
-    // runs before any thread of ours calls getgr*).
-    let gr = unsafe { libc::getgrnam(c.as_ptr()) };
-    if gr.is_null() {
-        bail!("--socket-group '{g}': no such group (give a name from /etc/group or a number)");
-    }
-    // SAFETY: non-null result of getgrnam points at a valid struct group.
-    Ok(unsafe { (*gr).gr_gid })
-}
-
-/// Tells the service manager (systemd, Type=notify) that the array is
-/// assembled and exported, and starts the watchdog pings it asks for
-/// (every half of WatchdogSec). Nothing happens outside systemd.
-fn notify_ready(name: &str, uri: &str) {
-    ready_to_parent();
-    let status = format!("serving array '{name}' on {uri}");
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&status)]);
-    if let Some(every) = sd_notify::watchdog_enabled() {
-        std::thread::spawn(move || loop {
-            std::thread::sleep(every / 2);
-            if STOP.load(Ordering::Relaxed) {
-                break;
-            }
-            let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
-        });
-    }
-}
-
-/// The write end of the pipe the parent of a `--fork`ed server waits on
-/// (-1: not forked, or already told).
-static READY_FD: AtomicI32 = AtomicI32::new(-1);
-
-/// `serve --fork`: forks; the parent waits until the child serves (then
-/// exits 0) or ends without serving (exits 1; the child said why on
-/// stderr); the child returns and goes on. Called before any thread
-/// starts: fork copies the calling thread only. Errors: the pipe or the
-/// fork fails (no memory, too many processes).
-fn fork_until_ready() -> Result<()> {
-    use std::io::Read;
-    use std::os::fd::FromRawFd;
-    let mut fds = [-1; 2];
-    // SAFETY: pipe2 writes two new descriptors into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("--fork: cannot make a pipe");
-    }
-    // SAFETY: no other thread runs yet (see above), so the child is a
-    // whole copy of this process.
-    match unsafe { libc::fork() } {
-        -1 => Err(std::io::Error::last_os_error()).context("--fork: cannot fork"),
-        0 => {
-            // SAFETY: the read end is this process's own and used nowhere else.
-            unsafe { libc::close(fds[0]) };
-            READY_FD.store(fds[1], Ordering::Relaxed);
-            Ok(())
-        }
-        _ => {
-            // SAFETY: both ends are this process's own; the write end is
-            // closed so that the read ends when the child does.
-            let mut rd = unsafe {
-                libc::close(fds[1]);
-                std::fs::File::from_raw_fd(fds[0])
-            };
-            let mut b = [0u8; 1];
-            std::process::exit(if rd.read_exact(&mut b).is_ok() { 0 } else { 1 });
-        }
-    }
-}
-
-/// Tells the parent of a `--fork`ed server that the array is served.
-fn ready_to_parent() {
-    let fd = READY_FD.swap(-1, Ordering::Relaxed);
-    if fd >= 0 {
-        // SAFETY: `fd` is the pipe's write end, owned here alone (swapped
-        // out above); the File closes it.
-        let mut w = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        let _ = std::io::Write::write_all(&mut w, b"1");
-    }
-}
-
-/// Tells the service manager that the array is stopping.
-fn notify_stopping() {
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping, sd_notify::NotifyState::Status("stopping: flushing and marking the members clean")]);
-}
-
-/// The lines `serve` prints for the kernel's client: the nbd-client
-/// command (Debian's 3.24 syntax, run as printed by tests/vm/nbd_client.sh)
-/// for the export at `uri` (`nbd[s]://HOST:PORT/NAME` or
-/// `nbd[s]+unix:///NAME?socket=PATH`). With `cert` (TLS certificates) the
-/// command verifies the server against `CA.pem` and, with `client_cert`
-/// (the server checks clients against --tls-ca), presents `CLIENT-CERT.pem`
-/// and `CLIENT-KEY.pem`: placeholders the user fills in, explained on the
-/// next line. nbd-client has no TLS-PSK (`psk`): then the line says so.
-fn nbd_client_hint(name: &str, uri: &str, cert: bool, client_cert: bool, psk: bool) -> Vec<String> {
-    let head = "with the kernel's nbd module:";
-    if psk {
-        return vec![format!("{head} nbd-client (3.24) has no TLS-PSK: use nbdfuse above, or certificates (--tls-cert)")];
-    }
-    let q = |s: &str| {
-        if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c)) {
-            s.to_string()
-        } else {
-            format!("'{}'", s.replace('\'', "'\\''"))
-        }
-    };
-    let target = match uri.split_once("socket=") {
-        Some((_, path)) => format!("-unix {}", q(path)),
-        None => {
-            // HOST:PORT, HOST an IPv4 address or a bracketed IPv6 one.
-            let authority = uri.split_once("://").map_or(uri, |(_, r)| r).split('/').next().unwrap_or("");
-            let (host, port) = authority.rsplit_once(':').unwrap_or((authority, "10809"));
-            format!("{} {port}", host.trim_start_matches('[').trim_end_matches(']'))
-        }
-    };
-    let mut cmd = format!("{head} nbd-client -N {} {target} /dev/nbd0", q(name));
-    let mut lines = Vec::new();
-    if cert {
-        cmd += " -cacertfile CA.pem";
-        if uri.contains("+unix:") {
-            cmd += " -tlshostname HOST";
-        }
-        if client_cert {
-            cmd += " -certfile CLIENT-CERT.pem -keyfile CLIENT-KEY.pem";
-        }
-        lines.push(cmd);
-        lines.push(format!(
-            "  (CA.pem: the CA that signed this server's certificate; without it nbd-client does not check the server{}{})",
-            if uri.contains("+unix:") { "; HOST: a name in that certificate" } else { "" },
-            if client_cert { "; CLIENT-CERT.pem, CLIENT-KEY.pem: a client certificate signed by --tls-ca and its key" } else { "" }
-        ));
-    } else {
-        lines.push(cmd);
-    }
-    lines
-}
-
-#[cfg(test)]
-mod nbd_client_hint_tests {
-    use super::nbd_client_hint;
-
-    #[test]
-    fn the_command_names_the_socket_or_host_and_port_and_the_tls_files() {
-        let h = |uri, cert, cc, psk| nbd_client_hint("a1", uri, cert, cc, psk).join("\n");
-        assert_eq!(h("nbd+unix:///a1?socket=/run/uraid/a1.sock", false, false, false), "with the kernel's nbd module: nbd-client -N a1 -unix /run/uraid/a1.sock /dev/nbd0");
-        assert_eq!(h("nbd+unix:///a1?socket=/tmp/my dir/a'1.sock", false, false, false), "with the kernel's nbd module: nbd-client -N a1 -unix '/tmp/my dir/a'\\''1.sock' /dev/nbd0");
-        assert_eq!(h("nbd://127.0.0.1:10809/a1", false, false, false), "with the kernel's nbd module: nbd-client -N a1 127.0.0.1 10809 /dev/nbd0");
-        assert_eq!(h("nbd://[::1]:10900/a1", false, false, false), "with the kernel's nbd module: nbd-client -N a1 ::1 10900 /dev/nbd0");
-        let t = h("nbds://127.0.0.1:10819/a1", true, true, false);
-        assert!(t.starts_with("with the kernel's nbd module: nbd-client -N a1 127.0.0.1 10819 /dev/nbd0 -cacertfile CA.pem -certfile CLIENT-CERT.pem -keyfile CLIENT-KEY.pem\n  (CA.pem:"), "{t}");
-        let t = h("nbds://127.0.0.1:10819/a1", true, false, false);
-        assert!(t.starts_with("with the kernel's nbd module: nbd-client -N a1 127.0.0.1 10819 /dev/nbd0 -cacertfile CA.pem\n") && !t.contains("CLIENT-"), "{t}");
-        assert!(h("nbds://127.0.0.1:10819/a1", false, false, true).contains("has no TLS-PSK"));
-    }
 }
