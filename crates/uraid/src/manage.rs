@@ -195,22 +195,6 @@ fn warn(arr: &mut Array) {
     }
 }
 
-/// The role or slot named by `m`: a number, or the path of one of the
-/// array's devices.
-fn resolve(arr: &Array, m: &str) -> Result<u32> {
-    if let Ok(n) = m.trim().parse::<u32>() {
-        return Ok(n);
-    }
-    let spec: MemberSpec = m.parse()?;
-    arr.slot_of(&spec).ok_or_else(|| {
-        anyhow!(
-            "{m} is not a member of array '{}'; give a role number (see 'uraid status') or the path of one of the \
-             members given",
-            arr.name()
-        )
-    })
-}
-
 pub(crate) fn bytes_bar(quiet: bool, what: &str) -> ProgressBar {
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(0) };
     bar.set_style(
@@ -476,7 +460,7 @@ pub(crate) fn cache_counters(c: &uraid_core::cache::CacheStats) -> String {
 /// `uraid fail`.
 pub(crate) fn cmd_fail(a: FailArgs) -> Result<()> {
     let mut arr = open(&a.array.members)?;
-    let role = resolve(&arr, &a.member)?;
+    let role = arr.resolve(&a.member)?;
     arr.fail(role, a.force)?;
     println!("role {role} of array '{}' marked faulty (events {})", arr.name(), arr.events());
     let promoted = arr.promote_spares()?;
@@ -489,7 +473,7 @@ pub(crate) fn cmd_fail(a: FailArgs) -> Result<()> {
 /// `uraid remove`.
 pub(crate) fn cmd_remove(a: RemoveArgs) -> Result<()> {
     let mut arr = open(&a.array.members)?;
-    let slot = resolve(&arr, &a.member)?;
+    let slot = arr.resolve(&a.member)?;
     arr.remove(slot)?;
     println!("slot {slot} removed from array '{}' (events {})", arr.name(), arr.events());
     after_change(arr, None)
@@ -523,9 +507,9 @@ pub(crate) fn cmd_add(a: AddArgs) -> Result<()> {
 /// `uraid replace`.
 pub(crate) fn cmd_replace(a: ReplaceArgs) -> Result<()> {
     let mut arr = open(&a.array.members)?;
-    let role = resolve(&arr, &a.old)?;
+    let role = arr.resolve(&a.old)?;
     let spec: MemberSpec = a.new.parse()?;
-    arr.replace(role, &spec, a.force)?;
+    arr.replace(role, &spec, a.force, array::Replacement::InPlace)?;
     println!("{} replaces role {role} of array '{}', to be rebuilt", a.new, arr.name());
     after_change(arr, Some(&a.rebuild))
 }

@@ -314,111 +314,144 @@ fn daemon(a: &MonitorArgs, mut cfg: Config) -> Result<()> {
     let delay = Duration::from_secs_f64(a.delay);
     let started = own_event("", "", String::new()).unix_ms;
     let (tx, rx) = std::sync::mpsc::channel::<Msg>();
-    // Followed arrays and the pid of the process serving each.
-    let mut followed: HashMap<String, u64> = HashMap::new();
-    // Arrays whose process announced its stop while its control socket
-    // still answers (it is flushing): not followed again.
-    let mut stopping: HashMap<String, u64> = HashMap::new();
-    // Arrays reported not served, until they are served again.
-    let mut absent: HashSet<String> = HashSet::new();
-    // Followed arrays whose connection ended without a stop announced
-    // (their process stopped before it could say so, or is gone): the
-    // pid that served each.
-    let mut lost: HashMap<String, u64> = HashMap::new();
-    let mut seen: HashMap<String, VecDeque<EventKey>> = HashMap::new();
+    let mut w = Watch::default();
     let mut conf_error: Option<String> = None;
     let mut ublk = UblkWatch::default();
     let mut first = true;
     loop {
         if !first {
-            match conf::load() {
-                Ok(c) => {
-                    cfg = c;
-                    conf_error = None;
-                }
-                Err(e) => {
-                    let msg = format!("{e:#}");
-                    if conf_error.as_ref() != Some(&msg) {
-                        eprintln!("uraid monitor: {msg}; the arrays of the configuration read before are watched meanwhile");
-                        conf_error = Some(msg);
-                    }
-                }
+            reload(&mut cfg, &mut conf_error);
+        }
+        w.look(a, &cfg, first, &tx)?;
+        first = false;
+        ublk.look(a, &cfg)?;
+        let next = Instant::now() + delay;
+        loop {
+            match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Ok(Msg::Event(e)) => w.event(a, &cfg, e, started)?,
+                Ok(Msg::Ended(n, stopped)) => w.ended(a, &cfg, n, stopped)?,
+                // (Never disconnected: this loop holds a sender.)
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
             }
         }
-        let mut names = watched(a, &cfg);
-        names.extend(lost.keys().cloned());
+    }
+}
+
+/// Reads the configuration again into `cfg`; one that cannot be read is
+/// said once (`conf_error`: what was said last) and the one read before
+/// is kept.
+fn reload(cfg: &mut Config, conf_error: &mut Option<String>) {
+    match conf::load() {
+        Ok(c) => {
+            *cfg = c;
+            *conf_error = None;
+        }
+        Err(e) => {
+            let msg = format!("{e:#}");
+            if conf_error.as_ref() != Some(&msg) {
+                eprintln!("uraid monitor: {msg}; the arrays of the configuration read before are watched meanwhile");
+                *conf_error = Some(msg);
+            }
+        }
+    }
+}
+
+/// What the monitor daemon knows of the watched arrays.
+#[derive(Default)]
+struct Watch {
+    /// Followed arrays and the pid of the process serving each.
+    followed: HashMap<String, u64>,
+    /// Arrays whose process announced its stop while its control socket
+    /// still answers (it is flushing): not followed again.
+    stopping: HashMap<String, u64>,
+    /// Arrays reported not served, until they are served again.
+    absent: HashSet<String>,
+    /// Followed arrays whose connection ended without a stop announced
+    /// (their process stopped before it could say so, or is gone): the
+    /// pid that served each.
+    lost: HashMap<String, u64>,
+    /// Per array, the events reported lately (to drop repeats).
+    seen: HashMap<String, VecDeque<EventKey>>,
+}
+
+impl Watch {
+    /// Looks at every watched array not followed yet: follows those now
+    /// served (their troubles reported at the monitor's `first` look),
+    /// reports those no longer served. Errors: a report that failed.
+    fn look(&mut self, a: &MonitorArgs, cfg: &Config, first: bool, tx: &std::sync::mpsc::Sender<Msg>) -> Result<()> {
+        let mut names = watched(a, cfg);
+        names.extend(self.lost.keys().cloned());
         names.sort();
         names.dedup();
         for n in names {
-            if followed.contains_key(&n) {
+            if self.followed.contains_key(&n) {
                 continue;
             }
             let Some(c) = Client::connect(&n) else {
-                stopping.remove(&n);
-                let was = lost.remove(&n);
-                if absent.insert(n.clone()) && (was.is_some() || expected(a, &cfg, &n) || client::ctl_path(&n).exists()) {
+                self.stopping.remove(&n);
+                let was = self.lost.remove(&n);
+                if self.absent.insert(n.clone()) && (was.is_some() || expected(a, cfg, &n) || client::ctl_path(&n).exists()) {
                     let detail = match was {
                         Some(pid) => format!("it is no longer served: its uraid serve (pid {pid}) stopped or is gone"),
                         None => not_served(&n),
                     };
-                    report(a, &cfg, &own_event("DeviceDisappeared", &n, detail), true)?;
+                    report(a, cfg, &own_event("DeviceDisappeared", &n, detail), true)?;
                 }
                 continue;
             };
             // Starting (Busy) or not answering: looked at again next time.
             let Ok(st) = c.call(Command::Status, &mut |_| {}) else { continue };
             let pid = st["pid"].as_u64().unwrap_or(0);
-            if stopping.get(&n) == Some(&pid) {
+            if self.stopping.get(&n) == Some(&pid) {
                 continue;
             }
-            stopping.remove(&n);
-            absent.remove(&n);
-            lost.remove(&n);
+            self.stopping.remove(&n);
+            self.absent.remove(&n);
+            self.lost.remove(&n);
             if first {
                 for t in troubles(&st) {
-                    report(a, &cfg, &own_event("DegradedArray", &n, format!("{t} (at the monitor's start)")), false)?;
+                    report(a, cfg, &own_event("DegradedArray", &n, format!("{t} (at the monitor's start)")), false)?;
                 }
             }
             follow(n.clone(), tx.clone());
-            followed.insert(n, pid);
+            self.followed.insert(n, pid);
         }
-        first = false;
-        ublk.look(a, &cfg)?;
-        let next = Instant::now() + delay;
-        loop {
-            match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
-                Ok(Msg::Event(e)) => {
-                    if a.new_only && e.unix_ms < started {
-                        continue;
-                    }
-                    let key = (e.unix_ms, e.event.clone(), e.member.clone(), e.detail.clone());
-                    let keys = seen.entry(e.array.clone()).or_default();
-                    if keys.contains(&key) {
-                        continue;
-                    }
-                    if keys.len() == 2 * KEPT {
-                        keys.pop_front();
-                    }
-                    keys.push_back(key);
-                    report(a, &cfg, &e, false)?;
-                }
-                Ok(Msg::Ended(n, stopped)) => {
-                    let Some(pid) = followed.remove(&n) else { continue };
-                    // A broken connection: the next look tells whether the
-                    // process is gone (reported then) or still serves.
-                    if !stopped {
-                        lost.insert(n, pid);
-                    } else {
-                        stopping.insert(n.clone(), pid);
-                        absent.insert(n.clone());
-                        let detail = format!("it is no longer served: its uraid serve (pid {pid}) stopped");
-                        report(a, &cfg, &own_event("DeviceDisappeared", &n, detail), true)?;
-                    }
-                }
-                // (Never disconnected: this loop holds a sender.)
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
-            }
+        Ok(())
+    }
+
+    /// Reports event `e` of a followed array unless it was reported
+    /// already (or, with `--new-only`, is older than the monitor's
+    /// `started`, ms since the epoch).
+    fn event(&mut self, a: &MonitorArgs, cfg: &Config, e: Event, started: u64) -> Result<()> {
+        if a.new_only && e.unix_ms < started {
+            return Ok(());
         }
+        let key = (e.unix_ms, e.event.clone(), e.member.clone(), e.detail.clone());
+        let keys = self.seen.entry(e.array.clone()).or_default();
+        if keys.contains(&key) {
+            return Ok(());
+        }
+        if keys.len() == 2 * KEPT {
+            keys.pop_front();
+        }
+        keys.push_back(key);
+        report(a, cfg, &e, false)
+    }
+
+    /// The connection to array `n` ended: after a stop announced
+    /// (`stopped`), reported at once; else looked at again next time.
+    fn ended(&mut self, a: &MonitorArgs, cfg: &Config, n: String, stopped: bool) -> Result<()> {
+        let Some(pid) = self.followed.remove(&n) else { return Ok(()) };
+        // A broken connection: the next look tells whether the
+        // process is gone (reported then) or still serves.
+        if !stopped {
+            self.lost.insert(n, pid);
+            return Ok(());
+        }
+        self.stopping.insert(n.clone(), pid);
+        self.absent.insert(n.clone());
+        let detail = format!("it is no longer served: its uraid serve (pid {pid}) stopped");
+        report(a, cfg, &own_event("DeviceDisappeared", &n, detail), true)
     }
 }
 

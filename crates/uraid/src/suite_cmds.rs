@@ -317,43 +317,8 @@ pub(crate) fn run_suite_cmd(a: SuiteCmdArgs) -> Result<()> {
             labels.push(l.clone());
         }
     }
-    let atto = if p.sets.contains(&Set::Atto) {
-        if !(a.atto_cap > 0.0 && a.atto_cap <= 3600.0) {
-            bail!("--atto-cap must be above 0 and at most 3600 seconds");
-        }
-        Some(AttoOptions {
-            min: parse_size(&a.atto_min, "ATTO smallest size")? as usize,
-            max: parse_size(&a.atto_max, "ATTO largest size")? as usize,
-            qd: a.atto_qd,
-            area: parse_size(&a.atto_size, "ATTO size")?,
-            cap: Duration::from_secs_f64(a.atto_cap),
-            fill: p.suite.fill,
-            write: !a.run.read_only,
-            read: !a.run.write_only,
-        })
-    } else {
-        None
-    };
-    let mut surfaces = Vec::new();
-    if a.linear_write && !p.sets.contains(&Set::Linear) {
-        bail!("--linear-write needs the linear set: add --sets ...,linear");
-    }
-    if a.linear_write && a.run.read_only {
-        bail!("--linear-write writes; it cannot be combined with --read-only");
-    }
-    if p.sets.contains(&Set::Linear) {
-        if a.linear_points == 0 || a.linear_points > 10_000 {
-            bail!("--linear-points must be from 1 to 10000");
-        }
-        let len = a.linear_size.as_deref().map(|s| parse_size(s, "linear size")).transpose()?;
-        let mk = |dir| SurfaceOptions { block: 1 << 20, points: a.linear_points, len, dir, fill: p.suite.fill };
-        if !a.run.write_only {
-            surfaces.push(mk(Dir::Read));
-        }
-        if a.linear_write {
-            surfaces.push(mk(Dir::Write));
-        }
-    }
+    let atto = atto_options(&a, &p)?;
+    let surfaces = surfaces(&a, &p)?;
     if p.suite.tests.is_empty() && atto.is_none() && surfaces.is_empty() {
         bail!("nothing to run: the sets and --read-only/--write-only leave no test");
     }
@@ -391,8 +356,66 @@ pub(crate) fn run_suite_cmd(a: SuiteCmdArgs) -> Result<()> {
         let html = uraid_bench::html::render(&report, &charts, "uraid benchmark report");
         written = write_out(dir, &html, &serde_json::to_value(&report)?, &charts)?;
     }
+    print_report(&a, &report, &written)?;
+    if !a.run.quiet && !a.run.json {
+        eprintln!("suite took {:.0} s", started.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
+/// The ATTO set's options from `a`, when `p` runs it. Errors: a size
+/// that does not parse, a cap out of range.
+fn atto_options(a: &SuiteCmdArgs, p: &Plan) -> Result<Option<AttoOptions>> {
+    if !p.sets.contains(&Set::Atto) {
+        return Ok(None);
+    }
+    if !(a.atto_cap > 0.0 && a.atto_cap <= 3600.0) {
+        bail!("--atto-cap must be above 0 and at most 3600 seconds");
+    }
+    Ok(Some(AttoOptions {
+        min: parse_size(&a.atto_min, "ATTO smallest size")? as usize,
+        max: parse_size(&a.atto_max, "ATTO largest size")? as usize,
+        qd: a.atto_qd,
+        area: parse_size(&a.atto_size, "ATTO size")?,
+        cap: Duration::from_secs_f64(a.atto_cap),
+        fill: p.suite.fill,
+        write: !a.run.read_only,
+        read: !a.run.write_only,
+    }))
+}
+
+/// The linear set's surfaces (read, and write with `--linear-write`),
+/// when `p` runs it. Errors: `--linear-write` without the set or with
+/// `--read-only`, a point count or size out of range.
+fn surfaces(a: &SuiteCmdArgs, p: &Plan) -> Result<Vec<SurfaceOptions>> {
+    let mut surfaces = Vec::new();
+    if a.linear_write && !p.sets.contains(&Set::Linear) {
+        bail!("--linear-write needs the linear set: add --sets ...,linear");
+    }
+    if a.linear_write && a.run.read_only {
+        bail!("--linear-write writes; it cannot be combined with --read-only");
+    }
+    if p.sets.contains(&Set::Linear) {
+        if a.linear_points == 0 || a.linear_points > 10_000 {
+            bail!("--linear-points must be from 1 to 10000");
+        }
+        let len = a.linear_size.as_deref().map(|s| parse_size(s, "linear size")).transpose()?;
+        let mk = |dir| SurfaceOptions { block: 1 << 20, points: a.linear_points, len, dir, fill: p.suite.fill };
+        if !a.run.write_only {
+            surfaces.push(mk(Dir::Read));
+        }
+        if a.linear_write {
+            surfaces.push(mk(Dir::Write));
+        }
+    }
+    Ok(surfaces)
+}
+
+/// Prints the suite's `report` (JSON with `--json`, else its warnings
+/// and tables) and where the files `written` went.
+fn print_report(a: &SuiteCmdArgs, report: &Report, written: &[std::path::PathBuf]) -> Result<()> {
     if a.run.json {
-        let mut v = serde_json::to_value(&report)?;
+        let mut v = serde_json::to_value(report)?;
         v["files"] = serde_json::json!(written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>());
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -400,7 +423,7 @@ pub(crate) fn run_suite_cmd(a: SuiteCmdArgs) -> Result<()> {
     for w in report.warnings() {
         println!("WARNING: {w}");
     }
-    for g in report_grids(&report) {
+    for g in report_grids(report) {
         println!("{}", g.title);
         println!("{}", g.to_table());
         if !g.note.is_empty() {
@@ -412,9 +435,6 @@ pub(crate) fn run_suite_cmd(a: SuiteCmdArgs) -> Result<()> {
         println!("report: {} ({} files in {})", written[0].display(), written.len(), a.run.out.as_ref().expect("out").display());
     } else if !a.run.quiet {
         eprintln!("(add --out DIR for the HTML report and the PNG/SVG charts)");
-    }
-    if !a.run.quiet {
-        eprintln!("suite took {:.0} s", started.elapsed().as_secs_f64());
     }
     Ok(())
 }
@@ -451,8 +471,8 @@ pub(crate) fn run_tune_cmd(a: TuneArgs) -> Result<()> {
             }
         }
     }
-    let infos: Vec<_> = members.iter().map(uraid_bench::machine::member_info).collect();
-    let warnings = uraid_bench::machine::shared_warnings(&infos);
+    let infos: Vec<_> = members.iter().map(uraid_core::io::facts::member_info).collect();
+    let warnings = uraid_core::io::facts::shared_warnings(&infos);
     let quiet = a.run.quiet || a.run.json;
     let mut bar = Bar::new(((chunks.len() + 1) * p.suite.tests.len() * p.suite.runs) as u64, quiet);
     let opts = TuneOptions { level: a.level, chunks, suite: p.suite.clone(), stat: p.stat };

@@ -115,3 +115,7 @@ mod takeover;
 // still stops it at once (issue 29).
 #[path = "e2e/idle.rs"]
 mod idle;
+
+// `uraid replace` on a served array: the core's one replace, refusals.
+#[path = "e2e/served_replace.rs"]
+mod served_replace;

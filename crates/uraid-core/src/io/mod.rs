@@ -1,11 +1,12 @@
 //! The bottom of the data path: the request every layer speaks
 //! ([`request`]), I/O buffers ([`buf`]), the members themselves (files,
 //! block devices, emulated `mem:` drives: [`member`]), fault injection
-//! over any member ([`fault`]) and simulated drives for simulation tests
-//! ([`sim`]). Nothing here knows about RAID, caches or
-//! arrays.
+//! over any member ([`fault`]), what each member sits on ([`facts`]) and
+//! simulated drives for simulation tests ([`sim`]). Nothing here knows
+//! about RAID, caches or arrays.
 
 pub mod buf;
+pub mod facts;
 pub mod fault;
 pub mod member;
 pub mod request;

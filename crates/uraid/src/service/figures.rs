@@ -1,5 +1,5 @@
 //! Live I/O figures of a served volume: the export's counters
-//! ([`uraid_nbd::StatsSnapshot`]) sampled once a second into a window of
+//! ([`uraid_core::export::StatsSnapshot`]) sampled once a second into a window of
 //! the last [`KEPT_SECONDS`], from which `uraid status` takes the figures
 //! over the last [`STATUS_SECONDS`] and the metrics endpoint the latest
 //! counters.
@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use uraid_nbd::StatsSnapshot;
+use uraid_core::export::StatsSnapshot;
 
 use super::proto::IoFigures;
 

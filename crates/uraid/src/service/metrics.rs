@@ -44,6 +44,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::figures::Window;
+use super::proto::Progress;
+use uraid_core::control::array::ArrayStatus;
 use super::http::HttpServer;
 use super::Live;
 
@@ -130,10 +132,10 @@ impl EncodeMetric for ConstHistogram {
 }
 
 /// A latency histogram of the export (µs buckets) in seconds.
-fn histogram(h: &uraid_nbd::LatencyHistogram) -> ConstHistogram {
+fn histogram(h: &uraid_core::export::stats::LatencyHistogram) -> ConstHistogram {
     let mut buckets: Vec<(f64, u64)> =
-        uraid_nbd::LATENCY_BOUNDS_US.iter().zip(&h.counts).map(|(&b, &n)| (b as f64 / 1e6, n)).collect();
-    buckets.push((f64::MAX, h.counts.get(uraid_nbd::LATENCY_BOUNDS_US.len()).copied().unwrap_or(0)));
+        uraid_core::export::stats::LATENCY_BOUNDS_US.iter().zip(&h.counts).map(|(&b, &n)| (b as f64 / 1e6, n)).collect();
+    buckets.push((f64::MAX, h.counts.get(uraid_core::export::stats::LATENCY_BOUNDS_US.len()).copied().unwrap_or(0)));
     ConstHistogram { sum: h.sum_us as f64 / 1e6, count: h.count, buckets }
 }
 
@@ -207,46 +209,65 @@ impl Source {
 
 impl Collector for Source {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::result::Result<(), std::fmt::Error> {
-        let a = || ("array", self.array.clone());
-        let vol = |v: &str| vec![a(), ("volume", v.to_string())];
         if !self.exported.is_empty() {
-            // Live where the exports are at hand: each export's snapshot is
-            // taken once, and each volume's figures are the sum of its
-            // exports', so that the sums agree with the per-export figures
-            // of the same scrape.
-            let taken: Option<Vec<_>> = self.exports.as_ref().map(|x| x.list().iter().map(|e| (e, e.export.stats())).collect());
-            let per: Vec<(Vec<(&str, String)>, uraid_core::export::StatsSnapshot)> = self
-                .exported
-                .iter()
-                .map(|(i, name, w)| {
-                    let s = match &taken {
-                        Some(t) => super::exports::sum(t.iter().filter(|(e, _)| e.volume == *i).map(|(_, s)| s.clone())),
-                        None => w.latest(),
-                    };
-                    (vol(name), s)
-                })
-                .collect();
-            let c = |f: &dyn Fn(&uraid_core::export::StatsSnapshot) -> u64| per.iter().map(|(l, s)| (l.clone(), ConstCounter::new(f(s)))).collect::<Vec<_>>();
-            family(&mut enc, "uraid_volume_reads_completed", "Reads completed through the exports.", &c(&|s| s.reads))?;
-            family(&mut enc, "uraid_volume_writes_completed", "Writes completed through the exports.", &c(&|s| s.writes))?;
-            family(&mut enc, "uraid_volume_flushes_completed", "Flushes completed through the exports.", &c(&|s| s.flushes))?;
-            family(&mut enc, "uraid_volume_trims_completed", "Trims completed through the exports.", &c(&|s| s.trims))?;
-            family(&mut enc, "uraid_volume_write_zeroes_completed", "Write-zeroes completed through the exports.", &c(&|s| s.write_zeroes))?;
-            family(&mut enc, "uraid_volume_read_bytes", "Bytes read through the exports.", &c(&|s| s.read_bytes))?;
-            family(&mut enc, "uraid_volume_written_bytes", "Bytes written through the exports.", &c(&|s| s.write_bytes))?;
-            family(&mut enc, "uraid_volume_errors", "Requests completed with an error.", &c(&|s| s.errors))?;
-            let g = per.iter().map(|(l, s)| (l.clone(), ConstGauge::new(s.in_flight as i64))).collect::<Vec<_>>();
-            family(&mut enc, "uraid_volume_requests_in_flight", "Requests received and not yet answered.", &g)?;
-            let h = per.iter().map(|(l, s)| (l.clone(), histogram(&s.read_latency))).collect::<Vec<_>>();
-            family(&mut enc, "uraid_volume_read_latency_seconds", "Read latency, from request to reply.", &h)?;
-            let h = per.iter().map(|(l, s)| (l.clone(), histogram(&s.write_latency))).collect::<Vec<_>>();
-            family(&mut enc, "uraid_volume_write_latency_seconds", "Write latency, from request to reply.", &h)?;
-            if let Some(t) = &taken {
-                self.encode_exports(&mut enc, t)?;
-            }
+            self.encode_volumes(&mut enc)?;
         }
         // A temporary array of `mem:` drives has no manager: I/O figures only.
         let Some(st) = self.live.status() else { return Ok(()) };
+        let progress = self.live.progress();
+        self.encode_array(&mut enc, &st, progress.as_ref())?;
+        self.encode_upkeep(&mut enc, &st, progress.as_ref())
+    }
+}
+
+impl Source {
+    /// Each served volume's I/O figures (and each export's, where the
+    /// exports are at hand).
+    fn encode_volumes(&self, enc: &mut DescriptorEncoder) -> std::result::Result<(), std::fmt::Error> {
+        let vol = |v: &str| vec![("array", self.array.clone()), ("volume", v.to_string())];
+        // Live where the exports are at hand: each export's snapshot is
+        // taken once, and each volume's figures are the sum of its
+        // exports', so that the sums agree with the per-export figures
+        // of the same scrape.
+        let taken: Option<Vec<_>> = self.exports.as_ref().map(|x| x.list().iter().map(|e| (e, e.export.stats())).collect());
+        let per: Vec<(Vec<(&str, String)>, uraid_core::export::StatsSnapshot)> = self
+            .exported
+            .iter()
+            .map(|(i, name, w)| {
+                let s = match &taken {
+                    Some(t) => super::exports::sum(t.iter().filter(|(e, _)| e.volume == *i).map(|(_, s)| s.clone())),
+                    None => w.latest(),
+                };
+                (vol(name), s)
+            })
+            .collect();
+        let c = |f: &dyn Fn(&uraid_core::export::StatsSnapshot) -> u64| per.iter().map(|(l, s)| (l.clone(), ConstCounter::new(f(s)))).collect::<Vec<_>>();
+        family(enc, "uraid_volume_reads_completed", "Reads completed through the exports.", &c(&|s| s.reads))?;
+        family(enc, "uraid_volume_writes_completed", "Writes completed through the exports.", &c(&|s| s.writes))?;
+        family(enc, "uraid_volume_flushes_completed", "Flushes completed through the exports.", &c(&|s| s.flushes))?;
+        family(enc, "uraid_volume_trims_completed", "Trims completed through the exports.", &c(&|s| s.trims))?;
+        family(enc, "uraid_volume_write_zeroes_completed", "Write-zeroes completed through the exports.", &c(&|s| s.write_zeroes))?;
+        family(enc, "uraid_volume_read_bytes", "Bytes read through the exports.", &c(&|s| s.read_bytes))?;
+        family(enc, "uraid_volume_written_bytes", "Bytes written through the exports.", &c(&|s| s.write_bytes))?;
+        family(enc, "uraid_volume_errors", "Requests completed with an error.", &c(&|s| s.errors))?;
+        let g = per.iter().map(|(l, s)| (l.clone(), ConstGauge::new(s.in_flight as i64))).collect::<Vec<_>>();
+        family(enc, "uraid_volume_requests_in_flight", "Requests received and not yet answered.", &g)?;
+        let h = per.iter().map(|(l, s)| (l.clone(), histogram(&s.read_latency))).collect::<Vec<_>>();
+        family(enc, "uraid_volume_read_latency_seconds", "Read latency, from request to reply.", &h)?;
+        let h = per.iter().map(|(l, s)| (l.clone(), histogram(&s.write_latency))).collect::<Vec<_>>();
+        family(enc, "uraid_volume_write_latency_seconds", "Write latency, from request to reply.", &h)?;
+        if let Some(t) = &taken {
+            self.encode_exports(enc, t)?;
+        }
+        
+        Ok(())
+    }
+
+    /// The array's members, states, events and volumes (from the
+    /// manager's last status `st`; `progress`: the rebuild or scrub running).
+    fn encode_array(&self, enc: &mut DescriptorEncoder, st: &ArrayStatus, progress: Option<&Progress>) -> std::result::Result<(), std::fmt::Error> {
+        let a = || ("array", self.array.clone());
+        let vol = |v: &str| vec![a(), ("volume", v.to_string())];
         let n = st.member_count as usize;
         let count = |f: &dyn Fn(&str, Option<u32>) -> bool| st.members.iter().filter(|m| f(&m.state, m.role)).count() as i64;
         let disks = [
@@ -257,13 +278,12 @@ impl Collector for Source {
             ("missing", count(&|s, _| s == "missing")),
         ];
         family(
-            &mut enc,
+            enc,
             "uraid_md_disks",
             "Members of the array by state (node_exporter's node_md_disks).",
             &disks.iter().map(|(s, c)| (vec![a(), ("state", s.to_string())], ConstGauge::new(*c))).collect::<Vec<_>>(),
         )?;
-        family(&mut enc, "uraid_md_disks_required", "Members the array is made of (roles).", &[(vec![a()], ConstGauge::new(n as i64))])?;
-        let progress = self.live.progress();
+        family(enc, "uraid_md_disks_required", "Members the array is made of (roles).", &[(vec![a()], ConstGauge::new(n as i64))])?;
         let worst = if st.volumes.iter().any(|v| v.state == "failed") {
             "failed"
         } else if st.volumes.iter().any(|v| v.state != "clean") {
@@ -271,7 +291,7 @@ impl Collector for Source {
         } else {
             "active"
         };
-        let action = progress.as_ref().map(|p| p.action.as_str());
+        let action = progress.map(|p| p.action.as_str());
         let states = [
             ("active", worst == "active"),
             ("degraded", worst == "degraded"),
@@ -280,13 +300,13 @@ impl Collector for Source {
             ("check", matches!(action, Some("check") | Some("repair"))),
         ];
         family(
-            &mut enc,
+            enc,
             "uraid_md_state",
             "The array's state: 1 for the states it is in (node_exporter's node_md_state).",
             &states.iter().map(|(s, on)| (vec![a(), ("state", s.to_string())], ConstGauge::new(*on as i64))).collect::<Vec<_>>(),
         )?;
         family(
-            &mut enc,
+            enc,
             "uraid_member_state",
             "1 for each member, with its role or spare slot, device and state as labels.",
             &st.members
@@ -302,42 +322,50 @@ impl Collector for Source {
                 })
                 .collect::<Vec<_>>(),
         )?;
-        family(&mut enc, "uraid_events", "The superblocks' event counter.", &[(vec![a()], ConstGauge::new(st.events as i64))])?;
+        family(enc, "uraid_events", "The superblocks' event counter.", &[(vec![a()], ConstGauge::new(st.events as i64))])?;
         family(
-            &mut enc,
+            enc,
             "uraid_volume_state",
             "1 for each volume, its state (clean, degraded, rebuilding, failed) as a label.",
             &st.volumes.iter().map(|v| ({ let mut l = vol(&v.name); l.push(("state", v.state.clone())); l }, ConstGauge::new(1))).collect::<Vec<_>>(),
         )?;
         family(
-            &mut enc,
+            enc,
             "uraid_volume_size_bytes",
             "Usable bytes of each volume.",
             &st.volumes.iter().map(|v| (vol(&v.name), ConstGauge::new(v.capacity as i64))).collect::<Vec<_>>(),
         )?;
-        if let Some(p) = &progress {
+        Ok(())
+    }
+
+    /// The rebuild or scrub running (`progress`), the last checks'
+    /// mismatches, the caches (of `st`'s volumes).
+    fn encode_upkeep(&self, enc: &mut DescriptorEncoder, st: &ArrayStatus, progress: Option<&Progress>) -> std::result::Result<(), std::fmt::Error> {
+        let a = || ("array", self.array.clone());
+        let vol = |v: &str| vec![a(), ("volume", v.to_string())];
+        if let Some(p) = progress {
             let l = vec![a(), ("action", p.action.clone()), ("target", p.target.clone())];
-            family(&mut enc, "uraid_sync_progress_ratio", "Progress of the rebuild, check or repair running (0 to 1).", &[(l.clone(), ConstGauge::new(p.percent() / 100.0))])?;
-            family(&mut enc, "uraid_sync_completed_bytes", "Bytes done by the rebuild, check or repair running.", &[(l.clone(), ConstGauge::new(p.done as i64))])?;
-            family(&mut enc, "uraid_sync_total_bytes", "Bytes the running rebuild, check or repair covers.", &[(l.clone(), ConstGauge::new(p.total as i64))])?;
-            family(&mut enc, "uraid_sync_speed_bytes_per_second", "Rate of the running rebuild, check or repair.", &[(l, ConstGauge::new(p.mb_per_s * 1e6))])?;
+            family(enc, "uraid_sync_progress_ratio", "Progress of the rebuild, check or repair running (0 to 1).", &[(l.clone(), ConstGauge::new(p.percent() / 100.0))])?;
+            family(enc, "uraid_sync_completed_bytes", "Bytes done by the rebuild, check or repair running.", &[(l.clone(), ConstGauge::new(p.done as i64))])?;
+            family(enc, "uraid_sync_total_bytes", "Bytes the running rebuild, check or repair covers.", &[(l.clone(), ConstGauge::new(p.total as i64))])?;
+            family(enc, "uraid_sync_speed_bytes_per_second", "Rate of the running rebuild, check or repair.", &[(l, ConstGauge::new(p.mb_per_s * 1e6))])?;
         }
         let checked = self.live.mismatches();
         family(
-            &mut enc,
+            enc,
             "uraid_mismatches",
             "Stripes whose copies or parity disagreed in the last check of each volume (md's mismatch_cnt).",
             &checked.iter().map(|(v, m)| (vol(v), ConstGauge::new(*m as i64))).collect::<Vec<_>>(),
         )?;
         let cached: Vec<_> = st.volumes.iter().filter_map(|v| v.cache_stats.map(|c| (v.name.clone(), c))).collect();
         family(
-            &mut enc,
+            enc,
             "uraid_cache_dirty_bytes",
             "Bytes in the volume cache not yet written to the members.",
             &cached.iter().map(|(v, c)| (vol(v), ConstGauge::new(c.dirty_bytes as i64))).collect::<Vec<_>>(),
         )?;
         family(
-            &mut enc,
+            enc,
             "uraid_cache_hit_ratio",
             "Reads the volume cache answered, as a ratio of all reads.",
             &cached.iter().map(|(v, c)| (vol(v), ConstGauge::new(c.hit_ratio))).collect::<Vec<_>>(),

@@ -1,9 +1,22 @@
 //! Membership changes of an array: fail, remove, add (a spare or a
 //! replacement), replace, spares taking over failed roles, and the start of
-//! a rebuild. Each is checked in full before anything is written, and each
+//! a rebuild; and which slot a member's name or number means (`resolve`).
+//! Each change is checked in full before anything is written, and each
 //! bumps the event counter and rewrites the superblocks.
 
 use super::*;
+
+/// How [`Array::replace`] puts the new device into the role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replacement {
+    /// Into the role at once, rebuilt there (a stopped array: nobody
+    /// uses its volumes).
+    InPlace,
+    /// As a spare, the role failed: a served array's manager moves the
+    /// spare in (`attach_spares`, then `start_rebuilding`) once every user
+    /// runs on the volumes over it.
+    AsSpare,
+}
 
 impl Array {
     pub(super) fn check_role(&self, role: u32) -> Result<()> {
@@ -306,24 +319,75 @@ impl Array {
         Ok((0..g.n()).find(|&r| g.sb.slots[r].uuid == sb.member_uuid && self.health.state(r as u32) == MemberState::Missing).map(|r| r as u32))
     }
 
-    /// Replaces the member in `role` with a new device (`uraid replace`):
-    /// the old device is released (its superblock is not written) and the
-    /// new one is rebuilt in its place. The array runs without the role
-    /// while it rebuilds (md's hot-replace, which keeps the old member in
-    /// service until the new one is in sync, is not done here).
+    /// The role or slot `m` names (`uraid fail --member`, `remove`,
+    /// `replace --old`, and the same commands on a served array): a
+    /// number, taken as it is (the operation checks it), or the path of
+    /// one of the array's devices (see [`slot_of`](Self::slot_of)).
     ///
-    /// Errors, before anything is written: as [`add`](Self::add), and
-    /// `InvalidInput` (no such role), `WouldDestroy` (taking an active
-    /// member out would lose a volume's data and `force` is off).
-    pub fn replace(&mut self, role: u32, spec: &MemberSpec, force: bool) -> Result<()> {
-        self.not_frozen()?;
-        self.check_role(role)?;
-        if !force && self.health.state(role) == MemberState::Active {
-            self.refuse_past_tolerance(role, "replacing")?;
+    /// Errors: `InvalidInput` when `m` is neither a number nor a device
+    /// of the array (the message says what to give instead), or is not a
+    /// valid member spec.
+    pub fn resolve(&self, m: &str) -> Result<u32> {
+        if let Ok(n) = m.trim().parse::<u32>() {
+            return Ok(n);
         }
-        let m = self.open_new(spec, force)?;
-        self.install(role, m, spec, false)?;
-        self.persist()
+        let spec: MemberSpec = m.parse()?;
+        match self.slot_of(&spec) {
+            Some(s) => Ok(s),
+            None => bail!(
+                InvalidInput,
+                "{m} is not a member of array '{}'; give a role number (see 'uraid status') or the path of one of \
+                 its members",
+                self.name()
+            ),
+        }
+    }
+
+    /// Replaces the member in `role` with a new device (`uraid replace`),
+    /// in one of two ways (see [`Replacement`]): `InPlace` on a stopped
+    /// array (the old device is released, its superblock not written, and
+    /// the new one is rebuilt in its place), `AsSpare` on a served one
+    /// (the new device becomes a spare and the role, when it is still
+    /// active or rebuilding, is failed: the service's takeover moves the
+    /// spare in once its users run on the new volumes). The array runs
+    /// without the role while it rebuilds (md's hot-replace, which keeps
+    /// the old member in service until the new one is in sync, is not done
+    /// here). Returns the slot the new device holds: `role` (`InPlace`) or
+    /// its spare slot (`AsSpare`).
+    ///
+    /// Errors, before anything is written (`AsSpare`: a spare added before
+    /// a refused fail is taken out again): as [`add`](Self::add), and
+    /// `InvalidInput` (no such role; a spare's slot), `WouldDestroy`
+    /// (taking an active member out would lose a volume's data and `force`
+    /// is off).
+    pub fn replace(&mut self, role: u32, spec: &MemberSpec, force: bool, how: Replacement) -> Result<u32> {
+        self.not_frozen()?;
+        match how {
+            Replacement::InPlace => {
+                self.check_role(role)?;
+                if !force && self.health.state(role) == MemberState::Active {
+                    self.refuse_past_tolerance(role, "replacing")?;
+                }
+                let m = self.open_new(spec, force)?;
+                self.install(role, m, spec, false)?;
+                self.persist()?;
+                Ok(role)
+            }
+            Replacement::AsSpare => {
+                if role >= self.member_count() {
+                    bail!(InvalidInput, "slot {role} is a spare, not a role: nothing to replace");
+                }
+                let slot = self.add_spare(spec, force)?;
+                if matches!(self.health.state(role), MemberState::Active | MemberState::Rebuilding) {
+                    if let Err(e) = self.fail(role, force) {
+                        // Nothing else changes: the new drive goes again.
+                        let _ = self.remove(slot);
+                        return Err(e);
+                    }
+                }
+                Ok(slot)
+            }
+        }
     }
 
     /// Moves spares into faulty or missing roles (faulty devices are

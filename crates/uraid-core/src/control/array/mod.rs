@@ -59,6 +59,7 @@ mod status;
 pub use assemble::*;
 pub use config::*;
 pub use create::*;
+pub use membership::Replacement;
 pub use grow::{grow, resize, GrowOptions, GrowReport, LiveChange, LiveGrow, NewSize, ResizePlan, ResizeReport};
 pub use status::*;
 
