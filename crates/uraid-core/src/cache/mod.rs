@@ -609,6 +609,15 @@ impl Cache {
         self.cfg
     }
 
+    /// What the stack from the cache down can do, given what the layer
+    /// below can (`below`): the same. The cache passes discards and
+    /// write-zeroes down (after the write-back of what they cover), makes a
+    /// FUA write durable before it completes, and its write-back needs a
+    /// flush for durability, which the RAID layer below needs already.
+    pub fn caps(&self, below: crate::io::request::Caps) -> crate::io::request::Caps {
+        crate::io::request::Caps { flush: true, fua: true, ..below }
+    }
+
     /// The counters now.
     pub fn stats(&self) -> CacheStats {
         let mut s = *lock(&self.stats);
