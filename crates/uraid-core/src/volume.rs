@@ -20,15 +20,14 @@ use crate::cache::queue::CacheQueue;
 use crate::cache::{Cache, CacheConfig, CacheMode};
 use crate::cache::journal::Journal;
 use crate::io::member::Member;
-use crate::io::request::{BlockDevice, BlockQueue, Completion, Rejected, Request};
+use crate::io::request::{BlockDevice, BlockQueue, Caps, Completion, Rejected, Request};
 use crate::raid::engine::{RaidQueue, RaidVolume, Shared};
 use crate::raid::reshape::{ReshapeQueue, ReshapeState};
 use crate::raid::geometry::Geometry;
 use crate::{bail, Result};
 
 /// A volume: its RAID layer and, once enabled, its cache. Shared (`Arc`)
-/// by every queue that serves it; derefs to the [`RaidVolume`] for the
-/// layout, members and member states.
+/// by every queue that serves it; what its stack can do: [`Volume::caps`].
 #[derive(Debug)]
 pub struct Volume {
     raid: Arc<RaidVolume>,
@@ -40,6 +39,11 @@ pub struct Volume {
     reshape: Option<(Arc<RaidVolume>, Arc<ReshapeState>)>,
 }
 
+/// For the control path only (maintenance, status, membership: they work
+/// on the RAID layer, below the cache, on purpose): the RAID layer's
+/// layout, members and states. The data path's users (the exports, the
+/// load generator) decide by [`Volume::caps`] and the [`BlockQueue`] of
+/// the stack's top instead, never by what lies below it.
 impl std::ops::Deref for Volume {
     type Target = RaidVolume;
     fn deref(&self) -> &RaidVolume {
@@ -97,8 +101,19 @@ impl Volume {
     /// discard at once, doing nothing, when this is false (a discard is a
     /// hint); a WRITE_ZEROES is always carried out.
     pub fn discards(&self) -> bool {
-        let parity = self.raid.geometry().layout().is_some_and(|l| l.level().has_parity());
-        self.raid.members().iter().all(|m| if parity { m.zeroes_cheaply() } else { m.discards() })
+        self.caps().discard
+    }
+
+    /// What the volume's stack of layers can do (see [`Caps`]): the RAID
+    /// layer's answer ([`RaidVolume::caps`]; the old layout's while
+    /// restriped), passed up through the cache when there is one
+    /// ([`Cache::caps`]). What the exports advertise and decide by.
+    pub fn caps(&self) -> Caps {
+        let below = self.raid.caps();
+        match self.cache.get() {
+            Some(c) => c.caps(below),
+            None => below,
+        }
     }
 
     /// Makes a queue for the calling thread with room for `depth` logical
@@ -213,7 +228,7 @@ pub enum Queue {
     /// No cache: straight to the RAID layer.
     Raid(RaidQueue),
     /// Through the cache layer to the RAID layer.
-    Cached(CacheQueue),
+    Cached(CacheQueue<RaidQueue>),
     /// To the old or the new layout of a volume being reshaped.
     Reshape(Box<ReshapeQueue>),
 }
@@ -240,6 +255,9 @@ impl BlockDevice for Arc<Volume> {
     }
     fn block_size(&self) -> u32 {
         self.raid.block_size()
+    }
+    fn caps(&self) -> Caps {
+        Volume::caps(self)
     }
     fn flush(&self) -> Result<()> {
         Volume::flush(self)
@@ -276,6 +294,34 @@ impl BlockQueue for Queue {
             Queue::Raid(q) => q.has_room(),
             Queue::Cached(q) => q.has_room(),
             Queue::Reshape(q) => q.has_room(),
+        }
+    }
+    fn depth(&self) -> usize {
+        match self {
+            Queue::Raid(q) => BlockQueue::depth(q),
+            Queue::Cached(q) => q.depth(),
+            Queue::Reshape(q) => q.depth(),
+        }
+    }
+    fn validate(&self, req: &Request) -> Result<()> {
+        match self {
+            Queue::Raid(q) => BlockQueue::validate(q, req),
+            Queue::Cached(q) => q.validate(req),
+            Queue::Reshape(q) => q.validate(req),
+        }
+    }
+    fn broken(&self) -> Option<&crate::Error> {
+        match self {
+            Queue::Raid(q) => BlockQueue::broken(q),
+            Queue::Cached(q) => q.broken(),
+            Queue::Reshape(q) => q.broken(),
+        }
+    }
+    fn caps(&self) -> Caps {
+        match self {
+            Queue::Raid(q) => q.caps(),
+            Queue::Cached(q) => q.caps(),
+            Queue::Reshape(q) => q.caps(),
         }
     }
 }

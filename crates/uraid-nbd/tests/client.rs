@@ -543,3 +543,29 @@ fn the_client_speaks_tcp_too() {
     let whole = u.volume.read_at(0, model.len()).expect("volume read");
     assert!(whole == model, "the volume does not hold what was written over TCP");
 }
+
+/// The server passes a TRIM down only while the served volume's stack says
+/// it discards (`Caps::discard`, asked of the connection's queue): on
+/// RAID 5 over `mem:` members it does (the range then reads back as
+/// zeros); once a member refused hole punching it does not, and the
+/// server answers TRIM at once with the data kept (a discard is a hint).
+/// The client's caps are what the handshake said.
+#[test]
+fn a_trim_goes_down_only_while_the_volume_says_it_discards() {
+    let u = Uraid::start(16, ServerOptions::default());
+    let dev = NbdDevice::connect(&u.uri).expect("connect");
+    let caps = dev.caps();
+    assert!(caps.discard && caps.write_zeroes && caps.flush && caps.fua, "{caps:?}");
+    assert_eq!(caps.capacity, u.volume.caps().capacity);
+    let mut q = dev.open_queue(4).expect("queue");
+    let data = vec![0x77u8; 128 << 10];
+    let trim = |q: &mut NbdQueue| q.run(Request { op: Op::Discard, offset: 0, len: data.len(), buf: None, tag: 1, fua: false }).result.expect("trim");
+    q.write_at(0, &data).unwrap();
+    trim(&mut q);
+    assert!(q.read_at(0, data.len()).unwrap().iter().all(|&b| b == 0), "a TRIM the volume takes left the data");
+    u.volume.raid().members()[1].set_no_fallocate();
+    assert!(!u.volume.caps().discard);
+    q.write_at(0, &data).unwrap();
+    trim(&mut q);
+    assert!(q.read_at(0, data.len()).unwrap() == data, "a TRIM went down to a volume that does not discard");
+}

@@ -11,7 +11,7 @@
 //! to give mkfs instead.
 
 use libublk::sys;
-use uraid_core::{Level, Volume};
+use uraid_core::Volume;
 
 /// Largest discard or write-zeroes request the device takes, 512-byte
 /// sectors (4 GiB; the engine takes any length, this bounds how long one
@@ -36,12 +36,7 @@ pub struct Params {
 /// (RAID 0: every member; RAID 5: all but one; RAID 6: all but two;
 /// RAID 10: as its layout says), 0 for RAID 1.
 pub fn stripe_width(vol: &Volume) -> u64 {
-    let g = vol.geometry();
-    match (g.level(), g.layout()) {
-        (Level::Raid1, _) => 0,
-        (_, Some(l)) => l.stripe_data_width(),
-        (_, None) => g.chunk() * g.members() as u64,
-    }
+    vol.caps().stripe_width
 }
 
 /// log2 of `n` when it is a power of two.
@@ -52,11 +47,13 @@ fn shift_of(n: u64) -> Option<u8> {
 /// The parameters of a device serving `vol`, whose requests are at most
 /// `max_io_bytes` (the per-tag buffer), read-only or not.
 pub fn for_volume(vol: &Volume, read_only: bool, max_io_bytes: u32) -> Params {
-    let bs = vol.block_size() as u64;
+    // What the volume's stack can do, as its top layer says.
+    let caps = vol.caps();
+    let bs = caps.block_size as u64;
     let bs_shift = shift_of(bs).unwrap_or(9);
     let physical = bs.max(4096);
-    let chunk = vol.geometry().chunk();
-    let width = stripe_width(vol);
+    let chunk = caps.chunk;
+    let width = caps.stripe_width;
     let mut note = None;
     // io_min: the chunk (a write of less rewrites parity); io_opt: the
     // full stripe. Neither below the physical block.
@@ -97,7 +94,7 @@ pub fn for_volume(vol: &Volume, read_only: bool, max_io_bytes: u32) -> Params {
             io_opt_shift: shift_of(io_opt).unwrap_or(12),
             max_sectors: max_io_bytes >> 9,
             chunk_sectors: 0,
-            dev_sectors: vol.capacity() >> 9,
+            dev_sectors: caps.capacity >> 9,
             virt_boundary_mask: 0,
         },
         ..Default::default()
@@ -111,7 +108,7 @@ pub fn for_volume(vol: &Volume, read_only: bool, max_io_bytes: u32) -> Params {
         params.discard = sys::ublk_param_discard {
             discard_alignment: 0,
             discard_granularity: bs as u32,
-            max_discard_sectors: if vol.discards() { max_range } else { 0 },
+            max_discard_sectors: if caps.discard { max_range } else { 0 },
             max_write_zeroes_sectors: max_range,
             max_discard_segments: 1,
             reserved0: 0,
@@ -125,7 +122,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use uraid_core::io::member::OpenMode;
-    use uraid_core::{Geometry, Member, MemberSpec};
+    use uraid_core::{Geometry, Level, Member, MemberSpec};
 
     fn volume(level: Level, members: usize, chunk: u64) -> Arc<Volume> {
         let spec: MemberSpec = format!("mem:{}", 64u64 << 20).parse().unwrap();

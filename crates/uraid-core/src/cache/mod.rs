@@ -69,16 +69,16 @@ mod config;
 mod flusher;
 pub mod journal;
 pub mod queue;
+mod recorder;
 mod take;
+mod writer;
 
 pub use config::*;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
-use std::time::Duration;
 
-use crate::io::request::{BlockQueue, Op, Request};
 use crate::raid::engine::RaidVolume;
 use crate::{bail, IoBuf, Result};
 
@@ -88,36 +88,6 @@ const SHARDS: usize = 64;
 /// write-backs (each a read-modify-write on RAID 5/6): 64 wrote 15% more
 /// lines a second in journal mode (bench/journal.py); 128 no more.
 const FLUSH_DEPTH: usize = 64;
-
-/// A member write of the flusher in flight: line `idx` as of
-/// `generation` (holding every write up to `last_seq`), the sectors
-/// `bits` it cleans.
-struct InFlight {
-    idx: u64,
-    generation: u64,
-    bits: Vec<u64>,
-    last_seq: u64,
-}
-
-/// What [`Cache::record_line`] did with a line.
-enum Recorded {
-    /// Recorded as the line was then, whole (`whole`) or the rows of its
-    /// dirty sectors (a rows record): its `generation`, `dirty` sectors
-    /// (all in the rows recorded) and newest write `last_seq`.
-    /// The record is submitted, not yet written: `record` (member writes
-    /// of the line wait for it: [`crate::cache::journal::Journal::wait_record`]).
-    /// `rows`: a rows record's ranges of rows (sectors inside a chunk)
-    /// with the rows of every data chunk (chunk k's at `k * piece`), as
-    /// recorded: written back as rows writes, which need no reads.
-    Line { generation: u64, dirty: Vec<u64>, last_seq: u64, whole: bool, record: crate::cache::journal::Reservation, rows: Vec<RowsData> },
-    /// Nothing of it is dirty any more.
-    Clean,
-    /// The log has no room for it now.
-    Full,
-    /// A zeroing sent on to the members overlaps it, or started while its
-    /// missing sectors were read: try again at the next pass.
-    Later,
-}
 
 /// Most lines whose journal records the flusher submits before it waits
 /// for them (one group-commit write) and writes the lines; also the
@@ -132,62 +102,6 @@ const MAX_ROWS_RECORDS: usize = 8;
 /// go in one rows record (the rows between them read and logged, a record
 /// header saved).
 const ROWS_GAP: usize = 8;
-
-/// A line the flusher writes: its index, generation, snapshot, the
-/// sectors it cleans, its newest write, and the sector runs to write.
-struct Ready {
-    idx: u64,
-    generation: u64,
-    data: IoBuf,
-    bits: Vec<u64>,
-    last_seq: u64,
-    runs: Vec<(usize, usize)>,
-    /// After a rows record: its rows, written instead of `runs`.
-    rows: Vec<RowsData>,
-}
-
-/// Rows `lo..hi` (sectors inside a chunk) of every data chunk of a line, as
-/// a rows record holds them: chunk k's at `k * (hi - lo)` sectors.
-struct RowsData {
-    lo: usize,
-    hi: usize,
-    data: IoBuf,
-}
-
-/// The flusher's prefetch reads of a window of lines in flight (see
-/// `Cache::prefetch_start`).
-struct Prefetch {
-    /// Per line of the window: what [`PreRead`] says, filled as reads land.
-    got: Vec<Option<PreRead>>,
-    /// Reads in flight: (line, first sector, end sector), by tag.
-    reads: Vec<(usize, usize, usize)>,
-    /// The first read that failed.
-    first_err: Option<crate::Error>,
-}
-
-impl Prefetch {
-    /// Lays read `c` into its line's snapshot and marks its sectors read;
-    /// its buffer goes back to `small`.
-    fn land(&mut self, c: crate::Completion, lines: &mut [Option<Snap>], small: &SmallBufs) {
-        let sector = CACHE_SECTOR as usize;
-        let (i, a, b) = self.reads[c.tag as usize];
-        match (c.result, c.buf, lines[i].as_mut(), self.got[i].as_mut()) {
-            (Ok(_), Some(buf), Some(snap), Some((_, bits))) => {
-                snap.data[a * sector..b * sector].copy_from_slice(&buf[..(b - a) * sector]);
-                set_bits(bits, a, b);
-                small.give(buf);
-            }
-            (Err(e), ..) => {
-                self.first_err.get_or_insert(e);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// What the flusher's prefetch read of a line: the zeroing epoch before
-/// the reads, and the sectors read into its snapshot.
-type PreRead = (u64, Vec<u64>);
 
 /// A dirty line as the flusher took it.
 struct Snap {
@@ -609,6 +523,15 @@ impl Cache {
         self.cfg
     }
 
+    /// What the stack from the cache down can do, given what the layer
+    /// below can (`below`): the same. The cache passes discards and
+    /// write-zeroes down (after the write-back of what they cover), makes a
+    /// FUA write durable before it completes, and its write-back needs a
+    /// flush for durability, which the RAID layer below needs already.
+    pub fn caps(&self, below: crate::io::request::Caps) -> crate::io::request::Caps {
+        crate::io::request::Caps { flush: true, fua: true, ..below }
+    }
+
     /// The counters now.
     pub fn stats(&self) -> CacheStats {
         let mut s = *lock(&self.stats);
@@ -669,6 +592,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::request::Request;
     use crate::raid::geometry::{Geometry, Level};
     use crate::io::member::{MemSpec, Member, MemberSpec, OpenMode};
     use crate::control::superblock::DATA_OFFSET;

@@ -1,5 +1,8 @@
-//! The cache layer's queue: a [`BlockQueue`] on top of the RAID layer's
-//! [`RaidQueue`], present only when the volume has a cache.
+//! The cache layer's queue: a [`BlockQueue`] on top of the queue of the
+//! layer below (the RAID layer's [`RaidQueue`](crate::raid::engine::RaidQueue)
+//! in a volume's stack, or any [`BlockQueue`] put between them, such as a
+//! pass-through [`Tap`](crate::io::tap::Tap)), present only when the volume
+//! has a cache. It uses only the [`BlockQueue`] trait of the layer below.
 //!
 //! A request pushed here is offered to the volume's [`Cache`] first: it is
 //! done there (a hit, a write taken into write-back), parked
@@ -16,9 +19,8 @@ use std::sync::Arc;
 
 use crate::cache::{Cache, Taken};
 use crate::io::member::now_ns;
-use crate::io::request::{BlockQueue, Completion, Op, Rejected, Request};
-use crate::raid::engine::RaidQueue;
-use crate::{Error, ErrorKind};
+use crate::io::request::{BlockQueue, Caps, Completion, Op, Rejected, Request};
+use crate::{Error, ErrorKind, Result};
 
 /// How often requests parked on the cache are looked at again (ns).
 const PARK_POLL_NS: u64 = 100_000;
@@ -54,10 +56,11 @@ struct SentDown {
     report_len: Option<usize>,
 }
 
-/// A per-thread queue through a volume's cache to its RAID layer. Not
-/// `Send`, like the [`RaidQueue`] under it.
-pub struct CacheQueue {
-    lower: RaidQueue,
+/// A per-thread queue through a volume's cache to the layer below, `L`
+/// (statically: no dynamic call per I/O). Not `Send` when `L` is not, like
+/// the RAID layer's queue.
+pub struct CacheQueue<L: BlockQueue> {
+    lower: L,
     cache: Arc<Cache>,
     /// Requests the cache completed, handed out at the next wait.
     ready: Vec<Completion>,
@@ -70,9 +73,12 @@ pub struct CacheQueue {
     scratch: Vec<Completion>,
 }
 
-impl CacheQueue {
+impl<L: BlockQueue> CacheQueue<L> {
     /// Puts `cache` over `lower`; holds as many requests as `lower` does.
-    pub fn new(lower: RaidQueue, cache: Arc<Cache>) -> CacheQueue {
+    /// `lower` must be a queue of the volume the cache was made for (or a
+    /// pass-through over one): the cache's flusher writes to that
+    /// volume's RAID layer on its own.
+    pub fn new(lower: L, cache: Arc<Cache>) -> CacheQueue<L> {
         let depth = lower.depth();
         CacheQueue {
             lower,
@@ -85,8 +91,8 @@ impl CacheQueue {
         }
     }
 
-    /// The RAID queue below.
-    pub fn lower(&self) -> &RaidQueue {
+    /// The queue below.
+    pub fn lower(&self) -> &L {
         &self.lower
     }
 
@@ -209,11 +215,10 @@ impl CacheQueue {
         !self.parked.is_empty()
     }
 
-    /// The one waiting loop of this layer (see [`RaidQueue::wait_until`]):
-    /// returns once `min` requests completed, the armed poll fired (true),
-    /// nothing is left in flight (without a deadline), or the deadline
-    /// (ns, [`now_ns`]) passed.
-    fn wait_until(&mut self, min: usize, out: &mut Vec<Completion>, deadline: Option<u64>) -> bool {
+    /// The one waiting loop of this layer: returns once `min` requests
+    /// completed, `fd` became readable (true), nothing is left in flight
+    /// (without a deadline), or the deadline (ns, [`now_ns`]) passed.
+    fn wait_until(&mut self, min: usize, out: &mut Vec<Completion>, fd: Option<RawFd>, deadline: Option<u64>) -> bool {
         let start = out.len();
         loop {
             if let Some(e) = self.lower.broken().cloned() {
@@ -237,7 +242,13 @@ impl CacheQueue {
             // look again soon.
             let below = if parked { Some(deadline.map_or(now + PARK_POLL_NS, |d| d.min(now + PARK_POLL_NS))) } else { deadline };
             let mut scratch = std::mem::take(&mut self.scratch);
-            let fired = self.lower.wait_until(1, &mut scratch, below);
+            let fired = match below {
+                None => {
+                    self.lower.wait(1, &mut scratch);
+                    false
+                }
+                Some(t) => self.lower.wait_event(&mut scratch, fd, std::time::Duration::from_nanos(t.saturating_sub(now))),
+            };
             for c in scratch.drain(..) {
                 let c = self.came_up(c);
                 out.push(c);
@@ -250,7 +261,7 @@ impl CacheQueue {
     }
 }
 
-impl BlockQueue for CacheQueue {
+impl<L: BlockQueue> BlockQueue for CacheQueue<L> {
     fn push(&mut self, req: Request) -> std::result::Result<(), Rejected> {
         if let Some(e) = self.lower.broken() {
             return Err(Rejected { error: e.clone(), request: req });
@@ -274,14 +285,11 @@ impl BlockQueue for CacheQueue {
     }
 
     fn wait(&mut self, min: usize, out: &mut Vec<Completion>) {
-        self.wait_until(min, out, None);
+        self.wait_until(min, out, None, None);
     }
 
     fn wait_event(&mut self, out: &mut Vec<Completion>, fd: Option<RawFd>, timeout: std::time::Duration) -> bool {
-        if let Some(fd) = fd {
-            self.lower.arm_poll(fd);
-        }
-        self.wait_until(1, out, Some(now_ns() + timeout.as_nanos() as u64))
+        self.wait_until(1, out, fd, Some(now_ns() + timeout.as_nanos() as u64))
     }
 
     fn in_flight(&self) -> usize {
@@ -290,5 +298,23 @@ impl BlockQueue for CacheQueue {
 
     fn has_room(&self) -> bool {
         self.in_flight() < self.down.len()
+    }
+
+    fn depth(&self) -> usize {
+        self.down.len()
+    }
+
+    fn validate(&self, req: &Request) -> Result<()> {
+        self.lower.validate(req)
+    }
+
+    fn broken(&self) -> Option<&Error> {
+        self.lower.broken()
+    }
+
+    /// The layer below's, as the cache changes nothing of it (see
+    /// [`Cache::caps`]).
+    fn caps(&self) -> Caps {
+        self.cache.caps(self.lower.caps())
     }
 }

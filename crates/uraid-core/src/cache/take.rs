@@ -4,7 +4,10 @@
 //! waiting for durability), and what the queue tells the cache back when a
 //! request it sent down completes.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use crate::cache::{all_set, is_set, lock, set_bits, Cache, CacheMode, Line, Taken, CACHE_SECTOR};
+use crate::io::request::{Op, Request};
 
 impl Cache {
     /// Offers request `req` (with its data) to the cache; see [`Taken`].
@@ -210,28 +213,7 @@ impl Cache {
         // Listed with the gate held and the sequence number taken (under
         // `jorder` in journal mode, no write is half copied in): a write
         // before this one is in these lines, one after it is not yet.
-        let held = if mid_b > mid_a { self.held_lines(mid_a, (mid_b - mid_a) as usize) } else { Vec::new() };
-        for idx in held {
-            let base = idx * self.line;
-            let a = ((mid_a.max(base) - base) / CACHE_SECTOR) as usize;
-            let b = ((mid_b.min(base + self.line) - base) / CACHE_SECTOR) as usize;
-            let mut sh = self.shard(idx);
-            // Dropped since it was listed: nothing of it to zero.
-            let Some(line) = sh.lines.get_mut(&idx) else { continue };
-            if line.oldest == 0 {
-                // Clean: nothing of it is in flight; what it held of the
-                // range is no longer valid (reads go to the members).
-                for i in a..b {
-                    line.valid[i / 64] &= !(1 << (i % 64));
-                }
-                line.generation = self.next_generation();
-                continue;
-            }
-            // Dirty: zeroes, written by the flusher after any older bytes
-            // of the line it may have in flight.
-            line.data[a * CACHE_SECTOR as usize..b * CACHE_SECTOR as usize].fill(0);
-            self.made_dirty(line, a, b, seq, now);
-        }
+        self.zero_held_lines(mid_a, mid_b, seq, now);
         if mid_b > mid_a {
             lock(&self.zeroing).push((mid_a, mid_b, seq));
             self.zero_epoch.fetch_add(1, Ordering::AcqRel);
@@ -257,6 +239,36 @@ impl Cache {
             return Taken::Done(req.len);
         }
         Taken::MembersPart { offset: mid_a, len: (mid_b - mid_a) as usize }
+    }
+
+    /// A zeroing of the whole lines `[mid_a, mid_b)` (bytes), write `seq`
+    /// at clock `now`, in the lines the cache holds: a clean one forgets
+    /// the range (reads go to the members), a dirty one gets zeroes there
+    /// (dirty: written by the flusher after any older bytes of the line it
+    /// may have in flight). The gate and sequence number are held.
+    fn zero_held_lines(&self, mid_a: u64, mid_b: u64, seq: u64, now: u64) {
+        let held = if mid_b > mid_a { self.held_lines(mid_a, (mid_b - mid_a) as usize) } else { Vec::new() };
+        for idx in held {
+            let base = idx * self.line;
+            let a = ((mid_a.max(base) - base) / CACHE_SECTOR) as usize;
+            let b = ((mid_b.min(base + self.line) - base) / CACHE_SECTOR) as usize;
+            let mut sh = self.shard(idx);
+            // Dropped since it was listed: nothing of it to zero.
+            let Some(line) = sh.lines.get_mut(&idx) else { continue };
+            if line.oldest == 0 {
+                // Clean: nothing of it is in flight; what it held of the
+                // range is no longer valid (reads go to the members).
+                for i in a..b {
+                    line.valid[i / 64] &= !(1 << (i % 64));
+                }
+                line.generation = self.next_generation();
+                continue;
+            }
+            // Dirty: zeroes, written by the flusher after any older bytes
+            // of the line it may have in flight.
+            line.data[a * CACHE_SECTOR as usize..b * CACHE_SECTOR as usize].fill(0);
+            self.made_dirty(line, a, b, seq, now);
+        }
     }
 
     /// A writer waits for room: counted, and the flusher pressed to write
@@ -339,6 +351,8 @@ impl Cache {
             let mut sh = self.shard(idx);
             if sh.lines.get(&idx).is_some_and(|l| l.oldest == 0 && l.readers == 0) {
                 let l = sh.lines.remove(&idx).expect("present");
+                // A dirty line is never dropped before it is written back.
+                debug_assert!(l.dirty.iter().all(|&w| w == 0), "line {idx} evicted with dirty sectors");
                 self.cached.fetch_sub(self.line, Ordering::Relaxed);
                 lock(&self.pool).push(l.data);
             }

@@ -1,8 +1,10 @@
 //! The bottom of the data path: the request every layer speaks
 //! ([`request`]), I/O buffers ([`buf`]), the members themselves (files,
 //! block devices, emulated `mem:` drives: [`member`]), fault injection
-//! over any member ([`fault`]), what each member sits on ([`facts`]) and
-//! simulated drives for simulation tests ([`sim`]). Nothing here knows
+//! over any member ([`fault`]), what each member sits on ([`facts`]),
+//! simulated drives for simulation tests ([`sim`]) and a pass-through
+//! layer that counts what goes through it, the pattern of a new layer
+//! ([`tap`]). Nothing here knows
 //! about RAID, caches or arrays.
 
 pub mod buf;
@@ -11,3 +13,4 @@ pub mod fault;
 pub mod member;
 pub mod request;
 pub mod sim;
+pub mod tap;

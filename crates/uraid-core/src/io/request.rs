@@ -101,12 +101,45 @@ pub struct Rejected {
 }
 
 
+/// What a layer (and so the stack down from it) can do, as the exports
+/// need to know it: each layer answers from the answer of the one below
+/// ([`BlockQueue::caps`], [`BlockDevice::caps`]), so that an export never
+/// looks past the top of the stack (at the members) to decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// Size in bytes.
+    pub capacity: u64,
+    /// Smallest I/O unit in bytes: offsets and lengths are multiples.
+    pub block_size: u32,
+    /// Whether a discard (TRIM) is worth passing down: when false, an
+    /// export answers a discard at once, doing nothing (a discard is a
+    /// hint). See [`crate::volume::Volume::discards`].
+    pub discard: bool,
+    /// Whether [`Op::WriteZeroes`] is carried out (without sending zero
+    /// bytes from the caller).
+    pub write_zeroes: bool,
+    /// Whether a FUA write is durable when it completes.
+    pub fua: bool,
+    /// Whether a flush is needed for durability (a volatile cache below).
+    pub flush: bool,
+    /// Largest read or write in bytes.
+    pub max_request: usize,
+    /// The unit below which a write costs more (a chunk: parity is
+    /// rewritten), in bytes; 0 when there is none.
+    pub chunk: u64,
+    /// Bytes of data in one full stripe (the optimal write), 0 when there
+    /// is none (RAID 1, a remote export that did not say).
+    pub stripe_width: u64,
+}
+
 /// A per-thread queue of one layer of the data path: requests in, their
 /// completions out, each in its own time. Implemented by the RAID layer's
 /// queue ([`crate::raid::engine::RaidQueue`]), the cache layer's
-/// ([`crate::cache::queue::CacheQueue`]) and the stack of both
-/// ([`crate::volume::Queue`]); used by the NBD export, the load generator
-/// and the control path's blocking helpers.
+/// ([`crate::cache::queue::CacheQueue`], generic over the queue below it),
+/// the stack of both ([`crate::volume::Queue`]) and pass-through layers
+/// such as [`crate::io::tap::Tap`]; used by the NBD export, the load
+/// generator and the control path's blocking helpers. A layer above uses
+/// only this trait of the one below.
 pub trait BlockQueue {
     /// Queues `req`; its completion comes from a later wait. Errors (the
     /// request is handed back): `Busy` when the queue is full, `OutOfRange`
@@ -124,6 +157,19 @@ pub trait BlockQueue {
     fn in_flight(&self) -> usize;
     /// Whether [`push`](Self::push) would take one more request now.
     fn has_room(&self) -> bool;
+    /// Requests this queue can hold at once.
+    fn depth(&self) -> usize;
+    /// Checks `req` as [`push`](Self::push) would, without queueing it:
+    /// inside the device, aligned, not too long, with a large enough
+    /// buffer. Errors: `OutOfRange` past the end, `InvalidInput` otherwise.
+    fn validate(&self, req: &Request) -> Result<()>;
+    /// The error every request fails with once the queue failed for good
+    /// (its ring or connection is gone), if it has.
+    fn broken(&self) -> Option<&Error> {
+        None
+    }
+    /// What the stack from this layer down can do (see [`Caps`]).
+    fn caps(&self) -> Caps;
     /// Pushes `req` and waits for it alone (the queue must be otherwise
     /// idle): the control path's blocking I/O.
     fn run(&mut self, req: Request) -> Completion {
@@ -171,6 +217,8 @@ pub trait BlockDevice: Sync {
     fn capacity(&self) -> u64;
     /// Smallest I/O unit in bytes: offsets and lengths are multiples.
     fn block_size(&self) -> u32;
+    /// What the device's stack of layers can do (see [`Caps`]).
+    fn caps(&self) -> Caps;
     /// Makes every completed write durable (blocking).
     fn flush(&self) -> Result<()>;
 }

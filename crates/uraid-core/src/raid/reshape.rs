@@ -431,4 +431,18 @@ impl BlockQueue for ReshapeQueue {
     fn has_room(&self) -> bool {
         self.in_flight() < self.depth
     }
+
+    fn depth(&self) -> usize {
+        self.depth
+    }
+
+    fn validate(&self, req: &Request) -> crate::Result<()> {
+        self.old.validate(req)
+    }
+
+    /// The old layout's: the volume keeps its size and what it can do
+    /// until the reshape ends.
+    fn caps(&self) -> crate::io::request::Caps {
+        self.old.volume().caps()
+    }
 }

@@ -39,6 +39,22 @@ impl ExportInfo {
     pub fn read_only(&self) -> bool {
         self.flags & TF_READ_ONLY != 0
     }
+    /// What the export can do, as its transmission flags and block sizes
+    /// say (see [`Caps`](uraid_core::io::request::Caps)): no chunk, the
+    /// preferred block as the stripe.
+    pub fn caps(&self) -> uraid_core::io::request::Caps {
+        uraid_core::io::request::Caps {
+            capacity: self.size,
+            block_size: self.min_block,
+            discard: self.has(TF_SEND_TRIM),
+            write_zeroes: self.has(TF_SEND_WRITE_ZEROES),
+            fua: self.has(TF_SEND_FUA),
+            flush: self.has(TF_SEND_FLUSH),
+            max_request: self.max_payload as usize,
+            chunk: 0,
+            stripe_width: self.preferred_block as u64,
+        }
+    }
     pub(super) fn has(&self, f: u16) -> bool {
         self.flags & TF_HAS_FLAGS != 0 && self.flags & f != 0
     }

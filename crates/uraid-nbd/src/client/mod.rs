@@ -209,6 +209,10 @@ impl BlockDevice for NbdDevice {
         self.info.min_block
     }
 
+    fn caps(&self) -> uraid_core::io::request::Caps {
+        self.info.caps()
+    }
+
     /// NBD_CMD_FLUSH on a connection of its own; every connection's
     /// completed writes are covered when the server offers multi-conn
     /// (uraid serve does), as the spec says.

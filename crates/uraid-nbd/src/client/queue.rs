@@ -478,6 +478,23 @@ impl BlockQueue for NbdQueue {
     fn has_room(&self) -> bool {
         self.broken.is_none() && !self.free.is_empty()
     }
+
+    fn depth(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn validate(&self, req: &Request) -> Result<()> {
+        self.check(req).map(|_| ())
+    }
+
+    fn broken(&self) -> Option<&Error> {
+        self.broken.as_ref()
+    }
+
+    /// What the export said it can do at the handshake.
+    fn caps(&self) -> uraid_core::io::request::Caps {
+        self.info.caps()
+    }
 }
 
 impl Drop for NbdQueue {

@@ -82,17 +82,14 @@ impl Live {
     /// See [`Server::replace_volume`].
     fn replace(&self, vol: Arc<Volume>) -> Result<(), String> {
         let told = self.capacity.load(Ordering::Acquire);
-        if vol.capacity() < told || vol.block_size() != self.block_size {
+        let caps = vol.caps();
+        if caps.capacity < told || caps.block_size != self.block_size {
             return Err(format!(
                 "the new volume of export '{}' has {} bytes in blocks of {}, the clients were told {} in blocks of {}",
-                self.name,
-                vol.capacity(),
-                vol.block_size(),
-                told,
-                self.block_size
+                self.name, caps.capacity, caps.block_size, told, self.block_size
             ));
         }
-        let grown = vol.capacity();
+        let grown = caps.capacity;
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = vol;
         self.capacity.store(grown, Ordering::Release);
         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -326,9 +323,10 @@ impl Server {
     pub fn new(exports: Vec<Export>, mut opts: ServerOptions) -> Server {
         let exports = exports
             .into_iter()
-            .map(|e| Live {
-                capacity: AtomicU64::new(e.volume.capacity()),
-                block_size: e.volume.block_size(),
+            .map(|e| (e.volume.caps(), e))
+            .map(|(caps, e)| Live {
+                capacity: AtomicU64::new(caps.capacity),
+                block_size: caps.block_size,
                 name: e.name,
                 description: e.description,
                 current: std::sync::Mutex::new(e.volume),

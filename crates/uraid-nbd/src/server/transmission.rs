@@ -132,8 +132,8 @@ impl<'s> Transmission<'s> {
     pub(super) fn new(s: &'s mut Wire, live: &'s Live, structured: bool, opts: &ServerOptions, buffers: Arc<Buffers>) -> io::Result<Self> {
         let depth = opts.queue_depth.max(1);
         let (vol, generation) = live.volume();
-        let size = live.capacity.load(Ordering::Acquire).min(vol.capacity());
         let q = vol.queue(depth).map_err(|e| io::Error::other(e.to_string()))?;
+        let size = live.capacity.load(Ordering::Acquire).min(q.caps().capacity);
         live.active.fetch_add(1, Ordering::AcqRel);
         // A connection that arrives while the export is paused waits too:
         // it starts as if the export had moved since.
@@ -502,7 +502,7 @@ impl<'s> Transmission<'s> {
             if h.len > MAX_PAYLOAD && matches!(h.cmd, CMD_READ) {
                 return Err((EINVAL, "request larger than the maximum block size"));
             }
-            let bs = self.vol.block_size() as u64;
+            let bs = self.live.block_size as u64;
             if h.cmd != CMD_TRIM && (!h.offset.is_multiple_of(bs) || !(h.len as u64).is_multiple_of(bs)) {
                 return Err((EINVAL, "request not aligned to the minimum block size"));
             }
@@ -533,14 +533,15 @@ impl<'s> Transmission<'s> {
             CMD_FLUSH => (Op::Flush, 0, 0, None),
             CMD_TRIM => {
                 // Round inwards to whole blocks, as the spec allows for TRIM.
-                let bs = self.vol.block_size() as u64;
+                let bs = self.live.block_size as u64;
                 let start = h.offset.next_multiple_of(bs);
                 let end = (h.offset + h.len as u64) / bs * bs;
                 // TRIM is a hint the server may ignore (NBD spec): once a
                 // member has refused a discard, the engine would write
                 // zeros on it, so an fstrim would write all free space;
-                // md turns discard off for such an array too.
-                if end <= start || !self.vol.discards() {
+                // md turns discard off for such an array too. The stack
+                // says so (Caps::discard), asked anew each time.
+                if end <= start || !self.q.caps().discard {
                     self.reply_ok(&p, None);
                     return;
                 }

@@ -84,8 +84,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
-use crate::io::request::{BlockQueue, Request};
-use crate::raid::engine::RaidVolume;
 use crate::{bail, Error, IoBuf, Member, Result};
 
 mod record;
@@ -728,6 +726,9 @@ impl Journal {
             return None;
         }
         let seq = s.next_seq;
+        // The log's order: sequence numbers and places only increase, and
+        // a record never starts before the previous one ended.
+        debug_assert!(pos >= s.head && s.held.back().is_none_or(|h| h.seq < seq && h.pos < pos), "journal record {seq} at {pos} out of order");
         s.next_seq += 1;
         s.head = pos + self.record_span(len);
         s.held.push_back(Held { seq, pos, cache_seq, written: false });

@@ -2,7 +2,10 @@
 //! their reserved places with RWF_DSYNC, the header rewritten at each
 //! checkpoint as records retire, and reading back what was written.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use crate::cache::journal::{rows_shape_ok, Header, Journal, RecordKind, Reservation, State, COMMIT_WAIT, GROUP_BYTES, GROUP_RECORDS, HEADER_SIZE, RECORD_HEADER, RECORD_MAGIC};
+use crate::{Error, IoBuf, Result};
 
 impl Journal {
     /// Writes the record reserved as `r` (`kind`, volume byte `offset`,

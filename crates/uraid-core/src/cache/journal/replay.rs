@@ -3,7 +3,13 @@
 //! the RAID layer below the cache, then the members flushed and the log
 //! emptied.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::cache::journal::{new_nonce, rows_shape_ok, u32_at, u64_at, Found, Journal, RecordKind, HEADER_SIZE, RECORD_MAGIC};
+use crate::io::request::{BlockQueue, Request};
+use crate::raid::engine::{RaidQueue, RaidVolume};
+use crate::{Error, IoBuf, Result};
 
 impl Journal {
     /// Reads the valid records from the tail on, then writes their data to
@@ -63,45 +69,10 @@ impl Journal {
             let r = Request { op: crate::io::request::Op::WriteZeroes { no_hole: false }, offset: f.offset, len: f.piece as usize, buf: None, tag: 0, fua: false };
             q.run(r).result?;
         }
-        let sectors = (line / 512) as usize;
         let mut bytes = 0;
         let mut img = IoBuf::new(line as usize);
         for (idx, recs) in lines.iter_mut() {
-            recs.sort_by_key(|&i| (found[i].cache_seq, found[i].kind));
-            let base = *idx * line;
-            let mut covered = vec![false; sectors];
-            for &i in recs.iter() {
-                let f = found[i];
-                for (o, n, at) in f.pieces() {
-                    let a = o.max(base);
-                    let b = (o + n).min(base + line);
-                    if a >= b {
-                        continue;
-                    }
-                    if f.zeroes() {
-                        img[(a - base) as usize..(b - base) as usize].fill(0);
-                    } else {
-                        let mut part = IoBuf::new((b - a) as usize);
-                        self.read_at(&mut part, HEADER_SIZE + (f.pos % self.log_size) + self.unit() + at + (a - o))?;
-                        img[(a - base) as usize..(b - base) as usize].copy_from_slice(&part);
-                    }
-                    covered[((a - base) / 512) as usize..((b - base) / 512) as usize].iter_mut().for_each(|c| *c = true);
-                }
-            }
-            let mut s = 0;
-            while s < sectors {
-                if !covered[s] {
-                    s += 1;
-                    continue;
-                }
-                let e = (s..sectors).find(|&k| !covered[k]).unwrap_or(sectors);
-                let len = (e - s) * 512;
-                let mut buf = IoBuf::new(len);
-                buf.copy_from_slice(&img[s * 512..e * 512]);
-                q.run(Request::write(base + (s * 512) as u64, len, buf, 0)).result?;
-                bytes += len as u64;
-                s = e;
-            }
+            bytes += self.replay_line(&mut q, &found, recs, *idx * line, &mut img)?;
         }
         q.run(Request::flush(0)).result?;
         {
@@ -124,6 +95,52 @@ impl Journal {
             r => r?,
         }
         Ok((found.len() as u64, bytes))
+    }
+
+    /// Replays the records `recs` (indexes into `found`) of the line at
+    /// byte `base` of the volume: lays them over each other in `img` (a
+    /// line's bytes) in the order of their cache writes, then writes each
+    /// run they cover through `q`. Returns the bytes written. Errors:
+    /// `Io` (a journal read, a member write).
+    fn replay_line(&self, q: &mut RaidQueue, found: &[Found], recs: &mut [usize], base: u64, img: &mut IoBuf) -> Result<u64> {
+        let line = img.len() as u64;
+        let sectors = (line / 512) as usize;
+        let mut bytes = 0;
+        recs.sort_by_key(|&i| (found[i].cache_seq, found[i].kind));
+        let mut covered = vec![false; sectors];
+        for &i in recs.iter() {
+            let f = found[i];
+            for (o, n, at) in f.pieces() {
+                let a = o.max(base);
+                let b = (o + n).min(base + line);
+                if a >= b {
+                    continue;
+                }
+                if f.zeroes() {
+                    img[(a - base) as usize..(b - base) as usize].fill(0);
+                } else {
+                    let mut part = IoBuf::new((b - a) as usize);
+                    self.read_at(&mut part, HEADER_SIZE + (f.pos % self.log_size) + self.unit() + at + (a - o))?;
+                    img[(a - base) as usize..(b - base) as usize].copy_from_slice(&part);
+                }
+                covered[((a - base) / 512) as usize..((b - base) / 512) as usize].iter_mut().for_each(|c| *c = true);
+            }
+        }
+        let mut s = 0;
+        while s < sectors {
+            if !covered[s] {
+                s += 1;
+                continue;
+            }
+            let e = (s..sectors).find(|&k| !covered[k]).unwrap_or(sectors);
+            let len = (e - s) * 512;
+            let mut buf = IoBuf::new(len);
+            buf.copy_from_slice(&img[s * 512..e * 512]);
+            q.run(Request::write(base + (s * 512) as u64, len, buf, 0)).result?;
+            bytes += len as u64;
+            s = e;
+        }
+        Ok(bytes)
     }
 
     /// The record at `pos` if it is the valid record number `seq`.

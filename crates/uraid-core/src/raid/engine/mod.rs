@@ -881,6 +881,18 @@ impl BlockQueue for RaidQueue {
     fn has_room(&self) -> bool {
         RaidQueue::has_room(self)
     }
+    fn depth(&self) -> usize {
+        RaidQueue::depth(self)
+    }
+    fn validate(&self, req: &Request) -> Result<()> {
+        RaidQueue::validate(self, req)
+    }
+    fn broken(&self) -> Option<&Error> {
+        RaidQueue::broken(self)
+    }
+    fn caps(&self) -> crate::io::request::Caps {
+        self.vol.caps()
+    }
 }
 
 #[cfg(test)]

@@ -130,6 +130,37 @@ impl RaidVolume {
         self.block_size
     }
 
+    /// What the RAID layer can do (the bottom of every stack: see
+    /// [`crate::io::request::Caps`]). A discard is worth passing down on
+    /// RAID 0, 1 and 10 when every member discards (a block device with
+    /// `discard_max_bytes` 0, or one that refused a discard, or a file that
+    /// refused hole punching does not); on RAID 5 and 6 the discarded
+    /// stripes must read back as zeros (parity), so every member must zero
+    /// without writing zeros (a block device with WRITE_ZEROES, a file that
+    /// punches holes), as an `fstrim` would otherwise write all free space
+    /// (md's RAID 5 does not discard either unless told the drives return
+    /// zeros). Write-zeroes and FUA are always carried out.
+    pub fn caps(&self) -> crate::io::request::Caps {
+        let g = &self.geometry;
+        let parity = g.layout().is_some_and(|l| l.level().has_parity());
+        let stripe_width = match (g.level(), g.layout()) {
+            (crate::Level::Raid1, _) => 0,
+            (_, Some(l)) => l.stripe_data_width(),
+            (_, None) => g.chunk() * g.members() as u64,
+        };
+        crate::io::request::Caps {
+            capacity: self.capacity(),
+            block_size: self.block_size,
+            discard: self.members.iter().all(|m| if parity { m.zeroes_cheaply() } else { m.discards() }),
+            write_zeroes: true,
+            fua: true,
+            flush: true,
+            max_request: crate::io::request::MAX_REQUEST,
+            chunk: g.chunk(),
+            stripe_width,
+        }
+    }
+
     /// Makes a queue for the calling thread with room for `depth` logical
     /// requests in flight, straight to the members. Errors: `Unsupported`
     /// when io_uring is missing.
