@@ -71,46 +71,61 @@ pub(super) fn plan(sb: &Superblock, opts: &GrowOptions) -> Result<Change> {
         return plan_matrix(sb, opts);
     }
     let v = &sb.volumes[0];
-    let from = v.level;
-    let level = Level::from_number(from)?;
+    let level = Level::from_number(v.level)?;
     let n = sb.member_count as usize;
     let add = opts.add.len();
     if n + add > MAX_MEMBERS {
         bail!(InvalidInput, "array '{name}' has {n} members; {add} more would pass the most, {MAX_MEMBERS}. Nothing was written");
     }
     let chunk = opts.chunk.filter(|&c| c != v.chunk);
-    let to = opts.level.unwrap_or(from);
+    match opts.level.filter(|&to| to != v.level) {
+        None => plan_same_level(v, level, n, add, chunk),
+        Some(_) if chunk.is_some() => {
+            bail!(InvalidInput, "--chunk goes with --add alone: change the level first, then the chunk. Nothing was written")
+        }
+        Some(to) => plan_level_change(v, level, n, add, to),
+    }
+}
+
+/// [`plan`] at the volume's own level (`level`, over `n` members): `add`
+/// new members and/or another `chunk` (bytes): a restripe, or a RAID 1's
+/// new copies. Errors: as [`plan`].
+fn plan_same_level(v: &VolumeEntry, level: Level, n: usize, add: usize, chunk: Option<u64>) -> Result<Change> {
+    let from = v.level;
     let geometry = |l: Level, count: usize| Geometry::new(l, count, v.chunk, v.member_size);
-    if to == from {
-        if add == 0 && chunk.is_none() {
-            bail!(InvalidInput, "volume '{}' is RAID {from} already; nothing to do", v.name);
-        }
-        if !level.desc().has_stripes() {
-            if chunk.is_some() {
-                bail!(InvalidInput, "RAID {from} has no stripes: its chunk only cuts requests; nothing to restripe. Nothing was written");
-            }
-            return Ok(Change::Takeover(Takeover::Rebuilt(from)));
-        }
-        // A parity-last volume (after a takeover) is restriped into md's
-        // rotating layout.
-        let variant = crate::raid::layout::Variant::from_u8(v.layout).unwrap_or_default();
-        if add == 0 && variant != crate::raid::layout::Variant::Standard {
-            bail!(
-                Unsupported,
-                "volume '{}' keeps its parity on its last member; a chunk change over the same members is not there yet for \
-                 that layout: add a member with it (--add), which restripes it into the rotating layout. Nothing was written",
-                v.name
-            );
-        }
-        let new_g = match chunk {
-            Some(c) => rechunked(level, n + add, v, c)?,
-            None => geometry(level, n + add)?,
-        };
-        return Ok(Change::Restripe(geometry(level, n)?.with_variant(variant)?, new_g));
+    if add == 0 && chunk.is_none() {
+        bail!(InvalidInput, "volume '{}' is RAID {from} already; nothing to do", v.name);
     }
-    if chunk.is_some() {
-        bail!(InvalidInput, "--chunk goes with --add alone: change the level first, then the chunk. Nothing was written");
+    if !level.desc().has_stripes() {
+        if chunk.is_some() {
+            bail!(InvalidInput, "RAID {from} has no stripes: its chunk only cuts requests; nothing to restripe. Nothing was written");
+        }
+        return Ok(Change::Takeover(Takeover::Rebuilt(from)));
     }
+    // A parity-last volume (after a takeover) is restriped into md's
+    // rotating layout.
+    let variant = crate::raid::layout::Variant::from_u8(v.layout).unwrap_or_default();
+    if add == 0 && variant != crate::raid::layout::Variant::Standard {
+        bail!(
+            Unsupported,
+            "volume '{}' keeps its parity on its last member; a chunk change over the same members is not there yet for \
+             that layout: add a member with it (--add), which restripes it into the rotating layout. Nothing was written",
+            v.name
+        );
+    }
+    let new_g = match chunk {
+        Some(c) => rechunked(level, n + add, v, c)?,
+        None => geometry(level, n + add)?,
+    };
+    Ok(Change::Restripe(geometry(level, n)?.with_variant(variant)?, new_g))
+}
+
+/// [`plan`] to another level `to` (the volume is at `level`, over `n`
+/// members, `add` new ones given): md's takeovers, or RAID 1 over 2
+/// restriped as RAID 5 or 10. Errors: as [`plan`].
+fn plan_level_change(v: &VolumeEntry, level: Level, n: usize, add: usize, to: u32) -> Result<Change> {
+    let from = v.level;
+    let geometry = |l: Level, count: usize| Geometry::new(l, count, v.chunk, v.member_size);
     let target = Level::from_number(to)?;
     let cap = |l: Level, count: usize| geometry(l, count).map(|g| g.capacity());
     if n == 2 && add == 0 && matches!((from, to), (1, 10) | (10, 1)) {

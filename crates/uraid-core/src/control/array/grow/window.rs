@@ -5,6 +5,7 @@
 //! and the reshape goes on degraded while both layouts survive.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 
 use super::backup::{read_backup, spread_backup, write_backup};
@@ -168,49 +169,18 @@ pub(super) fn run(
     served: Option<&Served>,
 ) -> Result<GrowReport> {
     let t0 = crate::clock::now();
-    let r = sb.reshape.expect("a reshape is recorded");
-    let v = sb.volumes[r.volume as usize].clone();
-    let n = sb.member_count as usize;
-    let old_n = r.old_members as usize;
+    let mv = Mover::new(devs, sb, new_vol, health, served);
     let (old_g, new_g) = (*old_vol.geometry(), *new_vol.geometry());
-    let ((wo, _), (wn, un)) = (unit(&old_g), unit(&new_g));
     let (old_cap, new_cap) = (old_g.capacity(), new_g.capacity());
-    let mut report = GrowReport {
-        array: sb.name.clone(),
-        level: v.level,
-        members: (r.old_members, n as u32),
-        volumes: 1,
-        capacity: (old_cap, new_cap),
-        started_at: r.position,
-        bytes_read: 0,
-        bytes_written: 0,
-        backed_up_rows: 0,
-        seconds: 0.0,
-    };
-    let data_per_row = |bytes: u64| bytes / wn * un * n as u64;
+    let mut report = first_report(sb, (old_cap, new_cap));
     // A window that was being written from the backup: write it again.
-    if let Some(k) = r.backup {
-        let buf = read_backup(devs, sb, &k)?;
-        if let Some(l) = served {
-            l.state.lock_to(r.position + k.len);
-        }
-        new_vol.write_at(r.position, &buf)?;
-        new_vol.flush()?;
-        report.bytes_read += k.len;
-        report.bytes_written += data_per_row(k.len);
-        set_position(devs, sb, r.position + k.len, None)?;
-        if let Some(l) = served {
-            l.state.advance(r.position + k.len, false);
-        }
-    }
-    let backup_at = |len: u64| v.member_start + v.member_size - len.div_ceil(new_g.chunk()) * new_g.chunk();
-    let max_units = (if served.is_some() { SERVED_WINDOW } else { WINDOW } / wn).max(1);
+    mv.rewrite_backup(sb, &mut report)?;
+    let max_units = (if served.is_some() { SERVED_WINDOW } else { WINDOW } / mv.unit.0).max(1);
     let start = sb.reshape.expect("recorded").position;
     // The windows, in order: (logical start, length, through the backup).
     let spread = spread_backup(sb).map(|(_, room)| room);
     let windows = move || windows(&old_g, &new_g, start, max_units, spread);
     let mut paced = 0u64;
-    let crash = crate::io::fault::reshape_crash_point;
     // A reader thread reads the next window from the old layout while this
     // one writes the current one through the new layout: the next window's
     // sources are old rows past every row the current one writes (see the
@@ -227,63 +197,16 @@ pub(super) fn run(
         // Owned here: dropped when this returns, early or not, so that a
         // reader waiting to hand over a window ends before the scope joins it.
         let (rx, go_tx) = (rx, go_tx);
-        let old_vol = &old_vol;
-        scope.spawn(move || {
-            for (pos, len, _) in windows() {
-                if let Some(st) = state {
-                    if go_rx.recv().is_err() {
-                        return;
-                    }
-                    // Users' requests to the window wait from now on, and
-                    // those under way end first.
-                    st.lock_to(pos + len);
-                }
-                let mut data = vec![0u8; len as usize];
-                if pos < old_cap {
-                    let have = (old_cap - pos).min(len) as usize;
-                    if let Err(e) = move_window(old_vol, false, pos, &mut data[..have], wo) {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
-                }
-                if tx.send(Ok((pos, data))).is_err() {
-                    return;
-                }
-            }
-        });
+        scope.spawn(move || read_ahead(old_vol, windows(), state, &go_rx, &tx));
         for (window, (pos, len, critical)) in windows().enumerate() {
-            let window = window as u64;
             if served.is_some() {
                 let _ = go_tx.send(());
             }
-            let (at, mut data) = rx.recv().map_err(|_| Error::new(ErrorKind::Interrupted, "the reshape's reader thread ended early"))??;
+            let (at, data) = rx.recv().map_err(|_| Error::new(ErrorKind::Interrupted, "the reshape's reader thread ended early"))??;
             debug_assert_eq!((at, data.len() as u64), (pos, len));
+            debug_assert!(pos + len <= new_cap, "a reshape window ends inside the new layout");
             report.bytes_read += old_cap.saturating_sub(pos).min(len);
-            if critical {
-                // md's critical section: the bytes go to the backup area first.
-                let k = write_backup(devs, sb, health, &data, old_n, backup_at)?;
-                report.bytes_written += len;
-                report.backed_up_rows += len / wn;
-                set_position(devs, sb, pos, Some(k))?;
-                crash(window, "backed-up");
-            }
-            // In two halves, so that the crash tests can stop between them:
-            // whole rows (full stripes) when the window has several, else
-            // half a row (whole 512-byte blocks).
-            let half = if len >= 2 * wn { len / wn / 2 * wn } else { (len / 2) & !511 };
-            move_window(new_vol, true, pos, &mut data[..half as usize], wn)?;
-            crash(window, "half");
-            move_window(new_vol, true, pos + half, &mut data[half as usize..], wn)?;
-            new_vol.flush()?;
-            crash(window, "written");
-            report.bytes_written += data_per_row(len);
-            // A member the data paths failed meanwhile: the window was
-            // written without it (degraded), and the superblocks say so.
-            note_failures(sb, health)?;
-            set_position(devs, sb, pos + len, None)?;
-            if let Some(st) = state {
-                st.advance(pos + len, false);
-            }
+            mv.write_window(sb, window as u64, pos, data, critical, &mut report)?;
             progress(pos + len, new_cap);
             paced += len;
             crate::control::maint::pace(t0, paced, rate);
@@ -299,19 +222,191 @@ pub(super) fn run(
     }
     outcome?;
     report.seconds = crate::clock::since(t0).as_secs_f64();
-    if served.is_some() {
-        return Ok(report);
+    if served.is_none() {
+        end_volume(devs, sb)?;
     }
+    Ok(report)
+}
+
+/// The report of a run of the reshape `sb` records, before it moves
+/// anything: the volume's usable bytes before and after (`capacity`).
+fn first_report(sb: &Superblock, capacity: (u64, u64)) -> GrowReport {
+    let r = sb.reshape.expect("a reshape is recorded");
+    GrowReport {
+        array: sb.name.clone(),
+        level: sb.volumes[r.volume as usize].level,
+        members: (r.old_members, sb.member_count),
+        volumes: 1,
+        capacity,
+        started_at: r.position,
+        bytes_read: 0,
+        bytes_written: 0,
+        backed_up_rows: 0,
+        seconds: 0.0,
+    }
+}
+
+/// The reader thread of [`run`]: reads each window of `windows` from the
+/// old layout `old_vol` (its bytes past the old capacity are zeros) and
+/// hands it over `tx`; with a served array's `state`, each only once `go`
+/// says so, locked against the users from then on. Ends after the last
+/// window, after a read error (handed over), or when the writer is gone.
+fn read_ahead(
+    old_vol: &Arc<Volume>,
+    windows: impl Iterator<Item = (u64, u64, bool)>,
+    state: Option<&ReshapeState>,
+    go: &Receiver<()>,
+    tx: &SyncSender<Result<(u64, Vec<u8>)>>,
+) {
+    let old_cap = old_vol.geometry().capacity();
+    let wo = unit(old_vol.geometry()).0;
+    for (pos, len, _) in windows {
+        if let Some(st) = state {
+            if go.recv().is_err() {
+                return;
+            }
+            // Users' requests to the window wait from now on, and
+            // those under way end first.
+            st.lock_to(pos + len);
+        }
+        let mut data = vec![0u8; len as usize];
+        if pos < old_cap {
+            let have = (old_cap - pos).min(len) as usize;
+            if let Err(e) = move_window(old_vol, false, pos, &mut data[..have], wo) {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        }
+        if tx.send(Ok((pos, data))).is_err() {
+            return;
+        }
+    }
+}
+
+/// What the writing side of one [`run`] works with.
+struct Mover<'a> {
+    /// Every device, in slot order.
+    devs: &'a [Member],
+    /// The new layout.
+    new_vol: &'a Arc<Volume>,
+    /// The member states of the old layout and of the new one.
+    health: [&'a Health; 2],
+    served: Option<&'a Served<'a>>,
+    /// The new layout's unit (see [`unit`]): (logical bytes, member bytes).
+    unit: (u64, u64),
+    /// Roles in the new layout.
+    members: usize,
+    /// Roles in the old layout (the first new member's role).
+    old_n: usize,
+    /// The end of the volume's area on each member, in bytes.
+    area_end: u64,
+    /// The new layout's chunk, in bytes.
+    chunk: u64,
+}
+
+impl<'a> Mover<'a> {
+    fn new(devs: &'a [Member], sb: &Superblock, new_vol: &'a Arc<Volume>, health: [&'a Health; 2], served: Option<&'a Served<'a>>) -> Self {
+        let r = sb.reshape.expect("a reshape is recorded");
+        let v = &sb.volumes[r.volume as usize];
+        let g = new_vol.geometry();
+        Mover {
+            devs,
+            new_vol,
+            health,
+            served,
+            unit: unit(g),
+            members: sb.member_count as usize,
+            old_n: r.old_members as usize,
+            area_end: v.member_start + v.member_size,
+            chunk: g.chunk(),
+        }
+    }
+
+    /// Member bytes (data and parity) written for `bytes` logical bytes of
+    /// the new layout.
+    fn written_for(&self, bytes: u64) -> u64 {
+        bytes / self.unit.0 * self.unit.1 * self.members as u64
+    }
+
+    /// Where on the first new member the backup of a window of `len`
+    /// bytes goes: the last whole chunks of its area, which the new
+    /// layout writes last.
+    fn backup_at(&self, len: u64) -> u64 {
+        self.area_end - len.div_ceil(self.chunk) * self.chunk
+    }
+
+    /// The window that was being written from the backup when the reshape
+    /// stopped (if the record keeps one): written again from it, and the
+    /// position moved past it.
+    fn rewrite_backup(&self, sb: &mut Superblock, report: &mut GrowReport) -> Result<()> {
+        let r = sb.reshape.expect("a reshape is recorded");
+        let Some(k) = r.backup else { return Ok(()) };
+        let buf = read_backup(self.devs, sb, &k)?;
+        if let Some(l) = self.served {
+            l.state.lock_to(r.position + k.len);
+        }
+        self.new_vol.write_at(r.position, &buf)?;
+        self.new_vol.flush()?;
+        report.bytes_read += k.len;
+        report.bytes_written += self.written_for(k.len);
+        set_position(self.devs, sb, r.position + k.len, None)?;
+        if let Some(l) = self.served {
+            l.state.advance(r.position + k.len, false);
+        }
+        Ok(())
+    }
+
+    /// Writes window number `window`, `data` from logical byte `pos`,
+    /// through the new layout: to the backup area first when `critical`
+    /// (md's critical section, recorded with the position), then in place,
+    /// flushed; the members the data paths failed meanwhile are recorded,
+    /// then the position past the window (a served array's users go to the
+    /// new layout there from then on).
+    fn write_window(&self, sb: &mut Superblock, window: u64, pos: u64, mut data: Vec<u8>, critical: bool, report: &mut GrowReport) -> Result<()> {
+        let crash = crate::io::fault::reshape_crash_point;
+        let (len, wn) = (data.len() as u64, self.unit.0);
+        if critical {
+            // md's critical section: the bytes go to the backup area first.
+            let k = write_backup(self.devs, sb, self.health, &data, self.old_n, |len| self.backup_at(len))?;
+            report.bytes_written += len;
+            report.backed_up_rows += len / wn;
+            set_position(self.devs, sb, pos, Some(k))?;
+            crash(window, "backed-up");
+        }
+        // In two halves, so that the crash tests can stop between them:
+        // whole rows (full stripes) when the window has several, else
+        // half a row (whole 512-byte blocks).
+        let half = if len >= 2 * wn { len / wn / 2 * wn } else { (len / 2) & !511 };
+        move_window(self.new_vol, true, pos, &mut data[..half as usize], wn)?;
+        crash(window, "half");
+        move_window(self.new_vol, true, pos + half, &mut data[half as usize..], wn)?;
+        self.new_vol.flush()?;
+        crash(window, "written");
+        report.bytes_written += self.written_for(len);
+        // A member the data paths failed meanwhile: the window was
+        // written without it (degraded), and the superblocks say so.
+        note_failures(sb, self.health)?;
+        set_position(self.devs, sb, pos + len, None)?;
+        if let Some(l) = self.served {
+            l.state.advance(pos + len, false);
+        }
+        Ok(())
+    }
+}
+
+/// The end of a stopped array's run over a volume: the next volume's
+/// restripe recorded (a Matrix array), or the record dropped and the
+/// array clean; active after a served array's reshape that a crash cut
+/// (users' writes may have been cut too: the assemble that follows
+/// resyncs).
+fn end_volume(devs: &[Member], sb: &mut Superblock) -> Result<()> {
     let live = sb.reshape.expect("recorded").live;
     if next_volume(devs, sb)? {
-        return Ok(report);
+        return Ok(());
     }
     sb.reshape = None;
-    // A reshape of a served array that a crash cut: users' writes may
-    // have been cut too; the assemble that follows resyncs.
     sb.state = if live { State::Active } else { State::Clean };
-    persist_all(devs, sb)?;
-    Ok(report)
+    persist_all(devs, sb)
 }
 
 /// A Matrix array whose reshape `sb` records at the end of a volume that
@@ -388,6 +483,7 @@ pub(super) fn layouts_survive(sb: &Superblock, down: &[bool]) -> bool {
 /// the backup area, or none).
 fn set_position(devs: &[Member], sb: &mut Superblock, position: u64, backup: Option<ReshapeBackup>) -> Result<()> {
     let r = sb.reshape.as_mut().expect("a reshape is recorded");
+    debug_assert!(position >= r.position, "the reshape position moves forward only");
     r.position = position;
     r.backup = backup;
     persist_all(devs, sb)
