@@ -2,7 +2,14 @@
 //! (on its own device or on a member), and moving a journal when the member
 //! that holds it fails or is replaced.
 
-use super::*;
+use std::sync::Arc;
+
+use super::{open_journal_device, Array, VOLUME_ALIGN};
+use crate::control::superblock;
+use crate::io::member::{Member, MemberSpec};
+use crate::raid::health::MemberState;
+use crate::units::fmt_size;
+use crate::{bail, Error, ErrorKind, Result, Volume};
 
 /// What `uraid status` says of a volume whose journal is lost.
 pub const JOURNAL_LOST_WARNING: &str =

@@ -37,6 +37,14 @@ impl Meta {
 
     /// Rebuilds the per-role member list after a device came or went.
     pub(super) fn rebuild_roles(&mut self) -> Result<()> {
+        debug_assert!(self.devices.len() == self.sb.slots.len() && self.specs.len() == self.sb.slots.len(), "one device and spec per slot");
+        debug_assert!(
+            {
+                let held: Vec<_> = (0..self.devices.len()).filter(|&s| self.devices[s].is_some()).map(|s| self.sb.slots[s].uuid).collect();
+                held.iter().enumerate().all(|(i, u)| !held[..i].contains(u))
+            },
+            "each device held has a member UUID of its own"
+        );
         let end = self.sb.data_end();
         let roles = (0..self.n())
             .map(|r| match &self.devices[r] {
@@ -65,7 +73,9 @@ impl Meta {
                     self.sb.slots[r].resync_from_bitmap = false;
                 }
             }
+            let before = self.sb.events;
             self.sb.next_event()?;
+            debug_assert_eq!(self.sb.events, before + 1, "every superblock write is one event newer");
             let mut failed_role = false;
             for (slot, dev) in self.devices.iter().enumerate() {
                 let Some(m) = dev else { continue };

@@ -34,18 +34,17 @@
 //! with [`Array::volume`] before such a change still refer to the old
 //! devices, so take them again afterwards.
 
-use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::raid::bitmap::{Bitmap, BitmapDaemon};
-use crate::raid::geometry::{check_chunk, Geometry, Level, DEFAULT_CHUNK, MAX_MEMBERS};
+use crate::raid::geometry::DEFAULT_CHUNK;
 use crate::raid::health::{Health, MemberState};
 use crate::io::member::{check_distinct, Member, MemberSpec, OpenMode};
 use crate::control::superblock::{
-    self, fmt_uuid, DecodeError, Slot, State, Superblock, VolumeEntry, DATA_OFFSET, MAX_SPARES, MAX_VOLUMES,
+    self, fmt_uuid, DecodeError, Slot, Superblock, VolumeEntry, MAX_SPARES,
 };
 use crate::units::fmt_size;
-use crate::{bail, Error, ErrorKind, IoBuf, Result, Volume};
+use crate::{bail, Error, ErrorKind, Result, Volume};
 
 mod assemble;
 mod config;
@@ -66,7 +65,7 @@ pub use examine::*;
 pub use grow::{grow, resize, GrowOptions, GrowReport, LiveChange, LiveGrow, NewSize, ResizePlan, ResizeReport};
 pub use status::*;
 use meta::{placeholder, read_superblock, write_superblock, Meta};
-use survival::{describe_volume, down_roles, has_parity, is_redundant, level_tolerance, lost_volumes, volume_survives};
+use survival::{describe_volume, down_roles, level_tolerance, lost_volumes, volume_survives};
 
 /// Opens a member of an array (or one to become one): [`Member::open`],
 /// with the fault plans of the `URAID_FAILPOINT_*` variables stacked over
@@ -243,6 +242,7 @@ impl Array {
         journals: Vec<Arc<crate::cache::journal::Journal>>,
         inspect: bool,
     ) -> Result<Array> {
+        debug_assert_eq!(health.members(), meta.n(), "one member state per role");
         let meta = Arc::new(Mutex::new(meta));
         let hook_meta = Arc::downgrade(&meta);
         health.set_on_change(move |h, _role| match hook_meta.upgrade() {
@@ -364,6 +364,7 @@ impl From<DecodeError> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raid::geometry::{Geometry, Level};
 
     #[test]
     fn member_sizes_cover_the_asked_capacity() {

@@ -380,6 +380,7 @@ fn slot_order(a: &Array, n: usize, added: &[(MemberSpec, Member)]) -> Result<Vec
 /// old ones do, so a crash in between leaves no new member without a
 /// superblock (the freshest superblock, on a new member, speaks).
 fn persist_all(devs: &[Member], sb: &mut Superblock) -> Result<()> {
+    debug_assert_eq!(devs.len(), sb.slots.len(), "every device, in slot order");
     sb.next_event()?;
     // A role that failed (or is missing) keeps its old superblock.
     let up = |slot: usize| !matches!(sb.slots[slot].state, MemberState::Faulty | MemberState::Missing);
