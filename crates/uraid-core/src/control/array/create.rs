@@ -375,7 +375,7 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
     }
     meta.persist(&health)?;
     let mut arr = Array::new(meta, health, bitmap, warnings, Vec::new(), false)?;
-    arr.replayed = true;
+    arr.vols.set_replayed();
     arr.start_daemon();
     Ok(arr)
 }

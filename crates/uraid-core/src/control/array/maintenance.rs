@@ -45,13 +45,13 @@ impl Array {
         for i in 0..entries.len() {
             self.replay_journal(i)?;
         }
-        self.replayed = true;
+        self.vols.set_replayed();
         if unclean {
             let ranges = {
                 let m = self.meta();
                 dirty_ranges(&m.sb, self.bitmap.as_deref())
             };
-            for (v, vol) in entries.iter().zip(&self.volumes) {
+            for (v, vol) in entries.iter().zip(self.vols.all()) {
                 if !is_redundant(v) {
                     continue;
                 }
@@ -136,7 +136,7 @@ impl Array {
         }
         if self.health.unclean() {
             // Flush what can be, keep the bitmap and the unclean state.
-            for v in &self.volumes {
+            for v in self.vols.all() {
                 let _ = v.flush();
             }
             self.daemon = None;
@@ -147,7 +147,7 @@ impl Array {
                 self.name()
             );
         }
-        for v in &self.volumes {
+        for v in self.vols.all() {
             if !self.health.writes_stopped() {
                 v.close_cache()?;
                 v.flush()?;
@@ -208,7 +208,7 @@ impl Array {
             };
             let only_dirty = self.meta().sb.slots[role as usize].resync_from_bitmap && self.bitmap.is_some();
             let opts = crate::control::maint::RebuildOptions { rate, checkpoint: &checkpoint, only_dirty };
-            let report = crate::control::maint::rebuild(&self.volumes, role, &opts, &mut |d, t| progress(role, d, t))?;
+            let report = crate::control::maint::rebuild(self.vols.all(), role, &opts, &mut |d, t| progress(role, d, t))?;
             self.health.set_state(role, MemberState::Active);
             self.persist()?;
             reports.push(report);
@@ -248,6 +248,6 @@ impl Array {
         if !is_redundant(v) {
             bail!(InvalidInput, "{} has no redundancy to check", describe_volume(v));
         }
-        crate::control::maint::check_part(&self.volumes[index], repair, opts, report, progress)
+        crate::control::maint::check_part(&self.vols.all()[index], repair, opts, report, progress)
     }
 }

@@ -44,7 +44,7 @@ use crate::control::superblock::{
     self, fmt_uuid, DecodeError, Slot, Superblock, VolumeEntry, MAX_SPARES,
 };
 use crate::units::fmt_size;
-use crate::{bail, Error, ErrorKind, Result, Volume};
+use crate::{bail, Error, ErrorKind, Result};
 
 mod assemble;
 mod config;
@@ -65,6 +65,7 @@ pub use examine::*;
 pub use grow::{grow, resize, GrowOptions, GrowReport, LiveChange, LiveGrow, NewSize, ResizePlan, ResizeReport};
 pub use status::*;
 use meta::{placeholder, read_superblock, write_superblock, Meta};
+use volumes::VolumeSet;
 use survival::{describe_volume, down_roles, level_tolerance, lost_volumes, volume_survives};
 
 /// Opens a member of an array (or one to become one): [`Member::open`],
@@ -183,19 +184,14 @@ pub struct Array {
     health: Arc<Health>,
     bitmap: Option<Arc<Bitmap>>,
     daemon: Option<BitmapDaemon>,
-    volumes: Vec<Arc<Volume>>,
+    /// The volumes, their journals, whether those were replayed.
+    vols: VolumeSet,
     warnings: Vec<String>,
     /// Opened with `inspect`: never activated.
     inspect: bool,
     /// Devices given that are no longer members (removed or replaced),
     /// left out of an array opened with `inspect`.
     pub(super) stale: Vec<String>,
-    /// The journal devices given (journal cache mode), each named by a
-    /// volume entry's journal UUID.
-    journals: Vec<Arc<crate::cache::journal::Journal>>,
-    /// The journals were replayed (by [`activate`](Self::activate), or the
-    /// array is new): their records are all in the caches now.
-    replayed: bool,
     /// A reshape of the served array is under way ([`Array::grow_live`]):
     /// this array writes no superblock; the reshape's are the truth.
     frozen: bool,
@@ -249,8 +245,8 @@ impl Array {
             Some(m) => m.lock().unwrap_or_else(|e| e.into_inner()).persist(h),
             None => Ok(()),
         });
-        let mut a = Array { meta, health, bitmap, daemon: None, volumes: Vec::new(), warnings, inspect, journals, replayed: false, stale: Vec::new(), frozen: false, released: Arc::new(Mutex::new(Vec::new())) };
-        for j in &a.journals {
+        let mut a = Array { meta, health, bitmap, daemon: None, vols: VolumeSet::new(journals), warnings, inspect, stale: Vec::new(), frozen: false, released: Arc::new(Mutex::new(Vec::new())) };
+        for j in a.vols.journals() {
             a.watch_journal(j);
         }
         a.build_volumes()?;

@@ -249,8 +249,8 @@ impl Array {
             meta: self.meta.clone(),
             health: self.health.clone(),
             bitmap: self.bitmap.clone(),
-            volumes: self.volumes.clone(),
-            replayed: self.replayed,
+            volumes: self.vols.all().to_vec(),
+            replayed: self.vols.replayed(),
             stale: self.stale.clone(),
             released: self.released.clone(),
         }

@@ -234,7 +234,7 @@ impl Array {
         }
         let v = sb.volumes[0].clone();
         let cached = sb.volumes.iter().find(|v| v.cache_mode != crate::cache::CacheMode::Off.to_u8());
-        if cached.is_some() || !self.journals.is_empty() {
+        if cached.is_some() || !self.vols.journals().is_empty() {
             let v = cached.unwrap_or(&v);
             bail!(
                 Unsupported,
@@ -291,7 +291,7 @@ impl Array {
         self.frozen = true;
         self.health.set_on_change(|_, _| Ok(()));
         self.daemon = None;
-        let old_raid = self.volumes[0].raid().clone();
+        let old_raid = self.vols.all()[0].raid().clone();
         let state = ReshapeState::new(0);
         let volume = Volume::reshaping(old_raid.clone(), new_raid.clone(), state.clone());
         let report = GrowReport {

@@ -92,7 +92,7 @@ impl Array {
         if sb.reshape.is_some() {
             bail!(Membership, "array '{name}' is in the middle of a reshape; assemble it (which finishes it), then grow it. Nothing was written");
         }
-        if sb.state != State::Clean && !self.replayed {
+        if sb.state != State::Clean && !self.vols.replayed() {
             bail!(Membership, "array '{name}' was not stopped cleanly; assemble it (which resyncs it) and stop it, then grow. Nothing was written");
         }
         if let Some(r) = (0..self.member_count()).find(|&r| self.health.state(r) != MemberState::Active) {
@@ -229,9 +229,8 @@ impl Array {
                 self.start_daemon();
             }
         }
-        let old = std::mem::take(&mut self.volumes);
-        let count = self.meta().sb.volumes.len();
-        self.volumes = (0..count).map(|j| self.make_volume(j, if j == plan.volume { None } else { old.get(j) })).collect::<Result<_>>()?;
+        let over = self.over();
+        self.vols.rebuild(&over, Some(plan.volume))?;
         Ok(ResizeReport {
             array: name,
             volume: v.name,

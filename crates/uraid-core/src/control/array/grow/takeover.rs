@@ -112,7 +112,7 @@ impl Array {
         let added = open_added(self, opts)?;
         let (devs, specs, mut new_sb) = takeover(self, sb, t, &added)?;
         quiet()?;
-        for v in &self.volumes {
+        for v in self.vols.all() {
             v.flush()?;
         }
         // The users are quiet and their writes on the members: the new
