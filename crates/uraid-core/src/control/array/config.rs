@@ -2,7 +2,14 @@
 //! (on its own device or on a member), and moving a journal when the member
 //! that holds it fails or is replaced.
 
-use super::*;
+use std::sync::Arc;
+
+use super::{open_journal_device, Array, VOLUME_ALIGN};
+use crate::control::superblock;
+use crate::io::member::{Member, MemberSpec};
+use crate::raid::health::MemberState;
+use crate::units::fmt_size;
+use crate::{bail, Error, ErrorKind, Result, Volume};
 
 /// What `uraid status` says of a volume whose journal is lost.
 pub const JOURNAL_LOST_WARNING: &str =
@@ -51,7 +58,7 @@ impl Array {
             bail!(InvalidInput, "the journal mode needs a journal device: give --journal DEVICE");
         }
         for &i in &chosen {
-            crate::cache::Cache::check_config(&self.volumes[i], cfg)
+            crate::cache::Cache::check_config(&self.vols.all()[i], cfg)
                 .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("volume '{}': {e}", entries[i].name)))?;
         }
         // A journal left behind would take its records with it: they go to
@@ -121,7 +128,7 @@ impl Array {
             None => bail!(InvalidInput, "a journal serves one volume and array '{}' has {}; name it with --volume", self.name(), entries.len()),
         };
         let cfg = crate::cache::CacheConfig { mode: crate::cache::CacheMode::Journal, ..*cfg };
-        crate::cache::Cache::check_config(&self.volumes[i], &cfg)
+        crate::cache::Cache::check_config(&self.vols.all()[i], &cfg)
             .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("volume '{}': {e}", entries[i].name)))?;
         let id = crate::cache::journal::JournalId { array: self.meta().sb.array_uuid, volume: entries[i].uuid, journal: superblock::new_uuid() };
         let (member, region, host) = match self.slot_of(spec) {
@@ -166,7 +173,7 @@ impl Array {
         }
         let j = Arc::new(j);
         self.watch_journal(&j);
-        self.journals.push(j);
+        self.vols.add_journal(j);
         self.persist()?;
         Ok(entries[i].name.clone())
     }
@@ -203,7 +210,7 @@ impl Array {
 
     /// The journals of the volumes that lie on role `role`.
     pub(super) fn journals_on(&self, role: u32) -> Vec<Arc<crate::cache::journal::Journal>> {
-        self.volumes
+        self.vols.all()
             .iter()
             .filter_map(|v| v.cache().and_then(|c| c.journal()).cloned())
             .filter(|j| j.host_role() == Some(role))
@@ -217,21 +224,21 @@ impl Array {
     /// or the write-back; the journals are then still in use.
     pub(super) fn lose_journals_on(&mut self, role: u32) -> Result<()> {
         let on_role = |v: &Arc<Volume>| v.cache().and_then(|c| c.journal()).is_some_and(|j| j.host_role() == Some(role));
-        if !self.replayed && !self.inspect {
-            for i in 0..self.volumes.len() {
-                if on_role(&self.volumes[i]) {
+        if !self.vols.replayed() && !self.inspect {
+            for i in 0..self.vols.all().len() {
+                if on_role(&self.vols.all()[i]) {
                     self.replay_journal(i)?;
                 }
             }
         }
-        for v in self.volumes.iter().filter(|v| on_role(v)) {
+        for v in self.vols.all().iter().filter(|v| on_role(v)) {
             v.cache().expect("a journal has a cache").drain()?;
         }
         for j in self.journals_on(role) {
             j.mark_lost();
         }
         // Writes that came meanwhile, recorded in the journal just lost.
-        for v in self.volumes.iter().filter(|v| on_role(v)) {
+        for v in self.vols.all().iter().filter(|v| on_role(v)) {
             v.cache().expect("a journal has a cache").drain()?;
         }
         Ok(())

@@ -3,7 +3,18 @@
 //! superblocks (and zeroes the volume areas); `temporary` arrays for the
 //! benchmarks.
 
-use super::*;
+use std::sync::Arc;
+
+use super::meta::Meta;
+use super::survival::is_redundant;
+use super::{check_member_journal_size, open_member, probe, Array, CreateOptions, VolumeSpec, VOLUME_ALIGN};
+use crate::control::superblock::{self, Slot, State, Superblock, VolumeEntry, DATA_OFFSET, MAX_VOLUMES};
+use crate::io::member::{check_distinct, Member, MemberSpec, OpenMode};
+use crate::raid::bitmap::Bitmap;
+use crate::raid::geometry::{check_chunk, Geometry, Level, MAX_MEMBERS};
+use crate::raid::health::{Health, MemberState};
+use crate::units::fmt_size;
+use crate::{bail, Error, ErrorKind, IoBuf, Result, Volume};
 
 /// Builds an array that lives only in this process (no superblock is
 /// written): RAID 0 over `members` with `chunk`, data from 1 MiB on, as a
@@ -336,14 +347,49 @@ pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<V
 /// region, a drive named twice), `Busy` (member in use), `WouldDestroy` (a
 /// member holds a superblock or filesystem and `force` is off), `TooSmall`.
 pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
+    // Check what needs no device first, so that a bad level or size is
+    // reported before a missing or busy member.
+    check_request(specs, opts)?;
+    check_distinct(specs)?;
+    let members = specs.iter().map(|s| open_free(s, !opts.force)).collect::<Result<Vec<_>>>()?;
+    let volumes = plan_volumes(opts, &members)?;
+    let bitmap_region = bitmap_region_for(opts, volumes.iter().any(is_redundant))?;
+    let warnings = size_warnings(&members);
+    let sb = first_superblock(opts, members.len(), bitmap_region, volumes);
+    let health = Arc::new(Health::new(members.len()));
+    let specs_kept = specs.iter().cloned().map(Some).collect();
+    let mut meta = Meta { sb, devices: members.into_iter().map(Some).collect(), specs: specs_kept, roles: Arc::new(Vec::new()) };
+    meta.rebuild_roles()?;
+    let end = meta.sb.data_end();
+    // First write: the bitmap area (it checks the region size against the
+    // room it has before writing).
+    let bitmap = if bitmap_region > 0 {
+        Some(Arc::new(Bitmap::create(meta.roles.clone(), health.clone(), bitmap_region, end)?))
+    } else {
+        None
+    };
+    for m in meta.roles.iter() {
+        for v in &meta.sb.volumes {
+            zero_range(m, v.member_start, v.member_size)?;
+        }
+    }
+    meta.persist(&health)?;
+    let mut arr = Array::new(meta, health, bitmap, warnings, Vec::new(), false)?;
+    arr.vols.set_replayed();
+    arr.start_daemon();
+    Ok(arr)
+}
+
+/// The checks of `create` that need no device: chunk, level, names, the
+/// member count and each volume's level against it. Errors:
+/// `InvalidInput`, as [`create`].
+fn check_request(specs: &[MemberSpec], opts: &CreateOptions) -> Result<()> {
     check_chunk(opts.chunk)?;
     Level::from_number(opts.level)?;
     superblock::check_name(&opts.name)?;
     if specs.is_empty() || specs.len() > MAX_MEMBERS {
         bail!(InvalidInput, "an array needs 1 to {MAX_MEMBERS} members, {} given", specs.len());
     }
-    // Check what needs no device first, so that a bad level or size is
-    // reported before a missing or busy member.
     for v in &opts.volumes {
         superblock::check_name_of("volume", &v.name)?;
         let l = Level::from_number(v.level)?;
@@ -371,11 +417,15 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
             );
         }
     }
-    check_distinct(specs)?;
-    let members = specs.iter().map(|s| open_free(s, !opts.force)).collect::<Result<Vec<_>>>()?;
-    let volumes = plan_volumes(opts, &members)?;
-    let redundant = volumes.iter().any(is_redundant);
-    let bitmap_region = match opts.bitmap_region {
+    Ok(())
+}
+
+/// The write-intent bitmap's region size in bytes for `opts` (0: no
+/// bitmap), `redundant` telling whether a volume is. Errors:
+/// `InvalidInput` for a bitmap without a redundant volume, or a region
+/// that is not a power of two of at least 4 KiB.
+fn bitmap_region_for(opts: &CreateOptions, redundant: bool) -> Result<u64> {
+    Ok(match opts.bitmap_region {
         None if redundant => crate::raid::bitmap::DEFAULT_REGION,
         None | Some(0) => 0,
         Some(_) if !redundant => bail!(
@@ -388,7 +438,12 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
             "bitmap region size {r} bytes is not valid: it must be a power of two of at least 4K (default 64M)"
         ),
         Some(r) => r,
-    };
+    })
+}
+
+/// The warning for members of unequal sizes (the larger ones are used up
+/// to the smallest), if they are.
+fn size_warnings(members: &[Member]) -> Vec<String> {
     let min = members.iter().map(Member::size).min().unwrap_or(0);
     let max = members.iter().map(Member::size).max().unwrap_or(0);
     let mut warnings = Vec::new();
@@ -402,13 +457,19 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
             fmt_size(lost)
         ));
     }
-    let n = members.len();
+    warnings
+}
+
+/// The superblock of a new array of `n` members (each active, with a new
+/// UUID) holding `volumes`, active, event counter 0 (the first write
+/// makes it 1).
+fn first_superblock(opts: &CreateOptions, n: usize, bitmap_region: u64, volumes: Vec<VolumeEntry>) -> Superblock {
     let array_uuid = superblock::new_uuid();
     let now = superblock::unix_now();
     let slots: Vec<Slot> = (0..n)
         .map(|_| Slot { uuid: superblock::new_uuid(), state: MemberState::Active, resync_from_bitmap: false, recovery_offset: None })
         .collect();
-    let sb = Superblock {
+    Superblock {
         array_uuid,
         member_uuid: slots[0].uuid,
         name: opts.name.clone(),
@@ -422,27 +483,5 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
         slots,
         volumes,
         reshape: None,
-    };
-    let health = Arc::new(Health::new(n));
-    let specs_kept = specs.iter().cloned().map(Some).collect();
-    let mut meta = Meta { sb, devices: members.into_iter().map(Some).collect(), specs: specs_kept, roles: Arc::new(Vec::new()) };
-    meta.rebuild_roles()?;
-    let end = meta.sb.data_end();
-    // First write: the bitmap area (it checks the region size against the
-    // room it has before writing).
-    let bitmap = if bitmap_region > 0 {
-        Some(Arc::new(Bitmap::create(meta.roles.clone(), health.clone(), bitmap_region, end)?))
-    } else {
-        None
-    };
-    for m in meta.roles.iter() {
-        for v in &meta.sb.volumes {
-            zero_range(m, v.member_start, v.member_size)?;
-        }
     }
-    meta.persist(&health)?;
-    let mut arr = Array::new(meta, health, bitmap, warnings, Vec::new(), false)?;
-    arr.replayed = true;
-    arr.start_daemon();
-    Ok(arr)
 }

@@ -2,7 +2,15 @@
 //! rebuild progress, per slot its role and state, live or as recorded in
 //! the superblocks.
 
-use super::*;
+use std::sync::{Arc, Mutex};
+
+use super::meta::Meta;
+use super::survival::{down_roles, is_redundant, level_tolerance, volume_survives};
+use super::{Array, Released, JOURNAL_LOST_WARNING, WRITEBACK_WARNING};
+use crate::control::superblock::{self, fmt_uuid, State, Superblock, VolumeEntry};
+use crate::raid::bitmap::Bitmap;
+use crate::raid::health::{Health, MemberState};
+use crate::Volume;
 
 /// A member of an array as `uraid status` shows it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -241,8 +249,8 @@ impl Array {
             meta: self.meta.clone(),
             health: self.health.clone(),
             bitmap: self.bitmap.clone(),
-            volumes: self.volumes.clone(),
-            replayed: self.replayed,
+            volumes: self.vols.all().to_vec(),
+            replayed: self.vols.replayed(),
             stale: self.stale.clone(),
             released: self.released.clone(),
         }
