@@ -292,8 +292,14 @@ impl<L: BlockQueue> BlockQueue for CacheQueue<L> {
         self.wait_until(1, out, fd, Some(now_ns() + timeout.as_nanos() as u64))
     }
 
+    /// What this layer holds: requests sent below (counted by the tags
+    /// this layer gave them until their completion came up, not by the
+    /// layer below, which may have finished one whose completion it has not
+    /// handed up yet), completed here, or parked on the cache.
     fn in_flight(&self) -> usize {
-        self.lower.in_flight() + self.ready.len() + self.parked.len()
+        let below = self.down.len() - self.free.len();
+        debug_assert!(self.lower.in_flight() <= below, "the layer below holds requests this layer never sent");
+        below + self.ready.len() + self.parked.len()
     }
 
     fn has_room(&self) -> bool {
