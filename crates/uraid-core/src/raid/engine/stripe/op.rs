@@ -41,6 +41,10 @@ impl RaidQueue {
     /// Adds a member I/O to stripe operation `idx`; `ptr` is the memory it
     /// reads into or writes from (`len` bytes; none for fallocate).
     pub(super) fn sop_piece(&mut self, idx: usize, op: Op, member: u32, offset: u64, len: usize, ptr: *mut u8) {
+        debug_assert!(
+            (member as usize) < self.vol.members().len() && offset + len as u64 <= self.vol.data_offset() + self.vol.geometry().member_size(),
+            "a stripe piece of {len} bytes at {offset} is outside member {member}'s data area"
+        );
         if op == Op::Read {
             self.vol.stripe_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -136,6 +140,7 @@ impl RaidQueue {
             v[k] = q;
             k += 1;
         }
+        debug_assert!((0..k).all(|i| !v[..i].contains(&v[i])), "stripe {s}: a member twice in {:?}", &v[..k]);
         (v, k)
     }
 
