@@ -65,6 +65,7 @@ impl Slot {
     /// write, discard or zeroing, filled and checked) by `geometry` into
     /// member pieces at `data_offset` on each member, merging pieces
     /// contiguous on one member into one vectored I/O.
+    #[inline]
     pub(super) fn split(&mut self, geometry: &Geometry, data_offset: u64) {
         let (offset, len) = (self.offset, self.len);
         let mut last = [usize::MAX; MAX_MEMBERS];
