@@ -1,11 +1,13 @@
 //! Address mapping: where each logical byte of a volume lives on the members.
 //!
-//! Pure functions, no I/O. RAID 0 (striping) follows Linux md's raid0 with
-//! equal members: logical chunk `c` goes to member `c % n` at member chunk
-//! `c / n`. One member is the identity map, which is how a raw drive is
+//! Pure functions, no I/O. RAID 0's placement is its level's
+//! ([`Raid0`]: md's raid0 with equal members, logical chunk `c` on member
+//! `c % n` at member chunk `c / n`); the redundant levels go through a
+//! [`Layout`]. One member is the identity map, which is how a raw drive is
 //! benchmarked through the same engine as an array.
 
 use crate::raid::layout::{Layout, RedundantLevel};
+use crate::raid::level::Raid0;
 use crate::{bail, Result};
 
 pub use crate::raid::chunk::{check_chunk, Segment, DEFAULT_CHUNK, MAX_CHUNK, MAX_MEMBERS, MIN_CHUNK};
@@ -83,12 +85,12 @@ impl Geometry {
                  but only {member_size} bytes are available; use larger members or a smaller --chunk"
             );
         }
-        Ok(Geometry { level: Level::Raid0, members: members as u32, chunk, member_size, layout: None })
+        Ok(Geometry { level: Raid0::LEVEL, members: members as u32, chunk, member_size, layout: None })
     }
 
     /// The identity layout of one raw device of `size` bytes.
     pub fn single(size: u64) -> Geometry {
-        Geometry { level: Level::Raid0, members: 1, chunk: MAX_CHUNK, member_size: size, layout: None }
+        Geometry { level: Raid0::LEVEL, members: 1, chunk: MAX_CHUNK, member_size: size, layout: None }
     }
 
     /// RAID level.
@@ -127,19 +129,15 @@ impl Geometry {
     /// offset in that member's data area). `offset` must be below
     /// [`capacity`](Self::capacity). For the redundant levels see
     /// [`Layout::data_locations`].
+    #[inline]
     pub fn locate(&self, offset: u64) -> (u32, u64) {
-        let n = self.members as u64;
-        let chunk_no = offset / self.chunk;
-        let within = offset % self.chunk;
-        ((chunk_no % n) as u32, (chunk_no / n) * self.chunk + within)
+        Raid0::locate(self.members as u64, self.chunk, offset)
     }
 
     /// Inverse of [`locate`](Self::locate): the logical byte stored at
     /// `member_offset` of `member`.
     pub fn logical(&self, member: u32, member_offset: u64) -> u64 {
-        let n = self.members as u64;
-        let stripe = member_offset / self.chunk;
-        (stripe * n + member as u64) * self.chunk + member_offset % self.chunk
+        Raid0::logical(self.members as u64, self.chunk, member, member_offset)
     }
 
     /// Calls `f` for each piece of the logical range `[offset, offset+len)`
@@ -153,6 +151,7 @@ impl Geometry {
             let (member, member_offset) = self.locate(pos);
             let room = if self.members == 1 { end - pos } else { self.chunk - pos % self.chunk };
             let n = room.min(end - pos);
+            debug_assert!(member < self.members && member_offset + n <= self.member_size, "segment outside member {member}");
             f(Segment { member, member_offset, buf_offset: (pos - offset) as usize, len: n as usize });
             pos += n;
         }

@@ -57,16 +57,13 @@
 //! stripes it could not resync ([`resync_report`]'s
 //! [`CheckReport::stripes_unchecked`]) so the caller can report them.
 
-use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
 
 use crate::volume::Volume;
-use crate::raid::health::MemberState;
-use crate::raid::layout::{Layout, RedundantLevel, Role};
-use crate::raid::locks::StripeGuard;
+use crate::raid::health::Health;
+use crate::raid::layout::{Layout, Role};
+use crate::raid::level::Copies;
 use crate::raid::parity::Kernel;
-use crate::{bail, Error, ErrorKind, IoBuf, Result};
+use crate::{Error, ErrorKind, IoBuf, Result};
 
 
 mod rebuild;
@@ -190,33 +187,7 @@ pub struct CheckReport {
 /// Rows a batch of `l` covers: [`BATCH_BYTES`] per member, at most
 /// [`MAX_BATCH_STRIPES`] stripes, at least one row.
 fn batch_rows(l: &Layout) -> u64 {
-    let stripes_per_row = match l.level() {
-        RedundantLevel::Raid10 => (l.members() as u64).div_ceil(2) + 1,
-        _ => 1,
-    };
-    (BATCH_BYTES / l.chunk()).min(MAX_BATCH_STRIPES / stripes_per_row).max(1)
-}
-
-/// The stripes with a chunk in member rows `[ra, rb)` (`ra < rb`).
-fn stripes_of_rows(l: &Layout, ra: u64, rb: u64) -> Range<u64> {
-    match l.level() {
-        RedundantLevel::Raid10 => {
-            let n = l.members() as u64;
-            (ra * n / 2).min(l.stripes())..((rb * n - 1) / 2 + 1).min(l.stripes())
-        }
-        _ => ra..rb,
-    }
-}
-
-/// The member rows holding stripes `[s0, s1)` (`s0 < s1`).
-fn rows_of_stripes(l: &Layout, s0: u64, s1: u64) -> Range<u64> {
-    match l.level() {
-        RedundantLevel::Raid10 => {
-            let n = l.members() as u64;
-            2 * s0 / n..(2 * s1 - 1) / n + 1
-        }
-        _ => s0..s1,
-    }
+    (BATCH_BYTES / l.chunk()).min(MAX_BATCH_STRIPES / l.stripes_per_row()).max(1)
 }
 
 /// `&mut bufs[a]` and `&bufs[b]`, `a != b`.
@@ -237,7 +208,27 @@ fn stripe_members(l: &Layout, s: u64) -> Vec<u32> {
     let mut v: Vec<u32> = (0..l.data_chunks()).map(|i| l.data_member(s, i)).collect();
     v.push(l.parity_member(s));
     v.extend(l.q_member(s));
+    debug_assert!(v.iter().enumerate().all(|(i, m)| !v[..i].contains(m)), "stripe {s}: a member twice in {v:?}");
     v
+}
+
+/// How the lost chunks of a level are found again, from its descriptor's
+/// data (not its name): a copy on any other member (every member holds
+/// the volume), the other copy of each chunk (a fixed number of copies),
+/// or the rest of the stripe and its parity.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Recovery {
+    AnyCopy,
+    OtherCopy,
+    Parity,
+}
+
+fn recovery(l: &Layout) -> Recovery {
+    match l.level().desc().copies {
+        Copies::All => Recovery::AnyCopy,
+        Copies::Fixed(_) => Recovery::OtherCopy,
+        Copies::One => Recovery::Parity,
+    }
 }
 
 /// Slices `[o, o+len)` of the buffers in the order of `order`.
@@ -281,65 +272,69 @@ fn read_sources(
     let (abs, len) = (base + ra * chunk, ((rb - ra) * chunk) as usize);
     let n = l.members() as u32;
     loop {
-        let mut reads: Vec<Read> = Vec::new();
-        match l.level() {
-            RedundantLevel::Raid1 => {
-                let Some(src) = (0..n).find(|&m| m != target && health.readable(m, abs, len as u64)) else {
-                    return Err(lost_error(vol_index, l, target, abs, "no other member is readable"));
-                };
-                reads.push(Read { member: src, offset: abs, len, into: src as usize });
-            }
-            RedundantLevel::Raid10 => {
-                // Each source member's span of needed rows (RAID 10's other
-                // copy may sit one row up or down with an odd member count).
-                let mut span: Vec<Option<(u64, u64)>> = vec![None; n as usize];
-                for r in ra..rb {
-                    if let Some(p) = raid10_partner(l, target, r) {
-                        let e = span[p.0 as usize].get_or_insert((p.1, p.1 + chunk));
-                        *e = (e.0.min(p.1), e.1.max(p.1 + chunk));
-                    }
-                }
-                for (m, s) in span.iter().enumerate() {
-                    if let Some((lo, hi)) = *s {
-                        if !health.readable(m as u32, base + lo, hi - lo) {
-                            return Err(lost_error(
-                                vol_index,
-                                l,
-                                target,
-                                abs,
-                                &format!("member {m}, which holds the other copy, is not readable"),
-                            ));
-                        }
-                        reads.push(Read { member: m as u32, offset: base + lo, len: (hi - lo) as usize, into: m });
-                    }
-                }
-            }
-            RedundantLevel::Raid5 | RedundantLevel::Raid6 => {
-                let mut lost = 1;
-                for m in (0..n).filter(|&m| m != target) {
-                    if health.readable(m, abs, len as u64) {
-                        reads.push(Read { member: m, offset: abs, len, into: m as usize });
-                    } else {
-                        lost += 1;
-                    }
-                }
-                if lost > l.level().parity_chunks() {
-                    return Err(lost_error(
-                        vol_index,
-                        l,
-                        target,
-                        abs,
-                        &format!("{} members besides it are not readable", lost - 1),
-                    ));
-                }
-            }
-        }
+        let at = |why: &str| lost_error(vol_index, l, target, abs, why);
+        let reads = match recovery(l) {
+            Recovery::AnyCopy => any_copy_source(health, n, target, abs, len).map_err(|e| at(&e))?,
+            Recovery::OtherCopy => other_copy_sources(health, l, base, target, ra, rb).map_err(|e| at(&e))?,
+            Recovery::Parity => stripe_sources(health, l, target, abs, len).map_err(|e| at(&e))?,
+        };
         let errors = read_all(vol.members(), &reads, bufs);
         if errors.is_empty() {
             return Ok(reads);
         }
         fail_all(health, errors)?;
     }
+}
+
+/// The first other member readable over `[abs, abs + len)` (RAID 1);
+/// the error says why there is none.
+fn any_copy_source(health: &Health, n: u32, target: u32, abs: u64, len: usize) -> std::result::Result<Vec<Read>, String> {
+    match (0..n).find(|&m| m != target && health.readable(m, abs, len as u64)) {
+        Some(src) => Ok(vec![Read { member: src, offset: abs, len, into: src as usize }]),
+        None => Err("no other member is readable".into()),
+    }
+}
+
+/// Each member holding the other copy of a chunk of `target`'s rows
+/// `[ra, rb)`, over its span of them (RAID 10's other copy may sit one
+/// row up or down with an odd member count).
+fn other_copy_sources(health: &Health, l: &Layout, base: u64, target: u32, ra: u64, rb: u64) -> std::result::Result<Vec<Read>, String> {
+    let chunk = l.chunk();
+    let mut span: Vec<Option<(u64, u64)>> = vec![None; l.members()];
+    for r in ra..rb {
+        if let Some(p) = partner(l, target, r) {
+            let e = span[p.0 as usize].get_or_insert((p.1, p.1 + chunk));
+            *e = (e.0.min(p.1), e.1.max(p.1 + chunk));
+        }
+    }
+    let mut reads = Vec::new();
+    for (m, s) in span.iter().enumerate() {
+        if let Some((lo, hi)) = *s {
+            if !health.readable(m as u32, base + lo, hi - lo) {
+                return Err(format!("member {m}, which holds the other copy, is not readable"));
+            }
+            reads.push(Read { member: m as u32, offset: base + lo, len: (hi - lo) as usize, into: m });
+        }
+    }
+    Ok(reads)
+}
+
+/// Every other member readable over `[abs, abs + len)` (RAID 5 and 6),
+/// when no more are lost than the stripe keeps parity for.
+fn stripe_sources(health: &Health, l: &Layout, target: u32, abs: u64, len: usize) -> std::result::Result<Vec<Read>, String> {
+    let mut reads = Vec::new();
+    let mut lost = 1;
+    for m in (0..l.members() as u32).filter(|&m| m != target) {
+        if health.readable(m, abs, len as u64) {
+            reads.push(Read { member: m, offset: abs, len, into: m as usize });
+        } else {
+            lost += 1;
+        }
+    }
+    if lost > l.level().parity_chunks() {
+        return Err(format!("{} members besides it are not readable", lost - 1));
+    }
+    Ok(reads)
 }
 
 /// Computes `target`'s chunks in member rows `[ra, rb)` into
@@ -350,16 +345,16 @@ fn reconstruct(l: &Layout, base: u64, target: u32, ra: u64, rb: u64, reads: &[Re
     let chunk = l.chunk();
     let c = chunk as usize;
     let t = target as usize;
-    match l.level() {
-        RedundantLevel::Raid1 => {
+    match recovery(l) {
+        Recovery::AnyCopy => {
             let len = ((rb - ra) * chunk) as usize;
             let (dst, src) = pair(bufs, t, reads[0].into);
             dst[..len].copy_from_slice(&src[..len]);
         }
-        RedundantLevel::Raid10 => {
+        Recovery::OtherCopy => {
             for r in ra..rb {
                 let o = ((r - ra) * chunk) as usize;
-                match raid10_partner(l, target, r) {
+                match partner(l, target, r) {
                     Some((m, off)) => {
                         let start = reads.iter().find(|x| x.member == m).expect("read planned").offset - base;
                         let from = (off - start) as usize;
@@ -370,7 +365,7 @@ fn reconstruct(l: &Layout, base: u64, target: u32, ra: u64, rb: u64, reads: &[Re
                 }
             }
         }
-        RedundantLevel::Raid5 | RedundantLevel::Raid6 => {
+        Recovery::Parity => {
             let unread: Vec<u32> = (0..l.members() as u32).filter(|&m| !reads.iter().any(|r| r.member == m)).collect();
             for r in ra..rb {
                 let order = stripe_members(l, r);
@@ -378,19 +373,18 @@ fn reconstruct(l: &Layout, base: u64, target: u32, ra: u64, rb: u64, reads: &[Re
                     unread.iter().map(|m| order.iter().position(|x| x == m).expect("every member is in a stripe")).collect();
                 let o = ((r - ra) * chunk) as usize;
                 let mut stripe = gather(bufs, &order, o, c);
-                if l.level() == RedundantLevel::Raid5 {
-                    kernel.recover_raid5(&mut stripe, lost[0]);
-                } else {
-                    kernel.recover_raid6(&mut stripe, &lost);
+                match l.level().parity_chunks() {
+                    1 => kernel.recover_raid5(&mut stripe, lost[0]),
+                    _ => kernel.recover_raid6(&mut stripe, &lost),
                 }
             }
         }
     }
 }
 
-/// RAID 10: where the other copy of `target`'s chunk in row `r` is
-/// (member, data-area offset), or `None` for an unused slot.
-fn raid10_partner(l: &Layout, target: u32, r: u64) -> Option<(u32, u64)> {
+/// Where another copy of `target`'s chunk in row `r` is (member,
+/// data-area offset), or `None` for an unused slot (RAID 10).
+fn partner(l: &Layout, target: u32, r: u64) -> Option<(u32, u64)> {
     match l.role(target, r * l.chunk()) {
         Role::Data(lo) => l.data_locations(lo).iter().find(|p| p.member != target).map(|p| (p.member, p.member_offset)),
         _ => None,

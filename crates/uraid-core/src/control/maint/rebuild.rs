@@ -3,7 +3,19 @@
 //! batch by batch under stripe locks while clients write, checkpointing
 //! its progress in the member states.
 
-use super::*;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::Arc;
+
+use super::{batch_rows, pace, read_sources, reconstruct, RebuildOptions, RebuildReport, CHECKPOINT_BYTES};
+use crate::raid::access::{lock_stripes, sync, write_member, zero_member, Read};
+use crate::raid::health::{Health, MemberState};
+use crate::raid::layout::Layout;
+use crate::raid::locks::StripeGuard;
+use crate::raid::parity::Kernel;
+use crate::volume::Volume;
+use crate::{bail, IoBuf, Result};
 
 /// A batch read by the first stage of a rebuild, for the second.
 pub(super) struct ReadBatch<'v> {
@@ -63,6 +75,61 @@ pub fn rebuild(
     opts: &RebuildOptions<'_>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RebuildReport> {
+    let health = check_rebuild(vols, member, opts)?;
+    let first = &vols[0];
+    let t0 = crate::clock::now();
+    let target = &first.members()[member as usize];
+    let kernel = Kernel::detect();
+    let start = health.recovery(member);
+    let total: u64 = vols.iter().map(|v| v.geometry().member_size()).sum();
+    let final_end = vols.iter().map(|v| span(v).end).max().unwrap_or(0);
+    let done = AtomicU64::new(vols.iter().map(|v| start.clamp(span(v).start, span(v).end) - span(v).start).sum());
+    let mut report = RebuildReport::default();
+    let cap = vols.iter().filter_map(|v| v.geometry().layout()).map(buf_len).max().unwrap_or(0);
+    progress(done.load(Ordering::Relaxed), total);
+
+    let counts = Counts::default();
+    let result: Result<()> = std::thread::scope(|s| {
+        let (read_tx, read_rx) = mpsc::sync_channel::<ReadBatch<'_>>(0);
+        let (job_tx, job_rx) = mpsc::sync_channel::<Job<'_>>(0);
+        let (set_tx, set_rx) = mpsc::channel::<Vec<IoBuf>>();
+        let (out_tx, out_rx) = mpsc::channel::<IoBuf>();
+        let writer = Writer { target, health: &health, member, opts, counts: &counts, done: &done };
+        let writer = s.spawn(move || writer.run(job_rx, out_tx));
+        let computer = s.spawn(move || compute(read_rx, job_tx, set_tx, out_rx, member, cap, kernel));
+        let mut reader = Reader { vols, member, opts, t0, start, sent_bytes: 0, sets: Vec::new(), set_rx };
+        reader.sets = (0..2).map(|_| (0..first.members().len()).map(|_| IoBuf::new(cap)).collect()).collect();
+        let read_result = reader.run(read_tx, &mut report, &mut |d| progress(d, total), &done);
+        computer.join().expect("rebuild reconstruction thread panicked");
+        let wrote = writer.join().expect("rebuild writer thread panicked");
+        wrote.and(read_result)
+    });
+    report.bytes_written = counts.written.load(Ordering::Relaxed);
+    report.bytes_skipped = counts.skipped.load(Ordering::Relaxed);
+    report.bytes_in_sync = counts.kept.load(Ordering::Relaxed);
+    if let Err(e) = result {
+        if health.state(member) == MemberState::Rebuilding && sync(target, &health, member).is_ok() {
+            let _ = (opts.checkpoint)(health.recovery(member));
+        }
+        return Err(e);
+    }
+    sync(target, &health, member)?;
+    health.set_recovery(member, final_end);
+    (opts.checkpoint)(final_end)?;
+    health.set_state(member, MemberState::Active);
+    progress(total, total);
+    report.seconds = crate::clock::since(t0).as_secs_f64();
+    Ok(report)
+}
+
+/// The absolute member bytes of `v`'s data area.
+fn span(v: &Volume) -> Range<u64> {
+    v.data_offset()..v.data_offset() + v.geometry().member_size()
+}
+
+/// Checks what [`rebuild`] is given (see its errors); the array's shared
+/// health.
+fn check_rebuild(vols: &[Arc<Volume>], member: u32, opts: &RebuildOptions<'_>) -> Result<Arc<Health>> {
     let Some(first) = vols.first() else {
         bail!(InvalidInput, "no volume given to rebuild");
     };
@@ -88,181 +155,199 @@ pub fn rebuild(
     if opts.only_dirty && vols.iter().any(|v| v.bitmap().is_none()) {
         bail!(InvalidInput, "a resync from the bitmap needs a write-intent bitmap, and the array has none; rebuild in full");
     }
-    let t0 = crate::clock::now();
-    let target = &first.members()[member as usize];
-    let kernel = Kernel::detect();
-    let mut order: Vec<usize> = (0..vols.len()).collect();
-    order.sort_by_key(|&i| vols[i].data_offset());
-    let start = health.recovery(member);
-    let span = |v: &Volume| v.data_offset()..v.data_offset() + v.geometry().member_size();
-    let total: u64 = vols.iter().map(|v| v.geometry().member_size()).sum();
-    let final_end = vols.iter().map(|v| span(v).end).max().unwrap_or(0);
-    let done = AtomicU64::new(vols.iter().map(|v| start.clamp(span(v).start, span(v).end) - span(v).start).sum());
-    let mut report = RebuildReport::default();
-    let cap = vols.iter().filter_map(|v| v.geometry().layout()).map(buf_len).max().unwrap_or(0);
-    progress(done.load(Ordering::Relaxed), total);
+    Ok(health)
+}
 
-    let (written, skipped, kept) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
-    let result: Result<()> = std::thread::scope(|s| {
-        let (read_tx, read_rx) = mpsc::sync_channel::<ReadBatch<'_>>(0);
-        let (job_tx, job_rx) = mpsc::sync_channel::<Job<'_>>(0);
-        let (set_tx, set_rx) = mpsc::channel::<Vec<IoBuf>>();
-        let (out_tx, out_rx) = mpsc::channel::<IoBuf>();
-        let (health, done, written, skipped, kept) = (&health, &done, &written, &skipped, &kept);
+/// Member bytes a rebuild wrote, zeroed, and left in sync.
+#[derive(Default)]
+struct Counts {
+    written: AtomicU64,
+    skipped: AtomicU64,
+    kept: AtomicU64,
+}
 
-        // Stage 3: writes to the member, moves the recovery offset,
-        // releases the locks, checkpoints.
-        let writer = s.spawn(move || -> Result<()> {
-            let mut since = 0u64;
-            for job in job_rx {
-                let len = job.range.end - job.range.start;
-                let r = match &job.data {
-                    _ if job.keep => Ok(()),
-                    Some(buf) => write_member(target, &buf[..len as usize], job.range.start),
-                    None => zero_member(target, job.range.start, len),
-                };
-                if let Err(e) = r {
-                    health.fail(member)?;
-                    return Err(e);
-                }
-                match job.data {
-                    Some(buf) => {
-                        written.fetch_add(len, Ordering::Relaxed);
-                        let _ = out_tx.send(buf);
-                    }
-                    None if job.keep => {
-                        kept.fetch_add(len, Ordering::Relaxed);
-                    }
-                    None => {
-                        skipped.fetch_add(len, Ordering::Relaxed);
-                    }
-                }
-                health.set_recovery(member, job.range.end);
-                drop(job.guards);
-                done.fetch_add(len, Ordering::Relaxed);
-                since += len;
-                if since >= CHECKPOINT_BYTES {
-                    since = 0;
-                    sync(target, health, member)?;
-                    (opts.checkpoint)(job.range.end)?;
-                }
+/// Stage 3 of a rebuild: writes to the member, moves the recovery
+/// offset, releases the locks, checkpoints.
+struct Writer<'a> {
+    target: &'a crate::io::member::Member,
+    health: &'a Health,
+    member: u32,
+    opts: &'a RebuildOptions<'a>,
+    counts: &'a Counts,
+    done: &'a AtomicU64,
+}
+
+impl Writer<'_> {
+    /// Writes every job until the channel closes; hands the written
+    /// buffers back to stage 2 on `out_tx`.
+    fn run(self, job_rx: Receiver<Job<'_>>, out_tx: Sender<IoBuf>) -> Result<()> {
+        let mut since = 0u64;
+        for job in job_rx {
+            let len = job.range.end - job.range.start;
+            let r = match &job.data {
+                _ if job.keep => Ok(()),
+                Some(buf) => write_member(self.target, &buf[..len as usize], job.range.start),
+                None => zero_member(self.target, job.range.start, len),
+            };
+            if let Err(e) = r {
+                self.health.fail(self.member)?;
+                return Err(e);
             }
-            Ok(())
-        });
-
-        // Stage 2: reconstructs; hands the source buffers back to stage 1
-        // and the member's bytes to stage 3.
-        let computer = s.spawn(move || {
-            for b in read_rx {
-                let (ra, rb) = (b.rows.start, b.rows.end);
-                let range = b.base + ra * b.l.chunk()..b.base + rb * b.l.chunk();
-                let data = b.read.map(|(reads, mut bufs)| {
-                    reconstruct(b.l, b.base, member, ra, rb, &reads, &mut bufs, kernel);
-                    let fresh = out_rx.try_recv().unwrap_or_else(|_| IoBuf::new(cap));
-                    let out = std::mem::replace(&mut bufs[member as usize], fresh);
-                    let _ = set_tx.send(bufs);
-                    out
-                });
-                if job_tx.send(Job { range, data, keep: b.keep, guards: b.guards }).is_err() {
-                    return; // the writer failed
+            let count = match job.data {
+                Some(buf) => {
+                    let _ = out_tx.send(buf);
+                    &self.counts.written
                 }
+                None if job.keep => &self.counts.kept,
+                None => &self.counts.skipped,
+            };
+            count.fetch_add(len, Ordering::Relaxed);
+            debug_assert!(self.health.recovery(self.member) <= job.range.end, "the recovery offset moves back");
+            self.health.set_recovery(self.member, job.range.end);
+            drop(job.guards);
+            self.done.fetch_add(len, Ordering::Relaxed);
+            since += len;
+            if since >= CHECKPOINT_BYTES {
+                since = 0;
+                sync(self.target, self.health, self.member)?;
+                (self.opts.checkpoint)(job.range.end)?;
             }
-        });
+        }
+        Ok(())
+    }
+}
 
-        // Stage 1 (this thread): locks each batch and reads the sources.
-        // Two buffer sets: one being read, one being reconstructed.
-        let mut sets: Vec<Vec<IoBuf>> = (0..2).map(|_| (0..n).map(|_| IoBuf::new(cap)).collect()).collect();
-        let mut sent_bytes = 0u64;
-        let mut read_result: Result<()> = Ok(());
-        'vols: for &vi in &order {
-            let vol = &vols[vi];
+/// Stage 2 of a rebuild: reconstructs; hands the source buffers back to
+/// stage 1 and the member's bytes to stage 3.
+fn compute<'v>(
+    read_rx: Receiver<ReadBatch<'v>>,
+    job_tx: SyncSender<Job<'v>>,
+    set_tx: Sender<Vec<IoBuf>>,
+    out_rx: Receiver<IoBuf>,
+    member: u32,
+    cap: usize,
+    kernel: Kernel,
+) {
+    for b in read_rx {
+        let (ra, rb) = (b.rows.start, b.rows.end);
+        let range = b.base + ra * b.l.chunk()..b.base + rb * b.l.chunk();
+        let data = b.read.map(|(reads, mut bufs)| {
+            reconstruct(b.l, b.base, member, ra, rb, &reads, &mut bufs, kernel);
+            let fresh = out_rx.try_recv().unwrap_or_else(|_| IoBuf::new(cap));
+            let out = std::mem::replace(&mut bufs[member as usize], fresh);
+            let _ = set_tx.send(bufs);
+            out
+        });
+        if job_tx.send(Job { range, data, keep: b.keep, guards: b.guards }).is_err() {
+            return; // the writer failed
+        }
+    }
+}
+
+/// Stage 1 of a rebuild (the caller's thread): locks each batch and reads
+/// the sources. Two buffer sets: one being read, one being reconstructed.
+struct Reader<'a> {
+    vols: &'a [Arc<Volume>],
+    member: u32,
+    opts: &'a RebuildOptions<'a>,
+    t0: std::time::Instant,
+    /// The recovery offset the rebuild started from (absolute bytes).
+    start: u64,
+    /// Bytes read so far (paced by the rate).
+    sent_bytes: u64,
+    sets: Vec<Vec<IoBuf>>,
+    set_rx: Receiver<Vec<IoBuf>>,
+}
+
+impl<'a> Reader<'a> {
+    /// Walks the volumes in member order, sending each batch to stage 2;
+    /// RAID 0 volumes are listed as lost in `report`. Closes the channel
+    /// at the end (or at the first error, returned).
+    fn run(
+        &mut self,
+        read_tx: SyncSender<ReadBatch<'a>>,
+        report: &mut RebuildReport,
+        progress: &mut dyn FnMut(u64),
+        done: &AtomicU64,
+    ) -> Result<()> {
+        let mut order: Vec<usize> = (0..self.vols.len()).collect();
+        order.sort_by_key(|&i| self.vols[i].data_offset());
+        for vi in order {
+            let vol = &self.vols[vi];
             let Some(l) = vol.geometry().layout() else {
                 report.lost_volumes.push(vi);
                 report.bytes_lost += vol.geometry().member_size();
                 continue;
             };
-            let base = vol.data_offset();
-            if span(vol).end <= start {
+            if span(vol).end <= self.start {
                 continue;
             }
             let chunk = l.chunk();
-            let rows = l.member_chunks();
-            let per = batch_rows(l);
-            let mut row = (start.max(base) - base) / chunk;
-            while row < rows {
-                let mut rb = (row + per).min(rows);
-                if let Some(b) = vol.bitmap() {
-                    // End the batch where the written (for a resync from the
-                    // bitmap: the dirty) state changes, so that regions that
-                    // need nothing are passed whole.
-                    let state = |r: u64| {
-                        let (a, e) = (base + r * chunk, base + (r + 1) * chunk);
-                        if opts.only_dirty { b.dirty_range(a, e) } else { b.written_range(a, e) }
-                    };
-                    let w0 = state(row);
-                    rb = (row + 1..rb).find(|&r| state(r) != w0).unwrap_or(rb);
-                }
-                let range = base + row * chunk..base + rb * chunk;
-                pace(t0, sent_bytes, opts.rate);
-                let guards = lock_stripes(vol, stripes_of_rows(l, row, rb));
-                // Decided under the locks: a write that set the bit first has
-                // either finished or not started on these stripes.
-                let written = match vol.bitmap() {
-                    Some(b) => b.written_range(range.start, range.end),
-                    None => true,
+            let mut row = (self.start.max(vol.data_offset()) - vol.data_offset()) / chunk;
+            while row < l.member_chunks() {
+                let Some(batch) = self.batch(vi, l, row)? else {
+                    return Ok(()); // stage 2 stopped: the writer's error is returned
                 };
-                let keep = opts.only_dirty && !vol.bitmap().is_some_and(|b| b.dirty_range(range.start, range.end));
-                let read = if written && !keep {
-                    let Some(mut bufs) = sets.pop().or_else(|| set_rx.recv().ok()) else {
-                        break 'vols; // stage 2 stopped: the writer's error is returned below
-                    };
-                    match read_sources(vol, vi, l, member, row, rb, &mut bufs) {
-                        Ok(reads) => {
-                            sent_bytes += range.end - range.start;
-                            Some((reads, bufs))
-                        }
-                        Err(e) => {
-                            read_result = Err(e);
-                            break 'vols;
-                        }
-                    }
-                } else {
-                    None
-                };
-                if read_tx.send(ReadBatch { l, base, rows: row..rb, read, keep, guards }).is_err() {
-                    break 'vols;
+                let rb = batch.rows.end;
+                if read_tx.send(batch).is_err() {
+                    return Ok(());
                 }
-                progress(done.load(Ordering::Relaxed), total);
+                progress(done.load(Ordering::Relaxed));
                 row = rb;
             }
         }
-        drop(read_tx);
-        computer.join().expect("rebuild reconstruction thread panicked");
-        let wrote = writer.join().expect("rebuild writer thread panicked");
-        wrote.and(read_result)
-    });
-    report.bytes_written = written.load(Ordering::Relaxed);
-    report.bytes_skipped = skipped.load(Ordering::Relaxed);
-    report.bytes_in_sync = kept.load(Ordering::Relaxed);
-    if let Err(e) = result {
-        if health.state(member) == MemberState::Rebuilding && sync(target, &health, member).is_ok() {
-            let _ = (opts.checkpoint)(health.recovery(member));
-        }
-        return Err(e);
+        Ok(())
     }
-    sync(target, &health, member)?;
-    health.set_recovery(member, final_end);
-    (opts.checkpoint)(final_end)?;
-    health.set_state(member, MemberState::Active);
-    progress(total, total);
-    report.seconds = crate::clock::since(t0).as_secs_f64();
-    Ok(report)
+
+    /// The batch of volume `vi` from member row `row`: its rows, locked,
+    /// and read unless never written (or in sync). `None` when stage 2
+    /// stopped.
+    fn batch(&mut self, vi: usize, l: &'a Layout, row: u64) -> Result<Option<ReadBatch<'a>>> {
+        let vol = &self.vols[vi];
+        let (base, chunk) = (vol.data_offset(), l.chunk());
+        let rb = self.batch_end(vol, l, row);
+        let range = base + row * chunk..base + rb * chunk;
+        pace(self.t0, self.sent_bytes, self.opts.rate);
+        let guards = lock_stripes(vol, l.stripes_of_rows(row, rb));
+        // Decided under the locks: a write that set the bit first has
+        // either finished or not started on these stripes.
+        let written = match vol.bitmap() {
+            Some(b) => b.written_range(range.start, range.end),
+            None => true,
+        };
+        let keep = self.opts.only_dirty && !vol.bitmap().is_some_and(|b| b.dirty_range(range.start, range.end));
+        let read = if written && !keep {
+            let Some(mut bufs) = self.sets.pop().or_else(|| self.set_rx.recv().ok()) else {
+                return Ok(None);
+            };
+            let reads = read_sources(vol, vi, l, self.member, row, rb, &mut bufs)?;
+            self.sent_bytes += range.end - range.start;
+            Some((reads, bufs))
+        } else {
+            None
+        };
+        Ok(Some(ReadBatch { l, base, rows: row..rb, read, keep, guards }))
+    }
+
+    /// Where the batch from `row` ends: [`batch_rows`] on, or earlier
+    /// where the written (for a resync from the bitmap: the dirty) state
+    /// changes, so that regions that need nothing are passed whole.
+    fn batch_end(&self, vol: &Volume, l: &Layout, row: u64) -> u64 {
+        let (base, chunk) = (vol.data_offset(), l.chunk());
+        let rb = (row + batch_rows(l)).min(l.member_chunks());
+        let Some(b) = vol.bitmap() else { return rb };
+        let state = |r: u64| {
+            let (a, e) = (base + r * chunk, base + (r + 1) * chunk);
+            if self.opts.only_dirty { b.dirty_range(a, e) } else { b.written_range(a, e) }
+        };
+        let w0 = state(row);
+        (row + 1..rb).find(|&r| state(r) != w0).unwrap_or(rb)
+    }
 }
 
 /// Bytes of one member's buffer for a batch of `l`: the batch's rows, plus
-/// one row at each end for RAID 10 (whose stripes and copies straddle
+/// the rows its stripes reach past either end (RAID 10's copies straddle
 /// rows with an odd member count).
 pub(super) fn buf_len(l: &Layout) -> usize {
-    let extra = if l.level() == RedundantLevel::Raid10 { 2 } else { 0 };
-    ((batch_rows(l) + extra) * l.chunk()) as usize
+    ((batch_rows(l) + l.straddle_rows()) * l.chunk()) as usize
 }

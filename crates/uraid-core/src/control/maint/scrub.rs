@@ -2,7 +2,18 @@
 //! (rewrite them), and resync after an unclean stop (repair over the
 //! regions the bitmap marks dirty).
 
-use super::*;
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::{
+    batch_rows, buf_len, pace, stripe_members, CheckReport, Mismatch, MismatchKind, MismatchPlace, MAX_BATCH_STRIPES,
+    MAX_LOCATIONS,
+};
+use crate::raid::access::{fail_all, lock_stripes, read_all, sync, write_member, Read};
+use crate::raid::layout::Layout;
+use crate::raid::parity::Kernel;
+use crate::volume::Volume;
+use crate::{bail, IoBuf, Result};
 
 /// What a scan does on a mismatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,7 +134,7 @@ pub fn resync_report(vol: &Arc<Volume>, ranges: &[Range<u64>]) -> Result<(u64, C
             continue;
         }
         let (ra, rb) = ((lo - base) / chunk, (hi - base).div_ceil(chunk));
-        let stripes = stripes_of_rows(l, ra, rb);
+        let stripes = l.stripes_of_rows(ra, rb);
         if stripes.is_empty() {
             continue;
         }
@@ -165,11 +176,7 @@ impl<'v> Scanner<'v> {
 
     /// Stripes per batch.
     fn per_batch(&self) -> u64 {
-        let rows = batch_rows(self.l);
-        match self.l.level() {
-            RedundantLevel::Raid10 => (rows * self.l.members() as u64 / 2).clamp(1, MAX_BATCH_STRIPES),
-            _ => rows,
-        }
+        self.l.stripes_in_rows(batch_rows(self.l)).clamp(1, MAX_BATCH_STRIPES)
     }
 
     /// Scans stripes `stripes` in batches; `done(s)` after each batch with
@@ -188,14 +195,46 @@ impl<'v> Scanner<'v> {
 
     /// One batch: stripes `[s0, s1)` under their locks.
     fn batch(&mut self, s0: u64, s1: u64, report: &mut CheckReport) -> Result<()> {
+        let l = self.l;
+        let rows = l.rows_of_stripes(s0, s1);
+        let _guards = lock_stripes(self.vol, s0..s1);
+        let readable = self.read_rows(&rows)?;
+        for s in s0..s1 {
+            let mut places: Vec<MismatchPlace> = Vec::new();
+            let checked = if l.level().has_parity() {
+                self.compare_parity(s, rows.start, &readable, &mut places)
+            } else {
+                self.compare_copies(s, rows.start, &readable, &mut places)
+            };
+            let Some(reference) = checked else {
+                report.stripes_unchecked += 1;
+                continue;
+            };
+            report.stripes_checked += 1;
+            report.bytes_checked += l.stripe_data_width();
+            if places.is_empty() {
+                continue;
+            }
+            report.mismatches += 1;
+            if self.mode == Mode::Repair && self.repair(&places, reference)? {
+                report.repaired += 1;
+            }
+            if report.locations.len() < MAX_LOCATIONS {
+                report.locations.push(Mismatch { stripe: s, logical: s * l.stripe_data_width(), places });
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads member rows `rows` of every readable member into the
+    /// buffers (failing the members whose reads fail, and reading again
+    /// without them); which members were read.
+    fn read_rows(&mut self, rows: &Range<u64>) -> Result<Vec<bool>> {
         let (vol, l) = (self.vol, self.l);
         let health = vol.health();
         let chunk = l.chunk();
-        let base = vol.data_offset();
-        let rows = rows_of_stripes(l, s0, s1);
-        let (abs, len) = (base + rows.start * chunk, (rows.end - rows.start) * chunk);
-        let _guards = lock_stripes(vol, s0..s1);
-        let readable = loop {
+        let (abs, len) = (vol.data_offset() + rows.start * chunk, (rows.end - rows.start) * chunk);
+        loop {
             let readable: Vec<bool> = (0..l.members() as u32).map(|m| health.readable(m, abs, len)).collect();
             let reads: Vec<Read> = (0..l.members())
                 .filter(|&m| readable[m])
@@ -203,99 +242,87 @@ impl<'v> Scanner<'v> {
                 .collect();
             let errors = read_all(vol.members(), &reads, &mut self.bufs);
             if errors.is_empty() {
-                break readable;
+                return Ok(readable);
             }
             fail_all(health, errors)?;
-        };
+        }
+    }
+
+    /// RAID 1 and 10: compares stripe `s`'s readable copies with the
+    /// first (the buffers hold rows from `row0`), adding those that differ
+    /// to `places`. `Some(reference copy: member, buffer offset)` when two
+    /// copies could be compared.
+    fn compare_copies(&self, s: u64, row0: u64, readable: &[bool], places: &mut Vec<MismatchPlace>) -> Option<Option<(u32, usize)>> {
+        let (l, chunk) = (self.l, self.l.chunk());
         let c = chunk as usize;
-        // Buffer offset of a data-area member offset.
-        let at = |member_offset: u64| (member_offset - rows.start * chunk) as usize;
-        for s in s0..s1 {
-            let mut places: Vec<MismatchPlace> = Vec::new();
-            // (member, buffer offset) of the reference copy (RAID 1, 10).
-            let mut reference: Option<(u32, usize)> = None;
-            let checked = match l.level() {
-                RedundantLevel::Raid1 | RedundantLevel::Raid10 => {
-                    let copies: Vec<(u32, u64)> = l
-                        .data_locations(s * chunk)
-                        .iter()
-                        .filter(|p| readable[p.member as usize])
-                        .map(|p| (p.member, p.member_offset))
-                        .collect();
-                    if copies.len() >= 2 {
-                        let (rm, ro) = (copies[0].0, at(copies[0].1));
-                        reference = Some((rm, ro));
-                        for &(m, mo) in &copies[1..] {
-                            let o = at(mo);
-                            if self.bufs[m as usize][o..o + c] != self.bufs[rm as usize][ro..ro + c] {
-                                places.push(MismatchPlace { member: m, offset: base + mo, kind: MismatchKind::Copy });
-                            }
-                        }
-                    }
-                    copies.len() >= 2
-                }
-                RedundantLevel::Raid5 | RedundantLevel::Raid6 => {
-                    let order = stripe_members(l, s);
-                    let d = l.data_chunks() as usize;
-                    let o = at(s * chunk);
-                    let p_ok = readable[order[d] as usize];
-                    let q_ok = order.get(d + 1).is_some_and(|&q| readable[q as usize]);
-                    if order[..d].iter().all(|&m| readable[m as usize]) && (p_ok || q_ok) {
-                        let data: Vec<&[u8]> = order[..d].iter().map(|&m| &self.bufs[m as usize][o..o + c]).collect();
-                        if l.level() == RedundantLevel::Raid5 {
-                            self.kernel.gen_p(&data, &mut self.p);
-                        } else {
-                            self.kernel.gen_pq(&data, &mut self.p, &mut self.q);
-                        }
-                        let off = base + s * chunk;
-                        if p_ok && self.bufs[order[d] as usize][o..o + c] != self.p[..] {
-                            places.push(MismatchPlace { member: order[d], offset: off, kind: MismatchKind::P });
-                        }
-                        if q_ok && self.bufs[order[d + 1] as usize][o..o + c] != self.q[..] {
-                            places.push(MismatchPlace { member: order[d + 1], offset: off, kind: MismatchKind::Q });
-                        }
-                        true
-                    } else {
-                        false
-                    }
-                }
-            };
-            if !checked {
-                report.stripes_unchecked += 1;
-                continue;
-            }
-            report.stripes_checked += 1;
-            report.bytes_checked += l.stripe_data_width();
-            if places.is_empty() {
-                continue;
-            }
-            report.mismatches += 1;
-            if self.mode == Mode::Repair {
-                let mut ok = true;
-                for p in &places {
-                    let src: &[u8] = match (p.kind, reference) {
-                        (MismatchKind::Copy, Some((rm, ro))) => &self.bufs[rm as usize][ro..ro + c],
-                        (MismatchKind::P, _) => &self.p,
-                        (MismatchKind::Q, _) => &self.q,
-                        (MismatchKind::Copy, None) => unreachable!("a copy mismatch has a reference copy"),
-                    };
-                    let m = &vol.members()[p.member as usize];
-                    if write_member(m, src, p.offset).is_ok() {
-                        self.dirty[p.member as usize] = true;
-                    } else {
-                        ok = false;
-                        health.fail(p.member)?;
-                    }
-                }
-                if ok {
-                    report.repaired += 1;
-                }
-            }
-            if report.locations.len() < MAX_LOCATIONS {
-                report.locations.push(Mismatch { stripe: s, logical: s * l.stripe_data_width(), places });
+        let at = |member_offset: u64| (member_offset - row0 * chunk) as usize;
+        let copies: Vec<(u32, u64)> =
+            l.data_locations(s * chunk).iter().filter(|p| readable[p.member as usize]).map(|p| (p.member, p.member_offset)).collect();
+        if copies.len() < 2 {
+            return None;
+        }
+        let (rm, ro) = (copies[0].0, at(copies[0].1));
+        for &(m, mo) in &copies[1..] {
+            let o = at(mo);
+            if self.bufs[m as usize][o..o + c] != self.bufs[rm as usize][ro..ro + c] {
+                places.push(MismatchPlace { member: m, offset: self.vol.data_offset() + mo, kind: MismatchKind::Copy });
             }
         }
-        Ok(())
+        Some(Some((rm, ro)))
+    }
+
+    /// RAID 5 and 6: recomputes stripe `s`'s P (and Q) from its data (the
+    /// buffers hold rows from `row0`) and compares, adding the parity
+    /// chunks that differ to `places`. `Some(None)` when the stripe could
+    /// be checked (every data member and P or Q readable).
+    fn compare_parity(&mut self, s: u64, row0: u64, readable: &[bool], places: &mut Vec<MismatchPlace>) -> Option<Option<(u32, usize)>> {
+        let (l, chunk) = (self.l, self.l.chunk());
+        let c = chunk as usize;
+        let order = stripe_members(l, s);
+        let d = l.data_chunks() as usize;
+        let o = ((s - row0) * chunk) as usize;
+        let p_ok = readable[order[d] as usize];
+        let q_ok = order.get(d + 1).is_some_and(|&q| readable[q as usize]);
+        if !order[..d].iter().all(|&m| readable[m as usize]) || !(p_ok || q_ok) {
+            return None;
+        }
+        let data: Vec<&[u8]> = order[..d].iter().map(|&m| &self.bufs[m as usize][o..o + c]).collect();
+        match l.level().parity_chunks() {
+            1 => self.kernel.gen_p(&data, &mut self.p),
+            _ => self.kernel.gen_pq(&data, &mut self.p, &mut self.q),
+        }
+        let off = self.vol.data_offset() + s * chunk;
+        if p_ok && self.bufs[order[d] as usize][o..o + c] != self.p[..] {
+            places.push(MismatchPlace { member: order[d], offset: off, kind: MismatchKind::P });
+        }
+        if q_ok && self.bufs[order[d + 1] as usize][o..o + c] != self.q[..] {
+            places.push(MismatchPlace { member: order[d + 1], offset: off, kind: MismatchKind::Q });
+        }
+        Some(None)
+    }
+
+    /// Rewrites the mismatching `places` from the reference copy
+    /// (`reference`: member, buffer offset) or the computed P and Q; a
+    /// member whose write fails is failed. True when every write landed.
+    fn repair(&mut self, places: &[MismatchPlace], reference: Option<(u32, usize)>) -> Result<bool> {
+        let c = self.l.chunk() as usize;
+        let mut ok = true;
+        for p in places {
+            let src: &[u8] = match (p.kind, reference) {
+                (MismatchKind::Copy, Some((rm, ro))) => &self.bufs[rm as usize][ro..ro + c],
+                (MismatchKind::P, _) => &self.p,
+                (MismatchKind::Q, _) => &self.q,
+                (MismatchKind::Copy, None) => unreachable!("a copy mismatch has a reference copy"),
+            };
+            let m = &self.vol.members()[p.member as usize];
+            if write_member(m, src, p.offset).is_ok() {
+                self.dirty[p.member as usize] = true;
+            } else {
+                ok = false;
+                self.vol.health().fail(p.member)?;
+            }
+        }
+        Ok(ok)
     }
 
     /// Syncs the members written by a repair.

@@ -1,5 +1,10 @@
 use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::ops::Range;
+use std::sync::Arc;
 use std::time::Instant;
+use crate::raid::health::MemberState;
+use crate::raid::layout::RedundantLevel;
 use crate::raid::bitmap::Bitmap;
 use crate::raid::engine::Shared;
 use crate::raid::health::Health;
@@ -320,7 +325,7 @@ fn resync_fixes_only_the_given_ranges() {
         let l = layout(&vol);
         fill(&vol, 11);
         // Corrupt stripes whose chunks lie in rows 2 and 40.
-        let stripe_in_row = |r: u64| stripes_of_rows(&l, r, r + 1).start;
+        let stripe_in_row = |r: u64| l.stripes_of_rows(r, r + 1).start;
         let (inside, outside) = (stripe_in_row(2), stripe_in_row(40));
         for s in [inside, outside] {
             let ((m, off), _) = corruption(&l, s, 0);

@@ -27,74 +27,10 @@ use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-use crate::raid::bitmap::Bitmap;
-use crate::raid::geometry::Geometry;
-use crate::raid::health::Health;
-use crate::raid::locks::StripeLocks;
-use crate::io::member::{now_ns, Member, MemberKind};
-use crate::io::buf::IoBuf;
+use crate::io::member::now_ns;
 use crate::io::request::BlockQueue;
 pub use crate::io::request::{Completion, Op, Rejected, Request, MAX_REQUEST, SECTOR};
 use crate::{bail, Error, ErrorKind, Result};
-
-const IOV_MAX: usize = 1024;
-
-struct Slot {
-    tag: u64,
-    op: Op,
-    fua: bool,
-    len: usize,
-    buf: Option<IoBuf>,
-    pieces: Vec<Piece>,
-    npieces: usize,
-    pending: usize,
-    error: Option<Error>,
-    /// Byte offset of the request in the volume.
-    offset: u64,
-    /// A member failed a piece: plan the request again once the rest is in.
-    replan: bool,
-    /// Plans so far (bounded by the member count).
-    plans: u8,
-    /// A FUA zeroing or discard: once done, a flush of the members
-    /// (fallocate(2) has no FUA; see [`RaidQueue::sync_members`]).
-    sync_after: bool,
-    /// That flush is in flight.
-    syncing: bool,
-    /// A rows write ([`RaidQueue::push_rows`]), not a range of the volume.
-    rows: Option<RowsWrite>,
-}
-
-impl Slot {
-    /// Takes request `req` (a rows write when `rows` is set), nothing
-    /// planned yet.
-    fn fill(&mut self, req: Request, rows: Option<RowsWrite>) {
-        self.tag = req.tag;
-        self.op = req.op;
-        // A FUA zeroing or discard goes without FUA, then the members are
-        // flushed (`sync_members`).
-        self.sync_after = req.fua && matches!(req.op, Op::Discard | Op::WriteZeroes { .. });
-        self.syncing = false;
-        self.fua = req.fua && !self.sync_after;
-        self.len = req.len;
-        self.buf = req.buf;
-        self.error = None;
-        self.npieces = 0;
-        self.offset = req.offset;
-        self.replan = false;
-        self.plans = 0;
-        self.rows = rows;
-    }
-}
-
-/// What a rows write writes: rows `[start, end)` (bytes inside a chunk) of
-/// `stripe`, the data indices in `written` (bit i for index i).
-#[derive(Clone, Copy)]
-struct RowsWrite {
-    stripe: u64,
-    start: u64,
-    end: u64,
-    written: u64,
-}
 
 /// A per-thread submission and completion queue over a [`RaidVolume`].
 ///
@@ -133,10 +69,12 @@ const CANCEL_TAG: u64 = u64::MAX - 1;
 const SOP_BIT: u64 = 1 << 62;
 
 mod piece;
+mod slot;
 mod stripe;
 mod volume;
 
 use piece::*;
+use slot::{RowsWrite, Slot};
 pub use volume::{RaidVolume, Shared};
 
 impl RaidQueue {
@@ -164,23 +102,7 @@ impl RaidQueue {
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
         let vol_for_state = vol.clone();
         let slots = (0..depth)
-            .map(|_| Slot {
-                tag: 0,
-                op: Op::Read,
-                fua: false,
-                len: 0,
-                buf: None,
-                pieces: Vec::new(),
-                npieces: 0,
-                pending: 0,
-                error: None,
-                offset: 0,
-                replan: false,
-                plans: 0,
-                sync_after: false,
-                syncing: false,
-                rows: None,
-            })
+            .map(|_| Slot::empty())
             .collect();
         Ok(RaidQueue {
             ring: std::mem::ManuallyDrop::new(ring),
@@ -331,32 +253,15 @@ impl RaidQueue {
     /// Queues `req` (checked) on the members.
     fn push_members(&mut self, req: Request) {
         let si = self.free.pop().expect("checked") as usize;
-        let data_offset = self.vol.data_offset;
-        let vol = self.vol.clone();
-        let (op, offset, len) = (req.op, req.offset, req.len);
+        let op = req.op;
         self.slots[si].fill(req, None);
-        let slot = &mut self.slots[si];
-        if vol.geometry().layout().is_some() {
+        if self.vol.geometry().layout().is_some() {
             self.plan(si);
             return;
         }
         match op {
             Op::Flush => self.plan_flush(si),
-            Op::Discard | Op::WriteZeroes { .. } => {
-                let mut last = [usize::MAX; crate::raid::geometry::MAX_MEMBERS];
-                vol.geometry().for_each_segment(offset, len, |seg| {
-                    add_segment(slot, &mut last, seg.member, data_offset + seg.member_offset, None, seg.len);
-                });
-            }
-            Op::Read | Op::Write => {
-                let base = slot.buf.as_mut().expect("checked").as_mut_ptr();
-                let mut last = [usize::MAX; crate::raid::geometry::MAX_MEMBERS];
-                vol.geometry().for_each_segment(offset, len, |seg| {
-                    // SAFETY: buf_offset + len <= req.len <= buffer length (checked).
-                    let ptr = unsafe { base.add(seg.buf_offset) };
-                    add_segment(slot, &mut last, seg.member, data_offset + seg.member_offset, Some(ptr), seg.len);
-                });
-            }
+            _ => self.slots[si].split(self.vol.geometry(), self.vol.data_offset),
         }
         self.slots[si].pending = self.slots[si].npieces;
         self.push_pieces(si);
@@ -393,7 +298,7 @@ impl RaidQueue {
         };
         let slot = &mut self.slots[si];
         for m in members {
-            let p = next_piece(slot);
+            let p = slot.next_piece();
             p.op = Op::Flush;
             p.fua = false;
             p.member = m;
@@ -896,46 +801,4 @@ impl BlockQueue for RaidQueue {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::io::member::{MemberSpec, OpenMode};
-    use crate::control::superblock::DATA_OFFSET;
-    use crate::Level;
-
-    /// A ring that fails for good (the error is simulated; what is tested
-    /// is what the queue does then) fails every request in flight with
-    /// EIO, refuses new ones, stops the volume's writes and marks the
-    /// array unclean, and its drop returns at once.
-    #[test]
-    fn a_failed_ring_fails_its_requests_and_never_hangs() {
-        for level in [Level::Raid0, Level::Raid5] {
-            // A 20 ms latency holds every piece's completion back, so all
-            // eight are still in flight when the ring fails.
-            let spec: MemberSpec = format!("mem:{},lat=20000", DATA_OFFSET + (8 << 20)).parse().unwrap();
-            let members: Vec<Member> = (0..3).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap()).collect();
-            let g = Geometry::new(level, 3, 64 << 10, 8 << 20).unwrap();
-            let v = RaidVolume::new(Arc::new(members), g, DATA_OFFSET).unwrap();
-            let mut q = v.queue(8).unwrap();
-            for i in 0..8u64 {
-                q.push(Request::write(i * (128 << 10), 128 << 10, IoBuf::new(128 << 10), i)).map_err(|r| r.error).unwrap();
-            }
-            q.submit();
-            q.ring_failed("a test", std::io::Error::from_raw_os_error(libc::EBADF));
-            let t0 = std::time::Instant::now();
-            let mut out = Vec::new();
-            q.wait(8, &mut out);
-            assert_eq!(out.len(), 8, "{level}: not every request in flight completed");
-            for c in &out {
-                let e = c.result.as_ref().expect_err("a request in flight succeeded on a failed ring");
-                assert_eq!(e.errno(), libc::EIO, "{level}: {e}");
-                assert!(e.to_string().contains("io_uring failed"), "{level}: {e}");
-                assert!(c.buf.is_none(), "{level}: a buffer the kernel may still use was handed back");
-            }
-            let r = q.push(Request::read(0, 4096, IoBuf::new(4096), 99));
-            assert!(r.is_err(), "{level}: a failed ring took a new request");
-            assert!(v.health().writes_stopped() && v.health().unclean(), "{level}: the volume still takes writes or is clean");
-            drop(q);
-            assert!(t0.elapsed() < std::time::Duration::from_secs(2), "{level}: took {:?}", t0.elapsed());
-        }
-    }
-}
+mod tests;

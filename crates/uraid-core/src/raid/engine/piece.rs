@@ -14,9 +14,14 @@
 //! hint. Where the RAID needs zeros (RAID 5/6 parity, WRITE_ZEROES) the
 //! stripe code sends a zeroing instead.
 
+use std::sync::Arc;
+
 use io_uring::{opcode, squeue, types};
 
-use super::*;
+use crate::io::buf::IoBuf;
+use crate::io::member::{Member, MemberKind};
+use crate::io::request::Op;
+use crate::{Error, ErrorKind};
 
 pub(super) struct Piece {
     pub(super) op: Op,
@@ -263,62 +268,10 @@ pub(super) fn fallocate_mode(op: Op, m: &Member, second: bool) -> i32 {
     }
 }
 
-/// Adds `len` bytes at absolute offset `abs` of `member` to the slot's
-/// pieces: the member's last piece (`last[member]`, `usize::MAX` for none)
-/// grows when it ends at `abs` (and, with a buffer `ptr`, has room for
-/// another iovec; memory contiguous with its last iovec extends that one),
-/// otherwise a new piece starts. So a request is one (vectored) I/O per
-/// run of contiguous member bytes, whatever the chunk size.
-pub(super) fn add_segment(slot: &mut Slot, last: &mut [usize; crate::raid::geometry::MAX_MEMBERS], member: u32, abs: u64, ptr: Option<*mut u8>, len: usize) {
-    let li = last[member as usize];
-    if li != usize::MAX {
-        let p = &mut slot.pieces[li];
-        if p.offset + p.len as u64 == abs && (ptr.is_none() || p.iov.len() < IOV_MAX) {
-            if let Some(ptr) = ptr {
-                let tail = p.iov.last_mut().expect("piece has an iovec");
-                // SAFETY: pointer arithmetic inside the same buffer.
-                if unsafe { (tail.iov_base as *mut u8).add(tail.iov_len) } == ptr {
-                    tail.iov_len += len;
-                } else {
-                    p.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: len });
-                }
-            }
-            p.len += len;
-            return;
-        }
-    }
-    last[member as usize] = slot.npieces;
-    let p = next_piece(slot);
-    p.member = member;
-    p.offset = abs;
-    p.len = len;
-    if let Some(ptr) = ptr {
-        p.iov.push(libc::iovec { iov_base: ptr.cast(), iov_len: len });
-    }
-}
-
 #[cold]
 #[inline(never)]
 pub(super) fn new_piece() -> Piece {
     Piece { op: Op::Read, fua: false, member: 0, offset: 0, len: 0, done: 0, iov: Vec::new(), iov_first: 0, deadline: 0, zero_fill: false, offload: None }
-}
-
-#[inline]
-pub(super) fn next_piece(slot: &mut Slot) -> &mut Piece {
-    if slot.npieces == slot.pieces.len() {
-        slot.pieces.push(new_piece());
-    }
-    let (op, fua) = (slot.op, slot.fua);
-    let p = &mut slot.pieces[slot.npieces];
-    slot.npieces += 1;
-    p.op = op;
-    p.fua = fua;
-    p.done = 0;
-    p.iov.clear();
-    p.iov_first = 0;
-    p.deadline = 0;
-    p.zero_fill = false;
-    p
 }
 
 /// Asks the filters stacked over member `m` (fault injection) about piece `p`: `Some(-errno)` when
@@ -456,6 +409,8 @@ pub(super) fn advance_iov(p: &mut Piece, mut n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::request::Request;
+    use crate::raid::engine::RaidVolume;
     use crate::control::superblock::DATA_OFFSET;
     use crate::io::member::{MemberSpec, OpenMode};
     use std::sync::atomic::Ordering;

@@ -2,8 +2,16 @@
 //! volume (members, geometry, data offset, member states, bitmap, stripe
 //! locks) from which each thread makes its own [`RaidQueue`](super::RaidQueue).
 
-use super::*;
-use crate::io::request::BlockQueue;
+use std::sync::Arc;
+
+use super::RaidQueue;
+use crate::io::member::{now_ns, Member};
+use crate::io::request::{BlockQueue, SECTOR};
+use crate::raid::bitmap::Bitmap;
+use crate::raid::geometry::Geometry;
+use crate::raid::health::Health;
+use crate::raid::locks::StripeLocks;
+use crate::{bail, Result};
 
 /// A set of members laid out by one geometry: what the engine reads and
 /// writes. Shared (`Arc`) between all the queues that serve it.

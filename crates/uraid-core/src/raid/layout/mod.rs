@@ -55,8 +55,10 @@
 //! does (see [`WriteBand`]).
 
 use crate::raid::chunk::{check_chunk, Segment, MAX_MEMBERS};
-use crate::raid::level::{Descriptor, Level, MemberMask, Survival, REGISTRY};
+use crate::raid::level::{per_level, Descriptor, Level, MemberMask, Placement, Shape, Survival, REGISTRY};
 use crate::{bail, Result};
+
+pub use crate::raid::level::{Place, Places, PlacesIter, Role, Variant};
 
 /// A RAID level with redundancy. Its discriminant is its
 /// [`Level`]'s, and its facts are the [`Level::desc`] descriptor's.
@@ -147,119 +149,6 @@ impl std::fmt::Display for RedundantLevel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "raid{}", self.number())
     }
-}
-
-/// One place on one member: a member and a byte offset in its data area.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Place {
-    /// Member index (0-based, the member's role in the array).
-    pub member: u32,
-    /// Byte offset in the member's data area.
-    pub member_offset: u64,
-}
-
-/// Every place that holds one logical byte (or the first byte of a
-/// [`Piece`]): all members for RAID 1, 2 for RAID 10, 1 for RAID 5 and 6.
-///
-/// A small `Copy` value, no allocation. Places are on distinct members and
-/// listed in md's order: RAID 1 by member number, RAID 10 first copy (slot
-/// `2c`) then second (slot `2c + 1`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Places {
-    repr: PlacesRepr,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PlacesRepr {
-    /// RAID 1: members `0 .. members`, all at `member_offset`.
-    Every { members: u32, member_offset: u64 },
-    /// RAID 10 (2 places) or RAID 5/6 (1 place).
-    Listed { len: u8, list: [Place; 2] },
-}
-
-impl Places {
-    fn one(p: Place) -> Places {
-        Places { repr: PlacesRepr::Listed { len: 1, list: [p, p] } }
-    }
-
-    /// Number of places (at least 1).
-    pub fn len(&self) -> usize {
-        match self.repr {
-            PlacesRepr::Every { members, .. } => members as usize,
-            PlacesRepr::Listed { len, .. } => len as usize,
-        }
-    }
-
-    /// Always false: a logical byte is stored somewhere. (For clippy's
-    /// `len_without_is_empty`.)
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The `i`-th place, or `None` past the end.
-    pub fn get(&self, i: usize) -> Option<Place> {
-        if i >= self.len() {
-            return None;
-        }
-        Some(match self.repr {
-            PlacesRepr::Every { member_offset, .. } => Place { member: i as u32, member_offset },
-            PlacesRepr::Listed { list, .. } => list[i],
-        })
-    }
-
-    /// The first place (the primary copy, or the only place).
-    pub fn first(&self) -> Place {
-        self.get(0).expect("Places is never empty")
-    }
-
-    /// The places in order.
-    pub fn iter(&self) -> PlacesIter {
-        PlacesIter { places: *self, next: 0 }
-    }
-}
-
-/// Iterator over [`Places`].
-#[derive(Debug, Clone)]
-pub struct PlacesIter {
-    places: Places,
-    next: usize,
-}
-
-impl Iterator for PlacesIter {
-    type Item = Place;
-    fn next(&mut self) -> Option<Place> {
-        let p = self.places.get(self.next)?;
-        self.next += 1;
-        Some(p)
-    }
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = self.places.len() - self.next;
-        (left, Some(left))
-    }
-}
-
-impl ExactSizeIterator for PlacesIter {}
-
-impl IntoIterator for Places {
-    type Item = Place;
-    type IntoIter = PlacesIter;
-    fn into_iter(self) -> PlacesIter {
-        self.iter()
-    }
-}
-
-/// What a chunk of a member holds (see [`Layout::role`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Logical data: the byte at this member offset is logical byte `.0`.
-    Data(u64),
-    /// Parity P of the stripe (RAID 5 and 6).
-    P,
-    /// Syndrome Q of the stripe (RAID 6).
-    Q,
-    /// Nothing: past the member size, or RAID 10's last slot when the
-    /// number of slots is odd.
-    Unused,
 }
 
 /// One piece of a logical range: the part inside one chunk, with every
@@ -403,50 +292,17 @@ impl StripeWrite {
     }
 }
 
-/// Where a RAID 5 or 6 stripe keeps its parity (see the module's
-/// documentation). Part of the on-disk format (a volume entry's byte 74).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Variant {
-    /// md's left-symmetric: P (and Q) rotate over every member.
-    #[default]
-    Standard,
-    /// RAID 5: P on the last member; RAID 6: Q on the last member, P
-    /// left-symmetric over the others.
-    ParityLast,
-}
-
-impl Variant {
-    /// The on-disk number (0 standard, 1 parity-last).
-    pub fn to_u8(self) -> u8 {
-        match self {
-            Variant::Standard => 0,
-            Variant::ParityLast => 1,
-        }
-    }
-    /// From the on-disk number; `None` for an unknown one.
-    pub fn from_u8(v: u8) -> Option<Variant> {
-        match v {
-            0 => Some(Variant::Standard),
-            1 => Some(Variant::ParityLast),
-            _ => None,
-        }
-    }
-}
-
-/// The layout of one redundant volume over its members.
+/// The layout of one redundant volume over its members: its level and
+/// [`Shape`]; where each byte lives is the level's
+/// [`Placement`](crate::raid::level::Placement).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     level: RedundantLevel,
-    members: u32,
-    chunk: u64,
-    member_size: u64,
-    variant: Variant,
-    /// The level's data chunks per stripe over these members, and the
-    /// stripes of the volume ([`Descriptor::data_chunks`],
+    /// Members, chunk, member size, variant, and the level's data chunks
+    /// per stripe and stripes ([`Descriptor::data_chunks`],
     /// [`Descriptor::chunks`]), taken once: the data path asks per
     /// request.
-    data_chunks: u32,
-    stripes: u64,
+    shape: Shape,
 }
 
 impl Layout {
@@ -483,15 +339,15 @@ impl Layout {
         let d = level.desc();
         let data_chunks = d.data_chunks(members);
         let stripes = d.chunks(members, member_size / chunk) / data_chunks as u64;
-        Ok(Layout {
-            level,
+        let shape = Shape {
             members: members as u32,
             chunk,
             member_size,
             variant: Variant::Standard,
             data_chunks: data_chunks as u32,
             stripes,
-        })
+        };
+        Ok(Layout { level, shape })
     }
 
     /// This layout with parity placed as `variant` says. Errors:
@@ -501,51 +357,52 @@ impl Layout {
         if variant != Variant::Standard && !self.level.has_parity() {
             bail!(InvalidInput, "RAID {} keeps no parity: its layout has no variants", self.level.number());
         }
-        self.variant = variant;
+        self.shape.variant = variant;
         Ok(self)
     }
 
     /// Where the parity is (see [`Variant`]).
     pub fn variant(&self) -> Variant {
-        self.variant
+        self.shape.variant
     }
 
-    /// Members P rotates over: all of them, or all but the last when the
-    /// last keeps Q (RAID 6, parity-last).
-    fn rotation(&self) -> u64 {
-        match (self.level, self.variant) {
-            (RedundantLevel::Raid6, Variant::ParityLast) => self.members as u64 - 1,
-            _ => self.members as u64,
-        }
+    /// The dimensions the level's placement works on.
+    #[inline]
+    pub fn shape(&self) -> &Shape {
+        &self.shape
     }
 
     /// RAID level.
+    #[inline]
     pub fn level(&self) -> RedundantLevel {
         self.level
     }
     /// Number of members.
+    #[inline]
     pub fn members(&self) -> usize {
-        self.members as usize
+        self.shape.members as usize
     }
     /// Chunk (stripe unit) in bytes.
+    #[inline]
     pub fn chunk(&self) -> u64 {
-        self.chunk
+        self.shape.chunk
     }
     /// Bytes of data area used on each member (whole chunks).
+    #[inline]
     pub fn member_size(&self) -> u64 {
-        self.member_size
+        self.shape.member_size
     }
     /// Whether this volume keeps all its data with the roles in `lost`
     /// unavailable, and how many more members it may lose then: the
     /// level's rule ([`Descriptor::survival`]) on this layout.
     #[inline]
     pub fn survival(&self, lost: MemberMask) -> Survival {
-        self.level.desc().survival(self.members(), self.stripes * self.data_chunks as u64, lost)
+        self.level.desc().survival(self.members(), self.shape.stripes * self.shape.data_chunks as u64, lost)
     }
 
     /// Chunks of data area on each member (rows).
     pub fn member_chunks(&self) -> u64 {
-        self.member_size / self.chunk
+        self.shape.member_size / self.shape.chunk
     }
 
     /// Usable size of the volume in bytes: RAID 1 `member_size`; RAID 10
@@ -561,21 +418,21 @@ impl Layout {
     /// 1 for RAID 1 and RAID 10 (see the module docs).
     #[inline]
     pub fn data_chunks(&self) -> u32 {
-        self.data_chunks
+        self.shape.data_chunks
     }
 
     /// Logical bytes per stripe: [`data_chunks`](Self::data_chunks) times
     /// the chunk.
     #[inline]
     pub fn stripe_data_width(&self) -> u64 {
-        self.data_chunks() as u64 * self.chunk
+        self.data_chunks() as u64 * self.shape.chunk
     }
 
     /// Number of stripes of the volume. For RAID 5 and 6 this is the rows
     /// per member; for RAID 1 and 10 the logical chunks.
     #[inline]
     pub fn stripes(&self) -> u64 {
-        self.stripes
+        self.shape.stripes
     }
 
     /// The stripe that holds logical byte `offset`.
@@ -583,6 +440,7 @@ impl Layout {
         offset / self.stripe_data_width()
     }
 
+    #[inline]
     fn assert_parity(&self, what: &str) {
         assert!(self.level.has_parity(), "Layout::{what} is for RAID 5 and RAID 6, not {}", self.level);
     }
@@ -592,32 +450,27 @@ impl Layout {
     ///
     /// Panics for RAID 1 and RAID 10, whose stripes (logical chunks) are not
     /// rows.
+    #[inline]
     pub fn stripe_offset(&self, stripe: u64) -> u64 {
         self.assert_parity("stripe_offset");
-        stripe * self.chunk
+        stripe * self.shape.chunk
     }
 
     /// The member holding P of stripe `stripe`: `n - 1 - stripe % n`
     /// (left-symmetric).
     ///
     /// Panics for RAID 1 and RAID 10, which have no parity.
+    #[inline]
     pub fn parity_member(&self, stripe: u64) -> u32 {
-        self.assert_parity("parity_member");
-        if (self.level, self.variant) == (RedundantLevel::Raid5, Variant::ParityLast) {
-            return self.members - 1;
-        }
-        let n = self.rotation();
-        (n - 1 - stripe % n) as u32
+        let p = per_level!(self.level.level(), L => L::parity_member(&self.shape, stripe));
+        p.unwrap_or_else(|| panic!("Layout::parity_member is for RAID 5 and RAID 6, not {}", self.level))
     }
 
     /// The member holding Q of stripe `stripe` (RAID 6: the member after P,
     /// wrapping); `None` for the other levels.
+    #[inline]
     pub fn q_member(&self, stripe: u64) -> Option<u32> {
-        match self.level {
-            RedundantLevel::Raid6 if self.variant == Variant::ParityLast => Some(self.members - 1),
-            RedundantLevel::Raid6 => Some((self.parity_member(stripe) + 1) % self.members),
-            _ => None,
-        }
+        per_level!(self.level.level(), L => L::q_member(&self.shape, stripe))
     }
 
     /// The member holding data chunk `i` (0 .. [`data_chunks`](Self::data_chunks))
@@ -627,88 +480,31 @@ impl Layout {
     /// Panics for RAID 1 and RAID 10 (use
     /// [`data_locations`](Self::data_locations)); `i` must be below
     /// `data_chunks()`.
+    #[inline]
     pub fn data_member(&self, stripe: u64, i: u32) -> u32 {
         self.assert_parity("data_member");
         debug_assert!(i < self.data_chunks(), "data index {i} out of range");
-        if (self.level, self.variant) == (RedundantLevel::Raid6, Variant::ParityLast) {
-            return ((self.parity_member(stripe) as u64 + 1 + i as u64) % self.rotation()) as u32;
-        }
-        let skip = self.level.parity_chunks() as u32;
-        (self.parity_member(stripe) + skip + i) % self.members
+        per_level!(self.level.level(), L => L::data_member(&self.shape, stripe, i))
     }
 
     /// Every place that holds logical byte `offset`: all members for RAID 1,
     /// the 2 copies for RAID 10, the one data place for RAID 5 and 6.
     /// `offset` must be below [`capacity`](Self::capacity).
+    #[inline]
     pub fn data_locations(&self, offset: u64) -> Places {
         debug_assert!(offset < self.capacity(), "offset {offset} past the volume");
-        let within = offset % self.chunk;
-        match self.level {
-            RedundantLevel::Raid1 => {
-                Places { repr: PlacesRepr::Every { members: self.members, member_offset: offset } }
-            }
-            RedundantLevel::Raid10 => {
-                let n = self.members as u64;
-                let slot = offset / self.chunk * 2;
-                let place = |p: u64| Place { member: (p % n) as u32, member_offset: p / n * self.chunk + within };
-                Places { repr: PlacesRepr::Listed { len: 2, list: [place(slot), place(slot + 1)] } }
-            }
-            RedundantLevel::Raid5 | RedundantLevel::Raid6 => {
-                let chunk_no = offset / self.chunk;
-                let d = self.data_chunks() as u64;
-                let (stripe, i) = (chunk_no / d, (chunk_no % d) as u32);
-                Places::one(Place { member: self.data_member(stripe, i), member_offset: stripe * self.chunk + within })
-            }
-        }
+        let places = per_level!(self.level.level(), L => L::places(&self.shape, offset));
+        debug_assert!(places.iter().all(|p| p.member < self.shape.members && p.member_offset < self.shape.member_size), "{places:?} outside the members");
+        places
     }
 
     /// What byte `member_offset` of `member` holds: logical data (with its
     /// logical offset), P, Q, or nothing.
     pub fn role(&self, member: u32, member_offset: u64) -> Role {
-        if member >= self.members || member_offset >= self.member_size {
+        if member >= self.shape.members || member_offset >= self.shape.member_size {
             return Role::Unused;
         }
-        let row = member_offset / self.chunk;
-        let within = member_offset % self.chunk;
-        match self.level {
-            RedundantLevel::Raid1 => Role::Data(member_offset),
-            RedundantLevel::Raid10 => {
-                let chunk_no = (row * self.members as u64 + member as u64) / 2;
-                if chunk_no < self.stripes() {
-                    Role::Data(chunk_no * self.chunk + within)
-                } else {
-                    Role::Unused
-                }
-            }
-            RedundantLevel::Raid6 if self.variant == Variant::ParityLast => {
-                let m = self.rotation() as u32;
-                let pd = self.parity_member(row);
-                if member == m {
-                    return Role::Q;
-                }
-                let after_p = (member + m - pd) % m;
-                if after_p == 0 {
-                    Role::P
-                } else {
-                    Role::Data((row * self.data_chunks() as u64 + after_p as u64 - 1) * self.chunk + within)
-                }
-            }
-            RedundantLevel::Raid5 | RedundantLevel::Raid6 => {
-                let n = self.members;
-                let pd = self.parity_member(row);
-                // Position after P, wrapping: 0 is P, 1 is Q (RAID 6) or data 0.
-                let after_p = (member + n - pd) % n;
-                let skip = self.level.parity_chunks() as u32;
-                if after_p == 0 {
-                    Role::P
-                } else if after_p < skip {
-                    Role::Q
-                } else {
-                    let i = (after_p - skip) as u64;
-                    Role::Data((row * self.data_chunks() as u64 + i) * self.chunk + within)
-                }
-            }
-        }
+        per_level!(self.level.level(), L => L::role(&self.shape, member, member_offset))
     }
 
     /// Inverse of [`data_locations`](Self::data_locations): the logical byte
@@ -719,6 +515,35 @@ impl Layout {
             Role::Data(l) => Some(l),
             _ => None,
         }
+    }
+
+    /// The stripes with a chunk in member rows `[ra, rb)` (`ra < rb`): RAID
+    /// 5 and 6 and RAID 1 the rows themselves, RAID 10 the logical chunks
+    /// whose copies lie there.
+    pub fn stripes_of_rows(&self, ra: u64, rb: u64) -> std::ops::Range<u64> {
+        per_level!(self.level.level(), L => L::stripes_of_rows(&self.shape, ra, rb))
+    }
+
+    /// The member rows holding stripes `[s0, s1)` (`s0 < s1`).
+    pub fn rows_of_stripes(&self, s0: u64, s1: u64) -> std::ops::Range<u64> {
+        per_level!(self.level.level(), L => L::rows_of_stripes(&self.shape, s0, s1))
+    }
+
+    /// Most stripes with a chunk in one member row (RAID 10: about half
+    /// the members, plus the pairs straddling rows; 1 elsewhere).
+    pub fn stripes_per_row(&self) -> u64 {
+        per_level!(self.level.level(), L => L::stripes_per_row(&self.shape))
+    }
+
+    /// Stripes held by `rows` member rows, rounded down.
+    pub fn stripes_in_rows(&self, rows: u64) -> u64 {
+        per_level!(self.level.level(), L => L::stripes_in_rows(&self.shape, rows))
+    }
+
+    /// Rows past either end of a run of rows that its stripes may reach
+    /// (RAID 10's copy pairs straddle rows with an odd member count).
+    pub fn straddle_rows(&self) -> u64 {
+        per_level!(self.level.level(), L => L::straddle_rows(&self.shape))
     }
 
     /// Calls `f` for each piece of the logical range `[offset, offset+len)`,
@@ -735,13 +560,13 @@ impl Layout {
         let end = offset + len as u64;
         let width = self.stripe_data_width();
         while pos < end {
-            let chunk_offset = pos % self.chunk;
-            let n = (self.chunk - chunk_offset).min(end - pos);
+            let chunk_offset = pos % self.shape.chunk;
+            let n = (self.shape.chunk - chunk_offset).min(end - pos);
             f(Piece {
                 buf_offset: (pos - offset) as usize,
                 len: n as usize,
                 stripe: pos / width,
-                data_index: ((pos % width) / self.chunk) as u32,
+                data_index: ((pos % width) / self.shape.chunk) as u32,
                 chunk_offset,
                 places: self.data_locations(pos),
             });
@@ -766,7 +591,7 @@ impl Layout {
         let width = self.stripe_data_width();
         let d = self.data_chunks();
         let parity = self.level.parity_chunks() as u32;
-        let chunk = self.chunk;
+        let chunk = self.shape.chunk;
         for stripe in offset / width..=(end - 1) / width {
             let base = stripe * width;
             let lo = offset.max(base) - base;

@@ -9,22 +9,34 @@
 //! descriptor ([`Level::desc`]) instead of matching on the level:
 //! minimum members, names and numbers, parity chunks, copies, how many
 //! members it may lose ([`Descriptor::survival`], the only place that
-//! decides it). Where each byte lives is still in
-//! [`geometry`](crate::raid::geometry) (RAID 0) and
-//! [`layout`](crate::raid::layout) (the redundant levels).
+//! decides it). Where each byte lives is each level's [`Placement`] (a
+//! unit struct in the level's file: [`Raid0`] .. [`Raid6`]), picked for a
+//! [`Level`] by `per_level!`, the one match on the level;
+//! [`geometry`](crate::raid::geometry) and [`layout`](crate::raid::layout)
+//! call it (SPDK's module function table, here static dispatch).
 //!
-//! Adding a level: a new file here with its descriptor, its variant in
-//! [`Level`] and its line in [`REGISTRY`]. Not here yet (ARCHITECTURE.md
-//! lists the files): its placement, its stripe operations, its rebuild
-//! and scrub steps and its takeovers.
+//! Adding a level: a new file here with its descriptor and its
+//! [`Placement`], its variant in [`Level`], its line in [`REGISTRY`] and
+//! its arm in `per_level!`. Not here yet (ARCHITECTURE.md lists the
+//! files): its stripe operations and its takeovers.
 
+mod place;
 mod raid0;
 mod raid1;
 mod raid10;
 mod raid5;
 mod raid6;
 
+use std::ops::Range;
+
 use crate::{bail, Result};
+
+pub use place::{Place, Places, PlacesIter, Role, Shape, Variant};
+pub use raid0::Raid0;
+pub use raid1::Raid1;
+pub use raid10::Raid10;
+pub use raid5::Raid5;
+pub use raid6::Raid6;
 
 /// RAID level of a volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -40,6 +52,114 @@ pub enum Level {
     /// Striping with rotating P and Q, left-symmetric.
     Raid6 = 4,
 }
+
+/// Where a level puts each byte of a volume of [`Shape`] `s`: one unit
+/// struct per level implements it in the level's file, and `per_level!`
+/// picks it for a [`Level`]. Pure functions, `#[inline]` where the data
+/// path calls them (per request), no allocation.
+pub trait Placement {
+    /// Every place that holds logical byte `offset` (below the volume's
+    /// capacity, bytes).
+    fn places(s: &Shape, offset: u64) -> Places;
+
+    /// What byte `member_offset` (bytes in the data area, below
+    /// `s.member_size`) of `member` (below `s.members`) holds.
+    fn role(s: &Shape, member: u32, member_offset: u64) -> Role;
+
+    /// The member holding P of `stripe`; `None` for a level without
+    /// parity.
+    #[inline]
+    fn parity_member(_s: &Shape, _stripe: u64) -> Option<u32> {
+        None
+    }
+
+    /// The member holding Q of `stripe`; `None` but for RAID 6.
+    #[inline]
+    fn q_member(_s: &Shape, _stripe: u64) -> Option<u32> {
+        None
+    }
+
+    /// The member holding data chunk `i` (below `s.data_chunks`) of
+    /// `stripe` (for the mirrors: the first copy's member).
+    fn data_member(s: &Shape, stripe: u64, i: u32) -> u32;
+
+    /// The stripes with a chunk in member rows `[ra, rb)` (`ra < rb`;
+    /// a row is a chunk-sized band of every member).
+    #[inline]
+    fn stripes_of_rows(_s: &Shape, ra: u64, rb: u64) -> Range<u64> {
+        ra..rb
+    }
+
+    /// The member rows holding stripes `[s0, s1)` (`s0 < s1`).
+    #[inline]
+    fn rows_of_stripes(_s: &Shape, s0: u64, s1: u64) -> Range<u64> {
+        s0..s1
+    }
+
+    /// Most stripes with a chunk in one member row.
+    #[inline]
+    fn stripes_per_row(_s: &Shape) -> u64 {
+        1
+    }
+
+    /// Stripes held by `rows` member rows (rounded down).
+    #[inline]
+    fn stripes_in_rows(_s: &Shape, rows: u64) -> u64 {
+        rows
+    }
+
+    /// Rows past either end of a run of rows that the run's stripes may
+    /// reach (a copy pair straddling two rows): what a maintenance buffer
+    /// needs beyond its batch.
+    #[inline]
+    fn straddle_rows(_s: &Shape) -> u64 {
+        0
+    }
+}
+
+/// Where logical byte `offset` lives on a level that keeps it once, in
+/// stripes that are rows of data chunks (RAID 5 and 6): data index
+/// `c % d` of stripe `c / d` for logical chunk `c`, on `L`'s data member
+/// of that index, in the stripe's row.
+#[inline]
+pub(crate) fn row_places<L: Placement>(s: &Shape, offset: u64) -> Places {
+    let chunk_no = offset / s.chunk;
+    let d = s.data_chunks as u64;
+    let (stripe, i) = (chunk_no / d, (chunk_no % d) as u32);
+    Places::one(Place { member: L::data_member(s, stripe, i), member_offset: stripe * s.chunk + offset % s.chunk })
+}
+
+/// `per_level!(level, L => expr)`: evaluates `expr` with the type `L` set
+/// to `level`'s [`Placement`] ([`Raid0`] .. [`Raid6`]). The one match on
+/// the level that the placement calls go through: each arm is static
+/// dispatch, inlined.
+macro_rules! per_level {
+    ($level:expr, $L:ident => $body:expr) => {
+        match $level {
+            $crate::raid::level::Level::Raid0 => {
+                type $L = $crate::raid::level::Raid0;
+                $body
+            }
+            $crate::raid::level::Level::Raid1 => {
+                type $L = $crate::raid::level::Raid1;
+                $body
+            }
+            $crate::raid::level::Level::Raid10 => {
+                type $L = $crate::raid::level::Raid10;
+                $body
+            }
+            $crate::raid::level::Level::Raid5 => {
+                type $L = $crate::raid::level::Raid5;
+                $body
+            }
+            $crate::raid::level::Level::Raid6 => {
+                type $L = $crate::raid::level::Raid6;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use per_level;
 
 /// Every level's descriptor, indexed by `Level as usize` (one line per
 /// level; the order is the CLI's).

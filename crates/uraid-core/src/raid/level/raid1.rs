@@ -1,6 +1,8 @@
 //! RAID 1: Mirroring: every member holds the whole volume; it lives while one member is left.
+//! Its placement ([`Raid1`], md's `raid1.c`): every member at the same
+//! offsets; a stripe is a logical chunk, one member row.
 
-use super::{Copies, Descriptor, Level, Loses};
+use super::{Copies, Descriptor, Level, Loses, Placement, Places, Role, Shape};
 
 /// RAID 1's descriptor.
 pub(super) static RAID1: Descriptor = Descriptor {
@@ -11,3 +13,23 @@ pub(super) static RAID1: Descriptor = Descriptor {
     parity: 0,
     copies: Copies::All,
 };
+
+/// RAID 1's placement: logical byte `o` at offset `o` of every member.
+pub struct Raid1;
+
+impl Placement for Raid1 {
+    #[inline]
+    fn places(s: &Shape, offset: u64) -> Places {
+        Places::every(s.members, offset)
+    }
+
+    #[inline]
+    fn role(_s: &Shape, _member: u32, member_offset: u64) -> Role {
+        Role::Data(member_offset)
+    }
+
+    #[inline]
+    fn data_member(_s: &Shape, _stripe: u64, _i: u32) -> u32 {
+        0
+    }
+}

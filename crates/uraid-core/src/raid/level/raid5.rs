@@ -1,6 +1,10 @@
 //! RAID 5: Striping with one rotating parity chunk (P) per stripe: it loses any one member.
+//! Its placement ([`Raid5`]): md's left-symmetric (`raid5_compute_sector`,
+//! `ALGORITHM_LEFT_SYMMETRIC`): stripe `s` has P on member `n - 1 - s % n`
+//! and data chunk `i` on `(P + 1 + i) % n`; parity-last (md's
+//! `ALGORITHM_PARITY_N`) keeps P on the last member.
 
-use super::{Copies, Descriptor, Level, Loses};
+use super::{row_places, Copies, Descriptor, Level, Loses, Placement, Places, Role, Shape, Variant};
 
 /// RAID 5's descriptor.
 pub(super) static RAID5: Descriptor = Descriptor {
@@ -11,3 +15,49 @@ pub(super) static RAID5: Descriptor = Descriptor {
     parity: 1,
     copies: Copies::One,
 };
+
+/// RAID 5's placement.
+pub struct Raid5;
+
+impl Placement for Raid5 {
+    #[inline]
+    fn places(s: &Shape, offset: u64) -> Places {
+        row_places::<Self>(s, offset)
+    }
+
+    #[inline]
+    fn role(s: &Shape, member: u32, member_offset: u64) -> Role {
+        let (row, within) = (member_offset / s.chunk, member_offset % s.chunk);
+        let n = s.members;
+        let pd = Self::p(s, row);
+        // Position after P, wrapping: 0 is P, then the data chunks.
+        match (member + n - pd) % n {
+            0 => Role::P,
+            after => Role::Data((row * s.data_chunks as u64 + after as u64 - 1) * s.chunk + within),
+        }
+    }
+
+    #[inline]
+    fn parity_member(s: &Shape, stripe: u64) -> Option<u32> {
+        Some(Self::p(s, stripe))
+    }
+
+    #[inline]
+    fn data_member(s: &Shape, stripe: u64, i: u32) -> u32 {
+        (Self::p(s, stripe) + 1 + i) % s.members
+    }
+}
+
+impl Raid5 {
+    /// The member holding P of `stripe`.
+    #[inline]
+    fn p(s: &Shape, stripe: u64) -> u32 {
+        match s.variant {
+            Variant::ParityLast => s.members - 1,
+            Variant::Standard => {
+                let n = s.members as u64;
+                (n - 1 - stripe % n) as u32
+            }
+        }
+    }
+}

@@ -1,6 +1,11 @@
 //! RAID 6: Striping with P and Q per stripe: it loses any two members.
+//! Its placement ([`Raid6`]): md's left-symmetric at level 6: P on
+//! `n - 1 - s % n`, Q right after it, data chunk `i` on `(P + 2 + i) % n`
+//! (`i` is also the chunk's index in Q's syndrome). Parity-last (md's
+//! `ALGORITHM_LEFT_SYMMETRIC_6`) keeps Q on the last member and P and the
+//! data as RAID 5 left-symmetric over the others.
 
-use super::{Copies, Descriptor, Level, Loses};
+use super::{row_places, Copies, Descriptor, Level, Loses, Placement, Places, Role, Shape, Variant};
 
 /// RAID 6's descriptor.
 pub(super) static RAID6: Descriptor = Descriptor {
@@ -11,3 +16,80 @@ pub(super) static RAID6: Descriptor = Descriptor {
     parity: 2,
     copies: Copies::One,
 };
+
+/// RAID 6's placement.
+pub struct Raid6;
+
+impl Raid6 {
+    /// Members P rotates over: all, or all but the last (parity-last).
+    #[inline]
+    fn rotation(s: &Shape) -> u32 {
+        match s.variant {
+            Variant::ParityLast => s.members - 1,
+            Variant::Standard => s.members,
+        }
+    }
+
+    /// The member holding P of `stripe`.
+    #[inline]
+    fn p(s: &Shape, stripe: u64) -> u32 {
+        let n = Self::rotation(s) as u64;
+        (n - 1 - stripe % n) as u32
+    }
+}
+
+impl Placement for Raid6 {
+    #[inline]
+    fn places(s: &Shape, offset: u64) -> Places {
+        row_places::<Self>(s, offset)
+    }
+
+    #[inline]
+    fn role(s: &Shape, member: u32, member_offset: u64) -> Role {
+        let (row, within) = (member_offset / s.chunk, member_offset % s.chunk);
+        let data = |i: u32| Role::Data((row * s.data_chunks as u64 + i as u64) * s.chunk + within);
+        let pd = Self::p(s, row);
+        match s.variant {
+            Variant::ParityLast => {
+                let m = Self::rotation(s);
+                if member == m {
+                    return Role::Q;
+                }
+                match (member + m - pd) % m {
+                    0 => Role::P,
+                    after => data(after - 1),
+                }
+            }
+            Variant::Standard => {
+                let n = s.members;
+                // Position after P, wrapping: 0 is P, 1 is Q, then data.
+                match (member + n - pd) % n {
+                    0 => Role::P,
+                    1 => Role::Q,
+                    after => data(after - 2),
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn parity_member(s: &Shape, stripe: u64) -> Option<u32> {
+        Some(Self::p(s, stripe))
+    }
+
+    #[inline]
+    fn q_member(s: &Shape, stripe: u64) -> Option<u32> {
+        Some(match s.variant {
+            Variant::ParityLast => s.members - 1,
+            Variant::Standard => (Self::p(s, stripe) + 1) % s.members,
+        })
+    }
+
+    #[inline]
+    fn data_member(s: &Shape, stripe: u64, i: u32) -> u32 {
+        match s.variant {
+            Variant::ParityLast => (Self::p(s, stripe) + 1 + i) % Self::rotation(s),
+            Variant::Standard => (Self::p(s, stripe) + 2 + i) % s.members,
+        }
+    }
+}

@@ -36,12 +36,16 @@
 
 use std::collections::VecDeque;
 
-use super::{new_piece, now_ns, progress, Completion, Op, Outcome, Piece, RaidQueue, Rejected, Request, Reverse, RowsWrite, SOP_BIT};
-use crate::raid::layout::{Layout, Places};
+use super::{now_ns, Completion, Op, Piece, RaidQueue};
+use crate::raid::layout::{Layout, Places, StripeWrite};
 use crate::raid::parity::Kernel;
 use crate::{Error, ErrorKind, IoBuf};
 
+mod compute;
 mod op;
+mod rows;
+
+use compute::StripeRows;
 
 /// How long a stripe operation waiting for another thread's stripe lock
 /// sleeps before it looks again (ns).
@@ -256,6 +260,11 @@ impl State {
         self.plugged.clear();
     }
 
+    /// True when an operation of this queue holds the lock of `stripe`.
+    pub(super) fn holds_lock(&self, locks: &crate::raid::locks::StripeLocks, stripe: u64) -> bool {
+        self.held_words.contains(&locks.word(stripe))
+    }
+
     pub(super) fn has_plugged(&self) -> bool {
         !self.plugged.is_empty()
     }
@@ -427,7 +436,7 @@ impl RaidQueue {
                     planned[pl.member as usize] += p.len as u64;
                     // SAFETY: buf_offset + len <= request length <= buffer length.
                     let ptr = unsafe { base.add(p.buf_offset) };
-                    super::add_segment(&mut self.slots[si], &mut last, pl.member, data_offset + pl.member_offset, Some(ptr), p.len);
+                    self.slots[si].add_segment(&mut last, pl.member, data_offset + pl.member_offset, Some(ptr), p.len);
                 }
             } else if mirror {
                 let p = &lp[i];
@@ -488,189 +497,127 @@ impl RaidQueue {
             self.slots[si].error = Some(eio(msg));
             return;
         }
-        if l.level().has_parity() {
-            let mut stripes = Vec::new();
-            l.for_each_stripe_write(offset, len, |sw| stripes.push(sw));
-            let width = l.stripe_data_width();
-            for sw in stripes {
-                let s = sw.stripe;
-                if zero && sw.full {
-                    let idx = self.new_sop(si, Kind::Zero, s, 0, l.chunk());
-                    self.raid.sops[idx as usize].zeros = true;
-                    self.raid.started.push(idx);
-                    continue;
-                }
-                // A partial stripe another request's plugged write fills up
-                // becomes one full-stripe write (the in-flight coalescer).
-                if !zero && !sw.full && self.raid.plugged.iter().any(|&p| self.raid.sops[p as usize].stripe == s) {
-                    let mine: Vec<u32> = self.raid.plugged.iter().copied().filter(|&p| self.raid.sops[p as usize].stripe == s).collect();
-                    let mut parts = Vec::new();
-                    for &p in &mine {
-                        let sop = &self.raid.sops[p as usize];
-                        let (ps, pst, pe, pf, pc) = (sop.slot as usize, sop.start, sop.end, sop.first, sop.count);
-                        if sop.parts.is_empty() {
-                            self.band_parts(ps, l, s, pst, pe, pf, pc, &mut parts);
-                        } else {
-                            parts.extend_from_slice(&self.raid.sops[p as usize].parts);
-                        }
-                    }
-                    for b in sw.bands() {
-                        self.band_parts(si, l, s, b.start, b.end, b.first_written, b.written, &mut parts);
-                    }
-                    if Self::covers_stripe(l, &parts) {
-                        let mut owed: Vec<(u32, u32)> = Vec::new();
-                        for &p in &mine {
-                            let sop = &self.raid.sops[p as usize];
-                            let add: Vec<(u32, u32)> = if sop.owed.is_empty() { vec![(sop.slot, 1)] } else { sop.owed.clone() };
-                            for (slot, k) in add {
-                                match owed.iter_mut().find(|o| o.0 == slot) {
-                                    Some(o) => o.1 += k,
-                                    None => owed.push((slot, k)),
-                                }
-                            }
-                        }
-                        owed.push((si as u32, 1));
-                        self.raid.plugged.retain(|p| !mine.contains(p));
-                        for &p in &mine[1..] {
-                            self.raid.free.push(p);
-                        }
-                        let c = mine[0] as usize;
-                        let sop = &mut self.raid.sops[c];
-                        sop.kind = Kind::Write;
-                        sop.start = 0;
-                        sop.end = l.chunk();
-                        sop.first = 0;
-                        sop.count = l.data_chunks();
-                        sop.zeros = false;
-                        sop.parts = parts;
-                        sop.owed = owed;
-                        self.raid.merged += 1;
-                        self.raid.started.push(mine[0]);
-                        continue;
-                    }
-                }
-                // The request runs from the stripe's start (or before) and
-                // ends inside it, as a sequential stream's requests do: plug
-                // its bands there for the next request to complete. (A
-                // random write that starts mid-stripe is not plugged.)
-                let end = offset + len as u64;
-                let plug = !zero && !sw.full && offset <= s * width && end < (s + 1) * width;
-                for b in sw.bands() {
-                    let idx = self.new_sop(si, Kind::Write, s, b.start, b.end);
-                    let sop = &mut self.raid.sops[idx as usize];
-                    sop.first = b.first_written;
-                    sop.count = b.written;
-                    sop.zeros = zero;
-                    if plug {
-                        if self.raid.plugged.is_empty() {
-                            self.raid.plugged_at = now_ns();
-                        }
-                        self.raid.plugged.push(idx);
-                        self.raid.plugged_now += 1;
-                    } else {
-                        self.raid.started.push(idx);
-                    }
-                }
+        if !l.level().has_parity() {
+            return self.plan_mirror_write(si, l, zero);
+        }
+        let mut stripes = Vec::new();
+        l.for_each_stripe_write(offset, len, |sw| stripes.push(sw));
+        for sw in stripes {
+            if zero && sw.full {
+                let idx = self.new_sop(si, Kind::Zero, sw.stripe, 0, l.chunk());
+                self.raid.sops[idx as usize].zeros = true;
+                self.raid.started.push(idx);
+                continue;
             }
-        } else {
-            let mut lp = std::mem::take(&mut self.raid.lpieces);
-            lp.clear();
-            l.for_each_segment(offset, len, |p| lp.push(p));
-            for p in &lp {
-                let kind = if zero { Kind::Zero } else { Kind::Write };
-                let idx = self.new_sop(si, kind, p.stripe, p.chunk_offset, p.chunk_offset + p.len as u64);
-                let sop = &mut self.raid.sops[idx as usize];
-                sop.places = Some(p.places);
-                sop.buf_off = p.buf_offset;
-                sop.zeros = zero;
+            // A partial stripe another request's plugged write fills up
+            // becomes one full-stripe write (the in-flight coalescer).
+            if !zero && !sw.full && self.merge_plugged(si, l, &sw) {
+                continue;
+            }
+            self.plan_bands(si, l, &sw, zero);
+        }
+    }
+
+    /// Plans one stripe operation per band of `sw` for slot `si`. A
+    /// request that runs from the stripe's start (or before) and ends
+    /// inside it, as a sequential stream's requests do, plugs its bands
+    /// there for the next request to complete. (A random write that
+    /// starts mid-stripe is not plugged.)
+    fn plan_bands(&mut self, si: usize, l: &Layout, sw: &StripeWrite, zero: bool) {
+        let (offset, len) = (self.slots[si].offset, self.slots[si].len);
+        let (s, width) = (sw.stripe, l.stripe_data_width());
+        let end = offset + len as u64;
+        let plug = !zero && !sw.full && offset <= s * width && end < (s + 1) * width;
+        for b in sw.bands() {
+            let idx = self.new_sop(si, Kind::Write, s, b.start, b.end);
+            let sop = &mut self.raid.sops[idx as usize];
+            sop.first = b.first_written;
+            sop.count = b.written;
+            sop.zeros = zero;
+            if plug {
+                if self.raid.plugged.is_empty() {
+                    self.raid.plugged_at = now_ns();
+                }
+                self.raid.plugged.push(idx);
+                self.raid.plugged_now += 1;
+            } else {
                 self.raid.started.push(idx);
             }
-            self.raid.lpieces = lp;
         }
     }
 
-    /// Plans a rows write (slot `si`, filled by [`push_rows`](Self::push_rows)):
-    /// one stripe operation over its rows with every data index's new
-    /// data given, so P and Q come from it and nothing is read.
-    fn plan_rows(&mut self, si: usize, l: &Layout) {
-        if let Some(msg) = self.volume_failed(l) {
-            self.slots[si].error = Some(eio(msg));
-            return;
+    /// When the plugged writes of stripe `sw.stripe` and slot `si`'s
+    /// bands cover the whole stripe, makes them one full-stripe write
+    /// (started) that stands for all of them; true when it did.
+    fn merge_plugged(&mut self, si: usize, l: &Layout, sw: &StripeWrite) -> bool {
+        let s = sw.stripe;
+        if !self.raid.plugged.iter().any(|&p| self.raid.sops[p as usize].stripe == s) {
+            return false;
         }
-        let RowsWrite { stripe, start, end, written } = self.slots[si].rows.expect("a rows write");
-        let d = l.data_chunks();
-        let piece = (end - start) as usize;
-        let base = self.slots[si].buf.as_mut().expect("checked").as_mut_ptr();
-        let idx = self.new_sop(si, Kind::Write, stripe, start, end);
-        let sop = &mut self.raid.sops[idx as usize];
+        let mine: Vec<u32> = self.raid.plugged.iter().copied().filter(|&p| self.raid.sops[p as usize].stripe == s).collect();
+        let mut parts = Vec::new();
+        for &p in &mine {
+            let sop = &self.raid.sops[p as usize];
+            let (ps, pst, pe, pf, pc) = (sop.slot as usize, sop.start, sop.end, sop.first, sop.count);
+            if sop.parts.is_empty() {
+                self.band_parts(ps, l, s, pst, pe, pf, pc, &mut parts);
+            } else {
+                parts.extend_from_slice(&self.raid.sops[p as usize].parts);
+            }
+        }
+        for b in sw.bands() {
+            self.band_parts(si, l, s, b.start, b.end, b.first_written, b.written, &mut parts);
+        }
+        if !Self::covers_stripe(l, &parts) {
+            return false;
+        }
+        let mut owed: Vec<(u32, u32)> = Vec::new();
+        for &p in &mine {
+            let sop = &self.raid.sops[p as usize];
+            let add: Vec<(u32, u32)> = if sop.owed.is_empty() { vec![(sop.slot, 1)] } else { sop.owed.clone() };
+            for (slot, k) in add {
+                match owed.iter_mut().find(|o| o.0 == slot) {
+                    Some(o) => o.1 += k,
+                    None => owed.push((slot, k)),
+                }
+            }
+        }
+        owed.push((si as u32, 1));
+        self.raid.plugged.retain(|p| !mine.contains(p));
+        for &p in &mine[1..] {
+            self.raid.free.push(p);
+        }
+        let sop = &mut self.raid.sops[mine[0] as usize];
+        sop.kind = Kind::Write;
+        sop.start = 0;
+        sop.end = l.chunk();
         sop.first = 0;
-        sop.count = d;
-        sop.skip = !written & ((1u64 << d) - 1);
-        for i in 0..d {
-            // SAFETY: the buffer holds d pieces of `piece` bytes (checked
-            // by push_rows).
-            let ptr = unsafe { base.add(i as usize * piece) };
-            sop.parts.push(Part { index: i, start, end, ptr });
-        }
-        self.raid.started.push(idx);
+        sop.count = l.data_chunks();
+        sop.zeros = false;
+        sop.parts = parts;
+        sop.owed = owed;
+        self.raid.merged += 1;
+        self.raid.started.push(mine[0]);
+        true
     }
 
-    /// Queues a *rows write* on a RAID 5/6 volume: rows `[start, end)`
-    /// (byte offsets inside a chunk, multiples of the block size) of every
-    /// data chunk of `stripe`, whose new data `buf` holds: data index i at
-    /// `i * (end - start)` (it may be longer). P and Q are computed from it (nothing is read:
-    /// md's reconstruct-write with every data chunk in hand), and only the
-    /// data indices set in `written` (bit i for index i) are written, with
-    /// P and Q; the others' data must be what their members hold (the
-    /// caller read it), as it only feeds the parity. One request: its
-    /// completion carries `tag` and the buffer back. The cache's flusher
-    /// uses it for a journal rows record's write-back (see
-    /// `cache::flusher`), which would otherwise read the rows twice.
-    ///
-    /// Errors (the request handed back): `Busy` when the queue is full,
-    /// `InvalidInput` for a level without parity, rows out of the chunk or
-    /// unaligned, a short buffer or an empty `written`, `OutOfRange` past
-    /// the last stripe.
-    pub fn push_rows(&mut self, tag: u64, stripe: u64, start: u64, end: u64, written: u64, buf: IoBuf) -> std::result::Result<(), Rejected> {
-        let offset = self.layout_opt().map_or(0, |l| stripe.saturating_mul(l.stripe_data_width()).saturating_add(start));
-        // The bytes written (the buffer may be longer).
-        let len = self.layout_opt().map_or(0, |l| l.data_chunks() as usize * end.saturating_sub(start) as usize);
-        let have = buf.len();
-        let req = Request { op: Op::Write, offset, len, buf: Some(buf), tag, fua: false };
-        let checked = (|| {
-            if let Some(e) = self.broken.clone() {
-                return Err(e);
-            }
-            if !self.has_room() {
-                return Err(Error::new(ErrorKind::Busy, format!("queue is full ({} requests in flight); wait for completions first", self.slots.len())));
-            }
-            let l = match self.layout_opt() {
-                Some(l) if l.level().has_parity() => l,
-                _ => return Err(Error::new(ErrorKind::InvalidInput, "a rows write needs a RAID 5 or 6 volume".to_string())),
-            };
-            let d = l.data_chunks();
-            let bs = self.vol.block_size() as u64;
-            if start >= end || end > l.chunk() || !start.is_multiple_of(bs) || !end.is_multiple_of(bs) {
-                return Err(Error::new(ErrorKind::InvalidInput, format!("rows {start}..{end} are not whole blocks inside a chunk of {} bytes", l.chunk())));
-            }
-            if stripe.checked_add(1).is_none_or(|n| n.saturating_mul(l.stripe_data_width()) > self.vol.capacity()) {
-                return Err(Error::new(ErrorKind::OutOfRange, format!("stripe {stripe} is past the end of the volume ({} bytes)", self.vol.capacity())));
-            }
-            if written == 0 || written >> d != 0 || have < req.len {
-                return Err(Error::new(
-                    ErrorKind::InvalidInput,
-                    format!("a rows write needs data for {d} data chunks ({} bytes, got {have}) and at least one of them to write", req.len),
-                ));
-            }
-            Ok(())
-        })();
-        if let Err(error) = checked {
-            return Err(Rejected { error, request: req });
+    /// RAID 1 and 10: one stripe operation per chunk piece of slot `si`,
+    /// written (or zeroed) on every writable copy.
+    fn plan_mirror_write(&mut self, si: usize, l: &Layout, zero: bool) {
+        let (offset, len) = (self.slots[si].offset, self.slots[si].len);
+        let mut lp = std::mem::take(&mut self.raid.lpieces);
+        lp.clear();
+        l.for_each_segment(offset, len, |p| lp.push(p));
+        for p in &lp {
+            let kind = if zero { Kind::Zero } else { Kind::Write };
+            let idx = self.new_sop(si, kind, p.stripe, p.chunk_offset, p.chunk_offset + p.len as u64);
+            let sop = &mut self.raid.sops[idx as usize];
+            sop.places = Some(p.places);
+            sop.buf_off = p.buf_offset;
+            sop.zeros = zero;
+            self.raid.started.push(idx);
         }
-        let si = self.free.pop().expect("checked") as usize;
-        self.slots[si].fill(req, Some(RowsWrite { stripe, start, end, written }));
-        self.plan(si);
-        Ok(())
+        self.raid.lpieces = lp;
     }
 
     fn layout_opt(&self) -> Option<Layout> {

@@ -5,7 +5,11 @@
 //! requests it carries; a member that fails on the way sends the operation
 //! back to planning without it.
 
-use super::*;
+use super::{eio, torn_stripe_failpoint, Kind, Method, Part, Phase, Recent, StripeRows};
+use crate::io::buf::IoBuf;
+use crate::raid::chunk::MAX_MEMBERS;
+use crate::raid::engine::{new_piece, now_ns, progress, Completion, Op, Outcome, RaidQueue, Reverse, SOP_BIT};
+use crate::raid::layout::Layout;
 
 impl RaidQueue {
     pub(super) fn sop_start(&mut self, idx: usize, out: &mut Vec<Completion>) {
@@ -37,6 +41,10 @@ impl RaidQueue {
     /// Adds a member I/O to stripe operation `idx`; `ptr` is the memory it
     /// reads into or writes from (`len` bytes; none for fallocate).
     pub(super) fn sop_piece(&mut self, idx: usize, op: Op, member: u32, offset: u64, len: usize, ptr: *mut u8) {
+        debug_assert!(
+            (member as usize) < self.vol.members().len() && offset + len as u64 <= self.vol.data_offset() + self.vol.geometry().member_size(),
+            "a stripe piece of {len} bytes at {offset} is outside member {member}'s data area"
+        );
         if op == Op::Read {
             self.vol.stripe_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -120,8 +128,8 @@ impl RaidQueue {
     }
 
     /// Roles of stripe `s`'s chunks in parity order: data 0..d, P, Q.
-    pub(super) fn stripe_members(l: &Layout, s: u64) -> ([u32; crate::raid::geometry::MAX_MEMBERS], usize) {
-        let mut v = [0u32; crate::raid::geometry::MAX_MEMBERS];
+    pub(super) fn stripe_members(l: &Layout, s: u64) -> ([u32; MAX_MEMBERS], usize) {
+        let mut v = [0u32; MAX_MEMBERS];
         let d = l.data_chunks() as usize;
         for (i, slot) in v.iter_mut().enumerate().take(d) {
             *slot = l.data_member(s, i as u32);
@@ -132,6 +140,7 @@ impl RaidQueue {
             v[k] = q;
             k += 1;
         }
+        debug_assert!((0..k).all(|i| !v[..i].contains(&v[i])), "stripe {s}: a member twice in {:?}", &v[..k]);
         (v, k)
     }
 
@@ -139,7 +148,7 @@ impl RaidQueue {
     pub(super) fn sop_plan(&mut self, idx: usize, out: &mut Vec<Completion>) {
         let l = self.layout();
         let health = self.vol.health().clone();
-        let data_offset = self.vol.data_offset();
+        debug_assert!(self.raid.holds_lock(self.vol.locks(), self.raid.sops[idx].stripe), "an operation runs without its stripe lock");
         if self.raid.sops[idx].kind == Kind::Read && self.read_recent(idx, &l) {
             // Served from memory; `plans` says the lock is held.
             self.raid.sops[idx].plans += 1;
@@ -165,27 +174,14 @@ impl RaidQueue {
             return self.mirror_plan(idx, out);
         }
         let (sm, k) = Self::stripe_members(&l, s);
-        let abs = data_offset + l.stripe_offset(s) + start;
-        let lost = sm[..k].iter().filter(|&&m| !health.readable(m, abs, rows as u64)).count();
-        let tol = l.level().fault_tolerance(l.members());
-        if lost > tol {
-            let names: Vec<&str> = sm[..k]
-                .iter()
-                .filter(|&&m| !health.readable(m, abs, rows as u64))
-                .map(|&m| self.vol.members()[m as usize].name())
-                .collect();
-            self.raid.sops[idx].error = Some(eio(format!(
-                "stripe {s} of the {} volume has lost {lost} members ({}), more than the {tol} it tolerates: \
-                 its data cannot be {}",
-                l.level(),
-                names.join(", "),
-                if kind == Kind::Read { "read" } else { "written" }
-            )));
-            if kind != Kind::Read {
-                health.stop_writes();
+        let abs = self.vol.data_offset() + l.stripe_offset(s) + start;
+        let lost = match self.stripe_lost(idx, &l, &sm[..k], abs, rows) {
+            Ok(lost) => lost,
+            Err(e) => {
+                self.raid.sops[idx].error = Some(e);
+                return self.sop_finish(idx, out);
             }
-            return self.sop_finish(idx, out);
-        }
+        };
         if kind != Kind::Read && self.raid.sops[idx].nmarks == 0 {
             if let Some(bm) = self.vol.bitmap() {
                 if let Err(e) = bm.start_write(abs, rows as u64) {
@@ -197,40 +193,13 @@ impl RaidQueue {
                 sop.nmarks = 1;
             }
         }
+        if kind == Kind::Zero {
+            return self.sop_zero(idx, &sm[..k], abs, rows, out);
+        }
+        let method = self.sop_method(idx, &l, lost);
+        self.raid.sops[idx].method = method;
         let d = l.data_chunks() as usize;
         let (first, count) = (self.raid.sops[idx].first as usize, self.raid.sops[idx].count as usize);
-        let method = match kind {
-            Kind::Zero => {
-                // Parity holds only over data that reads back the same: a
-                // discarded chunk may read back anything, so a discard of
-                // whole stripes is a zeroing of every member (zeros have
-                // zero P and Q), never a discard.
-                let op = match self.slots[self.raid.sops[idx].slot as usize].op {
-                    Op::Discard => Op::WriteZeroes { no_hole: false },
-                    op => op,
-                };
-                for &m in &sm[..k] {
-                    if health.writable(m) {
-                        self.sop_piece(idx, op, m, abs, rows, std::ptr::null_mut());
-                    }
-                }
-                return self.sop_issue(idx, Phase::Write, out);
-            }
-            Kind::Read => Method::Recon,
-            // A full-stripe write needs nothing from the members, lost or not.
-            Kind::Write if count == d => Method::Full,
-            Kind::Write if lost > 0 => Method::Recon,
-            Kind::Write => {
-                let rmw = count + l.level().parity_chunks();
-                let rcw = d - count;
-                if rmw < rcw {
-                    Method::Rmw
-                } else {
-                    Method::Rcw
-                }
-            }
-        };
-        self.raid.sops[idx].method = method;
         let reads: Vec<u32> = match method {
             Method::Full => Vec::new(),
             Method::Rmw => sm[first..first + count].iter().chain(&sm[d..k]).copied().collect(),
@@ -243,6 +212,75 @@ impl RaidQueue {
             self.sop_piece(idx, Op::Read, m, abs, rows, ptr);
         }
         self.sop_issue(idx, Phase::Read, out);
+    }
+
+    /// How many of the stripe's members (`sm`, in parity order) cannot be
+    /// read over the operation's rows (`rows` bytes at absolute `abs`).
+    /// Errors: `Io` when more than the level tolerates (a write then stops
+    /// the volume's writes).
+    fn stripe_lost(&self, idx: usize, l: &Layout, sm: &[u32], abs: u64, rows: usize) -> crate::Result<usize> {
+        let health = self.vol.health();
+        let (s, kind) = (self.raid.sops[idx].stripe, self.raid.sops[idx].kind);
+        let lost = sm.iter().filter(|&&m| !health.readable(m, abs, rows as u64)).count();
+        let tol = l.level().fault_tolerance(l.members());
+        if lost <= tol {
+            return Ok(lost);
+        }
+        let names: Vec<&str> =
+            sm.iter().filter(|&&m| !health.readable(m, abs, rows as u64)).map(|&m| self.vol.members()[m as usize].name()).collect();
+        if kind != Kind::Read {
+            health.stop_writes();
+        }
+        Err(eio(format!(
+            "stripe {s} of the {} volume has lost {lost} members ({}), more than the {tol} it tolerates: \
+             its data cannot be {}",
+            l.level(),
+            names.join(", "),
+            if kind == Kind::Read { "read" } else { "written" }
+        )))
+    }
+
+    /// Zeroes the operation's rows on every writable member of the stripe
+    /// (`sm`). Parity holds only over data that reads back the same: a
+    /// discarded chunk may read back anything, so a discard of whole
+    /// stripes is a zeroing of every member (zeros have zero P and Q),
+    /// never a discard.
+    fn sop_zero(&mut self, idx: usize, sm: &[u32], abs: u64, rows: usize, out: &mut Vec<Completion>) {
+        let health = self.vol.health().clone();
+        let op = match self.slots[self.raid.sops[idx].slot as usize].op {
+            Op::Discard => Op::WriteZeroes { no_hole: false },
+            op => op,
+        };
+        for &m in sm {
+            if health.writable(m) {
+                self.sop_piece(idx, op, m, abs, rows, std::ptr::null_mut());
+            }
+        }
+        self.sop_issue(idx, Phase::Write, out)
+    }
+
+    /// The method of a read or write operation with `lost` members of its
+    /// stripe unreadable: a full-stripe write needs nothing from the
+    /// members, lost or not; a degraded one reconstructs; otherwise the
+    /// fewer member reads of read-modify-write and reconstruct-write, ties
+    /// to reconstruct-write (md's `handle_stripe_dirtying`).
+    fn sop_method(&self, idx: usize, l: &Layout, lost: usize) -> Method {
+        let sop = &self.raid.sops[idx];
+        let (d, count) = (l.data_chunks() as usize, sop.count as usize);
+        match sop.kind {
+            Kind::Read => Method::Recon,
+            Kind::Write if count == d => Method::Full,
+            _ if lost > 0 => Method::Recon,
+            _ => {
+                let rmw = count + l.level().parity_chunks();
+                let rcw = d - count;
+                if rmw < rcw {
+                    Method::Rmw
+                } else {
+                    Method::Rcw
+                }
+            }
+        }
     }
 
     pub(super) fn mirror_plan(&mut self, idx: usize, out: &mut Vec<Completion>) {
@@ -321,133 +359,30 @@ impl RaidQueue {
     pub(super) fn parity_compute_and_write(&mut self, idx: usize, out: &mut Vec<Completion>) {
         let l = self.layout();
         let health = self.vol.health().clone();
-        let data_offset = self.vol.data_offset();
         let (s, start, end, method, kind) = {
             let sop = &self.raid.sops[idx];
             (sop.stripe, sop.start, sop.end, sop.method, sop.kind)
         };
+        debug_assert!(self.raid.holds_lock(self.vol.locks(), s), "stripe {s}: an operation computes without its lock");
         let rows = (end - start) as usize;
-        let abs = data_offset + l.stripe_offset(s) + start;
+        let abs = self.vol.data_offset() + l.stripe_offset(s) + start;
         let (sm, k) = Self::stripe_members(&l, s);
         let d = l.data_chunks() as usize;
         let (first, count) = (self.raid.sops[idx].first as usize, self.raid.sops[idx].count as usize);
-        let pm = sm[d];
-        let qm = if k > d + 1 { Some(sm[d + 1]) } else { None };
-        let kernel = self.raid.kernel;
-        let mut newp = [std::ptr::null_mut::<u8>(); crate::raid::geometry::MAX_MEMBERS];
-        if kind == Kind::Write && !self.raid.sops[idx].parts.is_empty() {
-            // Merged from several requests: one part per request and data
-            // index; an index made of several parts is gathered into its
-            // row buffer.
-            let parts = std::mem::take(&mut self.raid.sops[idx].parts);
-            for (i, np) in newp.iter_mut().enumerate().take(d) {
-                let mine: Vec<&Part> = parts.iter().filter(|p| p.index as usize == i).collect();
-                if let [p] = mine[..] {
-                    if p.start == start && p.end == end {
-                        *np = p.ptr;
-                        continue;
-                    }
-                }
-                self.take_buf(idx, sm[i]);
-                let b = self.raid.sops[idx].bufs[sm[i] as usize].as_mut().expect("taken");
-                for p in mine {
-                    // SAFETY: a part addresses end - start bytes of a live
-                    // request buffer (its slot waits for this operation).
-                    let src = unsafe { std::slice::from_raw_parts(p.ptr, (p.end - p.start) as usize) };
-                    // The buffer holds the operation's rows from `start` on.
-                    b[(p.start - start) as usize..(p.end - start) as usize].copy_from_slice(src);
-                }
-                *np = b.as_mut_ptr();
-            }
-            self.raid.sops[idx].parts = parts;
-        } else if kind == Kind::Write {
-            for (i, np) in newp.iter_mut().enumerate().take(first + count).skip(first) {
-                *np = self.new_data_ptr(idx, &l, i);
-            }
-        }
+        let newp = self.new_data(idx, &l, &sm[..d], kind, first, count);
         // Every chunk of the stripe gets a buffer where the method needs
         // one (P and Q always; every member for a reconstruction).
-        match method {
-            Method::Recon => {
-                for &m in &sm[..k] {
-                    self.take_buf(idx, m);
-                }
-            }
-            _ => {
-                self.take_buf(idx, pm);
-                if let Some(q) = qm {
-                    self.take_buf(idx, q);
-                }
-            }
+        let needs = if method == Method::Recon { &sm[..k] } else { &sm[d..k] };
+        for &m in needs {
+            self.take_buf(idx, m);
         }
         let mut bufs = std::mem::take(&mut self.raid.sops[idx].bufs);
-        // SAFETY (for the slices below): each new-data pointer addresses
-        // `rows` bytes inside a request's buffer, the zero buffer, or (for a
-        // merged stripe) the row buffer of that data member, which no other
-        // slice below addresses; row buffers are heap blocks that stay put
-        // while the vector holding them is taken out.
-        let new = |i: usize| -> &[u8] { unsafe { std::slice::from_raw_parts(newp[i], rows) } };
-        {
-            let get = |bufs: &mut Vec<Option<IoBuf>>, m: u32| -> *mut u8 { bufs[m as usize].as_mut().expect("buffer").as_mut_ptr() };
-            // SAFETY: distinct members have distinct buffers, each at least
-            // a chunk (>= rows) long.
-            let slice = |p: *mut u8| -> &mut [u8] { unsafe { std::slice::from_raw_parts_mut(p, rows) } };
-            let p_ptr = get(&mut bufs, pm);
-            let q_ptr = qm.map(|q| get(&mut bufs, q));
-            match method {
-                Method::Full => {
-                    let data: Vec<&[u8]> = (0..d).map(new).collect();
-                    match q_ptr {
-                        None => kernel.gen_p(&data, slice(p_ptr)),
-                        Some(q) => kernel.gen_pq(&data, slice(p_ptr), slice(q)),
-                    }
-                }
-                Method::Rmw => {
-                    // (`i` is the data index the kernels take, too.)
-                    #[allow(clippy::needless_range_loop)]
-                    for i in first..first + count {
-                        let old_ptr = get(&mut bufs, sm[i]);
-                        let old: &[u8] = slice(old_ptr);
-                        match q_ptr {
-                            None => kernel.update_p(old, new(i), slice(p_ptr)),
-                            Some(q) => kernel.update_pq(i, old, new(i), slice(p_ptr), slice(q)),
-                        }
-                    }
-                }
-                Method::Rcw => {
-                    let ptrs: Vec<*mut u8> = (0..d).map(|i| if i >= first && i < first + count { newp[i] } else { get(&mut bufs, sm[i]) }).collect();
-                    let data: Vec<&[u8]> = ptrs.iter().map(|&p| &*slice(p)).collect();
-                    match q_ptr {
-                        None => kernel.gen_p(&data, slice(p_ptr)),
-                        Some(q) => kernel.gen_pq(&data, slice(p_ptr), slice(q)),
-                    }
-                }
-                Method::Recon => {
-                    let lost: Vec<usize> = (0..k).filter(|&i| !health.readable(sm[i], abs, rows as u64)).collect();
-                    let ptrs: Vec<*mut u8> = (0..k).map(|i| get(&mut bufs, sm[i])).collect();
-                    {
-                        let mut stripe: Vec<&mut [u8]> = ptrs.iter().map(|&p| slice(p)).collect();
-                        if !lost.is_empty() {
-                            match qm {
-                                None => kernel.recover_raid5(&mut stripe, lost[0]),
-                                Some(_) => kernel.recover_raid6(&mut stripe, &lost),
-                            }
-                        }
-                    }
-                    if kind == Kind::Write {
-                        #[allow(clippy::needless_range_loop)]
-                        for i in first..first + count {
-                            slice(ptrs[i]).copy_from_slice(new(i));
-                        }
-                        let data: Vec<&[u8]> = ptrs[..d].iter().map(|&p| &*slice(p)).collect();
-                        match q_ptr {
-                            None => kernel.gen_p(&data, slice(p_ptr)),
-                            Some(q) => kernel.gen_pq(&data, slice(p_ptr), slice(q)),
-                        }
-                    }
-                }
-            }
-        }
+        let lost: Vec<usize> = match method {
+            Method::Recon => (0..k).filter(|&i| !health.readable(sm[i], abs, rows as u64)).collect(),
+            _ => Vec::new(),
+        };
+        let stripe = StripeRows { members: &sm[..k], data: d, first, count, rows, new: &newp };
+        stripe.compute(self.raid.kernel, method, kind, &mut bufs, &lost);
         if kind == Kind::Read {
             self.copy_out(idx, &l, &sm[..d], &bufs, start);
             self.keep_recent(idx, bufs);
@@ -468,6 +403,50 @@ impl RaidQueue {
             }
         }
         self.sop_issue(idx, Phase::Write, out);
+    }
+
+    /// Where the new data of each written data index of operation `idx`
+    /// is (by data index; null for the others): in the request's buffer
+    /// or the zero buffer, or, for a write merged from several requests
+    /// whose index is made of several parts, gathered into the index's
+    /// row buffer (`data_members`: the members of the data indices).
+    fn new_data(&mut self, idx: usize, l: &Layout, data_members: &[u32], kind: Kind, first: usize, count: usize) -> [*mut u8; MAX_MEMBERS] {
+        let mut newp = [std::ptr::null_mut::<u8>(); MAX_MEMBERS];
+        if kind != Kind::Write {
+            return newp;
+        }
+        if self.raid.sops[idx].parts.is_empty() {
+            for (i, np) in newp.iter_mut().enumerate().take(first + count).skip(first) {
+                *np = self.new_data_ptr(idx, l, i);
+            }
+            return newp;
+        }
+        // Merged from several requests: one part per request and data
+        // index; an index made of several parts is gathered into its row
+        // buffer.
+        let (start, end) = (self.raid.sops[idx].start, self.raid.sops[idx].end);
+        let parts = std::mem::take(&mut self.raid.sops[idx].parts);
+        for (i, np) in newp.iter_mut().enumerate().take(data_members.len()) {
+            let mine: Vec<&Part> = parts.iter().filter(|p| p.index as usize == i).collect();
+            if let [p] = mine[..] {
+                if p.start == start && p.end == end {
+                    *np = p.ptr;
+                    continue;
+                }
+            }
+            self.take_buf(idx, data_members[i]);
+            let b = self.raid.sops[idx].bufs[data_members[i] as usize].as_mut().expect("taken");
+            for p in mine {
+                // SAFETY: a part addresses end - start bytes of a live
+                // request buffer (its slot waits for this operation).
+                let src = unsafe { std::slice::from_raw_parts(p.ptr, (p.end - p.start) as usize) };
+                // The buffer holds the operation's rows from `start` on.
+                b[(p.start - start) as usize..(p.end - start) as usize].copy_from_slice(src);
+            }
+            *np = b.as_mut_ptr();
+        }
+        self.raid.sops[idx].parts = parts;
+        newp
     }
 
     /// Serves degraded read `idx` (its stripe lock held) from a stripe
