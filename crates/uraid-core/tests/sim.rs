@@ -862,7 +862,6 @@ fn seeded_simulation_keeps_every_acknowledged_durable_write() {
 /// flusher, another connection) would wait for it for ever. Found by
 /// seed 4429531286096230638 (RAID 6, journal: the flusher hung).
 #[test]
-#[ignore = "bug in raid/engine/mod.rs drain_for_drop: held completions of throttled members are never released (see h6's report)"]
 fn a_queue_dropped_with_writes_in_flight_leaves_no_stripe_locked() {
     for (level, sim) in [
         (Level::Raid5, 0),

@@ -679,9 +679,12 @@ impl RaidQueue {
         // The kernel may still write into buffers we own: wait for every
         // piece before the slots are freed.
         let mut sink = Vec::new();
-        // Requests still in progress finish first (plugged writes and
-        // stripe operations waiting for a lock have no I/O in the kernel).
-        while self.in_flight() > 0 && (self.raid.has_plugged() || self.raid.has_waiting()) {
+        // Every request in progress finishes first: plugged writes and
+        // stripe operations waiting for a lock have no I/O in the kernel,
+        // and completions an emulated drive holds back for its latency are
+        // in no ring either; a stripe operation left half done would keep
+        // its stripe lock for ever (the volume outlives this queue).
+        while self.in_flight() > 0 && self.broken.is_none() {
             self.wait(1, &mut sink);
         }
         if std::env::var_os("URAID_DEBUG_QUEUE").is_some() {
