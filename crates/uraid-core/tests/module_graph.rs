@@ -223,7 +223,10 @@ fn find_cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 }
 
 fn crates() -> Vec<Crate> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    // URAID_GRAPH_ROOT: another checkout's crates/ (for `print_the_graph`).
+    let root = std::env::var_os("URAID_GRAPH_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf());
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("src").is_dir()).collect();
     dirs.sort();
     dirs.iter().map(|d| load(d)).collect()
@@ -279,4 +282,21 @@ fn the_checker_sees_a_circle_and_a_layer_breach() {
     let g = graph(&c);
     assert_eq!(g["io"], BTreeSet::from(["raid".to_string()]));
     assert!(find_cycle(&g).is_some(), "{g:?}");
+}
+
+/// Prints uraid-core's import graph (unit -> units it uses, test code not
+/// read) and its size: issue 30's before/after figure. `cargo test -p
+/// uraid-core --test module_graph -- --ignored --nocapture`; with
+/// URAID_GRAPH_ROOT=DIR/crates, of another checkout.
+#[test]
+#[ignore = "prints a figure; checks nothing"]
+fn print_the_graph() {
+    let core = crates().into_iter().find(|c| c.name == "uraid-core").expect("uraid-core");
+    let g = graph(&core);
+    let edges: usize = g.values().map(|d| d.len()).sum();
+    println!("uraid-core: {} units, {} edges", g.len(), edges);
+    for (from, deps) in &g {
+        let from = if from.is_empty() { "(root)" } else { from.as_str() };
+        println!("  {from} -> {}", deps.iter().cloned().collect::<Vec<_>>().join(", "));
+    }
 }
