@@ -340,10 +340,14 @@ fn serve_client(s: &UnixStream, req: Request, ctx: &Ctx) -> std::io::Result<()> 
             send(s, &Reply::done(v))
         }
         Command::Stop => {
+            // The answer first: once woken, the serve stops at once and
+            // may close this connection before a later answer is sent
+            // ("closed the control connection before answering 'stop'").
+            let sent = send(s, &Reply::done(serde_json::json!({"pid": std::process::id()})));
             ctx.live.stop.store(true, Ordering::Relaxed);
             ctx.live.interrupt.store(true, Ordering::Relaxed);
             crate::service::wake::wake();
-            send(s, &Reply::done(serde_json::json!({"pid": std::process::id()})))
+            sent
         }
         Command::TestMessage => {
             ctx.events.emit("TestMessage", None, "a test message from 'uraid monitor --test'");
