@@ -107,7 +107,18 @@ pub enum Progress<'a> {
     /// Writing the test area.
     Preparing(u64),
     /// Test `index` of `count`, run `run` of `runs` (0 = warm-up).
-    Running { test: &'a Test, index: usize, count: usize, run: usize, runs: usize },
+    Running {
+        /// The test.
+        test: &'a Test,
+        /// Its place in the suite (0-based).
+        index: usize,
+        /// Tests in the suite.
+        count: usize,
+        /// The run (0: the warm-up).
+        run: usize,
+        /// Runs per test.
+        runs: usize,
+    },
 }
 
 /// Runs the suite on `vol` (a volume in process or an NBD export),

@@ -15,7 +15,7 @@
 //! is an input, not a fact of the machine.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -31,8 +31,16 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
+/// Whether any thread ever installed a virtual clock: outside a
+/// simulation this is false, and a clock read costs one relaxed load more
+/// than the machine's clock (no thread-local lookup on the data path).
+static ANY_VIRTUAL: AtomicBool = AtomicBool::new(false);
+
 #[inline]
 fn virtual_ns() -> Option<u64> {
+    if !ANY_VIRTUAL.load(Ordering::Relaxed) {
+        return None;
+    }
     VIRTUAL.with(|v| v.borrow().as_ref().map(|t| t.load(Ordering::Acquire)))
 }
 
@@ -149,6 +157,7 @@ impl Virtual {
     /// Makes this the clock of the calling thread until the guard is
     /// dropped (then the thread's earlier clock is back).
     pub fn install(&self) -> Installed {
+        ANY_VIRTUAL.store(true, Ordering::Relaxed);
         let before = VIRTUAL.with(|v| v.borrow_mut().replace(self.ns.clone()));
         Installed { before }
     }

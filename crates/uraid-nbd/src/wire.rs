@@ -23,7 +23,12 @@ pub enum Wire {
     /// Clear text.
     Plain(Sock),
     /// TLS; `pending` holds received ciphertext not yet given to rustls.
-    Tls { tls: Box<rustls::StreamOwned<rustls::ServerConnection, Sock>>, pending: Vec<u8> },
+    Tls {
+        /// The rustls session over the socket.
+        tls: Box<rustls::StreamOwned<rustls::ServerConnection, Sock>>,
+        /// Ciphertext received, not yet given to rustls.
+        pending: Vec<u8>,
+    },
     /// TLS-PSK (OpenSSL; see [`crate::psk`]).
     Psk(Box<openssl::ssl::SslStream<Sock>>),
     /// Transient state while upgrading.

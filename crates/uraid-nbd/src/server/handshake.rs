@@ -123,82 +123,109 @@ pub(super) fn handshake<'a>(
             s.write_all(&option_reply(opt.option, REP_ERR_TLS_REQD, b"this server requires TLS: send STARTTLS first"))?;
             continue;
         }
-        match opt.option {
-            OPT_EXPORT_NAME => {
-                let Ok(name) = std::str::from_utf8(&data) else { return Ok(None) };
-                let Some(e) = find(exports, name) else { return Ok(None) };
-                let mut r = Vec::with_capacity(134);
-                r.extend_from_slice(&e.capacity.load(std::sync::atomic::Ordering::Acquire).to_be_bytes());
-                r.extend_from_slice(&transmission_flags(opts.read_only).to_be_bytes());
-                if !no_zeroes {
-                    r.extend_from_slice(&[0u8; 124]);
-                }
-                s.write_all(&r)?;
-                return Ok(Some(Negotiated { export: e, structured }));
-            }
-            OPT_ABORT => {
-                let _ = s.write_all(&option_reply(opt.option, REP_ACK, &[]));
-                return Ok(None);
-            }
-            OPT_LIST => {
-                if !data.is_empty() {
-                    s.write_all(&option_reply(opt.option, REP_ERR_INVALID, b"LIST takes no data"))?;
-                    continue;
-                }
-                let mut r = Vec::new();
-                for e in exports {
-                    let mut d = (e.name.len() as u32).to_be_bytes().to_vec();
-                    d.extend_from_slice(e.name.as_bytes());
-                    d.extend_from_slice(e.description.as_bytes());
-                    r.extend(option_reply(opt.option, REP_SERVER, &d));
-                }
-                r.extend(option_reply(opt.option, REP_ACK, &[]));
-                s.write_all(&r)?;
-            }
-            OPT_STARTTLS => match &opts.tls {
-                None => s.write_all(&option_reply(
-                    opt.option,
-                    REP_ERR_POLICY,
-                    b"TLS is not configured on this server (start it with --tls-psk, or --tls-cert and --tls-key)",
-                ))?,
-                Some(_) if s.is_tls() || !data.is_empty() => {
-                    s.write_all(&option_reply(opt.option, REP_ERR_INVALID, b"TLS is already up, or STARTTLS had data"))?
-                }
-                Some(cfg) => {
-                    s.write_all(&option_reply(opt.option, REP_ACK, &[]))?;
-                    match cfg {
-                        Tls::Certificate(c) => s.start_tls(c.clone())?,
-                        Tls::Psk(p) => s.start_psk(p)?,
-                    }
-                }
-            },
-            OPT_STRUCTURED_REPLY => {
-                if !data.is_empty() {
-                    s.write_all(&option_reply(opt.option, REP_ERR_INVALID, b"STRUCTURED_REPLY takes no data"))?;
-                    continue;
-                }
-                structured = true;
-                s.write_all(&option_reply(opt.option, REP_ACK, &[]))?;
-            }
-            OPT_INFO | OPT_GO => {
-                let Some(req) = parse_info_request(&data) else {
-                    s.write_all(&option_reply(opt.option, REP_ERR_INVALID, b"malformed INFO/GO request"))?;
-                    continue;
-                };
-                let Some(e) = find(exports, &req.name) else {
-                    let known: Vec<&str> = exports.iter().map(|e| e.name.as_str()).collect();
-                    let msg = format!("no export named '{}'; exports: {}", req.name, known.join(", "));
-                    s.write_all(&option_reply(opt.option, REP_ERR_UNKNOWN, msg.as_bytes()))?;
-                    continue;
-                };
-                s.write_all(&info_replies(opt.option, e, &req.items, opts.read_only))?;
-                if opt.option == OPT_GO {
-                    return Ok(Some(Negotiated { export: e, structured }));
-                }
-            }
-            _ => {
-                s.write_all(&option_reply(opt.option, REP_ERR_UNSUP, b"option not supported"))?;
-            }
+        match answer(s, opt.option, &data, exports, opts, &mut structured, no_zeroes)? {
+            Next::More => {}
+            Next::End(n) => return Ok(n),
         }
     }
+}
+
+/// What the handshake does after an option: read the next one, or end
+/// (with the export negotiated, or `None`: close the connection).
+enum Next<'a> {
+    More,
+    End(Option<Negotiated<'a>>),
+}
+
+/// Answers one option (`option` with its `data`), once the checks every
+/// option passes (size, shutdown, TLS first) are done. `structured` is set
+/// by STRUCTURED_REPLY; `no_zeroes`: the client's NO_ZEROES flag (for
+/// EXPORT_NAME's reply).
+fn answer<'a>(
+    s: &mut Wire,
+    option: u32,
+    data: &[u8],
+    exports: &'a [Live],
+    opts: &ServerOptions,
+    structured: &mut bool,
+    no_zeroes: bool,
+) -> io::Result<Next<'a>> {
+    match option {
+        OPT_EXPORT_NAME => {
+            let Ok(name) = std::str::from_utf8(&data) else { return Ok(Next::End(None)) };
+            let Some(e) = find(exports, name) else { return Ok(Next::End(None)) };
+            let mut r = Vec::with_capacity(134);
+            r.extend_from_slice(&e.capacity.load(std::sync::atomic::Ordering::Acquire).to_be_bytes());
+            r.extend_from_slice(&transmission_flags(opts.read_only).to_be_bytes());
+            if !no_zeroes {
+                r.extend_from_slice(&[0u8; 124]);
+            }
+            s.write_all(&r)?;
+            return Ok(Next::End(Some(Negotiated { export: e, structured: *structured })));
+        }
+        OPT_ABORT => {
+            let _ = s.write_all(&option_reply(option, REP_ACK, &[]));
+            return Ok(Next::End(None));
+        }
+        OPT_LIST => {
+            if !data.is_empty() {
+                s.write_all(&option_reply(option, REP_ERR_INVALID, b"LIST takes no data"))?;
+                return Ok(Next::More);
+            }
+            let mut r = Vec::new();
+            for e in exports {
+                let mut d = (e.name.len() as u32).to_be_bytes().to_vec();
+                d.extend_from_slice(e.name.as_bytes());
+                d.extend_from_slice(e.description.as_bytes());
+                r.extend(option_reply(option, REP_SERVER, &d));
+            }
+            r.extend(option_reply(option, REP_ACK, &[]));
+            s.write_all(&r)?;
+        }
+        OPT_STARTTLS => match &opts.tls {
+            None => s.write_all(&option_reply(
+                option,
+                REP_ERR_POLICY,
+                b"TLS is not configured on this server (start it with --tls-psk, or --tls-cert and --tls-key)",
+            ))?,
+            Some(_) if s.is_tls() || !data.is_empty() => {
+                s.write_all(&option_reply(option, REP_ERR_INVALID, b"TLS is already up, or STARTTLS had data"))?
+            }
+            Some(cfg) => {
+                s.write_all(&option_reply(option, REP_ACK, &[]))?;
+                match cfg {
+                    Tls::Certificate(c) => s.start_tls(c.clone())?,
+                    Tls::Psk(p) => s.start_psk(p)?,
+                }
+            }
+        },
+        OPT_STRUCTURED_REPLY => {
+            if !data.is_empty() {
+                s.write_all(&option_reply(option, REP_ERR_INVALID, b"STRUCTURED_REPLY takes no data"))?;
+                return Ok(Next::More);
+            }
+            *structured = true;
+            s.write_all(&option_reply(option, REP_ACK, &[]))?;
+        }
+        OPT_INFO | OPT_GO => {
+            let Some(req) = parse_info_request(&data) else {
+                s.write_all(&option_reply(option, REP_ERR_INVALID, b"malformed INFO/GO request"))?;
+                return Ok(Next::More);
+            };
+            let Some(e) = find(exports, &req.name) else {
+                let known: Vec<&str> = exports.iter().map(|e| e.name.as_str()).collect();
+                let msg = format!("no export named '{}'; exports: {}", req.name, known.join(", "));
+                s.write_all(&option_reply(option, REP_ERR_UNKNOWN, msg.as_bytes()))?;
+                return Ok(Next::More);
+            };
+            s.write_all(&info_replies(option, e, &req.items, opts.read_only))?;
+            if option == OPT_GO {
+                return Ok(Next::End(Some(Negotiated { export: e, structured: *structured })));
+            }
+        }
+        _ => {
+            s.write_all(&option_reply(option, REP_ERR_UNSUP, b"option not supported"))?;
+        }
+    }
+    Ok(Next::More)
 }

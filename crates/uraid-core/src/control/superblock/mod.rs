@@ -388,7 +388,12 @@ pub enum DecodeError {
     /// No uraid magic: not a uraid member.
     NoMagic,
     /// Magic present but the checksum does not match: corrupted.
-    BadCrc { stored: u32, computed: u32 },
+    BadCrc {
+        /// The CRC32C the block carries.
+        stored: u32,
+        /// The CRC32C of its bytes.
+        computed: u32,
+    },
     /// A format version this build does not read.
     Version(u32),
     /// Fields that cannot be right (named).
