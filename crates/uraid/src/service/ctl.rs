@@ -104,13 +104,13 @@ fn accept_loop(l: UnixListener, ctx: Arc<Ctx>) {
             .chain(pending.iter().map(|p| p.s.as_raw_fd()))
             .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
             .collect();
-        // SAFETY: `fds` holds `fds.len()` initialised pollfd entries of
-        // descriptors open for the call; poll writes only their revents.
         // Asleep until a client connects or sends, the first pending
         // request's deadline, or the stop (whose self-connect wakes it);
         // a look every 5 s besides.
         let now = Instant::now();
         let wait = pending.iter().map(|p| p.deadline.saturating_duration_since(now)).min().unwrap_or(IDLE_LOOK).min(IDLE_LOOK);
+        // SAFETY: `fds` holds `fds.len()` initialised pollfd entries of
+        // descriptors open for the call; poll writes only their revents.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait.as_millis() as i32 + 1) };
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             std::thread::sleep(Duration::from_millis(50));

@@ -35,7 +35,7 @@ impl StripeRows<'_> {
         let (sm, first, count) = (self.members, self.first, self.count);
         debug_assert!(sm[d..].iter().all(|m| !sm[..d].contains(m)), "parity members {:?} among the data members {:?}", &sm[d..], &sm[..d]);
         let newp = self.new;
-        // SAFETY (for the slices below): each new-data pointer addresses
+        // SAFETY: (for the slices below) each new-data pointer addresses
         // `rows` bytes inside a request's buffer, the zero buffer, or (for a
         // merged stripe) the row buffer of that data member, which no other
         // slice below addresses; row buffers are heap blocks that stay put
