@@ -78,6 +78,37 @@ $("add-form").addEventListener("submit", (ev) => {
     () => send({ add: { device: dev, force: false } }).then(() => { $("add-device").value = ""; }).catch(() => {}));
 });
 
+// The drives panel (GET /api/drives): every drive, who it is, what uses
+// it; a free one can be added as a spare.
+async function loadDrives() {
+  const r = await fetch("/api/drives");
+  if (!r.ok) { toast(`the drives could not be listed: ${r.status}`); return; }
+  const list = await r.json();
+  const body = $("drives").tBodies[0];
+  body.replaceChildren();
+  for (const d of list) {
+    const id = d.identity || {};
+    const act = make("td");
+    if (d.free) {
+      const b = make("button", { type: "button", textContent: "Add as spare" });
+      b.dataset.device = d.device;
+      b.addEventListener("click", () => confirmThen("Add a spare?",
+        `${d.device}${id.model ? ` (${id.model}${id.serial ? `, serial ${id.serial}` : ""})` : ""} joins the array as a spare: anything on it is overwritten. If a role is down, it takes it over and is rebuilt in the background.`,
+        () => send({ add: { device: d.device, force: false } }).then(loadDrives).catch(() => {})));
+      act.append(b);
+    }
+    const tr = make("tr");
+    tr.dataset.device = d.device;
+    tr.append(make("td", { textContent: d.device, title: id.by_id || "" }), make("td", { textContent: d.kind }),
+      make("td", { textContent: id.model || "" }), make("td", { textContent: id.serial || "" }),
+      make("td", { textContent: fmtSize(d.size) }), make("td", { textContent: healthText(d.health) }),
+      make("td", { textContent: d.usage }), act);
+    body.append(tr);
+  }
+}
+$("drives-refresh").addEventListener("click", () => loadDrives().catch(() => {}));
+$("drives-panel").addEventListener("toggle", () => { if ($("drives-panel").open) loadDrives().catch(() => {}); });
+
 function startScrub(repair) {
   const what = repair ? "repair" : "check";
   confirmThen(`Start a ${what}?`,
@@ -159,11 +190,25 @@ function render(st) {
   if (volKey !== drawn.volumes) { drawn.volumes = volKey; renderVolumes(st); }
   const memKey = JSON.stringify([st.members, st.stale_members]);
   if (memKey !== drawn.members) { drawn.members = memKey; renderMembers(st); }
-  const detKey = JSON.stringify(st.member_details);
-  if (detKey !== drawn.details) { drawn.details = detKey; renderDetails(st.member_details); }
+  const detKey = JSON.stringify([st.member_details, st.health]);
+  if (detKey !== drawn.details) { drawn.details = detKey; renderDetails(st.member_details, st.health); }
 }
 
-function renderDetails(d) {
+// One drive's health (service::health) in a few words.
+function healthText(h) {
+  if (!h) return "";
+  const parts = [];
+  if (h.smart_passed === false || h.critical_warning) parts.push(`WARNING${h.critical_warning ? ` 0x${h.critical_warning.toString(16)}` : ""}`);
+  else if (h.smart_passed === true) parts.push("OK");
+  if (h.temperature) parts.push(`${h.temperature} °C`);
+  if (h.percentage_used != null) parts.push(`${h.percentage_used}% used`);
+  if (h.available_spare != null) parts.push(`spare ${h.available_spare}%`);
+  const bad = h.media_errors != null ? h.media_errors : h.bad_sectors;
+  if (bad) parts.push(`${bad} media errors`);
+  return parts.join(", ");
+}
+
+function renderDetails(d, health) {
   const body = $("details").tBodies[0];
   body.replaceChildren();
   const warn = $("bus-warnings");
@@ -171,8 +216,16 @@ function renderDetails(d) {
   if (!d) return;
   for (const m of d.members || []) {
     const tr = make("tr");
-    tr.append(make("td", { textContent: m.name }), make("td", { textContent: m.model }),
-      make("td", { textContent: fmtSize(m.size) }), make("td", { textContent: `${m.logical_block_size} B` }),
+    // Who the drive is (uraid_core::io::identity): absent for files and
+    // stacked devices.
+    const id = m.identity || {};
+    const link = id.link && id.link.speed ? `PCIe ${id.link.speed}${id.link.width ? ` x${id.link.width}` : ""}` : (id.transport || "");
+    tr.append(make("td", { textContent: m.name, title: id.by_id || "" }), make("td", { textContent: id.model || m.model }),
+      make("td", { textContent: id.serial || "" }), make("td", { textContent: id.firmware || "" }),
+      make("td", { textContent: fmtSize(m.size) }),
+      make("td", { textContent: id.physical_block_size && id.physical_block_size !== m.logical_block_size ? `${m.logical_block_size}/${id.physical_block_size} B` : `${m.logical_block_size} B` }),
+      make("td", { textContent: link }),
+      make("td", { textContent: healthText((health || []).find((h) => h.device === m.name)) }),
       make("td", { textContent: (m.sits_on || []).join(" → ") }));
     body.append(tr);
   }

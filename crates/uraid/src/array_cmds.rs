@@ -204,19 +204,28 @@ pub(crate) fn cmd_examine(a: ExamineArgs) -> Result<()> {
     let names = crate::scan::member_args(&a.members)?;
     for (name, spec) in names.iter().zip(specs(&names)?) {
         let ex = array::examine(&spec)?;
+        // Who the drive is (None for files and stacked devices).
+        let identity = uraid_core::io::identity::identity_of_path(std::path::Path::new(name));
         if a.json {
-            json.push(match &ex {
+            let mut v = match &ex {
                 Examination::Member(sb) => serde_json::json!({"member": name, "superblock": sb}),
                 Examination::Corrupt(why) => serde_json::json!({"member": name, "error": why}),
                 Examination::Foreign(sig) => serde_json::json!({"member": name, "holds": sig}),
                 Examination::Empty => serde_json::json!({"member": name, "holds": null}),
-            });
+            };
+            if let Some(id) = &identity {
+                v["identity"] = serde_json::to_value(id)?;
+            }
+            json.push(v);
             if matches!(ex, Examination::Corrupt(_)) {
                 bad += 1;
             }
             continue;
         }
         let shown = crate::conf::quote(name);
+        if let Some(id) = &identity {
+            print_identity(&shown, id);
+        }
         match ex {
             Examination::Member(sb) => print_superblock(name, &sb),
             Examination::Corrupt(why) => {
@@ -234,6 +243,29 @@ pub(crate) fn cmd_examine(a: ExamineArgs) -> Result<()> {
         bail!("{bad} member(s) have a damaged superblock");
     }
     Ok(())
+}
+
+/// The drive's identity as `examine` prints it, before its superblock:
+/// `/dev/nvme0n1: drive Samsung SSD 990 PRO, serial S6Z..., firmware ...`
+/// and its WWID, by-id name, sizes and PCIe link when known.
+fn print_identity(shown: &str, id: &uraid_core::io::identity::Identity) {
+    println!("{shown}: drive {}", id.summary());
+    let mut more = Vec::new();
+    if let Some(w) = &id.wwid {
+        more.push(format!("wwid {w}"));
+    }
+    if let Some(b) = &id.by_id {
+        more.push(b.clone());
+    }
+    more.push(format!("{} bytes, sectors {}/{} (logical/physical)", id.capacity, id.logical_block_size, id.physical_block_size));
+    if let Some(l) = &id.link {
+        let max = match (&l.max_speed, l.max_width) {
+            (Some(s), Some(w)) => format!(" (max {s} x{w})"),
+            _ => String::new(),
+        };
+        more.push(format!("PCI {}{max}{}", l.address, l.upstream.as_deref().map(|u| format!(" behind port {u}")).unwrap_or_default()));
+    }
+    println!("  {}", more.join("; "));
 }
 
 pub(crate) fn cmd_assemble(a: AssembleArgs) -> Result<()> {

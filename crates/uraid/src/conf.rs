@@ -57,6 +57,22 @@ pub(crate) struct MonitorConf {
     /// on its standard input; default [`DEFAULT_MAIL_COMMAND`].
     #[serde(default = "default_mail_command")]
     pub mail_command: String,
+    /// How often `serve` reads each member drive's health (SMART / NVMe
+    /// health log), seconds: a duration (`5m`, `1h`), or 0 for never;
+    /// `None`: the default, 5 minutes.
+    #[serde(default, deserialize_with = "de_health_interval")]
+    pub health_interval: Option<u64>,
+    /// TemperatureHigh at or above this, °C (default: the drive's own
+    /// warning temperature, else 70).
+    #[serde(default)]
+    pub temperature_warn: Option<i64>,
+    /// WearOut at or above this NVMe percentage used (default 80).
+    #[serde(default)]
+    pub wear_warn: Option<u64>,
+    /// SpareLow below this NVMe available spare, percent (default: the
+    /// drive's own threshold).
+    #[serde(default)]
+    pub spare_warn: Option<u64>,
 }
 
 /// The default `ublk-recovery-timeout`, seconds: long enough for systemd
@@ -370,6 +386,21 @@ pub(crate) fn parse_rate(s: &str) -> Result<u64> {
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {
     let s = String::deserialize(d)?;
     parse_duration(&s).map(Some).map_err(serde::de::Error::custom)
+}
+
+/// A health polling interval: a duration (`5m`), or 0 / `off` for none.
+pub(crate) fn parse_health_interval(s: &str) -> Result<u64> {
+    match s.trim() {
+        "0" | "off" => Ok(0),
+        t => parse_duration(t).map_err(|e| anyhow!("{e}; or 0 (off) for no health polling")),
+    }
+}
+
+fn de_health_interval<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {
+    match NumOrText::deserialize(d)? {
+        NumOrText::Num(n) => Ok(Some(n)),
+        NumOrText::Text(t) => parse_health_interval(&t).map(Some).map_err(serde::de::Error::custom),
+    }
 }
 
 fn de_timeout<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {

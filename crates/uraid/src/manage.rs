@@ -20,6 +20,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use uraid_core::control::array::{self, Added, Array, ArrayStatus, VolumeSpec};
 use uraid_core::units::{fmt_size, parse_size};
 use uraid_core::MemberSpec;
+use uraid_core::io::identity::identity_of_path;
 
 use crate::common::specs;
 
@@ -299,6 +300,12 @@ pub(crate) fn cmd_status(a: StatusArgs) -> Result<()> {
             }),
             None => serde_json::Value::Null,
         };
+        if let Some(ms) = v["members"].as_array_mut() {
+            for m in ms {
+                let id = m["device"].as_str().and_then(|d| identity_of_path(std::path::Path::new(d)));
+                m["identity"] = serde_json::to_value(id)?;
+            }
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print_status_from(&st, served.as_ref());
@@ -401,9 +408,14 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
     }
     for m in &st.members {
         let dev = crate::conf::quote(m.device.as_deref().unwrap_or("-"));
+        // Who the drive is (model, serial, by-id), so the right one is pulled.
+        let who = m.device.as_deref().and_then(|d| identity_of_path(std::path::Path::new(d))).map(|id| {
+            format!("\n      {}{}", id.summary(), id.by_id.as_deref().map(|b| format!(", {b}")).unwrap_or_default())
+        });
+        let who = who.as_deref().unwrap_or("");
         if let (None, Some(r)) = (m.role, m.former_role) {
             // md's (F): the drive a spare replaced, still to be pulled.
-            println!("  faulty {}: {dev} (F) was role {r}, replaced by a spare; pull it, then 'uraid remove {} --member {dev}'", m.slot, st.name);
+            println!("  faulty {}: {dev} (F) was role {r}, replaced by a spare; pull it, then 'uraid remove {} --member {dev}'{who}", m.slot, st.name);
             continue;
         }
         let what = match m.role {
@@ -411,8 +423,8 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
             None => format!("spare {}", m.slot),
         };
         match m.recovery_offset {
-            Some(o) => println!("  {what}: {dev} {} (rebuilt up to byte {o}{})", m.state, rebuilt_share(st, o)),
-            None => println!("  {what}: {dev} {}", m.state),
+            Some(o) => println!("  {what}: {dev} {} (rebuilt up to byte {o}{}){who}", m.state, rebuilt_share(st, o)),
+            None => println!("  {what}: {dev} {}{who}", m.state),
         }
     }
 }

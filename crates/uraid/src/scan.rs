@@ -74,6 +74,9 @@ pub(crate) struct ScannedArray {
     /// The devices found (roles in order, then spares): what to give a
     /// command for this array.
     pub devices: Vec<String>,
+    /// Who each of `devices` is (same order): model, serial, by-id name;
+    /// `None` for files and stacked devices.
+    pub identities: Vec<Option<uraid_core::io::identity::Identity>>,
 }
 
 impl ScannedArray {
@@ -110,6 +113,12 @@ pub(crate) fn cmd_scan(a: ScanArgs) -> Result<()> {
     } else {
         for f in &found {
             println!("{}", f.line());
+            // mdadm --verbose style: one indented line per known drive.
+            for (d, id) in f.devices.iter().zip(&f.identities) {
+                if let Some(id) = id {
+                    println!("   {}: {}{}", conf::quote(d), id.summary(), id.by_id.as_deref().map(|b| format!(", {b}")).unwrap_or_default());
+                }
+            }
         }
     }
     if let Some(p) = &target {
@@ -289,6 +298,7 @@ fn summarize(group: Vec<(String, Superblock)>, locked: &HashSet<(u64, u64)>) -> 
         state,
         in_use,
         events: auth.events,
+        identities: devices.iter().map(|d| uraid_core::io::identity::identity_of_path(Path::new(d))).collect(),
         devices,
     }
 }
@@ -523,7 +533,10 @@ fn write_config(path: &Path, found: &[ScannedArray]) -> Result<()> {
         };
         table["name"] = toml_edit::value(a.name.as_str());
         table["uuid"] = toml_edit::value(a.uuid.as_str());
-        table["members"] = toml_edit::value(a.devices.iter().map(String::as_str).collect::<toml_edit::Array>());
+        // By their /dev/disk/by-id names where udev made one: kernel
+        // names such as /dev/nvme0n1 can change places at the next boot.
+        let stable: Vec<String> = a.devices.iter().map(|d| uraid_core::io::identity::stable_path(Path::new(d)).unwrap_or_else(|| d.clone())).collect();
+        table["members"] = toml_edit::value(stable.iter().map(String::as_str).collect::<toml_edit::Array>());
     }
     write_atomically(path, doc.to_string().as_bytes())
 }
@@ -592,6 +605,7 @@ mod tests {
             in_use: false,
             events: 1,
             devices: devs.iter().map(|d| d.to_string()).collect(),
+            identities: vec![None; devs.len()],
         };
         let u1 = "11111111-2222-3333-4444-555555555555";
         let u2 = "66666666-2222-3333-4444-555555555555";

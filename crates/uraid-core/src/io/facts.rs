@@ -58,6 +58,11 @@ pub struct MemberInfo {
     pub disks: Vec<Disk>,
     /// O_DIRECT (false: buffered, the page cache is in the figures).
     pub direct: bool,
+    /// Who the disk is, when the member is a disk or a partition of one
+    /// (model, serial, firmware, by-id name, PCIe link); `None` for files,
+    /// `mem:` and stacked devices (loop, dm, md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<crate::io::identity::Identity>,
 }
 
 fn is_pci_addr(s: &str) -> bool {
@@ -152,16 +157,9 @@ impl Tracer {
             })
             .unwrap_or_else(|| "unknown model".into());
         let rotational = read_trim(sys.join("queue/rotational")).map(|r| r == "1");
-        let pci = fs::canonicalize(&dev)
-            .map(|p| {
-                p.components()
-                    .filter_map(|c| {
-                        let s = c.as_os_str().to_string_lossy();
-                        is_pci_addr(&s).then(|| s.into_owned())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        // The PCI path down to the function (through the NVMe controller
+        // when the namespace sits under a multipath subsystem).
+        let pci = crate::io::identity::pci_path(sys);
         self.chain.push(format!("{name}: {model}"));
         self.disks.insert(Disk { name: name.to_string(), model, rotational, pci });
     }
@@ -226,6 +224,7 @@ fn btrfs_devices(source: &str) -> Vec<PathBuf> {
 /// Describes member `m`.
 pub fn member_info(m: &Member) -> MemberInfo {
     let mut t = Tracer { chain: Vec::new(), disks: BTreeSet::new(), depth: 0 };
+    let mut identity = None;
     let kind = match m.kind() {
         MemberKind::Mem => {
             t.chain.push("emulated drive in RAM (uraid's mem: member, its own ceilings)".into());
@@ -238,6 +237,7 @@ pub fn member_info(m: &Member) -> MemberInfo {
                 sits_on: t.chain,
                 disks: vec![],
                 direct: true,
+                identity: None,
             };
         }
         MemberKind::BlockDevice => {
@@ -246,6 +246,7 @@ pub fn member_info(m: &Member) -> MemberInfo {
                 if let Some(sys) = sys_block(a, b) {
                     t.block(&sys);
                 }
+                identity = crate::io::identity::identity_of_rdev(md.rdev());
             }
             "block device"
         }
@@ -258,7 +259,7 @@ pub fn member_info(m: &Member) -> MemberInfo {
     let disks: Vec<Disk> = t.disks.into_iter().collect();
     let model = disks.iter().map(|d| d.model.clone()).collect::<Vec<_>>().join(", ");
     let rotational = if disks.is_empty() { None } else if disks.iter().any(|d| d.rotational == Some(true)) { Some(true) } else if disks.iter().all(|d| d.rotational == Some(false)) { Some(false) } else { None };
-    MemberInfo { name: m.name().to_string(), kind: kind.into(), model, size: m.size(), rotational, sits_on: t.chain, disks, direct: m.direct() }
+    MemberInfo { name: m.name().to_string(), kind: kind.into(), model, size: m.size(), rotational, sits_on: t.chain, disks, direct: m.direct(), identity }
 }
 
 /// An Intel PCH (chipset) root port: bus 00, device 0x1b..=0x1d, vendor 0x8086.
@@ -362,7 +363,7 @@ mod tests {
     use super::*;
 
     fn info(name: &str, disks: Vec<Disk>) -> MemberInfo {
-        MemberInfo { name: name.into(), kind: "block device".into(), model: String::new(), size: 0, rotational: None, sits_on: vec![], disks, direct: true }
+        MemberInfo { name: name.into(), kind: "block device".into(), model: String::new(), size: 0, rotational: None, sits_on: vec![], disks, direct: true, identity: None }
     }
     fn disk(name: &str, pci: &[&str]) -> Disk {
         Disk { name: name.into(), model: "m".into(), rotational: Some(false), pci: pci.iter().map(|s| s.to_string()).collect() }

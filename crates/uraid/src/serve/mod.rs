@@ -184,6 +184,12 @@ pub(crate) struct ServeArgs {
     /// config's, else /usr/sbin/sendmail -t).
     #[arg(long)]
     mail_command: Option<String>,
+    /// Read each member drive's health (smartctl --json) this often: 5m,
+    /// 1h, or 0 for never (default: the config's `[monitor]
+    /// health-interval`, else 5m). Events: HealthWarning,
+    /// TemperatureHigh, WearOut, SpareLow, MediaErrors.
+    #[arg(long, value_name = "DURATION")]
+    health_interval: Option<String>,
     /// Chunk of the temporary RAID 0 when every member is a `mem:` drive.
     #[arg(long, default_value = "128K")]
     chunk: String,

@@ -149,12 +149,17 @@ fn serve<'s>(
         }
     };
     let sampler = spawn_sampler(sc, sh);
+    let health = spawn_health(sc, sh);
     let metrics = match start_metrics(sh) {
         Ok(m) => m,
         Err(e) => {
             sh.flag.store(true, Ordering::Relaxed);
             sh.stop_service.store(true, Ordering::Relaxed);
             let _ = sampler.join();
+            if let Some(h) = health {
+                h.thread().unpark();
+                let _ = h.join();
+            }
             if let Some((m, ctl)) = manager {
                 drop(ctl);
                 let _ = m.join();
@@ -181,6 +186,10 @@ fn serve<'s>(
     }
     sampler.thread().unpark();
     let _ = sampler.join();
+    if let Some(h) = health {
+        h.thread().unpark();
+        let _ = h.join();
+    }
     sh.live.interrupt.store(true, Ordering::Relaxed);
     let managed = manager.map(|(m, ctl)| {
         drop(ctl);
@@ -240,6 +249,58 @@ fn spawn_sampler<'s>(sc: &'s Scope<'s, '_>, sh: &'s Shared<'_>) -> ScopedJoinHan
             std::thread::park_timeout(std::time::Duration::from_secs(1));
         }
     })
+}
+
+/// The health poller (`service::health`), unless its interval is 0: every
+/// interval, each member that is a drive (by the live status's devices)
+/// is read with smartctl; what crosses a limit is an event; the readings
+/// go to [`crate::service::live::Live`] for status, metrics and console.
+fn spawn_health<'s>(sc: &'s Scope<'s, '_>, sh: &'s Shared<'_>) -> Option<ScopedJoinHandle<'s, ()>> {
+    use crate::service::health;
+    let every = std::time::Duration::from_secs(sh.set.health_interval);
+    if every.is_zero() {
+        return None;
+    }
+    Some(sc.spawn(move || {
+        let smartctl = health::smartctl();
+        let mut watches: std::collections::HashMap<String, health::Watch> = Default::default();
+        // The first poll waits for the manager's first status.
+        let mut next = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while !sh.flag.load(Ordering::Relaxed) {
+            let now = std::time::Instant::now();
+            if now < next {
+                // Woken at the stop (unparked by the caller).
+                std::thread::park_timeout(next - now);
+                continue;
+            }
+            let Some(st) = sh.live.status() else {
+                next = now + std::time::Duration::from_secs(1);
+                continue;
+            };
+            let drives: Vec<String> = st
+                .members
+                .iter()
+                .filter_map(|m| m.device.clone())
+                .filter(|d| uraid_core::io::identity::identity_of_path(std::path::Path::new(d)).is_some())
+                .collect();
+            let mut readings = Vec::new();
+            for d in &drives {
+                if sh.flag.load(Ordering::Relaxed) {
+                    return;
+                }
+                let w = watches.entry(d.clone()).or_default();
+                for (ev, detail) in w.take(health::read(&smartctl, d), &sh.set.health_limits) {
+                    sh.events.emit(ev, Some(d), detail);
+                }
+                if let Some(h) = w.last() {
+                    readings.push(h.clone());
+                }
+            }
+            watches.retain(|d, _| drives.contains(d));
+            *sh.live.health.lock().unwrap_or_else(|p| p.into_inner()) = readings;
+            next = std::time::Instant::now() + every;
+        }
+    }))
 }
 
 /// The metrics endpoint with `--metrics`. Errors: it cannot listen.

@@ -42,6 +42,10 @@ pub(super) struct Settings {
     pub tls: Option<Tls>,
     /// The TCP address to serve on.
     pub tcp: Option<std::net::SocketAddr>,
+    /// Seconds between two health polls of the member drives (0: none).
+    pub health_interval: u64,
+    /// The health events' limits.
+    pub health_limits: crate::service::health::Limits,
 }
 
 /// Checks `a` and completes it from the config (see the module docs).
@@ -98,7 +102,16 @@ pub(super) fn settings(a: &mut ServeArgs) -> Result<Settings> {
     }
     let tls = nbd_export::tls(a)?;
     let tcp = a.tcp.as_deref().map(|addr| nbd_export::tcp_addr(addr, a, tls.is_some())).transpose()?;
-    Ok(Settings { specs, budgets, socket_gid, rebuild_rate, scrub_rate, scrub_every, sinks, console_tls, tls, tcp })
+    let health_interval = match a.health_interval.as_deref() {
+        Some(s) => crate::conf::parse_health_interval(s).context("--health-interval")?,
+        None => mon.as_ref().and_then(|m| m.health_interval).unwrap_or(crate::service::health::DEFAULT_INTERVAL),
+    };
+    let health_limits = crate::service::health::Limits {
+        temperature: mon.as_ref().and_then(|m| m.temperature_warn),
+        wear: mon.as_ref().and_then(|m| m.wear_warn),
+        spare: mon.as_ref().and_then(|m| m.spare_warn),
+    };
+    Ok(Settings { specs, budgets, socket_gid, rebuild_rate, scrub_rate, scrub_every, sinks, console_tls, tls, tcp, health_interval, health_limits })
 }
 
 /// `--conn-buffer` and `--buffer-memory` in bytes. Errors: a size that

@@ -238,6 +238,7 @@ pub(crate) fn start(addr: &str, source: Source) -> Result<super::http::HttpServe
         .route("/api/status", axum::routing::get(status))
         .route("/api/stream", axum::routing::get(stream))
         .route("/api/command", axum::routing::post(command))
+        .route("/api/drives", axum::routing::get(drives))
         .route("/api/bench", axum::routing::get(bench_state).post(bench_start))
         .route("/api/reports", axum::routing::get(reports))
         .route("/reports/{dir}/{file}", axum::routing::get(report_file))
@@ -440,6 +441,7 @@ fn status_json(src: &Source, io_seconds: f64) -> serde_json::Value {
     out["exports"] = src.live.exports();
     out["mismatches"] = serde_json::to_value(src.live.mismatches()).unwrap_or_default();
     out["member_details"] = src.live.member_details();
+    out["health"] = serde_json::to_value(&*src.live.health.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or_default();
     out["unix_ms"] = serde_json::json!(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0));
     out
 }
@@ -449,6 +451,20 @@ async fn status(State(src): S, h: HeaderMap) -> Response {
         return refused();
     }
     axum::Json(status_json(&src, super::figures::STATUS_SECONDS)).into_response()
+}
+
+/// The drives panel: every drive of the machine, who it is and what uses
+/// it (`super::drives`), read off the console's thread.
+async fn drives(State(src): S, h: HeaderMap) -> Response {
+    if !authorized(&src, &h) {
+        return refused();
+    }
+    let Some(st) = src.live.status() else { return axum::Json(serde_json::json!([])).into_response() };
+    let health = src.live.health.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    match tokio::task::spawn_blocking(move || super::drives::list(&st, &health)).await {
+        Ok(list) => axum::Json(list).into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "the drives could not be listed").into_response(),
+    }
 }
 
 async fn stream(State(src): S, h: HeaderMap) -> Response {

@@ -336,6 +336,7 @@ fn serve_client(s: &UnixStream, req: Request, ctx: &Ctx) -> std::io::Result<()> 
                 "io": (ctx.figures)(),
                 "exports": crate::ublk_export::annotate(ctx.live.exports()),
                 "member_details": ctx.live.member_details(),
+                "health": serde_json::to_value(&*ctx.live.health.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or_default(),
             });
             send(s, &Reply::done(v))
         }

@@ -6,7 +6,9 @@
 //! ones, and AssembleWarning for each warning of the assemble at start:
 //! journal records replayed, regions resynced, stripes left unresynced,
 //! and TakeOver when `serve --takeover` moves a ublk device to a new
-//! process, sent by both),
+//! process, sent by both; and a member drive's health: HealthWarning,
+//! TemperatureHigh, WearOut, SpareLow, MediaErrors, from
+//! [`super::health`]),
 //! each sent to
 //! - the system log (journald or syslogd through `/dev/log`, with the
 //!   `syslog` crate; `$URAID_SYSLOG_SOCKET` names another datagram socket),
@@ -15,7 +17,8 @@
 //!   `PROGRAM EVENT ARRAY [MEMBER]`;
 //! - the `mail` address (mdadm's MAILADDR) through `mail-command`
 //!   (default `/usr/sbin/sendmail -t`), for the events mdadm mails: Fail,
-//!   FailSpare, DegradedArray, TestMessage (and JournalLost);
+//!   FailSpare, DegradedArray, TestMessage (and JournalLost), and the
+//!   drive health warnings (as smartd mails them);
 //! - every `uraid monitor` connected to the control socket; the last
 //!   [`KEPT`] events are kept for a monitor that connects later.
 
@@ -66,6 +69,8 @@ fn severity(event: &str) -> u8 {
     match event {
         "Fail" | "FailSpare" | "DegradedArray" | "JournalLost" | "CacheLost" => 2,
         "MismatchesFound" | "TestMessage" | "ReshapeFailed" | "AssembleWarning" => 4,
+        // Drive health (service::health): warnings, as smartd logs them.
+        "HealthWarning" | "TemperatureHigh" | "WearOut" | "SpareLow" | "MediaErrors" => 4,
         _ => 6,
     }
 }
@@ -73,6 +78,8 @@ fn severity(event: &str) -> u8 {
 /// Whether mdadm mails this event.
 fn mailed(event: &str) -> bool {
     matches!(event, "Fail" | "FailSpare" | "DegradedArray" | "TestMessage" | "JournalLost" | "CacheLost" | "ReshapeFailed")
+        // and, as smartd mails them, a drive's health warnings
+        || matches!(event, "HealthWarning" | "TemperatureHigh" | "WearOut" | "SpareLow" | "MediaErrors")
 }
 
 impl Events {

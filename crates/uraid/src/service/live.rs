@@ -36,6 +36,9 @@ pub(crate) struct Live {
     pub(super) maintenance: Mutex<serde_json::Value>,
     /// The exports of the served volume (see [`Live::exports`]).
     exports: Mutex<serde_json::Value>,
+    /// The last health reading of each member drive (service::health),
+    /// by device path; empty when none is polled.
+    pub(crate) health: Mutex<Vec<super::health::Health>>,
 }
 
 impl Live {
@@ -51,6 +54,7 @@ impl Live {
             reshape: Mutex::new(serde_json::Value::Null),
             maintenance: Mutex::new(serde_json::Value::Null),
             exports: Mutex::new(serde_json::json!([])),
+            health: Mutex::new(Vec::new()),
         })
     }
 

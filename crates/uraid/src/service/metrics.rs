@@ -12,7 +12,10 @@
 //!
 //! - array and members: `uraid_md_disks`, `uraid_md_disks_required`,
 //!   `uraid_md_state`, `uraid_member_state` (1 per member, its state as a
-//!   label), `uraid_events` (the superblock event counter);
+//!   label), `uraid_member_info` (1 per member that is a drive: model,
+//!   serial, firmware, WWID and by-id name as labels, as
+//!   smartctl_exporter's `smartctl_device`), `uraid_events` (the
+//!   superblock event counter);
 //! - per volume: `uraid_volume_state`, `uraid_volume_size_bytes`,
 //!   `uraid_volume_{reads,writes,flushes,trims,write_zeroes}_completed_total`,
 //!   `uraid_volume_{read,written}_bytes_total`, `uraid_volume_errors_total`,
@@ -30,7 +33,16 @@
 //!   `uraid_export_{read,written}_bytes_total`, `uraid_export_errors_total`,
 //!   `uraid_export_requests_in_flight`, `uraid_export_{read,write}_latency_seconds`;
 //!   the `uraid_volume_*` I/O figures are their sums;
-//! - NBD: `uraid_nbd_connections`, `uraid_nbd_connections_accepted_total`.
+//! - NBD: `uraid_nbd_connections`, `uraid_nbd_connections_accepted_total`;
+//! - member drive health, named as smartctl_exporter names them (with an
+//!   `array` label): `smartctl_device_smart_status`,
+//!   `smartctl_device_critical_warning`, `smartctl_device_temperature`,
+//!   `smartctl_device_percentage_used`, `smartctl_device_available_spare`,
+//!   `smartctl_device_available_spare_threshold`,
+//!   `smartctl_device_media_errors`, `smartctl_device_num_err_log_entries`,
+//!   `smartctl_device_power_on_seconds`, `smartctl_device_power_cycles` (its
+//!   `smartctl_device_power_cycle_count`, which promtool's lint refuses),
+//!   `smartctl_device_smartctl_exit_status`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -216,11 +228,52 @@ impl Collector for Source {
         let Some(st) = self.live.status() else { return Ok(()) };
         let progress = self.live.progress();
         self.encode_array(&mut enc, &st, progress.as_ref())?;
-        self.encode_upkeep(&mut enc, &st, progress.as_ref())
+        self.encode_upkeep(&mut enc, &st, progress.as_ref())?;
+        self.encode_health(&mut enc)
     }
 }
 
 impl Source {
+    /// The member drives' last health readings (`service::health`), as
+    /// smartctl_exporter names them, with an `array` label beside its
+    /// `device`: none before the first poll or with polling off.
+    fn encode_health(&self, enc: &mut DescriptorEncoder) -> std::result::Result<(), std::fmt::Error> {
+        let readings = self.live.health.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if readings.is_empty() {
+            return Ok(());
+        }
+        let dev = |h: &crate::service::health::Health| vec![("array", self.array.clone()), ("device", h.device.clone())];
+        type Pick = fn(&crate::service::health::Health) -> Option<i64>;
+        let gauges: [(&str, &str, Pick); 10] = [
+            ("smartctl_device_smart_status", "General smart status (1: passed).", |h| h.smart_passed.map(i64::from)),
+            ("smartctl_device_critical_warning", "NVMe critical warning bits.", |h| h.critical_warning.map(i64::from)),
+            ("smartctl_device_percentage_used", "NVMe percentage of rated endurance used.", |h| h.percentage_used.map(|v| v as i64)),
+            ("smartctl_device_available_spare", "NVMe available spare, percent.", |h| h.available_spare.map(|v| v as i64)),
+            ("smartctl_device_available_spare_threshold", "NVMe available spare threshold, percent.", |h| h.available_spare_threshold.map(|v| v as i64)),
+            ("smartctl_device_media_errors", "NVMe media and data integrity errors.", |h| h.media_errors.map(|v| v as i64)),
+            ("smartctl_device_num_err_log_entries", "NVMe error information log entries.", |h| h.error_log_entries.map(|v| v as i64)),
+            ("smartctl_device_power_on_seconds", "Power-on time, seconds.", |h| h.power_on_hours.map(|v| v as i64 * 3600)),
+            // smartctl_exporter's smartctl_device_power_cycle_count, without
+            // the `_count` suffix promtool reserves for histograms and summaries.
+            ("smartctl_device_power_cycles", "Power cycles.", |h| h.power_cycles.map(|v| v as i64)),
+            ("smartctl_device_smartctl_exit_status", "smartctl's exit status.", |h| Some(h.smartctl_exit_status)),
+        ];
+        for (name, help, pick) in gauges {
+            let samples: Vec<_> = readings.iter().filter_map(|h| pick(h).map(|v| (dev(h), ConstGauge::new(v)))).collect();
+            if !samples.is_empty() {
+                family(enc, name, help, &samples)?;
+            }
+        }
+        let temps: Vec<_> = readings
+            .iter()
+            .filter_map(|h| h.temperature.map(|t| ({ let mut l = dev(h); l.push(("temperature_type", "current".to_string())); l }, ConstGauge::new(t))))
+            .collect();
+        if !temps.is_empty() {
+            family(enc, "smartctl_device_temperature", "Device temperature, °C.", &temps)?;
+        }
+        Ok(())
+    }
+
     /// Each served volume's I/O figures (and each export's, where the
     /// exports are at hand).
     fn encode_volumes(&self, enc: &mut DescriptorEncoder) -> std::result::Result<(), std::fmt::Error> {
@@ -322,6 +375,35 @@ impl Source {
                 })
                 .collect::<Vec<_>>(),
         )?;
+        // Who each member drive is, read from sysfs and udev at the scrape
+        // (no I/O to the drive); labels as smartctl_exporter's
+        // smartctl_device. Files, mem: and stacked devices have none.
+        let infos: Vec<_> = st
+            .members
+            .iter()
+            .filter_map(|m| {
+                let dev = m.device.clone()?;
+                let id = uraid_core::io::identity::identity_of_path(std::path::Path::new(&dev))?;
+                let slot = match m.role {
+                    Some(r) => format!("role {r}"),
+                    None => format!("slot {}", m.slot),
+                };
+                let labels = vec![
+                    a(),
+                    ("slot", slot),
+                    ("device", dev),
+                    ("model_name", id.model.unwrap_or_default()),
+                    ("serial_number", id.serial.unwrap_or_default()),
+                    ("firmware_version", id.firmware.unwrap_or_default()),
+                    ("wwid", id.wwid.unwrap_or_default()),
+                    ("by_id", id.by_id.unwrap_or_default()),
+                ];
+                Some((labels, ConstGauge::new(1)))
+            })
+            .collect();
+        if !infos.is_empty() {
+            family(enc, "uraid_member_info", "1 for each member that is a drive, who it is as labels (model, serial, firmware, WWID, by-id name).", &infos)?;
+        }
         family(enc, "uraid_events", "The superblocks' event counter.", &[(vec![a()], ConstGauge::new(st.events as i64))])?;
         family(
             enc,

@@ -130,9 +130,20 @@ try:
     assert status()["members"][2]["state"] == "active"
     step("a fail past the tolerance is refused, with the engine's message")
 
-    # Add a spare: it takes over role 1; the rebuild's bar reaches 100%.
-    d.find_element(By.ID, "add-device").send_keys(SPARE)
-    d.find_element(By.ID, "add-spare").click()
+    # The drives panel: the members by role (role 1 faulty), the spare-to-be free. Add it as
+    # a spare from its row: it takes over role 1; the rebuild's bar reaches 100%.
+    d.find_element(By.CSS_SELECTOR, "#drives-panel summary").click()
+    row = lambda dev: d.find_element(By.CSS_SELECTOR, f'#drives tbody tr[data-device="{dev}"]')
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, f'#drives tbody tr[data-device="{SPARE}"]')) == 1)
+    assert "free" in row(SPARE).text, row(SPARE).text
+    members = [m["device"] for m in st["members"]]
+    assert "role 0 of this array (active)" in row(members[0]).text, row(members[0]).text
+    assert "role 1 of this array (faulty)" in row(members[1]).text, row(members[1]).text
+    assert not row(members[0]).find_elements(By.TAG_NAME, "button"), "a member row offers an action"
+    step(f"the drives panel: {row(SPARE).text!r}; {row(members[1]).text!r}")
+    d.save_screenshot(os.path.join(SHOTS, "3b-drives.png"))
+    row(SPARE).find_element(By.TAG_NAME, "button").click()
+    assert SPARE in d.find_element(By.ID, "confirm-text").text
     d.find_element(By.ID, "confirm-ok").click()
     wait.until(lambda d: d.find_element(By.ID, "progress-box").is_displayed())
     seen = []
@@ -148,6 +159,9 @@ try:
     wait.until(lambda d: d.find_element(By.ID, "array-state").text == "clean")
     wait.until(lambda d: any(li.get_attribute("data-event") == "RebuildFinished" for li in d.find_elements(By.CSS_SELECTOR, "#events li")))
     step(f"add spare rebuilds in the background; the bar went {min(seen):.0f}% .. {max(seen):.0f}%, RebuildFinished shown")
+    d.find_element(By.ID, "drives-refresh").click()
+    wait.until(lambda d: "role 1 of this array (active)" in row(SPARE).text)
+    step(f"the drives panel after the rebuild: {row(SPARE).text!r}")
     d.save_screenshot(os.path.join(SHOTS, "4-rebuilt.png"))
 
     # A scrub started from the page: 0 mismatches.
