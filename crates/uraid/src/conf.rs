@@ -500,6 +500,10 @@ uuid = "11111111-2222-3333-4444-555555555555"
             example.lines().map(|l| if l.starts_with("#[") || l.starts_with("#") && l[1..].starts_with(|c: char| c.is_ascii_lowercase()) { &l[1..] } else { l }).map(|l| format!("{l}\n")).collect();
         let c = parse(&uncommented, Path::new("example")).unwrap();
         assert_eq!(c.array("data").unwrap().scrub_every, Some(7 * 86_400));
+        let m = c.monitor.as_ref().expect("the example's [monitor]");
+        assert_eq!((m.health_interval, m.temperature_warn, m.wear_warn, m.spare_warn), (Some(300), Some(70), Some(80), Some(10)));
+        assert_eq!(parse_health_interval("off").unwrap(), 0);
+        assert!(parse_health_interval("5").unwrap_err().to_string().contains("0 (off)"));
         let doc = include_str!("../../../docs/uraid.conf.md");
         let block = doc.split("```toml\n").nth(1).and_then(|b| b.split("```").next()).expect("a toml example in the doc");
         assert_eq!(parse(block, Path::new("doc")).unwrap().arrays.len(), 2);
