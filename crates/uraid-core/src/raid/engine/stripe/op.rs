@@ -84,7 +84,7 @@ impl RaidQueue {
         let torn = phase == Phase::Write && n > 1 && torn_stripe_failpoint();
         for pi in 0..n {
             let p = &mut self.raid.sops[idx].pieces[pi];
-            p.deadline = self.vol.deadline(p.member, p.len, now);
+            p.deadline = self.vol.deadline(p.member, p.op, p.len, now);
             self.push_sop_piece(idx, pi);
             if torn && pi == 0 {
                 // Failpoint: the first member write reaches the kernel alone
