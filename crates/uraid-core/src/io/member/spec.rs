@@ -17,6 +17,9 @@ pub enum MemberSpec {
     Path(PathBuf),
     /// An emulated drive in RAM.
     Mem(MemSpec),
+    /// A null drive of this many bytes (`null:SIZE`): reads return zeros,
+    /// writes are dropped (see [`crate::io::member`]'s `null.rs`).
+    Null(u64),
 }
 
 /// Parameters of an emulated `mem:` drive.
@@ -66,6 +69,9 @@ impl std::str::FromStr for MemberSpec {
     /// with `rbw=`/`wbw=`/`riops=`/`wiops=` for one direction's budget
     /// (see [`Limits`]; SIZE in powers of 1024, rates in powers of 1000).
     fn from_str(s: &str) -> Result<MemberSpec> {
+        if let Some(rest) = s.strip_prefix("null:") {
+            return super::null::parse(rest, s);
+        }
         let Some(rest) = s.strip_prefix("mem:") else {
             if s.is_empty() {
                 bail!(InvalidInput, "empty member name; give a file, a block device or mem:SIZE");
@@ -104,6 +110,7 @@ impl std::fmt::Display for MemberSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             MemberSpec::Path(p) => write!(f, "{}", p.display()),
+            MemberSpec::Null(size) => write!(f, "null:{}", crate::units::fmt_size(*size)),
             MemberSpec::Mem(m) => {
                 write!(f, "mem:{}", crate::units::fmt_size(m.size))?;
                 if m.limits.bw > 0 {
@@ -133,7 +140,7 @@ pub enum Identity {
     File(u64, u64),
     /// A block device: st_rdev.
     Device(u64),
-    /// An emulated drive: unique per process.
+    /// An emulated (`mem:`) or null drive: unique per process.
     Mem(u64),
 }
 
@@ -150,7 +157,7 @@ impl MemberSpec {
                     Ok(Identity::File(md.dev(), md.ino()))
                 }
             }
-            MemberSpec::Mem(_) => {
+            MemberSpec::Mem(_) | MemberSpec::Null(_) => {
                 static NEXT: AtomicU64 = AtomicU64::new(0);
                 Ok(Identity::Mem(NEXT.fetch_add(1, Ordering::Relaxed)))
             }
