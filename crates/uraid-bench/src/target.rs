@@ -189,7 +189,7 @@ pub fn describe(vol: &Volume, kind: &TargetKind) -> String {
     let names: Vec<String> = vol
         .members()
         .iter()
-        .map(|m| format!("{}{}", m.name(), if m.direct() || m.kind() == uraid_core::io::member::MemberKind::Mem { "" } else { " (buffered)" }))
+        .map(|m| format!("{}{}", m.name(), if m.direct() || matches!(m.kind(), uraid_core::io::member::MemberKind::Mem | uraid_core::io::member::MemberKind::Null) { "" } else { " (buffered)" }))
         .collect();
     let geo = vol.geometry();
     match kind {

@@ -32,7 +32,7 @@ pub(crate) struct DemoArgs {
 /// Each emulated drive: 250 MB/s, 25,000 IOPS, 50 µs access latency: a
 /// modest NVMe drive scaled down to what two CPU cores can drive (the same
 /// ceilings as the project's testbed).
-pub const DRIVE: Limits = Limits { bw: 250_000_000, iops: 25_000, lat_us: 50 };
+pub const DRIVE: Limits = Limits { bw: 250_000_000, iops: 25_000, lat_us: 50, rbw: 0, wbw: 0, riops: 0, wiops: 0 };
 const DRIVES: usize = 4;
 const DRIVE_SIZE: u64 = 512 << 20;
 

@@ -119,3 +119,7 @@ mod idle;
 // `uraid replace` on a served array: the core's one replace, refusals.
 #[path = "e2e/served_replace.rs"]
 mod served_replace;
+
+// `null:` members (reads of zeros, writes dropped): `uraid bench` over them.
+#[path = "e2e/null_member.rs"]
+mod null_member;

@@ -240,6 +240,18 @@ pub fn member_info(m: &Member) -> MemberInfo {
                 identity: None,
             };
         }
+        MemberKind::Null => {
+            return MemberInfo {
+                name: m.name().to_string(),
+                kind: "null drive".into(),
+                model: "uraid null: (reads zeros, drops writes)".into(),
+                size: m.size(),
+                rotational: Some(false),
+                sits_on: vec!["null drive (uraid's null: member: no data kept)".into()],
+                disks: vec![],
+                direct: true,
+            };
+        }
         MemberKind::BlockDevice => {
             if let Ok(md) = m.file().metadata() {
                 let (a, b) = dev_major_minor(md.rdev());

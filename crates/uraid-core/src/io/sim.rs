@@ -360,7 +360,7 @@ mod tests {
         );
         // The engine sees them as deadlines.
         let t = Throttle::drawn(a.clone());
-        let d = t.admit(4096, 1_000);
+        let d = t.admit(false, 4096, 1_000);
         assert!(d > 1_000 + cfg.lat_min_ns - 1);
     }
 

@@ -20,10 +20,11 @@ pub(crate) fn lock_stripes(vol: &RaidVolume, s: Range<u64>) -> Vec<StripeGuard<'
     vol.locks().lock_range(s)
 }
 
-/// Runs `f` (an I/O of `bytes` on `m`) and, for an emulated drive with
-/// ceilings, waits until the modelled drive would have finished it.
-pub(crate) fn throttled<T>(m: &Member, bytes: u64, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    let deadline = m.throttle().map(|t| t.admit(bytes, now_ns()));
+/// Runs `f` (an I/O of `bytes` on `m`, a write when `write`) and, for an
+/// emulated drive with ceilings, waits until the modelled drive would have
+/// finished it.
+pub(crate) fn throttled<T>(m: &Member, write: bool, bytes: u64, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let deadline = m.throttle().map(|t| t.admit(write, bytes, now_ns()));
     let r = f();
     if let Some(d) = deadline {
         sleep_until(d);
@@ -34,7 +35,7 @@ pub(crate) fn throttled<T>(m: &Member, bytes: u64, f: impl FnOnce() -> Result<T>
 /// Writes `buf` at absolute `offset` of `m` (not synced).
 pub(crate) fn write_member(m: &Member, buf: &[u8], offset: u64) -> Result<()> {
     use std::os::unix::fs::FileExt;
-    throttled(m, buf.len() as u64, || {
+    throttled(m, true, buf.len() as u64, || {
         m.file().write_all_at(buf, offset).map_err(|e| {
             Error::io(&format!("cannot write {} bytes at offset {offset} of", buf.len()), std::path::Path::new(m.name()), e)
         })
@@ -83,7 +84,7 @@ pub(crate) struct Read {
 pub(crate) fn read_all(members: &[Member], reads: &[Read], bufs: &mut [IoBuf]) -> Vec<(u32, Error)> {
     let one = |r: &Read, buf: &mut IoBuf| {
         let m = &members[r.member as usize];
-        throttled(m, r.len as u64, || m.read_exact_at(&mut buf[..r.len], r.offset)).err().map(|e| (r.member, e))
+        throttled(m, false, r.len as u64, || m.read_exact_at(&mut buf[..r.len], r.offset)).err().map(|e| (r.member, e))
     };
     if reads.len() == 1 {
         return one(&reads[0], &mut bufs[reads[0].into]).into_iter().collect();

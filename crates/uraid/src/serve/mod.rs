@@ -288,7 +288,7 @@ pub(crate) fn run(mut a: ServeArgs) -> Result<()> {
 /// name, its first volume and the array (`None`: temporary). Errors: a
 /// member that is not a uraid member, an array that cannot be assembled.
 fn open(specs: &[MemberSpec], chunk: &str) -> Result<(String, Arc<Volume>, Option<array::Array>)> {
-    if specs.iter().all(|s| matches!(s, MemberSpec::Mem(_))) {
+    if specs.iter().all(|s| matches!(s, MemberSpec::Mem(_) | MemberSpec::Null(_))) {
         let members = array::open_members(specs, true, true)?;
         let (v, _) = array::temporary(members, parse_size(chunk, "chunk size")?)?;
         return Ok(("mem".to_string(), v, None));

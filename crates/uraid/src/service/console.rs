@@ -569,8 +569,8 @@ fn may_use(src: &Source, device: &str, mem_ok: bool) -> Result<(), ErrorBody> {
     use uraid_core::control::array::{self, Examination};
     let spec: uraid_core::MemberSpec = device.parse().map_err(|e: uraid_core::Error| ErrorBody::from(e))?;
     let path = match &spec {
-        uraid_core::MemberSpec::Mem(_) if mem_ok => return Ok(()),
-        uraid_core::MemberSpec::Mem(_) => {
+        uraid_core::MemberSpec::Mem(_) | uraid_core::MemberSpec::Null(_) if mem_ok => return Ok(()),
+        uraid_core::MemberSpec::Mem(_) | uraid_core::MemberSpec::Null(_) => {
             return Err(ErrorBody::new("InvalidInput", format!("{device} is an emulated drive in memory: give a block device")))
         }
         uraid_core::MemberSpec::Path(p) => p,

@@ -529,7 +529,7 @@ fn rebuild_keeps_a_throttled_target_busy() {
 fn sustained_rebuild_rate(bw: u64) -> f64 {
     let n = 4;
     let data = 64 * MIB;
-    let spec = MemSpec { size: DATA_OFFSET + data, limits: crate::io::member::Limits { bw, iops: 0, lat_us: 0 } };
+    let spec = MemSpec { size: DATA_OFFSET + data, limits: crate::io::member::Limits { bw, ..Default::default() } };
     let members = Arc::new((0..n).map(|_| Member::open(&MemberSpec::Mem(spec), RW).unwrap()).collect::<Vec<_>>());
     let health = Arc::new(Health::new(n));
     let g = Geometry::new(Level::Raid5, n, 64 << 10, data).unwrap();

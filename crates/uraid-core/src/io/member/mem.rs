@@ -41,18 +41,60 @@ impl Member {
     }
 }
 
-/// The service model of an emulated drive: one queue, served in order,
-/// where each I/O takes `max(1/iops, bytes/bw)` of drive time, plus a fixed
-/// pipelined latency. Shared by every engine thread that uses the member.
+/// The service model of an emulated drive: queues served in order, where
+/// each I/O takes `max(1/iops, bytes/bw)` of a queue's time, plus a fixed
+/// pipelined latency. The shared queue (`iops=`, `bw=`) serves reads and
+/// writes alike, as a real drive's one budget does; the read queue
+/// (`riops=`, `rbw=`) and the write queue (`wiops=`, `wbw=`) serve one
+/// direction each, as cgroup v1 blkio throttles do (the testbed's drives).
+/// An I/O passes every queue that applies to it and completes when the
+/// last of them is done with it. Shared by every engine thread that uses
+/// the member.
 #[derive(Debug)]
 pub struct Throttle {
-    ns_per_io: u64,
-    bw: u64,
+    shared: Budget,
+    read: Budget,
+    write: Budget,
     lat_ns: u64,
-    next_free_ns: AtomicU64,
     /// A model that draws each I/O's latency instead of the one above (a
     /// simulated drive's: [`crate::io::sim`]).
     drawn: Option<Arc<dyn Latency>>,
+}
+
+/// One queue of an emulated drive: its ceilings and when it is next free.
+#[derive(Debug)]
+struct Budget {
+    /// Drive time per I/O (ns; 0: no IOPS ceiling).
+    ns_per_io: u64,
+    /// Bytes per second (0: no bandwidth ceiling).
+    bw: u64,
+    /// When the queue is done with what it was given (ns).
+    next_free_ns: AtomicU64,
+}
+
+impl Budget {
+    fn new(iops: u64, bw: u64) -> Budget {
+        Budget { ns_per_io: 1_000_000_000u64.checked_div(iops).unwrap_or(0), bw, next_free_ns: AtomicU64::new(0) }
+    }
+
+    /// When the queue is done with an I/O of `bytes` issued at `now` (ns);
+    /// `now` itself for a queue without ceilings.
+    fn admit(&self, bytes: u64, now: u64) -> u64 {
+        let xfer = if self.bw > 0 { (bytes as u128 * 1_000_000_000 / self.bw as u128) as u64 } else { 0 };
+        let service = self.ns_per_io.max(xfer);
+        if service == 0 {
+            return now;
+        }
+        let mut cur = self.next_free_ns.load(Ordering::Relaxed);
+        loop {
+            let start = cur.max(now);
+            let end = start + service;
+            match self.next_free_ns.compare_exchange_weak(cur, end, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return end,
+                Err(c) => cur = c,
+            }
+        }
+    }
 }
 
 /// Where an emulated drive's latency comes from when a model draws it per
@@ -66,10 +108,10 @@ impl Throttle {
     /// A model with `limits`.
     pub fn new(limits: Limits) -> Throttle {
         Throttle {
-            ns_per_io: 1_000_000_000u64.checked_div(limits.iops).unwrap_or(0),
-            bw: limits.bw,
+            shared: Budget::new(limits.iops, limits.bw),
+            read: Budget::new(limits.riops, limits.rbw),
+            write: Budget::new(limits.wiops, limits.wbw),
             lat_ns: limits.lat_us * 1000,
-            next_free_ns: AtomicU64::new(0),
             drawn: None,
         }
     }
@@ -80,24 +122,18 @@ impl Throttle {
         Throttle { drawn: Some(model), ..Throttle::new(Limits::default()) }
     }
 
-    /// Admits an I/O of `bytes` issued at `now` (ns, [`now_ns`](super::now_ns)) and returns
-    /// the time its completion may be delivered.
-    pub fn admit(&self, bytes: u64, now: u64) -> u64 {
+    /// Admits an I/O of `bytes` (a write, or anything that changes the
+    /// drive, when `write`; a read otherwise) issued at `now` (ns,
+    /// [`now_ns`](super::now_ns)) and returns the time (ns) its completion
+    /// may be delivered.
+    pub fn admit(&self, write: bool, bytes: u64, now: u64) -> u64 {
         if let Some(d) = &self.drawn {
             return now + d.latency_ns(bytes);
         }
-        let xfer = if self.bw > 0 { (bytes as u128 * 1_000_000_000 / self.bw as u128) as u64 } else { 0 };
-        let service = self.ns_per_io.max(xfer);
-        let mut cur = self.next_free_ns.load(Ordering::Relaxed);
-        loop {
-            let start = cur.max(now);
-            let end = start + service;
-            debug_assert!(end >= now, "a completion delivered before its I/O was issued");
-            match self.next_free_ns.compare_exchange_weak(cur, end, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return end + self.lat_ns,
-                Err(c) => cur = c,
-            }
-        }
+        let dir = if write { &self.write } else { &self.read };
+        let end = self.shared.admit(bytes, now).max(dir.admit(bytes, now));
+        debug_assert!(end >= now, "a completion delivered before its I/O was issued");
+        end + self.lat_ns
     }
 }
 
@@ -107,14 +143,39 @@ mod tests {
 
     #[test]
     fn throttle_serialises_service_time() {
-        let t = Throttle::new(Limits { bw: 0, iops: 1000, lat_us: 5 });
+        let t = Throttle::new(Limits { iops: 1000, lat_us: 5, ..Limits::default() });
         // 1 ms per I/O: three I/Os issued at once finish 1, 2 and 3 ms later (+5 µs).
-        assert_eq!(t.admit(4096, 0), 1_005_000);
-        assert_eq!(t.admit(4096, 0), 2_005_000);
-        assert_eq!(t.admit(4096, 0), 3_005_000);
+        assert_eq!(t.admit(false, 4096, 0), 1_005_000);
+        assert_eq!(t.admit(true, 4096, 0), 2_005_000);
+        assert_eq!(t.admit(false, 4096, 0), 3_005_000);
         // An idle drive starts at `now`.
-        assert_eq!(t.admit(4096, 10_000_000), 11_005_000);
-        let b = Throttle::new(Limits { bw: 1_000_000, iops: 0, lat_us: 0 });
-        assert_eq!(b.admit(1000, 0), 1_000_000);
+        assert_eq!(t.admit(true, 4096, 10_000_000), 11_005_000);
+        let b = Throttle::new(Limits { bw: 1_000_000, ..Limits::default() });
+        assert_eq!(b.admit(false, 1000, 0), 1_000_000);
+    }
+
+    #[test]
+    fn shared_budget_serves_reads_and_writes_in_one_queue() {
+        // iops=1000: a read and a write issued at once take 1 ms each of
+        // the same queue (a real drive's one budget).
+        let shared = Throttle::new(Limits { iops: 1000, ..Limits::default() });
+        assert_eq!(shared.admit(false, 4096, 0), 1_000_000);
+        assert_eq!(shared.admit(true, 4096, 0), 2_000_000);
+        // riops=1000,wiops=1000: each direction has its own queue (cgroup
+        // v1 blkio), so the write does not wait for the read.
+        let split = Throttle::new(Limits { riops: 1000, wiops: 1000, ..Limits::default() });
+        assert_eq!(split.admit(false, 4096, 0), 1_000_000);
+        assert_eq!(split.admit(true, 4096, 0), 1_000_000);
+        assert_eq!(split.admit(true, 4096, 0), 2_000_000);
+        assert_eq!(split.admit(false, 4096, 0), 2_000_000);
+        // Per direction under a total: the slower queue decides.
+        let both = Throttle::new(Limits { iops: 1000, wiops: 500, ..Limits::default() });
+        assert_eq!(both.admit(true, 4096, 0), 2_000_000);
+        assert_eq!(both.admit(false, 4096, 0), 2_000_000);
+        assert_eq!(both.admit(true, 4096, 0), 4_000_000);
+        // Bandwidth per direction: 1 MB/s of reads, writes free.
+        let rbw = Throttle::new(Limits { rbw: 1_000_000, ..Limits::default() });
+        assert_eq!(rbw.admit(false, 1000, 0), 1_000_000);
+        assert_eq!(rbw.admit(true, 1000, 0), 0);
     }
 }

@@ -1,17 +1,20 @@
 //! Members: the drives an array is made of.
 //!
-//! Three kinds share one type: a regular file, a block device (both opened
+//! Four kinds share one type: a regular file, a block device (both opened
 //! with O_DIRECT, falling back to buffered I/O where the filesystem refuses
-//! it) and `mem:` — an emulated drive in RAM (a memfd) with optional
-//! bandwidth, IOPS and latency ceilings, in the spirit of Linux null_blk.
+//! it), `mem:` — an emulated drive in RAM (a memfd) with optional
+//! bandwidth, IOPS and latency ceilings, in the spirit of Linux null_blk —
+//! and `null:` — a drive that reads zeros and drops writes (SPDK's null
+//! bdev), to measure the engine's own cost without a data copy.
 //! Every kind is a real file descriptor, so the engine drives all of them
-//! through the same io_uring path; a ceiling is a [`Throttle`] that holds a
-//! completion back until the emulated drive would have finished it.
+//! through the same io_uring path (a `null:` member's I/O is a NOP there);
+//! a ceiling is a [`Throttle`] that holds a completion back until the
+//! emulated drive would have finished it.
 //!
 //! This file holds the [`Member`] type, its accessors and the [`Filter`]
 //! stack; each concern has a file of its own: naming a member (`spec.rs`),
 //! the kinds (`path.rs`: files and block devices; `mem.rs`: the emulated
-//! drive and its service model), the member's lock (`lock.rs`), discard and
+//! drive and its service model; `null.rs`: the null drive), the member's lock (`lock.rs`), discard and
 //! zeroing support (`discard.rs`) and the blocking helpers of the control
 //! path (`blocking.rs`).
 
@@ -26,6 +29,7 @@ mod blocking;
 mod discard;
 mod lock;
 mod mem;
+mod null;
 mod path;
 mod spec;
 
@@ -50,6 +54,8 @@ pub enum MemberKind {
     BlockDevice,
     /// An emulated drive in RAM.
     Mem,
+    /// A null drive (`null:SIZE`): reads return zeros, writes are dropped.
+    Null,
 }
 
 /// How to open a member.
@@ -130,6 +136,7 @@ impl Member {
     pub fn open(spec: &MemberSpec, mode: OpenMode) -> Result<Member> {
         let m = match spec {
             MemberSpec::Mem(m) => Self::open_mem(m),
+            MemberSpec::Null(size) => Self::open_null(*size),
             MemberSpec::Path(p) => Self::open_path(p, mode),
         }?;
         Ok(m)

@@ -93,7 +93,7 @@ impl Bitmap {
                 for &m in chunk {
                     let member = &self.members[m as usize];
                     if let Some(t) = member.throttle() {
-                        deadline = deadline.max(t.admit(len as u64, now_ns()));
+                        deadline = deadline.max(t.admit(true, len as u64, now_ns()));
                     }
                     let e = opcode::Write::new(types::Fd(member.file().as_raw_fd()), ptr, len as u32)
                         .offset(offset)

@@ -276,7 +276,7 @@ impl RaidQueue {
         let now = self.vol.throttle_clock();
         for pi in 0..self.slots[si].npieces {
             let p = &mut self.slots[si].pieces[pi];
-            p.deadline = self.vol.deadline(p.member, p.len, now);
+            p.deadline = self.vol.deadline(p.member, p.op, p.len, now);
             self.push_piece(si, pi);
         }
     }

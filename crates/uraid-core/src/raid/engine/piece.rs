@@ -173,6 +173,9 @@ pub(super) fn is_block_discard(p: &Piece, m: &Member) -> bool {
 /// [`block_discard_sqe`]'s.
 #[inline]
 pub(super) fn build_sqe(p: &Piece, m: &Member) -> squeue::Entry {
+    if m.is_null() {
+        return null_sqe(p);
+    }
     let fd = types::Fixed(p.member);
     if p.zero_fill {
         let n = (p.len - p.done).min(ZERO_FILL) as u32;
@@ -194,6 +197,23 @@ pub(super) fn build_sqe(p: &Piece, m: &Member) -> squeue::Entry {
         Op::Read => opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).build(),
         Op::Write => opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32).offset(off).rw_flags(rw_flags).build(),
     }
+}
+
+/// The entry of piece `p` on a `null:` member: a NOP through the same
+/// ring (completed by the kernel at once, with result 0, which
+/// [`progress`] takes as the whole piece done). A read's bytes are zeroed
+/// here, as the drive would have returned them.
+#[inline]
+fn null_sqe(p: &Piece) -> squeue::Entry {
+    if p.op == Op::Read {
+        for v in &p.iov[p.iov_first..] {
+            // SAFETY: the iovec names `iov_len` bytes of the request's or
+            // the stripe operation's buffer, which the piece may write
+            // (a read fills it) and which outlives the piece.
+            unsafe { std::ptr::write_bytes(v.iov_base as *mut u8, 0, v.iov_len) };
+        }
+    }
+    opcode::Nop::new().build()
 }
 
 /// The entry that discards piece `p` on block device `m`: io_uring's
@@ -333,6 +353,11 @@ pub(super) enum Outcome {
 /// starts again as zeros written (and the member is marked, so the next
 /// ones go that way at once), errors name the member and the offset.
 pub(super) fn progress(p: &mut Piece, res: i32, m: &Member) -> Outcome {
+    if m.is_null() && res >= 0 {
+        // A NOP ([`null_sqe`]): the whole piece is done.
+        p.done = p.len;
+        return Outcome::Done(None);
+    }
     if matches!(p.op, Op::Discard) && m.kind() == MemberKind::BlockDevice {
         return block_discard_progress(p, res, m);
     }

@@ -1,4 +1,4 @@
-//! The engine's own tests: a ring that fails for good.
+//! The engine's own tests: a ring that fails for good; `null:` members.
 
 use super::*;
 use crate::io::buf::IoBuf;
@@ -42,5 +42,37 @@ fn a_failed_ring_fails_its_requests_and_never_hangs() {
         assert!(v.health().writes_stopped() && v.health().unclean(), "{level}: the volume still takes writes or is clean");
         drop(q);
         assert!(t0.elapsed() < std::time::Duration::from_secs(2), "{level}: took {:?}", t0.elapsed());
+    }
+}
+
+/// Over `null:` members, at every level, the engine completes every
+/// request: a write is dropped, a read (of a block written with data, in
+/// a buffer full of 0xff) returns zeros, a flush and a discard succeed.
+#[test]
+fn null_members_read_zeros_and_drop_writes() {
+    for (level, n) in [(Level::Raid0, 4), (Level::Raid1, 2), (Level::Raid10, 4), (Level::Raid5, 4), (Level::Raid6, 4)] {
+        let spec: MemberSpec = format!("null:{}", DATA_OFFSET + (8 << 20)).parse().unwrap();
+        let members: Vec<Member> = (0..n).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap()).collect();
+        let g = Geometry::new(level, n, 64 << 10, 8 << 20).unwrap();
+        let v = RaidVolume::new(Arc::new(members), g, DATA_OFFSET).unwrap();
+        let mut q = v.queue(8).unwrap();
+        let mut run = |req: Request| {
+            q.push(req).map_err(|r| r.error).unwrap();
+            let mut out = Vec::new();
+            q.wait(1, &mut out);
+            out.pop().unwrap()
+        };
+        for (off, len) in [(0u64, 4096usize), (60 << 10, 8 << 10), (0, 512 << 10)] {
+            let mut data = IoBuf::new(len);
+            data.iter_mut().for_each(|b| *b = 0x5a);
+            assert_eq!(run(Request::write(off, len, data, 1)).result.unwrap(), len, "{level}");
+            let mut buf = IoBuf::new(len);
+            buf.iter_mut().for_each(|b| *b = 0xff);
+            let c = run(Request::read(off, len, buf, 2));
+            assert_eq!(c.result.unwrap(), len, "{level}");
+            assert!(c.buf.unwrap()[..len].iter().all(|&b| b == 0), "{level}: a read of {len} at {off} did not return zeros");
+        }
+        run(Request { op: Op::Flush, offset: 0, len: 0, buf: None, tag: 3, fua: false }).result.unwrap();
+        run(Request { op: Op::Discard, offset: 0, len: 1 << 20, buf: None, tag: 4, fua: false }).result.unwrap();
     }
 }

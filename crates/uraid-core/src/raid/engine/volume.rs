@@ -123,11 +123,11 @@ impl RaidVolume {
         if self.throttled { now_ns() } else { 0 }
     }
 
-    /// When member `m`'s emulated drive would finish an I/O of `len` bytes
-    /// admitted at `now` (ns); 0 for a member without ceilings.
-    pub(super) fn deadline(&self, m: u32, len: usize, now: u64) -> u64 {
+    /// When member `m`'s emulated drive would finish an I/O `op` of `len`
+    /// bytes admitted at `now` (ns); 0 for a member without ceilings.
+    pub(super) fn deadline(&self, m: u32, op: crate::io::request::Op, len: usize, now: u64) -> u64 {
         match self.members[m as usize].throttle() {
-            Some(t) => t.admit(len as u64, now),
+            Some(t) => t.admit(op != crate::io::request::Op::Read, len as u64, now),
             None => 0,
         }
     }

@@ -53,8 +53,12 @@ impl StripeRows<'_> {
         };
         match method {
             Method::Full => {
-                let data: Vec<&[u8]> = (0..d).map(new).collect();
-                gen(&data);
+                // Fixed arrays, not vectors: no allocation per operation.
+                let mut data: [&[u8]; MAX_MEMBERS] = [&[]; MAX_MEMBERS];
+                for (i, s) in data.iter_mut().enumerate().take(d) {
+                    *s = new(i);
+                }
+                gen(&data[..d]);
             }
             Method::Rmw => {
                 // (`i` is the data index the kernels take, too.)
@@ -69,12 +73,18 @@ impl StripeRows<'_> {
                 }
             }
             Method::Rcw => {
-                let ptrs: Vec<*mut u8> = (0..d).map(|i| if i >= first && i < first + count { newp[i] } else { get(bufs, sm[i]) }).collect();
-                let data: Vec<&[u8]> = ptrs.iter().map(|&p| &*slice(p)).collect();
-                gen(&data);
+                let mut data: [&[u8]; MAX_MEMBERS] = [&[]; MAX_MEMBERS];
+                for (i, s) in data.iter_mut().enumerate().take(d) {
+                    *s = if i >= first && i < first + count { new(i) } else { &*slice(get(bufs, sm[i])) };
+                }
+                gen(&data[..d]);
             }
             Method::Recon => {
-                let ptrs: Vec<*mut u8> = (0..k).map(|i| get(bufs, sm[i])).collect();
+                let mut ptrs = [std::ptr::null_mut::<u8>(); MAX_MEMBERS];
+                for (i, p) in ptrs.iter_mut().enumerate().take(k) {
+                    *p = get(bufs, sm[i]);
+                }
+                let ptrs = &ptrs[..k];
                 {
                     let mut stripe: Vec<&mut [u8]> = ptrs.iter().map(|&p| slice(p)).collect();
                     if !lost.is_empty() {
@@ -89,8 +99,11 @@ impl StripeRows<'_> {
                     for i in first..first + count {
                         slice(ptrs[i]).copy_from_slice(new(i));
                     }
-                    let data: Vec<&[u8]> = ptrs[..d].iter().map(|&p| &*slice(p)).collect();
-                    gen(&data);
+                    let mut data: [&[u8]; MAX_MEMBERS] = [&[]; MAX_MEMBERS];
+                    for (s, &p) in data.iter_mut().zip(&ptrs[..d]) {
+                        *s = &*slice(p);
+                    }
+                    gen(&data[..d]);
                 }
             }
         }

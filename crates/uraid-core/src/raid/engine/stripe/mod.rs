@@ -44,6 +44,8 @@ use crate::{Error, ErrorKind, IoBuf};
 mod compute;
 mod op;
 mod rows;
+#[cfg(test)]
+mod tests;
 
 use compute::StripeRows;
 
@@ -169,6 +171,8 @@ pub(super) struct State {
     lpieces: Vec<crate::raid::layout::Piece>,
     /// Scratch: stripe operations made by the current plan.
     started: Vec<u32>,
+    /// Scratch: the stripes a write being planned touches.
+    stripes: Vec<StripeWrite>,
     /// Partial-stripe writes at the end of a request, held back (plugged)
     /// in the hope that the next request fills the rest of the stripe.
     plugged: Vec<u32>,
@@ -176,6 +180,13 @@ pub(super) struct State {
     plugged_at: u64,
     /// Operations plugged by the current plan.
     plugged_now: usize,
+    /// Where the last write planned on this queue ended (volume bytes): a
+    /// write that starts there continues a stream (see `plan_bands`).
+    last_write_end: u64,
+    /// Partial-stripe writes plugged, and unplugged by the deadline rather
+    /// than by a partner or an idle queue (for tests and status).
+    plugs: u64,
+    plug_timeouts: u64,
     /// Full stripes written by merging requests (for tests and status).
     merged: u64,
     /// Recently reconstructed stripes, oldest first.
@@ -202,9 +213,13 @@ impl State {
             load: vec![0; vol.members().len()],
             lpieces: Vec::new(),
             started: Vec::new(),
+            stripes: Vec::new(),
             plugged: Vec::new(),
             plugged_at: 0,
             plugged_now: 0,
+            last_write_end: 0,
+            plugs: 0,
+            plug_timeouts: 0,
             merged: 0,
             recent: VecDeque::new(),
             recent_cap: {
@@ -223,8 +238,10 @@ impl State {
     /// Counters for debugging (URAID_DEBUG_QUEUE=1 prints them).
     pub(super) fn debug_stats(&self) -> String {
         format!(
-            "merged full stripes {}, degraded stripes reused {}, stripe operations allocated {}",
+            "merged full stripes {}, writes plugged {} (unplugged at the deadline {}), degraded stripes reused {}, stripe operations allocated {}",
             self.merged,
+            self.plugs,
+            self.plug_timeouts,
             self.recent_hits,
             self.sops.len()
         )
@@ -396,7 +413,6 @@ impl RaidQueue {
         let mut lp = std::mem::take(&mut self.raid.lpieces);
         lp.clear();
         l.for_each_segment(offset, len, |p| lp.push(p));
-        let health = self.vol.health().clone();
         let data_offset = self.vol.data_offset();
         let mirror = !l.level().has_parity();
         let base = self.slots[si].buf.as_mut().expect("checked").as_mut_ptr();
@@ -411,6 +427,8 @@ impl RaidQueue {
             while j < lp.len() && lp[j].stripe == stripe {
                 j += 1;
             }
+            // Borrowed per stripe (not an Arc clone per request).
+            let health = self.vol.health();
             let readable = |m: u32, off: u64, n: usize| health.readable(m, data_offset + off, n as u64);
             let mut all = lp[i..j].iter().all(|p| p.places.iter().any(|pl| readable(pl.member, pl.member_offset, p.len)));
             if all && !mirror && len as u64 >= l.chunk() && lp[i..j].iter().map(|p| p.len as u64).sum::<u64>() < l.stripe_data_width() {
@@ -476,7 +494,8 @@ impl RaidQueue {
         let n = l.members() as u32;
         let gone = (0..n).filter(|&m| !health.writable(m)).fold(0u64, |g, m| g | 1 << m);
         let names = || (0..n).filter(|&m| gone & 1 << m != 0).map(|m| self.vol.members()[m as usize].name().to_string()).collect::<Vec<_>>().join(", ");
-        if !l.survival(gone).survives {
+        // (No member lost, the common case: nothing to work out.)
+        if gone != 0 && !l.survival(gone).survives {
             health.stop_writes();
             return Some(format!(
                 "the {} volume has failed: members {} are lost, more than it tolerates; nothing more is written \
@@ -500,9 +519,11 @@ impl RaidQueue {
         if !l.level().has_parity() {
             return self.plan_mirror_write(si, l, zero);
         }
-        let mut stripes = Vec::new();
+        // A scratch vector kept in the state: no allocation per request.
+        let mut stripes = std::mem::take(&mut self.raid.stripes);
+        stripes.clear();
         l.for_each_stripe_write(offset, len, |sw| stripes.push(sw));
-        for sw in stripes {
+        for sw in stripes.iter() {
             if zero && sw.full {
                 let idx = self.new_sop(si, Kind::Zero, sw.stripe, 0, l.chunk());
                 self.raid.sops[idx as usize].zeros = true;
@@ -511,23 +532,32 @@ impl RaidQueue {
             }
             // A partial stripe another request's plugged write fills up
             // becomes one full-stripe write (the in-flight coalescer).
-            if !zero && !sw.full && self.merge_plugged(si, l, &sw) {
+            if !zero && !sw.full && self.merge_plugged(si, l, sw) {
                 continue;
             }
-            self.plan_bands(si, l, &sw, zero);
+            self.plan_bands(si, l, sw, zero);
+        }
+        self.raid.stripes = stripes;
+        if !zero {
+            self.raid.last_write_end = offset + len as u64;
         }
     }
 
     /// Plans one stripe operation per band of `sw` for slot `si`. A
-    /// request that runs from the stripe's start (or before) and ends
-    /// inside it, as a sequential stream's requests do, plugs its bands
-    /// there for the next request to complete. (A random write that
-    /// starts mid-stripe is not plugged.)
+    /// request that continues the previous write of this queue (it starts
+    /// where that one ended, as a sequential stream's requests do; the
+    /// queue's first write counts from byte 0), runs from the stripe's
+    /// start (or before) and ends inside it, plugs its bands there for the
+    /// next request to complete. A random write is never plugged: one that
+    /// happened to start at a stripe's start used to wait for the plug
+    /// deadline ([`MAX_PLUG_NS`]) whenever the queue was busy, which at
+    /// QD32 it always is (issue 31's RAID 5 Q32T1 write stall).
     fn plan_bands(&mut self, si: usize, l: &Layout, sw: &StripeWrite, zero: bool) {
         let (offset, len) = (self.slots[si].offset, self.slots[si].len);
         let (s, width) = (sw.stripe, l.stripe_data_width());
         let end = offset + len as u64;
-        let plug = !zero && !sw.full && offset <= s * width && end < (s + 1) * width;
+        let stream = offset == self.raid.last_write_end;
+        let plug = !zero && !sw.full && stream && offset <= s * width && end < (s + 1) * width;
         for b in sw.bands() {
             let idx = self.new_sop(si, Kind::Write, s, b.start, b.end);
             let sop = &mut self.raid.sops[idx as usize];
@@ -540,6 +570,7 @@ impl RaidQueue {
                 }
                 self.raid.plugged.push(idx);
                 self.raid.plugged_now += 1;
+                self.raid.plugs += 1;
             } else {
                 self.raid.started.push(idx);
             }
@@ -687,6 +718,9 @@ impl RaidQueue {
     /// Starts every plugged write (nothing else can make progress, or the
     /// oldest waited long enough).
     pub(super) fn unplug(&mut self, out: &mut Vec<Completion>) {
+        if self.raid.plug_deadline().is_some_and(|d| now_ns() >= d) {
+            self.raid.plug_timeouts += 1;
+        }
         for idx in std::mem::take(&mut self.raid.plugged) {
             self.sop_start(idx as usize, out);
         }

@@ -45,9 +45,6 @@ impl RaidQueue {
             (member as usize) < self.vol.members().len() && offset + len as u64 <= self.vol.data_offset() + self.vol.geometry().member_size(),
             "a stripe piece of {len} bytes at {offset} is outside member {member}'s data area"
         );
-        if op == Op::Read {
-            self.vol.stripe_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
         // A write merged from several requests (a plugged full stripe) is
         // FUA when any of them is.
         let sop = &self.raid.sops[idx];
@@ -87,7 +84,7 @@ impl RaidQueue {
         let torn = phase == Phase::Write && n > 1 && torn_stripe_failpoint();
         for pi in 0..n {
             let p = &mut self.raid.sops[idx].pieces[pi];
-            p.deadline = self.vol.deadline(p.member, p.len, now);
+            p.deadline = self.vol.deadline(p.member, p.op, p.len, now);
             self.push_sop_piece(idx, pi);
             if torn && pi == 0 {
                 // Failpoint: the first member write reaches the kernel alone
@@ -147,7 +144,6 @@ impl RaidQueue {
     /// Decides and starts stripe operation `idx` (its lock is held).
     pub(super) fn sop_plan(&mut self, idx: usize, out: &mut Vec<Completion>) {
         let l = self.layout();
-        let health = self.vol.health().clone();
         debug_assert!(self.raid.holds_lock(self.vol.locks(), self.raid.sops[idx].stripe), "an operation runs without its stripe lock");
         if self.raid.sops[idx].kind == Kind::Read && self.read_recent(idx, &l) {
             // Served from memory; `plans` says the lock is held.
@@ -163,7 +159,7 @@ impl RaidQueue {
         }
         let (kind, s, start, end) = (sop.kind, sop.stripe, sop.start, sop.end);
         let rows = (end - start) as usize;
-        if kind != Kind::Read && health.writes_stopped() {
+        if kind != Kind::Read && self.vol.health().writes_stopped() {
             sop.error = Some(eio(format!(
                 "the array has failed (more members lost than the {} volume tolerates): nothing more is written",
                 l.level()
@@ -200,13 +196,27 @@ impl RaidQueue {
         self.raid.sops[idx].method = method;
         let d = l.data_chunks() as usize;
         let (first, count) = (self.raid.sops[idx].first as usize, self.raid.sops[idx].count as usize);
-        let reads: Vec<u32> = match method {
-            Method::Full => Vec::new(),
-            Method::Rmw => sm[first..first + count].iter().chain(&sm[d..k]).copied().collect(),
-            Method::Rcw => sm[..d].iter().enumerate().filter(|(i, _)| *i < first || *i >= first + count).map(|(_, &m)| m).collect(),
-            Method::Recon => sm[..k].iter().copied().filter(|&m| health.readable(m, abs, rows as u64)).collect(),
-        };
-        for m in reads {
+        // The members to read (no allocation per operation).
+        let mut reads = [0u32; MAX_MEMBERS];
+        let mut nreads = 0;
+        {
+            let health = self.vol.health();
+            let mut add = |m: u32| {
+                reads[nreads] = m;
+                nreads += 1;
+            };
+            match method {
+                Method::Full => {}
+                Method::Rmw => sm[first..first + count].iter().chain(&sm[d..k]).for_each(|&m| add(m)),
+                Method::Rcw => sm[..d].iter().enumerate().filter(|(i, _)| *i < first || *i >= first + count).for_each(|(_, &m)| add(m)),
+                Method::Recon => sm[..k].iter().filter(|&&m| health.readable(m, abs, rows as u64)).for_each(|&m| add(m)),
+            }
+        }
+        if nreads > 0 {
+            // One shared counter update per operation, not per read.
+            self.vol.stripe_reads.fetch_add(nreads as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        for &m in &reads[..nreads] {
             self.take_buf(idx, m);
             let ptr = self.raid.sops[idx].bufs[m as usize].as_mut().expect("taken").as_mut_ptr();
             self.sop_piece(idx, Op::Read, m, abs, rows, ptr);
@@ -246,13 +256,12 @@ impl RaidQueue {
     /// stripes is a zeroing of every member (zeros have zero P and Q),
     /// never a discard.
     fn sop_zero(&mut self, idx: usize, sm: &[u32], abs: u64, rows: usize, out: &mut Vec<Completion>) {
-        let health = self.vol.health().clone();
         let op = match self.slots[self.raid.sops[idx].slot as usize].op {
             Op::Discard => Op::WriteZeroes { no_hole: false },
             op => op,
         };
         for &m in sm {
-            if health.writable(m) {
+            if self.vol.health().writable(m) {
                 self.sop_piece(idx, op, m, abs, rows, std::ptr::null_mut());
             }
         }
@@ -284,12 +293,10 @@ impl RaidQueue {
     }
 
     pub(super) fn mirror_plan(&mut self, idx: usize, out: &mut Vec<Completion>) {
-        let health = self.vol.health().clone();
         let data_offset = self.vol.data_offset();
         let sop = &self.raid.sops[idx];
         let (places, rows, buf_off, kind, si) = (sop.places.expect("mirror piece"), (sop.end - sop.start) as usize, sop.buf_off, sop.kind, sop.slot as usize);
-        let writable: Vec<_> = places.iter().filter(|p| health.writable(p.member)).collect();
-        if writable.is_empty() {
+        if !places.iter().any(|p| self.vol.health().writable(p.member)) {
             self.raid.sops[idx].error = Some(eio(format!(
                 "every copy of logical bytes {}..{} is on a failed member: nothing can be written there",
                 self.slots[si].offset + buf_off as u64,
@@ -330,8 +337,10 @@ impl RaidQueue {
             _ => std::ptr::null_mut(),
         };
         let op = if kind == Kind::Write { Op::Write } else { op };
-        for pl in writable {
-            self.sop_piece(idx, op, pl.member, data_offset + pl.member_offset, rows, ptr);
+        for pl in places.iter() {
+            if self.vol.health().writable(pl.member) {
+                self.sop_piece(idx, op, pl.member, data_offset + pl.member_offset, rows, ptr);
+            }
         }
         self.sop_issue(idx, Phase::Write, out);
     }
@@ -358,7 +367,6 @@ impl RaidQueue {
     /// All reads of a parity stripe operation are in: compute and write.
     pub(super) fn parity_compute_and_write(&mut self, idx: usize, out: &mut Vec<Completion>) {
         let l = self.layout();
-        let health = self.vol.health().clone();
         let (s, start, end, method, kind) = {
             let sop = &self.raid.sops[idx];
             (sop.stripe, sop.start, sop.end, sop.method, sop.kind)
@@ -377,12 +385,23 @@ impl RaidQueue {
             self.take_buf(idx, m);
         }
         let mut bufs = std::mem::take(&mut self.raid.sops[idx].bufs);
-        let lost: Vec<usize> = match method {
-            Method::Recon => (0..k).filter(|&i| !health.readable(sm[i], abs, rows as u64)).collect(),
-            _ => Vec::new(),
-        };
+        // Parity positions lost (a reconstruction) and members writable,
+        // looked up once (no allocation per operation).
+        let mut lost = [0usize; MAX_MEMBERS];
+        let mut nlost = 0;
+        let mut writable = [false; MAX_MEMBERS];
+        {
+            let health = self.vol.health();
+            for i in 0..k {
+                if method == Method::Recon && !health.readable(sm[i], abs, rows as u64) {
+                    lost[nlost] = i;
+                    nlost += 1;
+                }
+                writable[i] = health.writable(sm[i]);
+            }
+        }
         let stripe = StripeRows { members: &sm[..k], data: d, first, count, rows, new: &newp };
-        stripe.compute(self.raid.kernel, method, kind, &mut bufs, &lost);
+        stripe.compute(self.raid.kernel, method, kind, &mut bufs, &lost[..nlost]);
         if kind == Kind::Read {
             self.copy_out(idx, &l, &sm[..d], &bufs, start);
             self.keep_recent(idx, bufs);
@@ -392,12 +411,12 @@ impl RaidQueue {
         self.raid.sops[idx].npieces = 0;
         let skip = self.raid.sops[idx].skip;
         for i in first..first + count {
-            if health.writable(sm[i]) && skip & (1 << i) == 0 {
+            if writable[i] && skip & (1 << i) == 0 {
                 self.sop_piece(idx, Op::Write, sm[i], abs, rows, newp[i]);
             }
         }
-        for &m in &sm[d..k] {
-            if health.writable(m) {
+        for (i, &m) in sm.iter().enumerate().take(k).skip(d) {
+            if writable[i] {
                 let ptr = self.raid.sops[idx].bufs[m as usize].as_mut().expect("parity buffer").as_mut_ptr();
                 self.sop_piece(idx, Op::Write, m, abs, rows, ptr);
             }
@@ -632,19 +651,34 @@ impl RaidQueue {
         }
         let si = sop.slot as usize;
         let err = sop.error.take();
-        let owed = if sop.owed.is_empty() { vec![(si as u32, 1)] } else { std::mem::take(&mut sop.owed) };
         sop.parts.clear();
+        if sop.owed.is_empty() {
+            // One request (no allocation per operation).
+            self.raid.free.push(idx as u32);
+            return self.sop_owed(si, 1, &err, out);
+        }
+        let owed = std::mem::take(&mut sop.owed);
+        // The operation is freed after: a request finished here and
+        // planned again must not take it while `owed` is out.
+        for &(slot, k) in &owed {
+            self.sop_owed(slot as usize, k, &err, out);
+        }
+        let mut owed = owed;
+        owed.clear();
+        self.raid.sops[idx].owed = owed;
         self.raid.free.push(idx as u32);
-        for (slot, k) in owed {
-            let slot = slot as usize;
-            if let Some(e) = &err {
-                if self.slots[slot].error.is_none() {
-                    self.slots[slot].error = Some(e.clone());
-                }
+    }
+
+    /// Counts `k` stripe operations of slot `si` done, with the error
+    /// `err` they ended with, if any.
+    fn sop_owed(&mut self, si: usize, k: u32, err: &Option<crate::Error>, out: &mut Vec<Completion>) {
+        if let Some(e) = err {
+            if self.slots[si].error.is_none() {
+                self.slots[si].error = Some(e.clone());
             }
-            for _ in 0..k {
-                self.piece_done(slot, out);
-            }
+        }
+        for _ in 0..k {
+            self.piece_done(si, out);
         }
     }
 }
