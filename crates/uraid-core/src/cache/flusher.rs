@@ -340,35 +340,35 @@ impl Cache {
     pub(crate) fn start_flusher(self: &Arc<Self>, vol: Weak<RaidVolume>) {
         self.retarget(vol);
         let cache = Arc::downgrade(self);
-        std::thread::Builder::new()
-            .name("uraid-flusher".into())
-            .spawn(move || loop {
-                let Some(c) = cache.upgrade() else { return };
-                {
-                    let k = lock(&c.kick);
-                    let (mut k, _) = c.kick_cv.wait_timeout_while(k, FLUSH_INTERVAL, |k| !*k).unwrap_or_else(|e| e.into_inner());
-                    *k = false;
+        // On the starter's clock: a simulation's virtual time moves the
+        // flush interval and the dirty lines' expiry on.
+        crate::clock::spawn("uraid-flusher", move || loop {
+            let Some(c) = cache.upgrade() else { return };
+            {
+                let k = lock(&c.kick);
+                let (mut k, _) = crate::clock::wait_timeout_while(&c.kick_cv, k, FLUSH_INTERVAL, |k| !*k);
+                *k = false;
+            }
+            if c.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let Some(v) = lock(&c.target).upgrade() else { return };
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                #[cfg(feature = "failpoints")]
+                if std::env::var_os("URAID_FAILPOINT_FLUSHER_PANIC").is_some() && c.dirty.load(Ordering::Relaxed) > 0 {
+                    panic!("URAID_FAILPOINT_FLUSHER_PANIC");
                 }
-                if c.closed.load(Ordering::Acquire) {
-                    return;
+                c.pass(&v)
+            })) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    eprintln!("uraid: the write-back cache could not write to the members: {e}");
+                    crate::clock::sleep(Duration::from_millis(200));
                 }
-                let Some(v) = lock(&c.target).upgrade() else { return };
-                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    #[cfg(feature = "failpoints")]
-                    if std::env::var_os("URAID_FAILPOINT_FLUSHER_PANIC").is_some() && c.dirty.load(Ordering::Relaxed) > 0 {
-                        panic!("URAID_FAILPOINT_FLUSHER_PANIC");
-                    }
-                    c.pass(&v)
-                })) {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        eprintln!("uraid: the write-back cache could not write to the members: {e}");
-                        crate::clock::sleep(Duration::from_millis(200));
-                    }
-                    Err(panic) => return c.flusher_died(&crate::error::panic_message(&*panic)),
-                }
-            })
-            .expect("cannot start the cache flusher thread");
+                Err(panic) => return c.flusher_died(&crate::error::panic_message(&*panic)),
+            }
+        })
+        .expect("cannot start the cache flusher thread");
     }
 
     /// The flusher thread panicked with `why`: from now on every flush,
