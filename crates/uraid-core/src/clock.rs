@@ -16,7 +16,7 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Condvar, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 thread_local! {
@@ -122,6 +122,42 @@ where
         let _installed = clock.as_ref().map(Virtual::install);
         f()
     })
+}
+
+/// How long, in real time, a [`wait_timeout_while`] on a virtual clock
+/// waits on its condition variable before it reads the virtual clock
+/// again (the clock moves without notifying anyone).
+const VIRTUAL_POLL: Duration = Duration::from_millis(1);
+
+/// Waits on `cv` (with `guard` held, as `Condvar::wait_timeout_while`)
+/// while `waiting` holds, at most `timeout` on this thread's clock.
+/// Returns the guard and whether the time ran out with `waiting` still
+/// true. On the machine's clock it is `Condvar::wait_timeout_while`; on a
+/// virtual clock the timeout passes only when the clock is moved on (by
+/// [`Virtual::advance`] or another thread's [`sleep`]), however long that
+/// takes in real time: a daemon's period (the cache's flusher, the
+/// bitmap's clearing) then runs on simulated time, and a notification
+/// still wakes it at once. A poisoned mutex is taken as it is (the data
+/// it guards is a flag or a counter here).
+pub fn wait_timeout_while<'a, T, F>(cv: &Condvar, guard: MutexGuard<'a, T>, timeout: Duration, mut waiting: F) -> (MutexGuard<'a, T>, bool)
+where
+    F: FnMut(&mut T) -> bool,
+{
+    let Some(start) = virtual_ns() else {
+        let (g, r) = cv.wait_timeout_while(guard, timeout, waiting).unwrap_or_else(|e| e.into_inner());
+        return (g, r.timed_out());
+    };
+    let deadline = start.saturating_add(timeout.as_nanos().min(u64::MAX as u128) as u64);
+    let mut g = guard;
+    loop {
+        if !waiting(&mut g) {
+            return (g, false);
+        }
+        if virtual_ns().unwrap_or(u64::MAX) >= deadline {
+            return (g, true);
+        }
+        g = cv.wait_timeout(g, VIRTUAL_POLL).unwrap_or_else(|e| e.into_inner()).0;
+    }
 }
 
 /// Seconds since the Unix epoch (wall time, for superblock timestamps); on

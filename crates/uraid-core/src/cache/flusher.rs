@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use crate::cache::recorder::{Recorded, Recorder};
 use crate::cache::writer::{Ready, Writer};
-use crate::cache::{all_set, lock, runs_of, Cache, CacheMode, Line, Snap, CACHE_SECTOR, DIRTY_EXPIRE_NS, FLUSH_DEPTH, FLUSH_INTERVAL, RECORD_BATCH};
-use crate::io::buf::IoBuf;
+use crate::cache::lines::Snap;
+use crate::cache::{lock, runs_of, Cache, CacheMode, DIRTY_EXPIRE_NS, FLUSH_DEPTH, FLUSH_INTERVAL, RECORD_BATCH};
 use crate::raid::engine::RaidVolume;
 use crate::Result;
 
@@ -28,12 +28,8 @@ impl Cache {
         for &(_, _, seq) in lock(&self.zeroing).iter() {
             mark = mark.min(seq);
         }
-        for sh in self.shards.iter() {
-            for l in lock(sh).lines.values() {
-                if l.oldest != 0 {
-                    mark = mark.min(l.oldest);
-                }
-            }
+        if let Some(oldest) = self.lines.oldest_dirty() {
+            mark = mark.min(oldest);
         }
         mark
     }
@@ -74,37 +70,7 @@ impl Cache {
     /// The dirty lines to write back now, oldest first: every one when
     /// `all`, else those dirty as a whole or for [`DIRTY_EXPIRE_NS`].
     pub(super) fn dirty_lines(&self, all: bool) -> Vec<Snap> {
-        let mut v: Vec<(u64, u64)> = Vec::new();
-        let expired = crate::io::member::now_ns().saturating_sub(DIRTY_EXPIRE_NS);
-        for sh in self.shards.iter() {
-            v.extend(
-                lock(sh)
-                    .lines
-                    .iter()
-                    .filter(|(_, l)| l.oldest != 0 && (all || l.dirty_since <= expired || all_set(&l.dirty, 0, self.sectors)))
-                    .map(|(&i, l)| (l.oldest, i)),
-            );
-        }
-        v.sort_unstable();
-        v.into_iter()
-            .filter_map(|(_, idx)| {
-                let mut sh = self.shard(idx);
-                let l = sh.lines.get_mut(&idx)?;
-                let mut copy = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
-                // Only the dirty sectors: the flusher writes no other
-                // (the rest of a buffer from the pool is stale), and a
-                // journal record lays the valid sectors over its own
-                // copy again (see `record_line`). Random writes dirty a
-                // sector or two of a line: copying it whole cost more
-                // than the rest of its write-back.
-                let sector = CACHE_SECTOR as usize;
-                for (a, b) in runs_of(&l.dirty, self.sectors) {
-                    copy[a * sector..b * sector].copy_from_slice(&l.data[a * sector..b * sector]);
-                }
-                l.snapped();
-                Some(Snap { idx, generation: l.generation, data: copy, dirty: l.dirty.clone(), valid: l.valid.clone(), last_seq: l.last_seq })
-            })
-            .collect()
+        self.lines.snapshots(all, crate::io::member::now_ns().saturating_sub(DIRTY_EXPIRE_NS))
     }
 
     /// The flusher wrote the sectors `bits` of line `idx` as of
@@ -121,31 +87,8 @@ impl Cache {
     /// power cut, its degraded replay rebuilt the lost member's rows from
     /// torn parity.
     pub(super) fn written_back(&self, idx: u64, generation: u64, bits: &[u64], last_seq: u64) {
-        let mut sh = self.shard(idx);
-        let Some(l) = sh.lines.get_mut(&idx) else { return };
-        let same = l.generation == generation;
-        if !same && l.snapped != generation {
-            // Not the line's last snapshot (record_line took a newer one,
-            // then the journal was lost and the pass wrote the older):
-            // which sectors came since is not known, so none is cleaned;
-            // the next pass writes the line again.
-            return;
-        }
-        let n = Line::count(&l.dirty);
-        for ((d, b), f) in l.dirty.iter_mut().zip(bits).zip(&l.fresh) {
-            *d &= if same { !b } else { !(b & !f) };
-        }
-        let left = Line::count(&l.dirty);
-        let before = self.dirty.fetch_sub((n - left) * CACHE_SECTOR, Ordering::Relaxed);
-        // The dirty byte count is the sum of the lines' dirty sectors.
-        debug_assert!(before >= (n - left) * CACHE_SECTOR, "dirty bytes {before} below a line's {}", (n - left) * CACHE_SECTOR);
-        if left == 0 && l.oldest != 0 {
-            l.oldest = 0;
-            drop(sh);
-            self.may_evict();
+        if self.lines.written_back(idx, generation, bits, last_seq) {
             self.release_promise();
-        } else if l.oldest != 0 && l.dirty.iter().zip(&l.fresh).all(|(d, f)| d & !f == 0) {
-            l.oldest = l.oldest.max(last_seq + 1);
         }
     }
 
@@ -182,7 +125,7 @@ impl Cache {
         };
         let journal = self.live_journal();
         let flush = self.wanted.load(Ordering::Acquire) > *lock(&self.durable);
-        let pressed = self.dirty.load(Ordering::Relaxed) * 2 > self.cfg.dirty_limit
+        let pressed = self.lines.dirty_bytes() * 2 > self.cfg.dirty_limit
             || self.starved.swap(false, Ordering::AcqRel)
             || journal.is_some_and(|j| j.pressure() * 2 > j.log_size());
         let lines = self.dirty_lines(flush || pressed || self.closed.load(Ordering::Acquire));
@@ -281,14 +224,14 @@ impl Cache {
     fn ready_line(&self, snap: Snap, i: usize, rec: Option<&mut Recorder<'_>>, first_err: &mut Option<crate::Error>, skipped: &mut bool) -> Option<Ready> {
         let Snap { idx, mut generation, mut data, dirty: mut bits, valid, mut last_seq } = snap;
         if first_err.is_some() {
-            lock(&self.pool).push(data);
+            self.lines.give_buf(data);
             return None;
         }
         if self.zeroing_over(idx) {
             // A zeroing on its way to the members: this line's writes
             // go after it (whichever came first, the outcome is then
             // what the cache holds, and what a replay makes).
-            lock(&self.pool).push(data);
+            self.lines.give_buf(data);
             *skipped = true;
             return None;
         }
@@ -306,13 +249,13 @@ impl Cache {
                     (generation, bits, last_seq) = (g, dirty, l);
                 }
                 Ok(Recorded::Clean) => {
-                    lock(&self.pool).push(data);
+                    self.lines.give_buf(data);
                     return None;
                 }
                 // The log is full (retire records first), or a zeroing
                 // is on its way: the next pass.
                 Ok(Recorded::Full | Recorded::Later) => {
-                    lock(&self.pool).push(data);
+                    self.lines.give_buf(data);
                     *skipped = true;
                     self.kick();
                     return None;
@@ -322,7 +265,7 @@ impl Cache {
                 Err(_) if r.journal_lost() => {}
                 Err(e) => {
                     *first_err = Some(e);
-                    lock(&self.pool).push(data);
+                    self.lines.give_buf(data);
                     return None;
                 }
             }
@@ -340,35 +283,35 @@ impl Cache {
     pub(crate) fn start_flusher(self: &Arc<Self>, vol: Weak<RaidVolume>) {
         self.retarget(vol);
         let cache = Arc::downgrade(self);
-        std::thread::Builder::new()
-            .name("uraid-flusher".into())
-            .spawn(move || loop {
-                let Some(c) = cache.upgrade() else { return };
-                {
-                    let k = lock(&c.kick);
-                    let (mut k, _) = c.kick_cv.wait_timeout_while(k, FLUSH_INTERVAL, |k| !*k).unwrap_or_else(|e| e.into_inner());
-                    *k = false;
+        // On the starter's clock: a simulation's virtual time moves the
+        // flush interval and the dirty lines' expiry on.
+        crate::clock::spawn("uraid-flusher", move || loop {
+            let Some(c) = cache.upgrade() else { return };
+            {
+                let k = lock(&c.kick);
+                let (mut k, _) = crate::clock::wait_timeout_while(&c.kick_cv, k, FLUSH_INTERVAL, |k| !*k);
+                *k = false;
+            }
+            if c.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let Some(v) = lock(&c.target).upgrade() else { return };
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                #[cfg(feature = "failpoints")]
+                if std::env::var_os("URAID_FAILPOINT_FLUSHER_PANIC").is_some() && c.lines.dirty_bytes() > 0 {
+                    panic!("URAID_FAILPOINT_FLUSHER_PANIC");
                 }
-                if c.closed.load(Ordering::Acquire) {
-                    return;
+                c.pass(&v)
+            })) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    eprintln!("uraid: the write-back cache could not write to the members: {e}");
+                    crate::clock::sleep(Duration::from_millis(200));
                 }
-                let Some(v) = lock(&c.target).upgrade() else { return };
-                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    #[cfg(feature = "failpoints")]
-                    if std::env::var_os("URAID_FAILPOINT_FLUSHER_PANIC").is_some() && c.dirty.load(Ordering::Relaxed) > 0 {
-                        panic!("URAID_FAILPOINT_FLUSHER_PANIC");
-                    }
-                    c.pass(&v)
-                })) {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        eprintln!("uraid: the write-back cache could not write to the members: {e}");
-                        crate::clock::sleep(Duration::from_millis(200));
-                    }
-                    Err(panic) => return c.flusher_died(&crate::error::panic_message(&*panic)),
-                }
-            })
-            .expect("cannot start the cache flusher thread");
+                Err(panic) => return c.flusher_died(&crate::error::panic_message(&*panic)),
+            }
+        })
+        .expect("cannot start the cache flusher thread");
     }
 
     /// The flusher thread panicked with `why`: from now on every flush,

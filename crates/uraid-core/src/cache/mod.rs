@@ -68,6 +68,7 @@
 mod config;
 mod flusher;
 pub mod journal;
+mod lines;
 pub mod queue;
 mod recorder;
 mod take;
@@ -75,14 +76,14 @@ mod writer;
 
 pub use config::*;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+
+use lines::{is_set, runs_of, set_bits, LineTable};
 
 use crate::raid::engine::RaidVolume;
 use crate::{bail, IoBuf, Result};
 
-const SHARDS: usize = 64;
 /// Member requests the flusher keeps in flight (and its reads for the
 /// journal's records). 16 left the flusher waiting for room with random
 /// write-backs (each a read-modify-write on RAID 5/6): 64 wrote 15% more
@@ -103,60 +104,6 @@ const MAX_ROWS_RECORDS: usize = 8;
 /// header saved).
 const ROWS_GAP: usize = 8;
 
-/// A dirty line as the flusher took it.
-struct Snap {
-    idx: u64,
-    generation: u64,
-    data: IoBuf,
-    dirty: Vec<u64>,
-    valid: Vec<u64>,
-    last_seq: u64,
-}
-
-struct Line {
-    data: IoBuf,
-    /// One bit per sector.
-    valid: Vec<u64>,
-    dirty: Vec<u64>,
-    /// Set anew by every write into the line (and at its making): a
-    /// generation no line had before ([`Cache::next_generation`]).
-    generation: u64,
-    /// Reads in flight that will lay this line over their result.
-    readers: u32,
-    /// Sequence number of the oldest write the dirty sectors carry (for
-    /// the flusher's order), 0 when clean.
-    oldest: u64,
-    /// When it became dirty ([`now_ns`](crate::io::member::now_ns)).
-    dirty_since: u64,
-    /// Sequence number of the newest write copied in.
-    last_seq: u64,
-    last_use: u64,
-    /// The generation the flusher last took the line at (its snapshot).
-    snapped: u64,
-    /// Sectors written since that snapshot: on a write-back of the
-    /// snapshot they stay dirty, the others are on the members
-    /// ([`Cache::written_back`]).
-    fresh: Vec<u64>,
-}
-
-impl Line {
-    fn count(bits: &[u64]) -> u64 {
-        bits.iter().map(|w| w.count_ones() as u64).sum()
-    }
-
-    /// The flusher takes the line as it is now: writes from now on are
-    /// `fresh`.
-    fn snapped(&mut self) {
-        self.snapped = self.generation;
-        self.fresh.iter_mut().for_each(|w| *w = 0);
-    }
-}
-
-#[derive(Default)]
-struct Shard {
-    lines: HashMap<u64, Line>,
-}
-
 /// A volume's cache. Made by [`Volume::enable_cache`](crate::volume::Volume::enable_cache); the queues of the
 /// volume use it on their own.
 pub struct Cache {
@@ -164,9 +111,8 @@ pub struct Cache {
     /// Bytes per line.
     line: u64,
     sectors: usize,
-    shards: Box<[Mutex<Shard>]>,
-    dirty: AtomicU64,
-    cached: AtomicU64,
+    /// The lines, their bits and byte counts, eviction.
+    lines: LineTable,
     /// Write sequence: every write into the cache takes the next number.
     seq: AtomicU64,
     /// Held shared by a writer from taking its number until its data is in
@@ -192,14 +138,6 @@ pub struct Cache {
     /// lines): the next pass writes every dirty line, not only the whole
     /// and expired ones.
     starved: AtomicBool,
-    /// Bumped whenever a line may have become evictable (made, clean, or
-    /// its last reader gone); `fruitless` is its value when an eviction
-    /// last found nothing to evict. Until it moves, writers held for room
-    /// in a cache full of dirty lines do not scan every line again on
-    /// each try (a held writer tries every 100 µs or so: the scans took
-    /// half the CPU of the thread that feeds the cache).
-    evictable: AtomicU64,
-    fruitless: AtomicU64,
     kick: Mutex<bool>,
     kick_cv: Condvar,
     /// Bumped by every write through a write-through cache (reads keep
@@ -211,16 +149,10 @@ pub struct Cache {
     /// The flusher thread panicked: nothing is written back any more, so
     /// every request but a read fails with `failed`'s error.
     dead: AtomicBool,
-    clock: AtomicU64,
-    /// The last line generation handed out: generations are unique across
-    /// lines and their lives, so a write-back in flight for a line dropped
-    /// and made again never matches the new line's.
-    generations: AtomicU64,
     /// The volume the flusher writes through (a volume rebuilt over new
     /// members takes the cache over: [`Volume::adopt_cache`]).
     target: Mutex<Weak<RaidVolume>>,
     stats: Mutex<CacheStats>,
-    pool: Mutex<Vec<IoBuf>>,
     /// The flusher's smaller buffers (member reads for records, rows
     /// writes), kept by size class for reuse (see [`SmallBufs`]).
     small: SmallBufs,
@@ -297,70 +229,6 @@ impl SmallBufs {
         c.1 += b.len();
         c.0[k].push(b);
     }
-}
-
-/// The runs `[a, b)` of set bits among the first `n` (a word at a time:
-/// the flusher runs this over every dirty line's bitmaps).
-fn runs_of(bits: &[u64], n: usize) -> Vec<(usize, usize)> {
-    let mut runs = Vec::new();
-    let mut i = 0;
-    while i < n {
-        let word = bits[i / 64] >> (i % 64);
-        if word == 0 {
-            i = (i / 64 + 1) * 64;
-            continue;
-        }
-        i += word.trailing_zeros() as usize;
-        if i >= n {
-            break;
-        }
-        let s = i;
-        loop {
-            let off = i % 64;
-            let ones = (bits[i / 64] >> off).trailing_ones() as usize;
-            i += ones;
-            if ones < 64 - off || i >= n {
-                break;
-            }
-        }
-        i = i.min(n);
-        runs.push((s, i));
-    }
-    runs
-}
-
-/// The bits of word `i / 64` from bit `i % 64` on, `b - i` of them at
-/// most: (the word's index, its mask, how many bits).
-fn word_mask(i: usize, b: usize) -> (usize, u64, usize) {
-    let off = i % 64;
-    let k = (64 - off).min(b - i);
-    let mask = if k == 64 { !0 } else { ((1u64 << k) - 1) << off };
-    (i / 64, mask, k)
-}
-
-fn set_bits(bits: &mut [u64], a: usize, b: usize) {
-    let mut i = a;
-    while i < b {
-        let (w, mask, k) = word_mask(i, b);
-        bits[w] |= mask;
-        i += k;
-    }
-}
-
-fn all_set(bits: &[u64], a: usize, b: usize) -> bool {
-    let mut i = a;
-    while i < b {
-        let (w, mask, k) = word_mask(i, b);
-        if bits[w] & mask != mask {
-            return false;
-        }
-        i += k;
-    }
-    true
-}
-
-fn is_set(bits: &[u64], i: usize) -> bool {
-    bits[i / 64] & (1 << (i % 64)) != 0
 }
 
 /// What a queue does with a request when the volume has a cache.
@@ -447,16 +315,12 @@ impl Cache {
             cfg,
             line,
             sectors,
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            dirty: AtomicU64::new(0),
-            cached: AtomicU64::new(0),
+            lines: LineTable::new(line, sectors, cfg.size),
             seq: AtomicU64::new(1),
             gate: std::sync::RwLock::new(()),
             durable: Mutex::new(1),
             wanted: AtomicU64::new(0),
             starved: AtomicBool::new(false),
-            evictable: AtomicU64::new(0),
-            fruitless: AtomicU64::new(u64::MAX),
             zeroing: Mutex::new(Vec::new()),
             zero_epoch: AtomicU64::new(0),
             kick: Mutex::new(false),
@@ -465,11 +329,8 @@ impl Cache {
             closed: AtomicBool::new(false),
             failed: Mutex::new(None),
             dead: AtomicBool::new(false),
-            clock: AtomicU64::new(0),
-            generations: AtomicU64::new(0),
             target: Mutex::new(Weak::new()),
             stats: Mutex::new(CacheStats { mode: cfg.mode, ..Default::default() }),
-            pool: Mutex::new(Vec::new()),
             small: SmallBufs::default(),
             journal,
             jorder: Mutex::new(()),
@@ -535,56 +396,15 @@ impl Cache {
     /// The counters now.
     pub fn stats(&self) -> CacheStats {
         let mut s = *lock(&self.stats);
-        s.dirty_bytes = self.dirty.load(Ordering::Relaxed);
-        s.cached_bytes = self.cached.load(Ordering::Relaxed);
+        s.dirty_bytes = self.lines.dirty_bytes();
+        s.cached_bytes = self.lines.cached_bytes();
         let reads = s.read_hits + s.read_misses;
         s.hit_ratio = if reads == 0 { 0.0 } else { s.read_hits as f64 / reads as f64 };
         s.journal_lost = self.journal_lost();
         s
     }
-
-    fn shard(&self, idx: u64) -> MutexGuard<'_, Shard> {
-        lock(&self.shards[(idx.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SHARDS])
-    }
-
-    /// Lines `[first, last]` of `[offset, offset + len)`, and for each the
-    /// sector range inside it and the byte offset in the request.
-    fn spans(&self, offset: u64, len: usize) -> impl Iterator<Item = (u64, usize, usize, usize)> + '_ {
-        let end = offset + len as u64;
-        let first = offset / self.line;
-        let last = (end - 1) / self.line;
-        (first..=last).map(move |idx| {
-            let base = idx * self.line;
-            let a = offset.max(base);
-            let b = end.min(base + self.line);
-            (idx, ((a - base) / CACHE_SECTOR) as usize, ((b - base) / CACHE_SECTOR) as usize, (a - offset) as usize)
-        })
-    }
-
-    /// How many lines of `[offset, offset + len)` the cache does not hold.
-    fn uncached_lines(&self, offset: u64, len: usize) -> u64 {
-        self.spans(offset, len).filter(|&(idx, ..)| !self.shard(idx).lines.contains_key(&idx)).count() as u64
-    }
-
-    /// A new line generation (see `generations`).
-    fn next_generation(&self) -> u64 {
-        self.generations.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    /// A line may have become evictable: the next eviction scans again.
-    pub(super) fn may_evict(&self) {
-        self.evictable.fetch_add(1, Ordering::AcqRel);
-    }
-
-    fn new_line(&self) -> Line {
-        let data = lock(&self.pool).pop().unwrap_or_else(|| IoBuf::new(self.line as usize));
-        let words = self.sectors.div_ceil(64);
-        self.cached.fetch_add(self.line, Ordering::Relaxed);
-        self.may_evict();
-        Line { data, valid: vec![0; words], dirty: vec![0; words], generation: self.next_generation(), readers: 0, oldest: 0, dirty_since: 0, last_seq: 0, last_use: 0, snapped: 0, fresh: vec![0; words] }
-    }
-
 }
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -606,56 +426,6 @@ mod tests {
         Cache::new(&v, CacheConfig { mode: CacheMode::WriteBack, size: 2 << 20, dirty_limit: 1 << 20 }, None).unwrap()
     }
 
-    /// The word-at-a-time bitmap helpers agree with a bit-by-bit reading
-    /// on random bitmaps of runs (words all set, all clear, runs across
-    /// words, lengths not a multiple of 64).
-    #[test]
-    fn bitmap_runs_match_a_bit_by_bit_reading() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::StdRng::seed_from_u64(19);
-        for _ in 0..2000 {
-            let n = rng.random_range(1..=300usize);
-            let mut bits = vec![0u64; n.div_ceil(64)];
-            let mut set = vec![false; n];
-            let mut i = 0;
-            while i < n {
-                let longest = if rng.random_bool(0.3) { 130 } else { 5 };
-                let run = rng.random_range(1..=longest);
-                let on = rng.random_bool(0.5);
-                for b in set.iter_mut().skip(i).take(run) {
-                    *b = on;
-                }
-                i += run;
-            }
-            for (i, &on) in set.iter().enumerate() {
-                if on {
-                    set_bits(&mut bits, i, i + 1);
-                }
-            }
-            assert!(set.iter().enumerate().all(|(i, &on)| is_set(&bits, i) == on));
-            let mut want = Vec::new();
-            let mut i = 0;
-            while i < n {
-                if set[i] {
-                    let s = i;
-                    while i < n && set[i] {
-                        i += 1;
-                    }
-                    want.push((s, i));
-                } else {
-                    i += 1;
-                }
-            }
-            assert_eq!(runs_of(&bits, n), want, "n {n}");
-            let (a, b) = (rng.random_range(0..n), rng.random_range(0..=n));
-            let (a, b) = (a.min(b), a.max(b));
-            assert_eq!(all_set(&bits, a, b), set[a..b].iter().all(|&x| x), "{a}..{b}");
-            let mut more = bits.clone();
-            set_bits(&mut more, a, b);
-            assert!((0..n).all(|i| is_set(&more, i) == (set[i] || (a..b).contains(&i))), "set {a}..{b}");
-        }
-    }
-
     fn write(c: &Cache, offset: u64, len: usize) {
         let mut r = Request::write(offset, len, IoBuf::new(len), 0);
         assert!(matches!(c.take(&mut r), Taken::Done(_)));
@@ -663,9 +433,9 @@ mod tests {
 
     /// (dirty sectors as runs, oldest write) of line `idx`.
     fn state(c: &Cache, idx: u64) -> (Vec<(usize, usize)>, u64) {
-        let sh = c.shard(idx);
-        let l = &sh.lines[&idx];
-        (runs_of(&l.dirty, c.sectors), l.oldest)
+        let slot = c.lines.slot(idx);
+        let l = slot.get().expect("the line is held");
+        (runs_of(l.dirty(), c.sectors), l.oldest())
     }
 
     /// A line written back while a write came into it keeps only that
@@ -695,12 +465,12 @@ mod tests {
         assert_eq!(state(&c, 0), (vec![(8, 16), (half, sectors)], 1));
         c.written_back(0, snap.generation, &second, snap.last_seq);
         assert_eq!(state(&c, 0), (vec![(8, 16)], 2));
-        assert_eq!(c.dirty.load(Ordering::Relaxed), 8 * CACHE_SECTOR);
+        assert_eq!(c.lines.dirty_bytes(), 8 * CACHE_SECTOR);
         // The next snapshot, written with no write since: clean.
         let snap = c.dirty_lines(true).pop().unwrap();
         c.written_back(0, snap.generation, &snap.dirty, snap.last_seq);
         assert_eq!(state(&c, 0), (vec![], 0));
-        assert_eq!(c.dirty.load(Ordering::Relaxed), 0);
+        assert_eq!(c.lines.dirty_bytes(), 0);
     }
 
     /// Random writes leave a sector or two of a line dirty in rows far
@@ -741,14 +511,14 @@ mod tests {
         for i in 0..lines {
             write(&c, i * c.line, 4096);
         }
-        assert_eq!(c.cached.load(Ordering::Relaxed), c.cfg.size);
-        assert!(!c.evict(c.line), "a dirty line was evicted");
-        assert_eq!(c.fruitless.load(Ordering::Relaxed), c.evictable.load(Ordering::Relaxed));
-        assert!(!c.evict(c.line));
+        assert_eq!(c.lines.cached_bytes(), c.cfg.size);
+        assert!(!c.lines.evict(c.line), "a dirty line was evicted");
+        assert!(c.lines.eviction_is_fruitless());
+        assert!(!c.lines.evict(c.line));
         let snap = c.dirty_lines(true).into_iter().find(|s| s.idx == 3).unwrap();
         c.written_back(3, snap.generation, &snap.dirty, snap.last_seq);
-        assert!(c.evict(c.line), "the line made clean was not evicted");
-        assert!(!c.shard(3).lines.contains_key(&3));
+        assert!(c.lines.evict(c.line), "the line made clean was not evicted");
+        assert!(c.lines.slot(3).get().is_none());
     }
 
     /// A write-back in flight for a line that was dropped meanwhile (a
@@ -763,7 +533,7 @@ mod tests {
         write(&c, 0, 4096);
         let snap = c.dirty_lines(true).pop().unwrap();
         c.invalidate(0, c.line as usize);
-        c.shard(0).lines.remove(&0);
+        c.lines.slot(0).remove();
         write(&c, 0, 4096);
         c.written_back(0, snap.generation, &snap.dirty, snap.last_seq);
         assert_eq!(state(&c, 0), (vec![(0, 8)], 2), "the new line's write was marked written back");

@@ -12,7 +12,8 @@ use std::sync::MutexGuard;
 
 use crate::cache::journal::{Journal, RecordKind, Reservation};
 use crate::cache::writer::RowsData;
-use crate::cache::{lock, runs_of, set_bits, Cache, SmallBufs, Snap, CACHE_SECTOR, MAX_ROWS_RECORDS, RECORD_BATCH, ROWS_GAP};
+use crate::cache::lines::Snap;
+use crate::cache::{lock, runs_of, set_bits, Cache, SmallBufs, CACHE_SECTOR, MAX_ROWS_RECORDS, RECORD_BATCH, ROWS_GAP};
 use crate::io::buf::IoBuf;
 use crate::io::request::{Completion, Request};
 use crate::raid::engine::RaidQueue;
@@ -183,7 +184,7 @@ impl Cache {
             // The rows of what the line holds dirty now, not at the pass's
             // snapshot: writes since (a pass takes a while) widen its
             // record, whose new holes would be read one line at a time.
-            let dirty = self.shard(snap.idx).lines.get(&snap.idx).map(|l| l.dirty.clone());
+            let dirty = self.lines.slot(snap.idx).get().map(|l| l.dirty().to_vec());
             let want = self.record_sectors(self.rows_of(dirty.as_deref().unwrap_or(&snap.dirty)).as_deref(), snap.valid.len());
             let holes: Vec<u64> = want.iter().zip(&snap.valid).map(|(w, v)| w & !v).collect();
             p.got[i] = Some((epoch, vec![0u64; snap.valid.len()]));
@@ -363,7 +364,7 @@ impl Cache {
         // From the rows of what it holds dirty now, as the prefetch did
         // (the pass's snapshot may be old): widening is then left for
         // writes that come during these reads.
-        let now = self.shard(idx).lines.get(&idx).map(|l| self.rows_of(&l.dirty));
+        let now = self.lines.slot(idx).get().map(|l| self.rows_of(l.dirty()));
         let mut rows = now.unwrap_or_else(|| self.rows_of(dirty));
         let mut widened = false;
         let mut read = vec![0u64; valid.len()];
@@ -393,20 +394,20 @@ impl Cache {
                 continue;
             }
             let (generation, dirty, oldest, last_seq) = {
-                let mut sh = self.shard(idx);
-                let Some(l) = sh.lines.get_mut(&idx).filter(|l| l.oldest != 0) else { return Ok(Recorded::Clean) };
-                if rows.is_some() && l.dirty.iter().zip(&want).any(|(d, w)| d & !w != 0) {
+                let mut slot = self.lines.slot(idx);
+                let Some(l) = slot.get_mut().filter(|l| l.oldest() != 0) else { return Ok(Recorded::Clean) };
+                if rows.is_some() && l.dirty().iter().zip(&want).any(|(d, w)| d & !w != 0) {
                     // Dirtied outside the rows meanwhile: the rows of what
                     // it holds now, once; then whole (which ends).
-                    rows = if widened { None } else { self.rows_of(&l.dirty) };
+                    rows = if widened { None } else { self.rows_of(l.dirty()) };
                     widened = true;
                     continue;
                 }
-                for (a, b) in runs_of(&l.valid, self.sectors) {
-                    data[a * sector..b * sector].copy_from_slice(&l.data[a * sector..b * sector]);
+                for (a, b) in runs_of(l.valid(), self.sectors) {
+                    data[a * sector..b * sector].copy_from_slice(&l.data()[a * sector..b * sector]);
                 }
                 l.snapped();
-                (l.generation, l.dirty.clone(), l.oldest, l.last_seq)
+                (l.generation(), l.dirty().to_vec(), l.oldest(), l.last_seq())
             };
             return self.submit_records(j, order, idx, data, rows.as_deref(), (generation, dirty, oldest, last_seq));
         }

@@ -6,7 +6,8 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::cache::{all_set, is_set, lock, set_bits, Cache, CacheMode, Line, Taken, CACHE_SECTOR};
+use crate::cache::lines::Line;
+use crate::cache::{is_set, lock, Cache, CacheMode, Taken, CACHE_SECTOR};
 use crate::io::request::{Op, Request};
 
 impl Cache {
@@ -51,9 +52,9 @@ impl Cache {
     }
 
     pub(super) fn write_back(&self, req: &mut Request) -> Taken {
-        let lines = self.spans(req.offset, req.len).count() as u64;
-        let new_lines = self.uncached_lines(req.offset, req.len);
-        let dirty = self.dirty.load(Ordering::Relaxed);
+        let lines = self.lines.spans(req.offset, req.len).count() as u64;
+        let new_lines = self.lines.uncached(req.offset, req.len);
+        let dirty = self.lines.dirty_bytes();
         let journal = self.live_journal();
         // Without its journal, journal mode still acknowledges only what
         // survives a crash: each write waits for the members' flush.
@@ -67,7 +68,7 @@ impl Cache {
             }
         }
         if dirty + req.len as u64 > self.cfg.dirty_limit && dirty > 0
-            || self.cached.load(Ordering::Relaxed) + new_lines * self.line > self.cfg.size && !self.evict(new_lines * self.line)
+            || !self.lines.make_room(new_lines * self.line)
             || journal.is_some_and(|j| !j.fits(req.len as u64, self.promise_for(lines)))
         {
             if new_lines == lines && !fua && journal.is_none() {
@@ -97,13 +98,13 @@ impl Cache {
             None => None,
         };
         let data = req.buf.as_ref().expect("a write has a buffer");
-        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        let now = self.lines.tick();
         let mut merged = 0;
-        for (idx, a, b, off) in self.spans(req.offset, req.len) {
-            let mut sh = self.shard(idx);
-            let line = sh.lines.entry(idx).or_insert_with(|| self.new_line());
+        for (idx, a, b, off) in self.lines.spans(req.offset, req.len) {
+            let mut slot = self.lines.slot(idx);
+            let line = slot.get_or_make();
             let bytes = (b - a) * CACHE_SECTOR as usize;
-            line.data[a * CACHE_SECTOR as usize..][..bytes].copy_from_slice(&data[off..off + bytes]);
+            line.data_mut()[a * CACHE_SECTOR as usize..][..bytes].copy_from_slice(&data[off..off + bytes]);
             if self.made_dirty(line, a, b, seq, now) {
                 merged += 1;
             }
@@ -115,7 +116,7 @@ impl Cache {
             // One write counts once, however many dirty lines it joined.
             s.merged += (merged > 0) as u64;
         }
-        if self.dirty.load(Ordering::Relaxed) * 2 > self.cfg.dirty_limit {
+        if self.lines.dirty_bytes() * 2 > self.cfg.dirty_limit {
             self.kick();
         }
         if let Some((j, r)) = place {
@@ -160,8 +161,8 @@ impl Cache {
         let parts: Vec<(u64, usize)> =
             [(req.offset, mid_a), (mid_b, end)].into_iter().filter(|(a, b)| a < b).map(|(a, b)| (a, (b - a) as usize)).collect();
         let part_bytes: u64 = parts.iter().map(|&(_, n)| n as u64).sum();
-        let part_lines: u64 = parts.iter().map(|&(a, n)| self.spans(a, n).count() as u64).sum();
-        let new_lines: u64 = parts.iter().map(|&(a, n)| self.uncached_lines(a, n)).sum();
+        let part_lines: u64 = parts.iter().map(|&(a, n)| self.lines.spans(a, n).count() as u64).sum();
+        let new_lines: u64 = parts.iter().map(|&(a, n)| self.lines.uncached(a, n)).sum();
         // The log room the stripe records of the lines this makes dirty
         // may take: the partial lines only (at most two; the whole lines
         // it zeroes in the cache are dirty already, see below).
@@ -181,9 +182,9 @@ impl Cache {
             }
             return Taken::DurableThenMembers(self.want_all());
         }
-        let dirty = self.dirty.load(Ordering::Relaxed);
+        let dirty = self.lines.dirty_bytes();
         if dirty + part_bytes > self.cfg.dirty_limit && dirty > 0
-            || self.cached.load(Ordering::Relaxed) + new_lines * self.line > self.cfg.size && !self.evict(new_lines * self.line)
+            || !self.lines.make_room(new_lines * self.line)
             || journal.is_some_and(|j| !j.fits(0, ahead))
         {
             return self.held_for_room();
@@ -201,12 +202,12 @@ impl Cache {
             },
             None => None,
         };
-        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        let now = self.lines.tick();
         for &(a, n) in &parts {
-            for (idx, sa, sb, _) in self.spans(a, n) {
-                let mut sh = self.shard(idx);
-                let line = sh.lines.entry(idx).or_insert_with(|| self.new_line());
-                line.data[sa * CACHE_SECTOR as usize..sb * CACHE_SECTOR as usize].fill(0);
+            for (idx, sa, sb, _) in self.lines.spans(a, n) {
+                let mut slot = self.lines.slot(idx);
+                let line = slot.get_or_make();
+                line.data_mut()[sa * CACHE_SECTOR as usize..sb * CACHE_SECTOR as usize].fill(0);
                 self.made_dirty(line, sa, sb, seq, now);
             }
         }
@@ -247,26 +248,23 @@ impl Cache {
     /// (dirty: written by the flusher after any older bytes of the line it
     /// may have in flight). The gate and sequence number are held.
     fn zero_held_lines(&self, mid_a: u64, mid_b: u64, seq: u64, now: u64) {
-        let held = if mid_b > mid_a { self.held_lines(mid_a, (mid_b - mid_a) as usize) } else { Vec::new() };
+        let held = if mid_b > mid_a { self.lines.held(mid_a, (mid_b - mid_a) as usize) } else { Vec::new() };
         for idx in held {
             let base = idx * self.line;
             let a = ((mid_a.max(base) - base) / CACHE_SECTOR) as usize;
             let b = ((mid_b.min(base + self.line) - base) / CACHE_SECTOR) as usize;
-            let mut sh = self.shard(idx);
+            let mut slot = self.lines.slot(idx);
             // Dropped since it was listed: nothing of it to zero.
-            let Some(line) = sh.lines.get_mut(&idx) else { continue };
-            if line.oldest == 0 {
+            let Some(line) = slot.get_mut() else { continue };
+            if line.oldest() == 0 {
                 // Clean: nothing of it is in flight; what it held of the
                 // range is no longer valid (reads go to the members).
-                for i in a..b {
-                    line.valid[i / 64] &= !(1 << (i % 64));
-                }
-                line.generation = self.next_generation();
+                self.lines.forget(line, a, b);
                 continue;
             }
             // Dirty: zeroes, written by the flusher after any older bytes
             // of the line it may have in flight.
-            line.data[a * CACHE_SECTOR as usize..b * CACHE_SECTOR as usize].fill(0);
+            line.data_mut()[a * CACHE_SECTOR as usize..b * CACHE_SECTOR as usize].fill(0);
             self.made_dirty(line, a, b, seq, now);
         }
     }
@@ -286,82 +284,20 @@ impl Cache {
         lock(&self.zeroing).iter().any(|&(s, e, _)| s < b && a < e)
     }
 
-    /// The lines of `[offset, offset + len)` the cache holds now: looked up
-    /// one by one, or, for a range of more lines than the cache holds, by
-    /// a walk over what it holds (a zeroing of a whole device costs the
-    /// cache's size, not the device's).
-    pub(super) fn held_lines(&self, offset: u64, len: usize) -> Vec<u64> {
-        if len == 0 {
-            return Vec::new();
-        }
-        let (first, last) = (offset / self.line, (offset + len as u64 - 1) / self.line);
-        if last - first < self.cached.load(Ordering::Relaxed) / self.line {
-            return (first..=last).filter(|idx| self.shard(*idx).lines.contains_key(idx)).collect();
-        }
-        let mut v: Vec<u64> = Vec::new();
-        for sh in self.shards.iter() {
-            v.extend(lock(sh).lines.keys().filter(|&&idx| (first..=last).contains(&idx)));
-        }
-        v
-    }
-
     /// Sectors `a..b` of `line` were just written by write `seq` (at
     /// clock `now`): marks them valid and dirty. True when the line was
     /// dirty already (the write merged into it).
+    #[inline]
     pub(super) fn made_dirty(&self, line: &mut Line, a: usize, b: usize, seq: u64, now: u64) -> bool {
-        let before = Line::count(&line.dirty);
-        set_bits(&mut line.valid, a, b);
-        set_bits(&mut line.dirty, a, b);
-        set_bits(&mut line.fresh, a, b);
-        self.dirty.fetch_add((Line::count(&line.dirty) - before) * CACHE_SECTOR, Ordering::Relaxed);
-        line.generation = self.next_generation();
-        line.last_seq = seq;
-        if line.oldest == 0 {
-            line.oldest = seq;
-            line.dirty_since = crate::io::member::now_ns();
+        let (merged, first) = self.lines.mark_dirty(line, a, b, seq, now);
+        if first {
             // Promised whether or not the journal is lost now (it is
             // released the same way when the line is clean again).
             if let Some(j) = &self.journal {
                 j.promise(self.promise_for(1));
             }
         }
-        line.last_use = now;
-        before > 0
-    }
-
-    /// Drops clean lines nobody reads, least recently used first, until
-    /// `need` more bytes fit. True when they do.
-    pub(super) fn evict(&self, need: u64) -> bool {
-        // Read before the scan: a line that becomes evictable during it
-        // moves the epoch, and the next call scans again.
-        let epoch = self.evictable.load(Ordering::Acquire);
-        if self.fruitless.load(Ordering::Acquire) == epoch {
-            return self.cached.load(Ordering::Relaxed) + need <= self.cfg.size;
-        }
-        let mut cands: Vec<(u64, u64)> = Vec::new();
-        for sh in self.shards.iter() {
-            let sh = lock(sh);
-            cands.extend(sh.lines.iter().filter(|(_, l)| l.oldest == 0 && l.readers == 0).map(|(&i, l)| (l.last_use, i)));
-        }
-        cands.sort_unstable();
-        for (_, idx) in cands {
-            if self.cached.load(Ordering::Relaxed) + need <= self.cfg.size {
-                break;
-            }
-            let mut sh = self.shard(idx);
-            if sh.lines.get(&idx).is_some_and(|l| l.oldest == 0 && l.readers == 0) {
-                let l = sh.lines.remove(&idx).expect("present");
-                // A dirty line is never dropped before it is written back.
-                debug_assert!(l.dirty.iter().all(|&w| w == 0), "line {idx} evicted with dirty sectors");
-                self.cached.fetch_sub(self.line, Ordering::Relaxed);
-                lock(&self.pool).push(l.data);
-            }
-        }
-        let room = self.cached.load(Ordering::Relaxed) + need <= self.cfg.size;
-        if !room {
-            self.fruitless.store(epoch, Ordering::Release);
-        }
-        room
+        merged
     }
 
     /// A write or discard that bypasses the cache: write-through drops the
@@ -373,23 +309,10 @@ impl Cache {
         if len == 0 {
             return;
         }
-        for (idx, a, b, _) in self.spans(offset, len) {
-            let mut sh = self.shard(idx);
-            if let Some(line) = sh.lines.get_mut(&idx) {
-                let mut dropped = 0;
-                for i in a..b {
-                    let (w, bit) = (i / 64, 1u64 << (i % 64));
-                    line.valid[w] &= !bit;
-                    if line.dirty[w] & bit != 0 {
-                        line.dirty[w] &= !bit;
-                        dropped += 1;
-                    }
-                }
-                line.generation = self.next_generation();
-                self.dirty.fetch_sub(dropped * CACHE_SECTOR, Ordering::Relaxed);
-                if Line::count(&line.dirty) == 0 && line.oldest != 0 {
-                    line.oldest = 0;
-                    self.may_evict();
+        for (idx, a, b, _) in self.lines.spans(offset, len) {
+            let mut slot = self.lines.slot(idx);
+            if let Some(line) = slot.get_mut() {
+                if self.lines.drop_sectors(line, a, b) {
                     self.release_promise();
                 }
             }
@@ -398,19 +321,19 @@ impl Cache {
 
     pub(super) fn read(&self, req: &mut Request) -> Taken {
         let epoch = self.wt_epoch.load(Ordering::Acquire);
-        let now = self.clock.fetch_add(1, Ordering::Relaxed);
-        let spans: Vec<_> = self.spans(req.offset, req.len).collect();
-        let hit = spans.iter().all(|&(idx, a, b, _)| self.shard(idx).lines.get(&idx).is_some_and(|l| all_set(&l.valid, a, b)));
+        let now = self.lines.tick();
+        let spans: Vec<_> = self.lines.spans(req.offset, req.len).collect();
+        let hit = spans.iter().all(|&(idx, a, b, _)| self.lines.slot(idx).get().is_some_and(|l| l.holds(a, b)));
         if hit {
             let buf = req.buf.as_mut().expect("a read has a buffer");
             let mut complete = true;
             for &(idx, a, b, off) in &spans {
-                let mut sh = self.shard(idx);
-                match sh.lines.get_mut(&idx) {
-                    Some(l) if all_set(&l.valid, a, b) => {
+                let mut slot = self.lines.slot(idx);
+                match slot.get_mut() {
+                    Some(l) if l.holds(a, b) => {
                         let bytes = (b - a) * CACHE_SECTOR as usize;
-                        buf[off..off + bytes].copy_from_slice(&l.data[a * CACHE_SECTOR as usize..][..bytes]);
-                        l.last_use = now;
+                        buf[off..off + bytes].copy_from_slice(&l.data()[a * CACHE_SECTOR as usize..][..bytes]);
+                        l.used(now);
                     }
                     _ => complete = false, // evicted meanwhile
                 }
@@ -423,8 +346,8 @@ impl Cache {
         lock(&self.stats).read_misses += 1;
         let mut pins = Vec::new();
         for &(idx, ..) in &spans {
-            if let Some(l) = self.shard(idx).lines.get_mut(&idx) {
-                l.readers += 1;
+            if let Some(l) = self.lines.slot(idx).get_mut() {
+                l.pin();
                 pins.push(idx);
             }
         }
@@ -438,38 +361,35 @@ impl Cache {
         let len = buf.len();
         if ok && self.cfg.mode == CacheMode::WriteThrough && self.wt_epoch.load(Ordering::Acquire) == epoch {
             // Room for the lines this read brings in (least used go first).
-            self.evict(self.uncached_lines(offset, len) * self.line);
+            self.lines.evict(self.lines.uncached(offset, len) * self.line);
         }
-        for (idx, a, b, off) in self.spans(offset, len) {
+        for (idx, a, b, off) in self.lines.spans(offset, len) {
             let pinned = pins.contains(&idx);
-            let mut sh = self.shard(idx);
+            let mut slot = self.lines.slot(idx);
             if ok {
-                if let Some(l) = sh.lines.get_mut(&idx) {
+                if let Some(l) = slot.get() {
                     if pinned {
                         for i in a..b {
-                            if is_set(&l.valid, i) {
+                            if is_set(l.valid(), i) {
                                 let (s, o) = (i * CACHE_SECTOR as usize, off + (i - a) * CACHE_SECTOR as usize);
-                                buf[o..o + CACHE_SECTOR as usize].copy_from_slice(&l.data[s..s + CACHE_SECTOR as usize]);
+                                buf[o..o + CACHE_SECTOR as usize].copy_from_slice(&l.data()[s..s + CACHE_SECTOR as usize]);
                             }
                         }
                     }
                 }
                 let keep = self.cfg.mode == CacheMode::WriteThrough
                     && self.wt_epoch.load(Ordering::Acquire) == epoch
-                    && (sh.lines.contains_key(&idx) || self.cached.load(Ordering::Relaxed) + self.line <= self.cfg.size);
+                    && (slot.get().is_some() || self.lines.fits(self.line));
                 if keep {
-                    let l = sh.lines.entry(idx).or_insert_with(|| self.new_line());
+                    let l = slot.get_or_make();
                     let bytes = (b - a) * CACHE_SECTOR as usize;
-                    l.data[a * CACHE_SECTOR as usize..][..bytes].copy_from_slice(&buf[off..off + bytes]);
-                    set_bits(&mut l.valid, a, b);
+                    l.data_mut()[a * CACHE_SECTOR as usize..][..bytes].copy_from_slice(&buf[off..off + bytes]);
+                    l.set_valid(a, b);
                 }
             }
             if pinned {
-                if let Some(l) = sh.lines.get_mut(&idx) {
-                    l.readers -= 1;
-                    if l.readers == 0 {
-                        self.may_evict();
-                    }
+                if let Some(l) = slot.get_mut() {
+                    self.lines.unpin(l);
                 }
             }
         }
@@ -516,7 +436,7 @@ impl Cache {
     /// True when a writer held for room may try again.
     pub(crate) fn has_room(&self) -> bool {
         // A dead flusher makes no room: held writers go on to fail.
-        self.dead.load(Ordering::Acquire) || self.dirty.load(Ordering::Relaxed) < self.cfg.dirty_limit && self.live_journal().is_none_or(|j| j.pressure() * 2 < j.log_size())
+        self.dead.load(Ordering::Acquire) || self.lines.dirty_bytes() < self.cfg.dirty_limit && self.live_journal().is_none_or(|j| j.pressure() * 2 < j.log_size())
     }
 
     /// When a loss of the journal waits to be recorded and every write

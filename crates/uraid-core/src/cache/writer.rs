@@ -66,12 +66,12 @@ impl<'c> Writer<'c> {
     /// Sends `line` down (or, after an error, drops it back to the pool).
     pub(super) fn write(&mut self, line: Ready) {
         if self.first_err.is_some() {
-            lock(&self.cache.pool).push(line.data);
+            self.cache.lines.give_buf(line.data);
             return;
         }
         let Ready { idx, generation, data, bits, last_seq, runs, rows } = line;
         if !rows.is_empty() {
-            lock(&self.cache.pool).push(data);
+            self.cache.lines.give_buf(data);
             return self.write_rows(idx, generation, &bits, last_seq, rows);
         }
         self.write_runs(idx, generation, data, &bits, last_seq, runs);
@@ -126,7 +126,8 @@ impl<'c> Writer<'c> {
                 data.take().expect("one run")
             } else {
                 let src = data.as_ref().expect("kept for the runs");
-                let mut buf = lock(&c.pool).pop().filter(|p| p.len() >= len).unwrap_or_else(|| IoBuf::new(c.line as usize));
+                let mut buf = c.lines.take_buf();
+                debug_assert!(buf.len() >= len, "a pool buffer shorter than a line");
                 buf[..len].copy_from_slice(&src[a * sector..b * sector]);
                 buf
             };
@@ -143,7 +144,7 @@ impl<'c> Writer<'c> {
             }
         }
         if let Some(d) = data {
-            lock(&c.pool).push(d);
+            c.lines.give_buf(d);
         }
     }
 
@@ -185,7 +186,7 @@ impl<'c> Writer<'c> {
             // Line-sized buffers go back to the pool, a rows write's to
             // the small ones.
             match done.buf {
-                Some(b) if b.len() as u64 == c.line => lock(&c.pool).push(b),
+                Some(b) if b.len() as u64 == c.line => c.lines.give_buf(b),
                 Some(b) => c.small.give(b),
                 None => {}
             }

@@ -3,7 +3,19 @@
 //! STRUCTURED_REPLY, ABORT) with their limits, and what the client and the
 //! server agreed for the transmission phase.
 
-use super::*;
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{Live, ServerOptions, Tls, MAX_OPTIONS};
+use crate::proto::{
+    option_reply, parse_info_request, parse_option_header, FLAG_C_FIXED_NEWSTYLE, FLAG_C_NO_ZEROES, FLAG_FIXED_NEWSTYLE,
+    FLAG_NO_ZEROES, IHAVEOPT, INFO_BLOCK_SIZE, INFO_DESCRIPTION, INFO_EXPORT, INFO_NAME, MAX_OPTION_LEN, MAX_OPTION_SKIP,
+    MAX_PAYLOAD, NBDMAGIC, OPT_ABORT, OPT_EXPORT_NAME, OPT_GO, OPT_INFO, OPT_LIST, OPT_STARTTLS, OPT_STRUCTURED_REPLY, REP_ACK, REP_ERR_INVALID,
+    REP_ERR_POLICY, REP_ERR_SHUTDOWN, REP_ERR_TLS_REQD, REP_ERR_TOO_BIG, REP_ERR_UNKNOWN, REP_ERR_UNSUP, REP_INFO,
+    REP_SERVER, TF_CAN_MULTI_CONN, TF_HAS_FLAGS, TF_READ_ONLY, TF_SEND_FAST_ZERO, TF_SEND_FLUSH, TF_SEND_FUA,
+    TF_SEND_TRIM, TF_SEND_WRITE_ZEROES,
+};
+use crate::wire::Wire;
 
 pub(super) fn read_u32<R: Read>(s: &mut R) -> io::Result<u32> {
     let mut b = [0u8; 4];

@@ -12,29 +12,30 @@
 //! FLUSH on any connection syncs every member, which covers every write
 //! any connection has completed.
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use uraid_core::io::request::Op;
-use uraid_core::{BlockQueue, Completion, IoBuf, Queue, Request, Volume};
+use uraid_core::Volume;
 
-use crate::proto::*;
-use uraid_core::export::stats::{now_us, ConnStats, ExportStats, Kind, StatsSnapshot};
-use crate::sock::peer_name;
-use crate::wire::{Recv, Sock, Wire};
+use crate::proto::{
+    option_reply, parse_option_header, FLAG_FIXED_NEWSTYLE, FLAG_NO_ZEROES, IHAVEOPT, MAX_OPTION_LEN, MAX_PAYLOAD, NBDMAGIC,
+    OPT_EXPORT_NAME, REP_ERR_POLICY,
+};
+use uraid_core::export::stats::{ExportStats, StatsSnapshot};
+use crate::wire::{Sock, Wire};
 
 mod handshake;
 mod transmission;
 
 pub use handshake::transmission_flags;
-use handshake::*;
-use transmission::*;
+use handshake::{find, handshake, read_u32};
+use transmission::Transmission;
 
 /// One export: a volume under a name.
 #[derive(Debug, Clone)]

@@ -3,7 +3,23 @@
 //! stack, replies (simple or structured) written as their I/O completes,
 //! out of order, within the connection's share of the buffer budget.
 
-use super::*;
+use std::io::{self, IoSlice, Write};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use uraid_core::export::stats::{now_us, ConnStats, Kind};
+use uraid_core::io::request::Op;
+use uraid_core::{BlockQueue, Completion, IoBuf, Queue, Request, Volume};
+
+use super::{Buffers, Live, ServerOptions, MAX_QUEUED_REPLIES, TICK};
+use crate::proto::{
+    nbd_errno, parse_request, simple_reply, structured_error, structured_header, RequestHeader, CMD_FLAG_FAST_ZERO,
+    CMD_DISC, CMD_FLAG_FUA, CMD_FLAG_NO_HOLE, CMD_FLUSH, CMD_READ, CMD_TRIM, CMD_WRITE, CMD_WRITE_ZEROES, EINVAL, ENOSPC, EPERM, MAX_PAYLOAD,
+    REPLY_FLAG_DONE, REPLY_TYPE_NONE, REPLY_TYPE_OFFSET_DATA, REQUEST_LEN,
+};
+use crate::sock::peer_name;
+use crate::wire::{Recv, Wire};
 
 /// What one request in flight is waiting for.
 #[derive(Clone, Copy)]

@@ -20,40 +20,39 @@ impl Bitmap {
     pub fn start_daemon(self: &Arc<Self>, interval: Duration) -> BitmapDaemon {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let (b, s) = (self.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name("uraid-bitmap".into())
-            .spawn(move || {
-                let (lock, cv) = &*s;
-                let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
-                loop {
-                    let (g, _) = cv.wait_timeout(stopped, interval).unwrap_or_else(|e| e.into_inner());
-                    stopped = g;
-                    if *stopped {
+        // On the starter's clock: a simulation's virtual time moves the
+        // interval on (crate::clock::spawn, wait_timeout_while).
+        let thread = crate::clock::spawn("uraid-bitmap", move || {
+            let (lock, cv) = &*s;
+            let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                stopped = crate::clock::wait_timeout_while(cv, stopped, interval, |s| !*s).0;
+                if *stopped {
+                    return;
+                }
+                drop(stopped);
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.clear_idle())) {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(_)) => {
+                        b.clear_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(p) => {
+                        // Bits only ever stay set this way (a region
+                        // resynced for nothing at worst); writes set
+                        // their own bits on their callers' threads.
+                        b.clear_errors.fetch_add(1, Ordering::Relaxed);
+                        eprintln!(
+                            "uraid: the write-intent bitmap's daemon panicked ({}); it stops: bits are no longer \
+                             cleared until the next assemble",
+                            crate::error::panic_message(&*p)
+                        );
                         return;
                     }
-                    drop(stopped);
-                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.clear_idle())) {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(_)) => {
-                            b.clear_errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(p) => {
-                            // Bits only ever stay set this way (a region
-                            // resynced for nothing at worst); writes set
-                            // their own bits on their callers' threads.
-                            b.clear_errors.fetch_add(1, Ordering::Relaxed);
-                            eprintln!(
-                                "uraid: the write-intent bitmap's daemon panicked ({}); it stops: bits are no longer \
-                                 cleared until the next assemble",
-                                crate::error::panic_message(&*p)
-                            );
-                            return;
-                        }
-                    }
-                    stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
                 }
-            })
-            .expect("cannot start the bitmap daemon thread");
+                stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+            }
+        })
+        .expect("cannot start the bitmap daemon thread");
         BitmapDaemon { stop, thread: Some(thread) }
     }
 }
