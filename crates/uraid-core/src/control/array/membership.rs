@@ -1,10 +1,24 @@
-//! Membership changes of an array: fail, remove, add (a spare or a
-//! replacement), replace, spares taking over failed roles, and the start of
-//! a rebuild; and which slot a member's name or number means (`resolve`).
+//! The array's membership: [`Membership`], the rules of who holds which
+//! slot (roles, then spares) and what each change may do to which slot
+//! (fail, remove, add, replace, spares taking over failed roles), with
+//! the faulty devices released from their roles as its own state; and the
+//! [`Array`] operations that apply its decisions (the devices, the
+//! superblocks, the volumes over the new members, the start of a
+//! rebuild), and which slot a member's name or number means (`resolve`).
 //! Each change is checked in full before anything is written, and each
 //! bumps the event counter and rewrites the superblocks.
 
-use super::*;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::create::{open_free, refuse_signature, zero_range};
+use super::meta::read_superblock;
+use super::survival::{describe_volume, down_roles, level_tolerance, lost_volumes};
+use super::{Added, Array};
+use crate::control::superblock::{self, Slot, VolumeEntry, MAX_SPARES};
+use crate::io::member::{Identity, Member, MemberSpec};
+use crate::raid::health::MemberState;
+use crate::units::fmt_size;
+use crate::{bail, Result};
 
 /// How [`Array::replace`] puts the new device into the role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,13 +32,215 @@ pub enum Replacement {
     AsSpare,
 }
 
-impl Array {
-    pub(super) fn check_role(&self, role: u32) -> Result<()> {
-        let n = self.member_count();
-        if role >= n {
-            bail!(InvalidInput, "array '{}' has no role {role}: its roles are 0 to {}", self.name(), n - 1);
+/// A faulty device released from its role when a spare took it over,
+/// listed as faulty until it is removed.
+#[derive(Debug, Clone)]
+pub(super) struct Released {
+    /// The role it held.
+    pub(super) role: u32,
+    /// The device as named when it was opened.
+    pub(super) name: String,
+    /// Its member UUID.
+    pub(super) uuid: [u8; 16],
+    /// How it was given, to find it again by path.
+    pub(super) spec: Option<MemberSpec>,
+}
+
+/// The slot table as the membership rules read it: the array's name (for
+/// messages), each role's state, and how many spare slots follow the
+/// roles. A snapshot: the caller takes it under the array's state and acts
+/// on the answer before anything changes.
+#[derive(Debug, Clone)]
+pub(super) struct Slots {
+    /// The array's name.
+    pub(super) name: String,
+    /// The state of each role (`0 .. roles`).
+    pub(super) states: Vec<MemberState>,
+    /// Spare slots, numbered after the roles.
+    pub(super) spares: u32,
+}
+
+impl Slots {
+    /// Number of roles.
+    fn roles(&self) -> u32 {
+        self.states.len() as u32
+    }
+
+    /// Slots: roles, then spares.
+    fn total(&self) -> u32 {
+        self.roles() + self.spares
+    }
+
+    /// The state of role `role` (below [`roles`](Self::roles)).
+    fn state(&self, role: u32) -> MemberState {
+        self.states[role as usize]
+    }
+}
+
+/// What `remove` of a slot takes out (see [`Membership::removal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Removal {
+    /// The listing of a faulty device a spare took over (index in the
+    /// released list): nothing else changes.
+    Released(usize),
+    /// A spare slot: dropped.
+    Spare,
+    /// A faulty role's device: the role becomes missing.
+    Role,
+}
+
+/// The array's membership rules and the faulty devices released from
+/// their roles (md's `(F)`, ZFS's FAULTED: listed until removed, so that
+/// the administrator knows which drive to pull). [`Array`] holds one and
+/// asks it before every membership change; it answers from a [`Slots`]
+/// snapshot and writes nothing.
+#[derive(Debug, Default)]
+pub(super) struct Membership {
+    /// Faulty devices whose role a spare took over; shared with
+    /// [`StatusSource`](super::StatusSource).
+    released: Arc<Mutex<Vec<Released>>>,
+}
+
+impl Membership {
+    /// No device released yet.
+    pub(super) fn new() -> Membership {
+        Membership::default()
+    }
+
+    /// The released devices, shared (for a status taken later).
+    pub(super) fn shared_released(&self) -> Arc<Mutex<Vec<Released>>> {
+        self.released.clone()
+    }
+
+    fn released(&self) -> MutexGuard<'_, Vec<Released>> {
+        self.released.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Index in the released list of the device whose identity is `id`.
+    pub(super) fn released_index(&self, id: &Identity) -> Option<usize> {
+        self.released().iter().position(|r| r.spec.as_ref().and_then(|s| s.identity().ok()).as_ref() == Some(id))
+    }
+
+    /// Lists a faulty device released from its role.
+    pub(super) fn release(&self, r: Released) {
+        self.released().push(r);
+    }
+
+    /// A released device comes back (given to `add` or `replace`): it is
+    /// no longer a leftover to pull.
+    pub(super) fn forget(&self, id: &Identity) {
+        self.released().retain(|r| r.spec.as_ref().and_then(|s| s.identity().ok()).as_ref() != Some(id));
+    }
+
+    /// Checks that `role` is a role of the array. Errors: `InvalidInput`.
+    pub(super) fn check_role(s: &Slots, role: u32) -> Result<()> {
+        if role >= s.roles() {
+            bail!(InvalidInput, "array '{}' has no role {role}: its roles are 0 to {}", s.name, s.roles() - 1);
         }
         Ok(())
+    }
+
+    /// Checks that `role` may be failed: a role (not a spare's slot)
+    /// that is active or rebuilding. Errors: `InvalidInput`.
+    pub(super) fn check_fail(s: &Slots, role: u32) -> Result<()> {
+        if role >= s.roles() && role < s.total() {
+            bail!(
+                InvalidInput,
+                "slot {role} of array '{}' is a spare: it holds no data to fail; take it out with 'uraid remove'",
+                s.name
+            );
+        }
+        Self::check_role(s, role)?;
+        match s.state(role) {
+            MemberState::Active | MemberState::Rebuilding => Ok(()),
+            st => bail!(InvalidInput, "role {role} of array '{}' is already {}; nothing to fail", s.name, st.name()),
+        }
+    }
+
+    /// What `remove` of `slot` takes out: a released device's listing
+    /// (numbered after the spares), a spare, or a faulty role's device.
+    /// Errors: `InvalidInput` (no such slot; an active or rebuilding
+    /// member: fail it first or use replace; a role without a device).
+    pub(super) fn removal(&self, s: &Slots, slot: u32) -> Result<Removal> {
+        let (n, total) = (s.roles(), s.total());
+        let released = self.released().len() as u32;
+        if slot >= total && slot < total + released {
+            return Ok(Removal::Released((slot - total) as usize));
+        }
+        if slot >= total {
+            bail!(
+                InvalidInput,
+                "array '{}' has no slot {slot}: roles 0 to {}{}{}",
+                s.name,
+                n - 1,
+                if total > n { format!(", spares {} to {}", n, total - 1) } else { String::new() },
+                if released > 0 { format!(", faulty devices replaced by a spare {} to {}", total, total + released - 1) } else { String::new() }
+            );
+        }
+        if slot >= n {
+            return Ok(Removal::Spare);
+        }
+        match s.state(slot) {
+            MemberState::Faulty => Ok(Removal::Role),
+            MemberState::Missing => bail!(InvalidInput, "role {slot} of array '{}' has no member to remove", s.name),
+            st => bail!(
+                InvalidInput,
+                "role {slot} of array '{}' is {}; only faulty members and spares can be removed. Fail it first \
+                 ('uraid fail'), or use 'uraid replace' to swap it for another drive",
+                s.name,
+                st.name()
+            ),
+        }
+    }
+
+    /// Removes the listing `i` of a released device.
+    pub(super) fn drop_released(&self, i: usize) {
+        self.released().remove(i);
+    }
+
+    /// The role a new device goes into: the first without a member
+    /// (missing); `None`: it becomes a spare.
+    pub(super) fn role_for_new(s: &Slots) -> Option<u32> {
+        s.states.iter().position(|&st| st == MemberState::Missing).map(|r| r as u32)
+    }
+
+    /// Checks that the array has room for one more spare. Errors:
+    /// `InvalidInput` when it holds [`MAX_SPARES`].
+    pub(super) fn check_spare_room(s: &Slots) -> Result<()> {
+        if s.spares as usize >= MAX_SPARES {
+            bail!(InvalidInput, "array '{}' already has {MAX_SPARES} spares, the most it can hold", s.name);
+        }
+        Ok(())
+    }
+
+    /// The roles that get a spare, in order, each taking the first spare
+    /// left: the faulty and missing roles, as long as spares last.
+    pub(super) fn spare_moves(s: &Slots) -> Vec<u32> {
+        let down = (0..s.roles()).filter(|&r| matches!(s.state(r), MemberState::Faulty | MemberState::Missing));
+        down.take(s.spares as usize).collect()
+    }
+
+    /// Checks that `role` may be replaced `how`: a role (not a spare's
+    /// slot). Errors: `InvalidInput`.
+    pub(super) fn check_replace(s: &Slots, role: u32, how: Replacement) -> Result<()> {
+        match how {
+            Replacement::InPlace => Self::check_role(s, role),
+            Replacement::AsSpare if role >= s.roles() => bail!(InvalidInput, "slot {role} is a spare, not a role: nothing to replace"),
+            Replacement::AsSpare => Ok(()),
+        }
+    }
+}
+
+impl Array {
+    /// The slot table now, for the membership rules.
+    pub(super) fn slots(&self) -> Slots {
+        let m = self.meta();
+        Slots { name: m.sb.name.clone(), states: self.health.states(), spares: (m.sb.slots.len() - m.n()) as u32 }
+    }
+
+    /// Checks that `role` is a role of the array. Errors: `InvalidInput`.
+    pub(super) fn check_role(&self, role: u32) -> Result<()> {
+        Membership::check_role(&self.slots(), role)
     }
 
     /// The volumes that would lose data if `role` went down as well.
@@ -62,19 +278,7 @@ impl Array {
     /// `Io` (superblock writes).
     pub fn fail(&mut self, role: u32, force: bool) -> Result<()> {
         self.not_frozen()?;
-        let slots = self.meta().sb.slots.len() as u32;
-        if role >= self.member_count() && role < slots {
-            bail!(
-                InvalidInput,
-                "slot {role} of array '{}' is a spare: it holds no data to fail; take it out with 'uraid remove'",
-                self.name()
-            );
-        }
-        self.check_role(role)?;
-        match self.health.state(role) {
-            MemberState::Active | MemberState::Rebuilding => {}
-            s => bail!(InvalidInput, "role {role} of array '{}' is already {}; nothing to fail", self.name(), s.name()),
-        }
+        Membership::check_fail(&self.slots(), role)?;
         if !force {
             self.refuse_past_tolerance(role, "failing")?;
         }
@@ -94,44 +298,21 @@ impl Array {
     /// fail it first or use replace; a role without a device).
     pub fn remove(&mut self, slot: u32) -> Result<()> {
         self.not_frozen()?;
-        let (n, total) = {
-            let m = self.meta();
-            (m.sb.member_count, m.sb.slots.len() as u32)
-        };
-        let released = self.released.lock().unwrap_or_else(|e| e.into_inner()).len() as u32;
-        if slot >= total && slot < total + released {
-            // A faulty device a spare took over: only its listing goes.
-            self.released.lock().unwrap_or_else(|e| e.into_inner()).remove((slot - total) as usize);
-            return self.persist();
-        }
-        if slot >= total {
-            bail!(
-                InvalidInput,
-                "array '{}' has no slot {slot}: roles 0 to {}{}{}",
-                self.name(),
-                n - 1,
-                if total > n { format!(", spares {} to {}", n, total - 1) } else { String::new() },
-                if released > 0 { format!(", faulty devices replaced by a spare {} to {}", total, total + released - 1) } else { String::new() }
-            );
-        }
-        if slot >= n {
-            let mut m = self.meta();
-            m.sb.slots.remove(slot as usize);
-            m.devices.remove(slot as usize);
-            m.specs.remove(slot as usize);
-            drop(m);
-            return self.persist();
-        }
-        match self.health.state(slot) {
-            MemberState::Faulty => {}
-            MemberState::Missing => bail!(InvalidInput, "role {slot} of array '{}' has no member to remove", self.name()),
-            s => bail!(
-                InvalidInput,
-                "role {slot} of array '{}' is {}; only faulty members and spares can be removed. Fail it first \
-                 ('uraid fail'), or use 'uraid replace' to swap it for another drive",
-                self.name(),
-                s.name()
-            ),
+        match self.membership.removal(&self.slots(), slot)? {
+            Removal::Released(i) => {
+                // A faulty device a spare took over: only its listing goes.
+                self.membership.drop_released(i);
+                return self.persist();
+            }
+            Removal::Spare => {
+                let mut m = self.meta();
+                m.sb.slots.remove(slot as usize);
+                m.devices.remove(slot as usize);
+                m.specs.remove(slot as usize);
+                drop(m);
+                return self.persist();
+            }
+            Removal::Role => {}
         }
         {
             let mut m = self.meta();
@@ -201,10 +382,7 @@ impl Array {
         // A faulty device listed since a spare took its role over comes
         // back: it is no longer a leftover to pull.
         if let Ok(id) = spec.identity() {
-            self.released
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|r| r.spec.as_ref().and_then(|s| s.identity().ok()).as_ref() != Some(&id));
+            self.membership.forget(&id);
         }
         Ok(m)
     }
@@ -256,8 +434,7 @@ impl Array {
             self.persist()?;
             return Ok(Added::ReAdded(role));
         }
-        let missing = self.health.states().iter().position(|&s| s == MemberState::Missing).map(|r| r as u32);
-        let added = if let Some(role) = missing {
+        let added = if let Some(role) = Membership::role_for_new(&self.slots()) {
             self.install(role, m, spec, false)?;
             Added::Role(role)
         } else {
@@ -287,9 +464,7 @@ impl Array {
     /// a spare slot (not persisted). Errors: `InvalidInput` when the array
     /// holds the most spares it can; `Io` from the zeroing.
     fn push_spare(&mut self, m: Member, spec: &MemberSpec) -> Result<u32> {
-        if self.meta().sb.spares().len() >= MAX_SPARES {
-            bail!(InvalidInput, "array '{}' already has {MAX_SPARES} spares, the most it can hold", self.name());
-        }
+        Membership::check_spare_room(&self.slots())?;
         for v in &self.volume_entries() {
             zero_range(&m, v.member_start, v.member_size)?;
         }
@@ -362,9 +537,9 @@ impl Array {
     /// is off).
     pub fn replace(&mut self, role: u32, spec: &MemberSpec, force: bool, how: Replacement) -> Result<u32> {
         self.not_frozen()?;
+        Membership::check_replace(&self.slots(), role, how)?;
         match how {
             Replacement::InPlace => {
-                self.check_role(role)?;
                 if !force && self.health.state(role) == MemberState::Active {
                     self.refuse_past_tolerance(role, "replacing")?;
                 }
@@ -374,9 +549,6 @@ impl Array {
                 Ok(role)
             }
             Replacement::AsSpare => {
-                if role >= self.member_count() {
-                    bail!(InvalidInput, "slot {role} is a spare, not a role: nothing to replace");
-                }
                 let slot = self.add_spare(spec, force)?;
                 if matches!(self.health.state(role), MemberState::Active | MemberState::Rebuilding) {
                     if let Err(e) = self.fail(role, force) {
@@ -412,16 +584,10 @@ impl Array {
     /// returned.
     pub fn attach_spares(&mut self) -> Result<Vec<u32>> {
         self.not_frozen()?;
-        let mut attached = Vec::new();
-        for role in 0..self.member_count() {
-            if !matches!(self.health.state(role), MemberState::Faulty | MemberState::Missing) {
-                continue;
-            }
+        let attached = Membership::spare_moves(&self.slots());
+        for &role in &attached {
             let mut g = self.meta();
             let n = g.n();
-            if g.sb.slots.len() == n {
-                break; // no spare left
-            }
             let slot = g.sb.slots.remove(n);
             let dev = g.devices.remove(n);
             let spec = g.specs.remove(n);
@@ -429,13 +595,12 @@ impl Array {
             if let (MemberState::Faulty, Some(old)) = (self.health.state(role), &g.devices[r]) {
                 // Listed as faulty until removed: the drive to pull.
                 let gone = Released { role, name: old.name().to_string(), uuid: g.sb.slots[r].uuid, spec: g.specs[r].clone() };
-                self.released.lock().unwrap_or_else(|e| e.into_inner()).push(gone);
+                self.membership.release(gone);
             }
             g.sb.slots[r].uuid = slot.uuid;
             g.sb.slots[r].resync_from_bitmap = false;
             g.devices[r] = dev;
             g.specs[r] = spec;
-            attached.push(role);
         }
         if !attached.is_empty() {
             self.rebuild_after_membership_change()?;
@@ -462,5 +627,53 @@ impl Array {
             self.rehome_journals_on(r)?;
         }
         self.persist()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use MemberState::{Active, Faulty, Missing, Rebuilding};
+
+    fn slots(states: &[MemberState], spares: u32) -> Slots {
+        Slots { name: "a".into(), states: states.to_vec(), spares }
+    }
+
+    fn released(m: &Membership, role: u32) {
+        m.release(Released { role, name: format!("d{role}"), uuid: [role as u8; 16], spec: None });
+    }
+
+    /// The rules the array's changes ask, from slot tables alone: which
+    /// slots may be failed, removed, replaced; where a new device goes;
+    /// which roles get a spare.
+    #[test]
+    fn membership_rules_on_slot_tables() {
+        let s = slots(&[Active, Rebuilding, Faulty, Missing], 2);
+        assert!(Membership::check_fail(&s, 0).is_ok() && Membership::check_fail(&s, 1).is_ok());
+        for (role, says) in [(2, "already faulty"), (3, "already missing"), (4, "is a spare"), (6, "has no role 6")] {
+            let e = Membership::check_fail(&s, role).unwrap_err().to_string();
+            assert!(e.contains(says), "fail {role}: {e}");
+        }
+        let m = Membership::new();
+        released(&m, 2);
+        assert_eq!(m.removal(&s, 2).unwrap(), Removal::Role);
+        assert_eq!(m.removal(&s, 4).unwrap(), Removal::Spare);
+        assert_eq!(m.removal(&s, 6).unwrap(), Removal::Released(0));
+        assert!(m.removal(&s, 0).unwrap_err().to_string().contains("only faulty members and spares"));
+        assert!(m.removal(&s, 3).unwrap_err().to_string().contains("no member to remove"));
+        let e = m.removal(&s, 7).unwrap_err().to_string();
+        assert!(e.contains("roles 0 to 3, spares 4 to 5, faulty devices replaced by a spare 6 to 6"), "{e}");
+        m.drop_released(0);
+        assert!(m.removal(&s, 6).is_err());
+        assert_eq!(Membership::role_for_new(&s), Some(3));
+        assert_eq!(Membership::role_for_new(&slots(&[Active, Faulty], 0)), None);
+        assert_eq!(Membership::spare_moves(&s), vec![2, 3]);
+        assert_eq!(Membership::spare_moves(&slots(&[Faulty, Active, Missing], 1)), vec![0]);
+        assert!(Membership::spare_moves(&slots(&[Faulty], 0)).is_empty());
+        assert!(Membership::check_spare_room(&s).is_ok());
+        assert!(Membership::check_spare_room(&slots(&[Active], MAX_SPARES as u32)).is_err());
+        assert!(Membership::check_replace(&s, 4, Replacement::AsSpare).unwrap_err().to_string().contains("is a spare"));
+        assert!(Membership::check_replace(&s, 4, Replacement::InPlace).unwrap_err().to_string().contains("has no role 4"));
+        assert!(Membership::check_replace(&s, 0, Replacement::AsSpare).is_ok());
     }
 }

@@ -38,12 +38,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::raid::bitmap::{Bitmap, BitmapDaemon};
 use crate::raid::geometry::DEFAULT_CHUNK;
-use crate::raid::health::{Health, MemberState};
+use crate::raid::health::Health;
 use crate::io::member::{check_distinct, Member, MemberSpec, OpenMode};
-use crate::control::superblock::{
-    self, fmt_uuid, DecodeError, Slot, Superblock, VolumeEntry, MAX_SPARES,
-};
-use crate::units::fmt_size;
+use crate::control::superblock::{fmt_uuid, DecodeError, Superblock};
 use crate::{bail, Error, ErrorKind, Result};
 
 mod assemble;
@@ -67,7 +64,8 @@ pub use grow::{grow, resize, GrowOptions, GrowReport, LiveChange, LiveGrow, NewS
 pub use status::*;
 use meta::{placeholder, read_superblock, write_superblock, Meta};
 use volumes::VolumeSet;
-use survival::{describe_volume, down_roles, level_tolerance, lost_volumes, volume_survives};
+use membership::{Membership, Released};
+use survival::volume_survives;
 
 /// Opens a member of an array (or one to become one): [`Member::open`],
 /// with the fault plans of the `URAID_FAILPOINT_*` variables stacked over
@@ -196,25 +194,9 @@ pub struct Array {
     /// A reshape of the served array is under way ([`Array::grow_live`]):
     /// this array writes no superblock; the reshape's are the truth.
     frozen: bool,
-    /// Faulty devices whose role a spare took over: still listed (md's
-    /// `(F)`, ZFS's FAULTED) until [`remove`](Self::remove)d, so that the
-    /// administrator knows which drive to pull. Shared with
-    /// [`StatusSource`].
-    released: Arc<Mutex<Vec<Released>>>,
-}
-
-/// A faulty device released from its role when a spare took it over,
-/// listed as faulty until it is removed.
-#[derive(Debug, Clone)]
-pub(super) struct Released {
-    /// The role it held.
-    pub(super) role: u32,
-    /// The device as named when it was opened.
-    pub(super) name: String,
-    /// Its member UUID.
-    pub(super) uuid: [u8; 16],
-    /// How it was given, to find it again by path.
-    pub(super) spec: Option<MemberSpec>,
+    /// The membership rules, and the faulty devices whose role a spare
+    /// took over (listed until [`remove`](Self::remove)d).
+    membership: Membership,
 }
 
 impl std::fmt::Debug for Array {
@@ -246,7 +228,7 @@ impl Array {
             Some(m) => m.lock().unwrap_or_else(|e| e.into_inner()).persist(h),
             None => Ok(()),
         });
-        let mut a = Array { meta, health, bitmap, daemon: None, vols: VolumeSet::new(journals), warnings, inspect, stale: Vec::new(), frozen: false, released: Arc::new(Mutex::new(Vec::new())) };
+        let mut a = Array { meta, health, bitmap, daemon: None, vols: VolumeSet::new(journals), warnings, inspect, stale: Vec::new(), frozen: false, membership: Membership::new() };
         for j in a.vols.journals() {
             a.watch_journal(j);
         }
@@ -336,11 +318,7 @@ impl Array {
         }
         let id = spec.identity().ok()?;
         let total = self.meta().sb.slots.len();
-        let released = self.released.lock().unwrap_or_else(|e| e.into_inner());
-        released
-            .iter()
-            .position(|r| r.spec.as_ref().and_then(|s| s.identity().ok()).as_ref() == Some(&id))
-            .map(|i| (total + i) as u32)
+        self.membership.released_index(&id).map(|i| (total + i) as u32)
     }
 
     /// The slot (role or spare) whose device `spec` names, if any.

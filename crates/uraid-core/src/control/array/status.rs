@@ -252,7 +252,7 @@ impl Array {
             volumes: self.vols.all().to_vec(),
             replayed: self.vols.replayed(),
             stale: self.stale.clone(),
-            released: self.released.clone(),
+            released: self.membership.shared_released(),
         }
     }
 }

@@ -11,12 +11,18 @@
 //! Offsets called *absolute* are byte offsets on the member device
 //! (a volume's data area starts at [`RaidVolume::data_offset`](crate::raid::engine::RaidVolume::data_offset)).
 //!
+//! Every step comes from the volume's level, not from its name: a stripe's
+//! [`Redundancy`](crate::raid::level::Redundancy) (its chunks' places,
+//! copies or data with P and Q) and, for a lost chunk, its
+//! [`Recover`] steps ([`Layout::recover`]); a new level that fills them
+//! is rebuilt and scrubbed with no change here.
+//!
 //! - [`rebuild`]: reconstructs one member (state
 //!   [`Rebuilding`](MemberState::Rebuilding)) from the others, as md's
-//!   recovery does (`md_do_sync` with `MD_RECOVERY_RECOVER`): RAID 1 copies
-//!   a readable mirror, RAID 10 the other copy of each chunk, RAID 5 and 6
-//!   recompute the lost chunk from the rest of its stripe
-//!   ([`parity`](crate::raid::parity)). It resumes from the member's recovery
+//!   recovery does (`md_do_sync` with `MD_RECOVERY_RECOVER`): a copy from
+//!   another readable copy (RAID 1's mirrors, RAID 10's other copy), or
+//!   the lost chunk recomputed from the rest of its stripe (RAID 5 and 6,
+//!   [`parity`](crate::raid::parity)). It resumes from the member's recovery
 //!   offset, moves it forward after every batch, and hands it to a
 //!   checkpoint callback every 64 MiB so a stopped rebuild resumes where it
 //!   was. Regions the write-intent bitmap says were never written are
@@ -60,8 +66,8 @@
 
 use crate::volume::Volume;
 use crate::raid::health::Health;
-use crate::raid::layout::{Layout, Role};
-use crate::raid::level::Copies;
+use crate::raid::layout::{Layout, Place};
+use crate::raid::level::Recover;
 use crate::raid::parity::Kernel;
 use crate::{Error, ErrorKind, IoBuf, Result};
 
@@ -202,41 +208,6 @@ fn pair(bufs: &mut [IoBuf], a: usize, b: usize) -> (&mut IoBuf, &IoBuf) {
     }
 }
 
-/// The members of stripe `s` of a RAID 5/6 layout in stripe order (data
-/// 0 .., P, Q).
-fn stripe_members(l: &Layout, s: u64) -> Vec<u32> {
-    let mut v: Vec<u32> = (0..l.data_chunks()).map(|i| l.data_member(s, i)).collect();
-    v.push(l.parity_member(s));
-    v.extend(l.q_member(s));
-    debug_assert!(v.iter().enumerate().all(|(i, m)| !v[..i].contains(m)), "stripe {s}: a member twice in {v:?}");
-    v
-}
-
-/// How the lost chunks of a level are found again, from its descriptor's
-/// data (not its name): a copy on any other member (every member holds
-/// the volume), the other copy of each chunk (a fixed number of copies),
-/// or the rest of the stripe and its parity.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Recovery {
-    AnyCopy,
-    OtherCopy,
-    Parity,
-}
-
-fn recovery(l: &Layout) -> Recovery {
-    match l.level().desc().copies {
-        Copies::All => Recovery::AnyCopy,
-        Copies::Fixed(_) => Recovery::OtherCopy,
-        Copies::One => Recovery::Parity,
-    }
-}
-
-/// Slices `[o, o+len)` of the buffers in the order of `order`.
-fn gather<'b>(bufs: &'b mut [IoBuf], order: &[u32], o: usize, len: usize) -> Vec<&'b mut [u8]> {
-    let mut parts: Vec<Option<&'b mut [u8]>> = bufs.iter_mut().map(|b| Some(&mut b[o..o + len])).collect();
-    order.iter().map(|&m| parts[m as usize].take().expect("a member is listed twice in a stripe")).collect()
-}
-
 /// Where a rebuild stands, for error messages.
 fn lost_error(vol_index: usize, l: &Layout, target: u32, at: u64, why: &str) -> Error {
     Error::new(
@@ -252,10 +223,11 @@ fn lost_error(vol_index: usize, l: &Layout, target: u32, at: u64, why: &str) -> 
 
 /// Reads what the reconstruction of `target`'s chunks in member rows
 /// `[ra, rb)` of a volume needs from the other members, each into its own
-/// buffer in `bufs` (one thread per member), and returns the reads made. A
-/// member whose read fails is failed in the health and the batch is
-/// planned again without it. Errors: `Io` when too few readable members
-/// are left (see [`lost_error`]), or the health hook's error.
+/// buffer in `bufs` (one thread per member), and returns the reads made
+/// (see [`plan_sources`]). A member whose read fails is failed in the
+/// health and the batch is planned again without it. Errors: `Io` when
+/// too few readable members are left (see [`lost_error`]), or the health
+/// hook's error.
 #[allow(clippy::too_many_arguments)]
 fn read_sources(
     vol: &Volume,
@@ -267,17 +239,14 @@ fn read_sources(
     bufs: &mut [IoBuf],
 ) -> Result<Vec<Read>> {
     let health = vol.health();
-    let chunk = l.chunk();
     let base = vol.data_offset();
-    let (abs, len) = (base + ra * chunk, ((rb - ra) * chunk) as usize);
-    let n = l.members() as u32;
     loop {
-        let at = |why: &str| lost_error(vol_index, l, target, abs, why);
-        let reads = match recovery(l) {
-            Recovery::AnyCopy => any_copy_source(health, n, target, abs, len).map_err(|e| at(&e))?,
-            Recovery::OtherCopy => other_copy_sources(health, l, base, target, ra, rb).map_err(|e| at(&e))?,
-            Recovery::Parity => stripe_sources(health, l, target, abs, len).map_err(|e| at(&e))?,
-        };
+        let at = |why: &str| lost_error(vol_index, l, target, base + ra * l.chunk(), why);
+        let reads = plan_sources(health, l, base, target, ra, rb).map_err(|e| at(&e))?;
+        for r in &reads {
+            let cap = bufs[r.into].len();
+            assert!(r.len <= cap, "{} reads {} bytes of member {} for a buffer of {cap}: straddle_rows too small", l.level(), r.len, r.member);
+        }
         let errors = read_all(vol.members(), &reads, bufs);
         if errors.is_empty() {
             return Ok(reads);
@@ -286,108 +255,103 @@ fn read_sources(
     }
 }
 
-/// The first other member readable over `[abs, abs + len)` (RAID 1);
-/// the error says why there is none.
-fn any_copy_source(health: &Health, n: u32, target: u32, abs: u64, len: usize) -> std::result::Result<Vec<Read>, String> {
-    match (0..n).find(|&m| m != target && health.readable(m, abs, len as u64)) {
-        Some(src) => Ok(vec![Read { member: src, offset: abs, len, into: src as usize }]),
-        None => Err("no other member is readable".into()),
-    }
-}
-
-/// Each member holding the other copy of a chunk of `target`'s rows
-/// `[ra, rb)`, over its span of them (RAID 10's other copy may sit one
-/// row up or down with an odd member count).
-fn other_copy_sources(health: &Health, l: &Layout, base: u64, target: u32, ra: u64, rb: u64) -> std::result::Result<Vec<Read>, String> {
+/// The member reads that rebuild `target`'s chunks in member rows
+/// `[ra, rb)` of a volume at data offset `base`, as its level says
+/// ([`Layout::recover`]): for each row, the first other readable copy,
+/// or every other readable chunk of the stripe; one read per member over
+/// the span of the chunks it gives (a member readable at a chunk is
+/// readable below it: the span is). The error says why some row cannot be
+/// rebuilt (no copy readable, more chunks of a stripe lost than it has
+/// parity for, no redundancy).
+fn plan_sources(health: &Health, l: &Layout, base: u64, target: u32, ra: u64, rb: u64) -> std::result::Result<Vec<Read>, String> {
     let chunk = l.chunk();
+    let readable = |p: Place| health.readable(p.member, base + p.member_offset, chunk);
     let mut span: Vec<Option<(u64, u64)>> = vec![None; l.members()];
+    let mut take = |p: Place| {
+        let e = span[p.member as usize].get_or_insert((p.member_offset, p.member_offset + chunk));
+        *e = (e.0.min(p.member_offset), e.1.max(p.member_offset + chunk));
+    };
     for r in ra..rb {
-        if let Some(p) = partner(l, target, r) {
-            let e = span[p.0 as usize].get_or_insert((p.1, p.1 + chunk));
-            *e = (e.0.min(p.1), e.1.max(p.1 + chunk));
-        }
-    }
-    let mut reads = Vec::new();
-    for (m, s) in span.iter().enumerate() {
-        if let Some((lo, hi)) = *s {
-            if !health.readable(m as u32, base + lo, hi - lo) {
-                return Err(format!("member {m}, which holds the other copy, is not readable"));
+        match l.recover(target, r) {
+            Recover::Zero => {}
+            Recover::Copy { from, lost } => match from.iter().find(|&p| p != lost && p.member != target && readable(p)) {
+                Some(p) => take(p),
+                None => return Err(format!("no other member holding a copy of its chunk in row {r} is readable")),
+            },
+            Recover::Parity { places, parity, index } => {
+                let mut gone = 1;
+                for (_, p) in places.iter().enumerate().filter(|&(i, _)| i != index) {
+                    if readable(p) {
+                        take(p);
+                    } else {
+                        gone += 1;
+                    }
+                }
+                if gone > parity {
+                    return Err(format!("{} other members holding chunks of its stripe in row {r} are not readable", gone - 1));
+                }
             }
-            reads.push(Read { member: m as u32, offset: base + lo, len: (hi - lo) as usize, into: m });
+            Recover::Lost => return Err(format!("{} keeps no copy or parity", l.level())),
         }
     }
-    Ok(reads)
-}
-
-/// Every other member readable over `[abs, abs + len)` (RAID 5 and 6),
-/// when no more are lost than the stripe keeps parity for.
-fn stripe_sources(health: &Health, l: &Layout, target: u32, abs: u64, len: usize) -> std::result::Result<Vec<Read>, String> {
-    let mut reads = Vec::new();
-    let mut lost = 1;
-    for m in (0..l.members() as u32).filter(|&m| m != target) {
-        if health.readable(m, abs, len as u64) {
-            reads.push(Read { member: m, offset: abs, len, into: m as usize });
-        } else {
-            lost += 1;
-        }
-    }
-    if lost > l.level().parity_chunks() {
-        return Err(format!("{} members besides it are not readable", lost - 1));
-    }
-    Ok(reads)
+    let reads = span.iter().enumerate().filter_map(|(m, s)| {
+        s.map(|(lo, hi)| Read { member: m as u32, offset: base + lo, len: (hi - lo) as usize, into: m })
+    });
+    Ok(reads.collect())
 }
 
 /// Computes `target`'s chunks in member rows `[ra, rb)` into
 /// `bufs[target][..(rb - ra) * chunk]` from the sources `reads` read
-/// (see [`read_sources`]); `base` is the volume's data offset.
+/// (see [`read_sources`]), as the level says ([`Layout::recover`]): a
+/// copy, zeros, or the stripe's parity arithmetic over the chunks read
+/// (a chunk not read is recomputed too, into scratch). `base` is the
+/// volume's data offset.
 #[allow(clippy::too_many_arguments)]
 fn reconstruct(l: &Layout, base: u64, target: u32, ra: u64, rb: u64, reads: &[Read], bufs: &mut [IoBuf], kernel: Kernel) {
     let chunk = l.chunk();
     let c = chunk as usize;
     let t = target as usize;
-    match recovery(l) {
-        Recovery::AnyCopy => {
-            let len = ((rb - ra) * chunk) as usize;
-            let (dst, src) = pair(bufs, t, reads[0].into);
-            dst[..len].copy_from_slice(&src[..len]);
-        }
-        Recovery::OtherCopy => {
-            for r in ra..rb {
-                let o = ((r - ra) * chunk) as usize;
-                match partner(l, target, r) {
-                    Some((m, off)) => {
-                        let start = reads.iter().find(|x| x.member == m).expect("read planned").offset - base;
-                        let from = (off - start) as usize;
-                        let (dst, src) = pair(bufs, t, m as usize);
-                        dst[o..o + c].copy_from_slice(&src[from..from + c]);
-                    }
-                    None => bufs[t][o..o + c].fill(0),
-                }
+    // The buffer and offset that place `p` was read into, if it was.
+    let read_at = |p: Place| {
+        let (lo, hi) = (base + p.member_offset, base + p.member_offset + chunk);
+        let x = reads.iter().find(|x| x.member == p.member && x.offset <= lo && hi <= x.offset + x.len as u64)?;
+        Some((x.into, (lo - x.offset) as usize))
+    };
+    let mut scratch = IoBuf::new(c * l.level().parity_chunks().max(1));
+    for r in ra..rb {
+        let o = ((r - ra) * chunk) as usize;
+        match l.recover(target, r) {
+            // `Lost` was refused by the planning.
+            Recover::Zero | Recover::Lost => bufs[t][o..o + c].fill(0),
+            Recover::Copy { from, lost } => {
+                let (b, at) = from.iter().filter(|&p| p != lost && p.member != target).find_map(read_at).expect("a copy was read");
+                let (dst, src) = pair(bufs, t, b);
+                dst[o..o + c].copy_from_slice(&src[at..at + c]);
             }
-        }
-        Recovery::Parity => {
-            let unread: Vec<u32> = (0..l.members() as u32).filter(|&m| !reads.iter().any(|r| r.member == m)).collect();
-            for r in ra..rb {
-                let order = stripe_members(l, r);
-                let lost: Vec<usize> =
-                    unread.iter().map(|m| order.iter().position(|x| x == m).expect("every member is in a stripe")).collect();
-                let o = ((r - ra) * chunk) as usize;
-                let mut stripe = gather(bufs, &order, o, c);
-                match l.level().parity_chunks() {
+            Recover::Parity { places, parity, index } => {
+                let mut parts: Vec<Option<&mut IoBuf>> = bufs.iter_mut().map(Some).collect();
+                let mut spare = scratch.chunks_mut(c);
+                let mut lost = vec![index];
+                let mut stripe: Vec<&mut [u8]> = Vec::with_capacity(places.len());
+                for (i, p) in places.iter().enumerate() {
+                    let (b, at) = match read_at(p) {
+                        _ if i == index => (t, o),
+                        Some(x) => x,
+                        None => {
+                            lost.push(i);
+                            stripe.push(spare.next().expect("no more chunks lost than parity"));
+                            continue;
+                        }
+                    };
+                    let buf = parts[b].take().expect("a member twice in a stripe");
+                    stripe.push(&mut buf[at..at + c]);
+                }
+                match parity {
                     1 => kernel.recover_raid5(&mut stripe, lost[0]),
                     _ => kernel.recover_raid6(&mut stripe, &lost),
                 }
             }
         }
-    }
-}
-
-/// Where another copy of `target`'s chunk in row `r` is (member,
-/// data-area offset), or `None` for an unused slot (RAID 10).
-fn partner(l: &Layout, target: u32, r: u64) -> Option<(u32, u64)> {
-    match l.role(target, r * l.chunk()) {
-        Role::Data(lo) => l.data_locations(lo).iter().find(|p| p.member != target).map(|p| (p.member, p.member_offset)),
-        _ => None,
     }
 }
 

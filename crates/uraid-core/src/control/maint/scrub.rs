@@ -6,11 +6,12 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::{
-    batch_rows, buf_len, pace, stripe_members, CheckReport, Mismatch, MismatchKind, MismatchPlace, MAX_BATCH_STRIPES,
+    batch_rows, buf_len, pace, CheckReport, Mismatch, MismatchKind, MismatchPlace, MAX_BATCH_STRIPES,
     MAX_LOCATIONS,
 };
 use crate::raid::access::{fail_all, lock_stripes, read_all, sync, write_member, Read};
-use crate::raid::layout::Layout;
+use crate::raid::layout::{Layout, Place, Places};
+use crate::raid::level::{Redundancy, StripePlaces};
 use crate::raid::parity::Kernel;
 use crate::volume::Volume;
 use crate::{bail, IoBuf, Result};
@@ -201,10 +202,10 @@ impl<'v> Scanner<'v> {
         let readable = self.read_rows(&rows)?;
         for s in s0..s1 {
             let mut places: Vec<MismatchPlace> = Vec::new();
-            let checked = if l.level().has_parity() {
-                self.compare_parity(s, rows.start, &readable, &mut places)
-            } else {
-                self.compare_copies(s, rows.start, &readable, &mut places)
+            let checked = match l.redundancy(s) {
+                Redundancy::Copies(copies) => self.compare_copies(copies, rows.start, &readable, &mut places),
+                Redundancy::Parity { places: chunks, parity } => self.compare_parity(&chunks, parity, rows.start, &readable, &mut places),
+                Redundancy::None => None,
             };
             let Some(reference) = checked else {
                 report.stripes_unchecked += 1;
@@ -248,16 +249,14 @@ impl<'v> Scanner<'v> {
         }
     }
 
-    /// RAID 1 and 10: compares stripe `s`'s readable copies with the
-    /// first (the buffers hold rows from `row0`), adding those that differ
-    /// to `places`. `Some(reference copy: member, buffer offset)` when two
-    /// copies could be compared.
-    fn compare_copies(&self, s: u64, row0: u64, readable: &[bool], places: &mut Vec<MismatchPlace>) -> Option<Option<(u32, usize)>> {
-        let (l, chunk) = (self.l, self.l.chunk());
-        let c = chunk as usize;
-        let at = |member_offset: u64| (member_offset - row0 * chunk) as usize;
-        let copies: Vec<(u32, u64)> =
-            l.data_locations(s * chunk).iter().filter(|p| readable[p.member as usize]).map(|p| (p.member, p.member_offset)).collect();
+    /// A stripe kept as `copies` (RAID 1, 10): compares its readable
+    /// copies with the first (the buffers hold rows from `row0`), adding
+    /// those that differ to `places`. `Some(reference copy: member, buffer
+    /// offset)` when two copies could be compared.
+    fn compare_copies(&self, copies: Places, row0: u64, readable: &[bool], places: &mut Vec<MismatchPlace>) -> Option<Option<(u32, usize)>> {
+        let c = self.l.chunk() as usize;
+        let at = |member_offset: u64| (member_offset - row0 * self.l.chunk()) as usize;
+        let copies: Vec<(u32, u64)> = copies.iter().filter(|p| readable[p.member as usize]).map(|p| (p.member, p.member_offset)).collect();
         if copies.len() < 2 {
             return None;
         }
@@ -271,32 +270,42 @@ impl<'v> Scanner<'v> {
         Some(Some((rm, ro)))
     }
 
-    /// RAID 5 and 6: recomputes stripe `s`'s P (and Q) from its data (the
-    /// buffers hold rows from `row0`) and compares, adding the parity
-    /// chunks that differ to `places`. `Some(None)` when the stripe could
-    /// be checked (every data member and P or Q readable).
-    fn compare_parity(&mut self, s: u64, row0: u64, readable: &[bool], places: &mut Vec<MismatchPlace>) -> Option<Option<(u32, usize)>> {
-        let (l, chunk) = (self.l, self.l.chunk());
-        let c = chunk as usize;
-        let order = stripe_members(l, s);
-        let d = l.data_chunks() as usize;
-        let o = ((s - row0) * chunk) as usize;
-        let p_ok = readable[order[d] as usize];
-        let q_ok = order.get(d + 1).is_some_and(|&q| readable[q as usize]);
-        if !order[..d].iter().all(|&m| readable[m as usize]) || !(p_ok || q_ok) {
+    /// A stripe of data chunks and `parity` parity chunks at `chunks`
+    /// (RAID 5, 6): recomputes its P (and Q) from its data (the buffers
+    /// hold rows from `row0`) and compares, adding the parity chunks that
+    /// differ to `places`. `Some(None)` when the stripe could be checked
+    /// (every data chunk and P or Q readable).
+    fn compare_parity(
+        &mut self,
+        chunks: &StripePlaces,
+        parity: usize,
+        row0: u64,
+        readable: &[bool],
+        places: &mut Vec<MismatchPlace>,
+    ) -> Option<Option<(u32, usize)>> {
+        let c = self.l.chunk() as usize;
+        let at = |p: Place| (p.member_offset - row0 * self.l.chunk()) as usize;
+        let chunks = chunks.as_slice();
+        let d = chunks.len() - parity;
+        let (p, q) = (chunks[d], chunks.get(d + 1).copied());
+        let p_ok = readable[p.member as usize];
+        let q_ok = q.is_some_and(|q| readable[q.member as usize]);
+        if !chunks[..d].iter().all(|x| readable[x.member as usize]) || !(p_ok || q_ok) {
             return None;
         }
-        let data: Vec<&[u8]> = order[..d].iter().map(|&m| &self.bufs[m as usize][o..o + c]).collect();
-        match l.level().parity_chunks() {
+        let data: Vec<&[u8]> = chunks[..d].iter().map(|&x| &self.bufs[x.member as usize][at(x)..at(x) + c]).collect();
+        match parity {
             1 => self.kernel.gen_p(&data, &mut self.p),
             _ => self.kernel.gen_pq(&data, &mut self.p, &mut self.q),
         }
-        let off = self.vol.data_offset() + s * chunk;
-        if p_ok && self.bufs[order[d] as usize][o..o + c] != self.p[..] {
-            places.push(MismatchPlace { member: order[d], offset: off, kind: MismatchKind::P });
+        let base = self.vol.data_offset();
+        if p_ok && self.bufs[p.member as usize][at(p)..at(p) + c] != self.p[..] {
+            places.push(MismatchPlace { member: p.member, offset: base + p.member_offset, kind: MismatchKind::P });
         }
-        if q_ok && self.bufs[order[d + 1] as usize][o..o + c] != self.q[..] {
-            places.push(MismatchPlace { member: order[d + 1], offset: off, kind: MismatchKind::Q });
+        if let Some(q) = q.filter(|_| q_ok) {
+            if self.bufs[q.member as usize][at(q)..at(q) + c] != self.q[..] {
+                places.push(MismatchPlace { member: q.member, offset: base + q.member_offset, kind: MismatchKind::Q });
+            }
         }
         Some(None)
     }

@@ -4,7 +4,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 use crate::raid::health::MemberState;
-use crate::raid::layout::RedundantLevel;
+use crate::raid::layout::{RedundantLevel, Role};
 use crate::raid::bitmap::Bitmap;
 use crate::raid::engine::Shared;
 use crate::raid::health::Health;
@@ -32,6 +32,15 @@ fn build(level: Level, n: usize, chunk: u64, data: u64, bitmap: bool) -> Arc<Vol
         Arc::new(Bitmap::create(members.clone(), health.clone(), 64 << 10, DATA_OFFSET + g.member_size()).unwrap())
     });
     Volume::with_state(members, g, DATA_OFFSET, Shared { health, bitmap }).unwrap()
+}
+
+/// The members of stripe `s` of a RAID 5/6 layout in stripe order (data
+/// 0 .., P, Q).
+fn stripe_members(l: &Layout, s: u64) -> Vec<u32> {
+    let mut v: Vec<u32> = (0..l.data_chunks()).map(|i| l.data_member(s, i)).collect();
+    v.push(l.parity_member(s));
+    v.extend(l.q_member(s));
+    v
 }
 
 fn layout(vol: &Volume) -> Layout {

@@ -55,7 +55,7 @@
 //! does (see [`WriteBand`]).
 
 use crate::raid::chunk::{check_chunk, Segment, MAX_MEMBERS};
-use crate::raid::level::{per_level, Descriptor, Level, MemberMask, Placement, Shape, Survival, REGISTRY};
+use crate::raid::level::{per_level, Descriptor, Level, MemberMask, Placement, Recover, Redundancy, Shape, Survival, REGISTRY};
 use crate::{bail, Result};
 
 pub use crate::raid::level::{Place, Places, PlacesIter, Role, Variant};
@@ -544,6 +544,22 @@ impl Layout {
     /// (RAID 10's copy pairs straddle rows with an odd member count).
     pub fn straddle_rows(&self) -> u64 {
         per_level!(self.level.level(), L => L::straddle_rows(&self.shape))
+    }
+
+    /// How stripe `stripe` (below [`stripes`](Self::stripes)) is kept: its
+    /// chunks' places and whether they are copies or data with parity
+    /// (the level's [`Placement::redundancy`]).
+    pub fn redundancy(&self, stripe: u64) -> Redundancy {
+        debug_assert!(stripe < self.shape.stripes, "stripe {stripe} past the volume");
+        per_level!(self.level.level(), L => L::redundancy(&self.shape, stripe))
+    }
+
+    /// The steps that find `member`'s chunk in member row `row` (below
+    /// [`member_chunks`](Self::member_chunks)) again when it is lost (the
+    /// level's [`Placement::recover`]).
+    pub fn recover(&self, member: u32, row: u64) -> Recover {
+        debug_assert!(member < self.shape.members && row < self.member_chunks(), "member {member} row {row} outside the layout");
+        per_level!(self.level.level(), L => L::recover(&self.shape, member, row))
     }
 
     /// Calls `f` for each piece of the logical range `[offset, offset+len)`,

@@ -15,12 +15,23 @@
 //! [`geometry`](crate::raid::geometry) and [`layout`](crate::raid::layout)
 //! call it (SPDK's module function table, here static dispatch).
 //!
+//! Maintenance asks the level too: [`Placement::redundancy`] says how a
+//! stripe is kept (copies of one chunk, or data chunks with P and Q, as
+//! places on members: [`Redundancy`]) and [`Placement::stripe_at`] which
+//! stripe a member's chunk belongs to; rebuild, check, repair and resync
+//! ([`crate::control::maint`]) derive every step from those two
+//! ([`Redundancy::recover`]: copy from another copy, or recompute from
+//! the stripe), and name no level.
+//!
 //! Adding a level: a new file here with its descriptor and its
-//! [`Placement`], its variant in [`Level`], its line in [`REGISTRY`] and
-//! its arm in `per_level!`. Not here yet (ARCHITECTURE.md lists the
-//! files): its stripe operations and its takeovers.
+//! [`Placement`] (every method without a default: where each byte lives,
+//! what each member chunk holds, its stripes' redundancy), its variant in
+//! [`Level`], its line in [`REGISTRY`] and its arm in `per_level!`. Not
+//! here yet (ARCHITECTURE.md lists the files): its stripe operations and
+//! its takeovers.
 
 mod place;
+mod redundancy;
 mod raid0;
 mod raid1;
 mod raid10;
@@ -32,6 +43,8 @@ use std::ops::Range;
 use crate::{bail, Result};
 
 pub use place::{Place, Places, PlacesIter, Role, Shape, Variant};
+pub(crate) use redundancy::row_redundancy;
+pub use redundancy::{Recover, Redundancy, StripePlaces};
 pub use raid0::Raid0;
 pub use raid1::Raid1;
 pub use raid10::Raid10;
@@ -53,18 +66,61 @@ pub enum Level {
     Raid6 = 4,
 }
 
-/// Where a level puts each byte of a volume of [`Shape`] `s`: one unit
-/// struct per level implements it in the level's file, and `per_level!`
-/// picks it for a [`Level`]. Pure functions, `#[inline]` where the data
-/// path calls them (per request), no allocation.
-pub trait Placement {
+/// Where a level puts each byte of a volume of [`Shape`] `s`, and how it
+/// keeps each stripe recoverable: one unit struct per level implements it
+/// in the level's file, and `per_level!` picks it for a [`Level`]. Pure
+/// functions, `#[inline]` where the data path calls them (per request), no
+/// allocation.
+///
+/// A new level fills every method without a default:
+/// [`role`](Self::role), [`data_member`](Self::data_member) (where the
+/// bytes are), [`redundancy`](Self::redundancy) and
+/// [`stripe_at`](Self::stripe_at) (what maintenance rebuilds and checks:
+/// the unit test `every_level_recovers_every_lost_chunk` in `tests.rs`
+/// checks them against `places` and `role`), and overrides the row
+/// arithmetic below when a stripe is not one member row, and
+/// [`places`](Self::places) unless it keeps each byte once in row stripes.
+pub trait Placement: Sized {
     /// Every place that holds logical byte `offset` (below the volume's
-    /// capacity, bytes).
-    fn places(s: &Shape, offset: u64) -> Places;
+    /// capacity, bytes). The default is the placement of a level that
+    /// keeps each byte once, in stripes that are rows of data chunks
+    /// (RAID 5 and 6, see [`row_places`]); a level that copies bytes, or
+    /// whose stripes are not rows, overrides it.
+    #[inline]
+    fn places(s: &Shape, offset: u64) -> Places {
+        row_places::<Self>(s, offset)
+    }
 
     /// What byte `member_offset` (bytes in the data area, below
     /// `s.member_size`) of `member` (below `s.members`) holds.
     fn role(s: &Shape, member: u32, member_offset: u64) -> Role;
+
+    /// How stripe `stripe` (below `s.stripes`) is kept: the places of its
+    /// chunks (chunk-aligned member offsets, bytes) and whether they are
+    /// copies or data with parity (see [`Redundancy`]). Rebuild, check,
+    /// repair and resync do what this says.
+    fn redundancy(s: &Shape, stripe: u64) -> Redundancy;
+
+    /// The stripe that `member`'s chunk in member row `row` (a row is
+    /// `s.chunk` bytes of every member) belongs to, or `None` when that
+    /// chunk holds nothing (past the volume, RAID 10's unused last slot).
+    /// The stripe's [`redundancy`](Self::redundancy) lists the place
+    /// `(member, row * s.chunk)`.
+    fn stripe_at(s: &Shape, member: u32, row: u64) -> Option<u64>;
+
+    /// The steps that find `member`'s chunk in member row `row` again
+    /// when `member` is lost (what a rebuild runs): zeros for a chunk that
+    /// holds nothing, else what its stripe's
+    /// [`redundancy`](Self::redundancy) says ([`Redundancy::recover`]).
+    /// Derived from the two methods above; a level has no reason to
+    /// override it.
+    #[inline]
+    fn recover(s: &Shape, member: u32, row: u64) -> Recover {
+        match Self::stripe_at(s, member, row) {
+            None => Recover::Zero,
+            Some(stripe) => Self::redundancy(s, stripe).recover(Place { member, member_offset: row * s.chunk }),
+        }
+    }
 
     /// The member holding P of `stripe`; `None` for a level without
     /// parity.
@@ -127,6 +183,28 @@ pub(crate) fn row_places<L: Placement>(s: &Shape, offset: u64) -> Places {
     let d = s.data_chunks as u64;
     let (stripe, i) = (chunk_no / d, (chunk_no % d) as u32);
     Places::one(Place { member: L::data_member(s, stripe, i), member_offset: stripe * s.chunk + offset % s.chunk })
+}
+
+/// [`Placement::role`] for a level whose stripes are rows (RAID 5 and 6):
+/// in row `r`, the `rotation` members `0 .. rotation` hold, from P's member
+/// `p(s, r)` on and wrapping, P, then Q when `parity` is 2, then the data
+/// chunks in order.
+#[inline]
+pub(crate) fn row_role(s: &Shape, member: u32, member_offset: u64, p: fn(&Shape, u64) -> u32, rotation: u32, parity: u32) -> Role {
+    let (row, within) = (member_offset / s.chunk, member_offset % s.chunk);
+    // Position after P, wrapping: 0 is P, then Q (RAID 6), then the data.
+    match (member + rotation - p(s, row)) % rotation {
+        0 => Role::P,
+        1 if parity == 2 => Role::Q,
+        after => Role::Data((row * s.data_chunks as u64 + (after - parity) as u64) * s.chunk + within),
+    }
+}
+
+/// [`Placement::stripe_at`] for a level whose stripes are member rows
+/// (RAID 0, 1, 5, 6): row `row` while it is inside the volume.
+#[inline]
+pub(crate) fn row_stripe(s: &Shape, row: u64) -> Option<u64> {
+    (row < s.stripes).then_some(row)
 }
 
 /// `per_level!(level, L => expr)`: evaluates `expr` with the type `L` set

@@ -2,7 +2,7 @@
 //! Its placement ([`Raid0`]) is md's raid0 over equal members; one member
 //! is the identity map (a raw drive benchmarked through the engine).
 
-use super::{Copies, Descriptor, Level, Loses, Place, Placement, Places, Role, Shape};
+use super::{row_stripe, Copies, Descriptor, Level, Loses, Place, Placement, Places, Redundancy, Role, Shape};
 
 /// RAID 0's descriptor.
 pub(super) static RAID0: Descriptor = Descriptor {
@@ -53,5 +53,14 @@ impl Placement for Raid0 {
     #[inline]
     fn data_member(s: &Shape, stripe: u64, i: u32) -> u32 {
         ((stripe * s.members as u64 + i as u64) % s.members as u64) as u32
+    }
+
+    /// Nothing keeps a RAID 0 stripe.
+    fn redundancy(_s: &Shape, _stripe: u64) -> Redundancy {
+        Redundancy::None
+    }
+
+    fn stripe_at(s: &Shape, _member: u32, row: u64) -> Option<u64> {
+        row_stripe(s, row)
     }
 }

@@ -2,7 +2,7 @@
 //! Its placement ([`Raid1`], md's `raid1.c`): every member at the same
 //! offsets; a stripe is a logical chunk, one member row.
 
-use super::{Copies, Descriptor, Level, Loses, Placement, Places, Role, Shape};
+use super::{row_stripe, Copies, Descriptor, Level, Loses, Placement, Places, Redundancy, Role, Shape};
 
 /// RAID 1's descriptor.
 pub(super) static RAID1: Descriptor = Descriptor {
@@ -31,5 +31,14 @@ impl Placement for Raid1 {
     #[inline]
     fn data_member(_s: &Shape, _stripe: u64, _i: u32) -> u32 {
         0
+    }
+
+    /// A copy of the stripe's chunk on every member, in the same row.
+    fn redundancy(s: &Shape, stripe: u64) -> Redundancy {
+        Redundancy::Copies(Places::every(s.members, stripe * s.chunk))
+    }
+
+    fn stripe_at(s: &Shape, _member: u32, row: u64) -> Option<u64> {
+        row_stripe(s, row)
     }
 }

@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use super::{Copies, Descriptor, Level, Loses, Place, Placement, Places, Role, Shape};
+use super::{Copies, Descriptor, Level, Loses, Place, Placement, Places, Redundancy, Role, Shape};
 
 /// RAID 10's descriptor.
 pub(super) static RAID10: Descriptor = Descriptor {
@@ -54,6 +54,17 @@ impl Placement for Raid10 {
     #[inline]
     fn data_member(s: &Shape, stripe: u64, _i: u32) -> u32 {
         ((stripe * Self::K) % s.members as u64) as u32
+    }
+
+    /// The two copies of logical chunk `stripe`, in slots `2 stripe` and
+    /// `2 stripe + 1`.
+    fn redundancy(s: &Shape, stripe: u64) -> Redundancy {
+        Redundancy::Copies(Self::places(s, stripe * s.chunk))
+    }
+
+    fn stripe_at(s: &Shape, member: u32, row: u64) -> Option<u64> {
+        let chunk_no = (row * s.members as u64 + member as u64) / Self::K;
+        (chunk_no < s.stripes).then_some(chunk_no)
     }
 
     fn stripes_of_rows(s: &Shape, ra: u64, rb: u64) -> Range<u64> {

@@ -4,7 +4,7 @@
 //! and data chunk `i` on `(P + 1 + i) % n`; parity-last (md's
 //! `ALGORITHM_PARITY_N`) keeps P on the last member.
 
-use super::{row_places, Copies, Descriptor, Level, Loses, Placement, Places, Role, Shape, Variant};
+use super::{row_redundancy, row_role, row_stripe, Copies, Descriptor, Level, Loses, Placement, Redundancy, Role, Shape, Variant};
 
 /// RAID 5's descriptor.
 pub(super) static RAID5: Descriptor = Descriptor {
@@ -21,20 +21,16 @@ pub struct Raid5;
 
 impl Placement for Raid5 {
     #[inline]
-    fn places(s: &Shape, offset: u64) -> Places {
-        row_places::<Self>(s, offset)
+    fn role(s: &Shape, member: u32, member_offset: u64) -> Role {
+        row_role(s, member, member_offset, Self::p, s.members, 1)
     }
 
-    #[inline]
-    fn role(s: &Shape, member: u32, member_offset: u64) -> Role {
-        let (row, within) = (member_offset / s.chunk, member_offset % s.chunk);
-        let n = s.members;
-        let pd = Self::p(s, row);
-        // Position after P, wrapping: 0 is P, then the data chunks.
-        match (member + n - pd) % n {
-            0 => Role::P,
-            after => Role::Data((row * s.data_chunks as u64 + after as u64 - 1) * s.chunk + within),
-        }
+    fn redundancy(s: &Shape, stripe: u64) -> Redundancy {
+        row_redundancy::<Self>(s, stripe)
+    }
+
+    fn stripe_at(s: &Shape, _member: u32, row: u64) -> Option<u64> {
+        row_stripe(s, row)
     }
 
     #[inline]

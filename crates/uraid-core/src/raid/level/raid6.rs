@@ -5,7 +5,7 @@
 //! `ALGORITHM_LEFT_SYMMETRIC_6`) keeps Q on the last member and P and the
 //! data as RAID 5 left-symmetric over the others.
 
-use super::{row_places, Copies, Descriptor, Level, Loses, Placement, Places, Role, Shape, Variant};
+use super::{row_redundancy, row_role, row_stripe, Copies, Descriptor, Level, Loses, Placement, Redundancy, Role, Shape, Variant};
 
 /// RAID 6's descriptor.
 pub(super) static RAID6: Descriptor = Descriptor {
@@ -40,36 +40,21 @@ impl Raid6 {
 
 impl Placement for Raid6 {
     #[inline]
-    fn places(s: &Shape, offset: u64) -> Places {
-        row_places::<Self>(s, offset)
+    fn role(s: &Shape, member: u32, member_offset: u64) -> Role {
+        match s.variant {
+            // Q on the last member, P and the data rotating over the others.
+            Variant::ParityLast if member == Self::rotation(s) => Role::Q,
+            Variant::ParityLast => row_role(s, member, member_offset, Self::p, Self::rotation(s), 1),
+            Variant::Standard => row_role(s, member, member_offset, Self::p, s.members, 2),
+        }
     }
 
-    #[inline]
-    fn role(s: &Shape, member: u32, member_offset: u64) -> Role {
-        let (row, within) = (member_offset / s.chunk, member_offset % s.chunk);
-        let data = |i: u32| Role::Data((row * s.data_chunks as u64 + i as u64) * s.chunk + within);
-        let pd = Self::p(s, row);
-        match s.variant {
-            Variant::ParityLast => {
-                let m = Self::rotation(s);
-                if member == m {
-                    return Role::Q;
-                }
-                match (member + m - pd) % m {
-                    0 => Role::P,
-                    after => data(after - 1),
-                }
-            }
-            Variant::Standard => {
-                let n = s.members;
-                // Position after P, wrapping: 0 is P, 1 is Q, then data.
-                match (member + n - pd) % n {
-                    0 => Role::P,
-                    1 => Role::Q,
-                    after => data(after - 2),
-                }
-            }
-        }
+    fn redundancy(s: &Shape, stripe: u64) -> Redundancy {
+        row_redundancy::<Self>(s, stripe)
+    }
+
+    fn stripe_at(s: &Shape, _member: u32, row: u64) -> Option<u64> {
+        row_stripe(s, row)
     }
 
     #[inline]
