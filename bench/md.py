@@ -11,7 +11,11 @@ ceilings the drive itself enforces, so that md's kernel threads and uraid are
 held to the same budget and neither is CPU-bound under TCG:
 
   --mbps N   null_blk's `mbps`: N MiB/s per drive, ONE budget for reads and
-             writes together (as a real drive's);
+             writes together (as a real drive's). null_blk refills it every
+             20 ms to (1 MiB / 50) * N bytes, and a request larger than that
+             never passes: N must be at least 26 for the 512 KiB requests
+             max_sectors=1024 allows (26: 25 MiB/s in 128K or 512K requests);
+             a smaller N is refused;
   --iops N   an IOPS ceiling per drive from the timer completion: irqmode=2,
              hw_queue_depth=16, submit_queues=1, completion_nsec=16/N s
              (at most 16 requests in flight, each taking 16/N s), also shared
@@ -64,10 +68,10 @@ def mib(s):
 
 def main():
     ap = parser(__doc__, runs=1, time=3.0, time_help="seconds per test (after a 1 s ramp)")
-    ap.add_argument("--levels", default="0,10,5,6", help="levels to run, comma-separated (0, 10, 5, 6)")
+    ap.add_argument("--levels", default="5,0,6,10", help="levels to run, comma-separated (0, 10, 5, 6)")
     ap.add_argument("--size", default="256M", help="size of each drive (M or G): 256M-1G")
     ap.add_argument("--chunk", default="128K", help="chunk of both md and uraid (K)")
-    ap.add_argument("--mbps", type=int, default=10, help="bandwidth ceiling per drive, MiB/s, reads + writes")
+    ap.add_argument("--mbps", type=int, default=26, help="bandwidth ceiling per drive, MiB/s, reads + writes")
     ap.add_argument("--iops", type=int, default=400, help="IOPS ceiling per drive, reads + writes")
     ap.add_argument("--json", help="also write every figure to this file")
     ap.add_argument("--uraid", default=URAID, help="the uraid binary (default: the release build)")
@@ -77,6 +81,9 @@ def main():
     if any(lv not in (0, 10, 5, 6) for lv in levels):
         sys.exit(f"--levels {args.levels}: md and uraid share levels 0, 10, 5 and 6")
     mib(args.size)
+    if args.mbps < 26 or args.iops < 1:
+        sys.exit(f"--mbps {args.mbps} --iops {args.iops}: null_blk never passes a 512 KiB request with mbps under 26"
+                 " (its budget per 20 ms tick is smaller); give --mbps 26 or more and --iops 1 or more")
     if not re.fullmatch(r"\d+K", args.chunk.upper()):
         sys.exit(f"--chunk {args.chunk}: give KiB, e.g. 128K")
     if args.no_vm or "virtme" in open("/proc/cmdline").read():
