@@ -316,7 +316,7 @@ impl World {
                 let j = Arc::new(Journal::open(jm.try_clone().unwrap()).unwrap());
                 v.enable_journaled_cache(cache_config(s.mode), j.clone())
                     .unwrap();
-                j.replay(v.raid(), Cache::line_for(&v))
+                j.replay(v.raid(), Cache::line_for(v.raid()))
                     .unwrap_or_else(|e| panic!("{}: journal replay: {e}", self.what()));
             }
             (None, CacheMode::Off) => {}
@@ -544,7 +544,7 @@ impl World {
         }
         drop(q);
         let v = self.vol.take().expect("assembled");
-        let states = v.health().states();
+        let states = v.raid().health().states();
         let cache = v.cache().cloned();
         drop(v);
         if let Some(c) = cache {
@@ -635,7 +635,7 @@ impl World {
             }
         }
         let failed = v
-            .health()
+            .raid().health()
             .states()
             .iter()
             .any(|&s| s != MemberState::Active);
@@ -706,7 +706,7 @@ impl World {
                 91..=92 => self.write(Some(Op::Discard)),
                 93..=95 => {
                     // The bitmap daemon's work, here on this thread.
-                    if let Some(b) = self.vol().bitmap().cloned() {
+                    if let Some(b) = self.vol().raid().bitmap().cloned() {
                         let cleared = b
                             .clear_idle()
                             .unwrap_or_else(|e| panic!("{}: bitmap clear: {e}", self.what()));

@@ -266,9 +266,9 @@ fn read_sources(
     rb: u64,
     bufs: &mut [IoBuf],
 ) -> Result<Vec<Read>> {
-    let health = vol.health();
+    let health = vol.raid().health();
     let chunk = l.chunk();
-    let base = vol.data_offset();
+    let base = vol.raid().data_offset();
     let (abs, len) = (base + ra * chunk, ((rb - ra) * chunk) as usize);
     let n = l.members() as u32;
     loop {
@@ -278,7 +278,7 @@ fn read_sources(
             Recovery::OtherCopy => other_copy_sources(health, l, base, target, ra, rb).map_err(|e| at(&e))?,
             Recovery::Parity => stripe_sources(health, l, target, abs, len).map_err(|e| at(&e))?,
         };
-        let errors = read_all(vol.members(), &reads, bufs);
+        let errors = read_all(vol.raid().members(), &reads, bufs);
         if errors.is_empty() {
             return Ok(reads);
         }
