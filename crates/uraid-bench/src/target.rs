@@ -173,11 +173,11 @@ pub fn open(spec: &TargetSpec, index: usize, o: OpenOptions) -> Result<Target> {
             (v, TargetKind::Temporary(o.chunk), None)
         }
     };
-    let members: Vec<MemberInfo> = vol.members().iter().map(member_info).collect();
-    let label = spec.label.clone().unwrap_or_else(|| match (&kind, vol.members().len()) {
-        (TargetKind::Raw, _) | (TargetKind::MemberDataArea(_), _) => vol.members()[0].name().to_string(),
-        (TargetKind::Array(n), k) => format!("{n} (RAID {} x{k})", vol.geometry().level().number()),
-        (TargetKind::Temporary(_), k) => format!("RAID {} x{k}", vol.geometry().level().number()),
+    let members: Vec<MemberInfo> = vol.raid().members().iter().map(member_info).collect();
+    let label = spec.label.clone().unwrap_or_else(|| match (&kind, vol.raid().members().len()) {
+        (TargetKind::Raw, _) | (TargetKind::MemberDataArea(_), _) => vol.raid().members()[0].name().to_string(),
+        (TargetKind::Array(n), k) => format!("{n} (RAID {} x{k})", vol.raid().geometry().level().number()),
+        (TargetKind::Temporary(_), k) => format!("RAID {} x{k}", vol.raid().geometry().level().number()),
     });
     let _ = index;
     let description = describe(&vol, &kind);
@@ -187,20 +187,20 @@ pub fn open(spec: &TargetSpec, index: usize, o: OpenOptions) -> Result<Target> {
 /// One line describing `vol` opened as `kind`.
 pub fn describe(vol: &Volume, kind: &TargetKind) -> String {
     let names: Vec<String> = vol
-        .members()
+        .raid().members()
         .iter()
         .map(|m| format!("{}{}", m.name(), if m.direct() || matches!(m.kind(), uraid_core::io::member::MemberKind::Mem | uraid_core::io::member::MemberKind::Null) { "" } else { " (buffered)" }))
         .collect();
-    let geo = vol.geometry();
+    let geo = vol.raid().geometry();
     match kind {
         TargetKind::Raw => format!("{} ({} bytes, {})", names[0], vol.capacity(), fmt_size(vol.capacity())),
         TargetKind::MemberDataArea(a) => {
-            format!("{} data area (member of array '{a}'), {} bytes from offset {}", names[0], vol.capacity(), vol.data_offset())
+            format!("{} data area (member of array '{a}'), {} bytes from offset {}", names[0], vol.capacity(), vol.raid().data_offset())
         }
         TargetKind::Array(n) => format!(
             "array '{n}': RAID {} over {} members, chunk {}, {} bytes, cache {}: {}",
             geo.level().number(),
-            vol.members().len(),
+            vol.raid().members().len(),
             fmt_size(geo.chunk()),
             vol.capacity(),
             match vol.cache() {
@@ -212,7 +212,7 @@ pub fn describe(vol: &Volume, kind: &TargetKind) -> String {
         TargetKind::Temporary(c) => format!(
             "temporary RAID {} over {} members, chunk {}, {} bytes: {}",
             geo.level().number(),
-            vol.members().len(),
+            vol.raid().members().len(),
             fmt_size(*c),
             vol.capacity(),
             names.join(" ")

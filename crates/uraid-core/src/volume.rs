@@ -28,6 +28,16 @@ use crate::{bail, Result};
 
 /// A volume: its RAID layer and, once enabled, its cache. Shared (`Arc`)
 /// by every queue that serves it; what its stack can do: [`Volume::caps`].
+///
+/// It does not reach through to the RAID layer (no `Deref`): the layers
+/// and exports above ask [`Volume::caps`], the control path names the
+/// layer it works on with [`Volume::raid`]:
+///
+/// ```compile_fail
+/// fn members(v: &uraid_core::Volume) -> usize {
+///     v.members().len()
+/// }
+/// ```
 #[derive(Debug)]
 pub struct Volume {
     raid: Arc<RaidVolume>,
@@ -37,18 +47,6 @@ pub struct Volume {
     /// position (`raid` is then the old layout, whose size the volume
     /// keeps until the reshape ends).
     reshape: Option<(Arc<RaidVolume>, Arc<ReshapeState>)>,
-}
-
-/// For the control path only (maintenance, status, membership: they work
-/// on the RAID layer, below the cache, on purpose): the RAID layer's
-/// layout, members and states. The data path's users (the exports, the
-/// load generator) decide by [`Volume::caps`] and the [`BlockQueue`] of
-/// the stack's top instead, never by what lies below it.
-impl std::ops::Deref for Volume {
-    type Target = RaidVolume;
-    fn deref(&self) -> &RaidVolume {
-        &self.raid
-    }
 }
 
 impl Volume {
@@ -83,10 +81,24 @@ impl Volume {
         self.reshape.as_ref().map(|(n, _)| n)
     }
 
-    /// The RAID layer (what maintenance, the cache's flusher and journal
-    /// replay read and write: below the cache).
+    /// The RAID layer, for the control path only (maintenance, status,
+    /// membership, the cache's flusher and journal replay: they work on
+    /// the RAID layer, below the cache, on purpose): its layout, members,
+    /// states and bitmap. The data path's users (the exports, the load
+    /// generator) decide by [`caps`](Self::caps) and the [`BlockQueue`] of
+    /// the stack's top instead, never by what lies below it.
     pub fn raid(&self) -> &Arc<RaidVolume> {
         &self.raid
+    }
+
+    /// The volume's size in bytes (the old layout's while restriped).
+    pub fn capacity(&self) -> u64 {
+        self.raid.capacity()
+    }
+
+    /// The volume's logical block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        self.raid.block_size()
     }
 
     /// Whether a discard (TRIM) of this volume is worth passing down.
@@ -174,7 +186,7 @@ impl Volume {
     /// Errors: `InvalidInput` when this volume has a cache already or the
     /// capacities differ.
     pub fn adopt_cache(&self, c: Arc<Cache>, from: &Volume) -> Result<()> {
-        if from.capacity() != self.capacity() || from.geometry().chunk() != self.geometry().chunk() || self.reshape.is_some() {
+        if from.capacity() != self.capacity() || from.raid.geometry().chunk() != self.raid.geometry().chunk() || self.reshape.is_some() {
             bail!(InvalidInput, "a cache cannot move between volumes of different shapes");
         }
         c.retarget(Arc::downgrade(&self.raid));

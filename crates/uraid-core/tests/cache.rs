@@ -258,7 +258,7 @@ fn small_sequential_writes_become_full_stripes_without_member_reads() {
             q.run(Request::write((i * piece.len()) as u64, piece.len(), b, 0)).result.unwrap();
         }
         q.run(Request::flush(0)).result.unwrap();
-        let reads = v.stripe_reads();
+        let reads = v.raid().stripe_reads();
         assert_eq!(reads > 0, expect_reads, "{mode:?}: {reads} member reads by stripe operations");
         assert!(raw.read_at(0, model.len()).unwrap() == model, "{mode:?}: members differ");
         assert_eq!(uraid_core::control::maint::check(&raw, false, &mut |_, _| {}).unwrap().mismatches, 0);

@@ -170,11 +170,11 @@ fn copy_of(m: &Member) -> Member {
 /// as the next assemble would. Only what was durable is there.
 fn after_crash(st: &Stack) -> Arc<Volume> {
     let v = &st.vol;
-    let ms: Vec<Member> = v.members().iter().map(copy_of).collect();
-    let view = Volume::new(Arc::new(ms), *v.geometry(), DATA_OFFSET).unwrap();
+    let ms: Vec<Member> = v.raid().members().iter().map(copy_of).collect();
+    let view = Volume::new(Arc::new(ms), *v.raid().geometry(), DATA_OFFSET).unwrap();
     if let Some(jm) = &st.journal {
         let j = Journal::open(copy_of(jm)).unwrap();
-        j.replay(view.raid(), Cache::line_for(&view)).unwrap();
+        j.replay(view.raid(), Cache::line_for(view.raid())).unwrap();
     }
     view
 }
@@ -307,7 +307,7 @@ fn conform(c: &Case) {
         _ => {
             let got = got.unwrap_or_else(|e| panic!("{}: a redundant read over one failing member: {e}", c.name));
             assert_same("a degraded read", c, &got, &model, 0);
-            assert_eq!(v.health().state(0), MemberState::Faulty, "{}: member 0 after its read error", c.name);
+            assert_eq!(v.raid().health().state(0), MemberState::Faulty, "{}: member 0 after its read error", c.name);
             // Writes go on, degraded, and read back.
             let data = vec![0xc3u8; 2 * CHUNK as usize];
             v.write_at(CHUNK, &data).unwrap();

@@ -233,7 +233,7 @@ fn run_with(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade
         let j = match place {
             Place::Own => Journal::format(jm.try_clone().unwrap(), id).unwrap(),
             _ => {
-                let host = Host { health: v.health().clone(), role: jrole };
+                let host = Host { health: v.raid().health().clone(), role: jrole };
                 Journal::format_region(jm.try_clone().unwrap(), jstart, JOURNAL_REGION, id, Some(host)).unwrap()
             }
         };
@@ -259,7 +259,7 @@ fn run_with(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade
     let mut lost_journal = false;
     for op in 0..ops {
         if lose_at == Some(op) {
-            v.health().fail(jrole).unwrap();
+            v.raid().health().fail(jrole).unwrap();
             lost_journal = true;
         }
         if rng.random_ratio(1, 12) {
@@ -326,23 +326,23 @@ fn run_with(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade
     // regions resynced.
     let v = open(&members, g, false);
     if degrade {
-        v.health().fail(0).unwrap();
+        v.raid().health().fail(0).unwrap();
     }
     if lost_journal {
         // Assemble finds the member failed: no journal to replay.
-        v.health().fail(jrole).unwrap();
+        v.raid().health().fail(jrole).unwrap();
     } else if journaled {
         let j = match place {
             Place::Own => Journal::open(jm.try_clone().unwrap()).unwrap(),
             _ => Journal::open_region(jm.try_clone().unwrap(), jstart, JOURNAL_REGION, None).unwrap(),
         };
-        j.replay(v.raid(), uraid_core::cache::Cache::line_for(&v)).unwrap();
+        j.replay(v.raid(), uraid_core::cache::Cache::line_for(v.raid())).unwrap();
         // With the journal, everything acknowledged is durable.
         since.clear();
     }
     let degrade = degrade || lost_journal;
     if !degrade {
-        let dirty = v.bitmap().unwrap().dirty();
+        let dirty = v.raid().bitmap().unwrap().dirty();
         uraid_core::control::maint::resync(&v, &dirty).unwrap();
     }
     let back = v.read_at(0, cap).unwrap();

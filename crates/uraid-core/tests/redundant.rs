@@ -40,16 +40,16 @@ fn gf_mul2(x: u8) -> u8 {
 }
 
 fn member_bytes(v: &Volume, m: usize) -> Vec<u8> {
-    let size = v.geometry().member_size() as usize;
+    let size = v.raid().geometry().member_size() as usize;
     let mut b = vec![0u8; size];
-    v.members()[m].read_exact_at(&mut b, DATA_OFFSET).unwrap();
+    v.raid().members()[m].read_exact_at(&mut b, DATA_OFFSET).unwrap();
     b
 }
 
 /// Checks copies and parity on the members, skipping members not in
 /// `alive`; returns the first inconsistency.
 fn consistent(v: &Volume, alive: &[bool]) -> Result<(), String> {
-    let l: Layout = *v.geometry().layout().unwrap();
+    let l: Layout = *v.raid().geometry().layout().unwrap();
     let n = l.members();
     let bytes: Vec<Option<Vec<u8>>> = (0..n).map(|m| alive[m].then(|| member_bytes(v, m))).collect();
     let chunk = l.chunk() as usize;
@@ -107,7 +107,7 @@ fn consistent(v: &Volume, alive: &[bool]) -> Result<(), String> {
 fn workload(v: &Arc<Volume>, model: &mut [u8], rng: &mut StdRng, ops: usize) {
     let cap = v.capacity();
     let bs = 512u64;
-    let max = (v.geometry().layout().unwrap().stripe_data_width() * 2).min(cap);
+    let max = (v.raid().geometry().layout().unwrap().stripe_data_width() * 2).min(cap);
     let mut q = v.queue(8).unwrap();
     let mut done = Vec::new();
     let mut busy: Vec<(u64, u64)> = Vec::new();
@@ -178,14 +178,14 @@ fn run_level(level: Level, max_members: usize) {
                         continue;
                     }
                     let v2 = Volume::with_state(
-                        Arc::new(v.members().iter().map(|m| m.try_clone().unwrap()).collect()),
-                        *v.geometry(),
+                        Arc::new(v.raid().members().iter().map(|m| m.try_clone().unwrap()).collect()),
+                        *v.raid().geometry(),
                         DATA_OFFSET,
                         uraid_core::raid::engine::Shared { health: Arc::new(uraid_core::raid::health::Health::new(n)), bitmap: None },
                     )
                     .unwrap();
                     for &m in &failed {
-                        v2.health().set_state(m, MemberState::Faulty);
+                        v2.raid().health().set_state(m, MemberState::Faulty);
                     }
                     workload(&v2, &mut model, &mut rng, 6);
                     let alive: Vec<bool> = (0..n as u32).map(|m| !failed.contains(&m)).collect();
@@ -240,7 +240,7 @@ fn past_tolerance_fails_clearly_and_writes_nothing() {
             _ => 3,
         };
         for m in 0..lost as u32 {
-            v.health().set_state(m, MemberState::Faulty);
+            v.raid().health().set_state(m, MemberState::Faulty);
         }
         let e = v.write_at(0, &vec![7u8; 256 << 10]).unwrap_err();
         assert!(e.to_string().contains("fail") || e.to_string().contains("lost"), "{level}: {e}");
@@ -259,7 +259,7 @@ fn full_stripe_writes_read_nothing_and_rmw_picks_fewer_reads() {
     // read counters would need instrumentation, so check the result and
     // that a 4-member RAID 5 full stripe lands with correct parity.
     let v = volume(Level::Raid5, 4, 64 << 10, 16);
-    let width = v.geometry().layout().unwrap().stripe_data_width() as usize;
+    let width = v.raid().geometry().layout().unwrap().stripe_data_width() as usize;
     let mut rng = StdRng::seed_from_u64(seed());
     let mut data = vec![0u8; width * 4];
     rng.fill_bytes(&mut data);
@@ -300,7 +300,7 @@ fn io_errors_fail_the_member_and_the_data_survives() {
             let (v, plans) = faulty_volume(level, n, 64 << 10, 128);
             let hooked = Arc::new(std::sync::atomic::AtomicU32::new(u32::MAX));
             let h2 = hooked.clone();
-            v.health().set_on_change(move |_, m| {
+            v.raid().health().set_on_change(move |_, m| {
                 h2.store(m, std::sync::atomic::Ordering::SeqCst);
                 Ok(())
             });
@@ -309,7 +309,7 @@ fn io_errors_fail_the_member_and_the_data_survives() {
             rng.fill_bytes(&mut model);
             v.write_at(0, &model).unwrap();
             // Member 1 goes bad over its whole data area.
-            let area = DATA_OFFSET..DATA_OFFSET + v.geometry().member_size();
+            let area = DATA_OFFSET..DATA_OFFSET + v.raid().geometry().member_size();
             match fault {
                 0 => plans[1].fail_reads(area),
                 1 => plans[1].fail_writes(area),
@@ -325,7 +325,7 @@ fn io_errors_fail_the_member_and_the_data_survives() {
             v.write_at(off as u64, &w).unwrap_or_else(|e| panic!("{level} {what}: write failed: {e}"));
             let got = v.read_at(0, model.len()).unwrap_or_else(|e| panic!("{level} {what}: read failed: {e}"));
             assert!(got == model, "{level} {what}: data differs after the fault");
-            assert_eq!(v.health().state(1), MemberState::Faulty, "{level} {what}: member 1 not marked faulty");
+            assert_eq!(v.raid().health().state(1), MemberState::Faulty, "{level} {what}: member 1 not marked faulty");
             assert_eq!(hooked.load(std::sync::atomic::Ordering::SeqCst), 1, "{level} {what}: hook not called");
             assert!(plans[1].injected() > 0);
             // The rest of the members still hold consistent copies/parity.
@@ -345,7 +345,7 @@ fn a_second_failure_past_tolerance_stops_writes() {
         plans[1].vanish();
         let e = v.write_at(0, &vec![3u8; 1 << 20]).unwrap_err();
         assert_eq!(e.errno(), libc::EIO, "{level}: {e}");
-        assert!(v.health().writes_stopped(), "{level}: writes not stopped");
+        assert!(v.raid().health().writes_stopped(), "{level}: writes not stopped");
         // Nothing more reaches the surviving members.
         let before: Vec<Vec<u8>> = (2..4).map(|m| member_bytes(&v, m)).collect();
         assert!(v.write_at(4 << 20, &vec![4u8; 1 << 20]).is_err());
@@ -454,7 +454,7 @@ fn degraded_sequential_reads_reuse_stripes_but_never_stale_ones() {
         rng.fill_bytes(&mut model);
         v.write_at(0, &model).unwrap();
         for &m in &failed {
-            v.health().set_state(m, MemberState::Faulty);
+            v.raid().health().set_state(m, MemberState::Faulty);
         }
         // Requests of 1.5 chunks: never stripe-aligned, each shares its
         // edge stripes with its neighbours.
@@ -464,7 +464,7 @@ fn degraded_sequential_reads_reuse_stripes_but_never_stale_ones() {
         read_all_check(&mut qa, &model, &offs, len, &format!("{level} first pass"));
         // Another queue writes small pieces all over the last stripes the
         // reader kept (on the lost members' chunks too).
-        let width = v.geometry().layout().unwrap().stripe_data_width();
+        let width = v.raid().geometry().layout().unwrap().stripe_data_width();
         let tail = offs.last().unwrap() + len as u64;
         let mut qb = v.queue(4).unwrap();
         let mut o = tail.saturating_sub(4 * width);
@@ -518,7 +518,7 @@ fn a_flush_that_fails_past_tolerance_fails() {
             let r = out.pop().unwrap().result;
             let e = r.expect_err(&format!("{what}: succeeded though members 0 and 1 failed it"));
             assert_eq!(e.errno(), libc::EIO, "{what}: {e}");
-            assert!(v.health().writes_stopped(), "{what}: writes not stopped");
+            assert!(v.raid().health().writes_stopped(), "{what}: writes not stopped");
         }
     }
 }
@@ -568,7 +568,7 @@ fn a_member_without_discard_gets_zeros_written_and_is_not_failed() {
         let mut q = v.queue(4).unwrap();
         for k in 0..24 {
             // Whole stripes (punched on every member at once) and parts.
-            let len = if k % 3 == 0 { v.geometry().chunk() * (n as u64 - if level == Level::Raid6 { 2 } else if level == Level::Raid0 { 0 } else { 1 }) * rng.random_range(1..4u64) } else { rng.random_range(1..=400u64) * 512 };
+            let len = if k % 3 == 0 { v.raid().geometry().chunk() * (n as u64 - if level == Level::Raid6 { 2 } else if level == Level::Raid0 { 0 } else { 1 }) * rng.random_range(1..4u64) } else { rng.random_range(1..=400u64) * 512 };
             let off = rng.random_range(0..(v.capacity() - len) / 512) * 512;
             let op = if k % 2 == 0 { uraid_core::Op::Discard } else { uraid_core::Op::WriteZeroes { no_hole: k % 4 == 1 } };
             let c = q.run(Request { op, offset: off, len: len as usize, buf: None, tag: 0, fua: k % 5 == 0 });
@@ -577,10 +577,10 @@ fn a_member_without_discard_gets_zeros_written_and_is_not_failed() {
         }
         drop(q);
         assert!(plans[1].injected() > 0, "{level}: no discard reached member 1");
-        assert!(v.members()[1].no_fallocate(), "{level}: member 1 not marked as without discard");
-        assert!(!v.members()[0].no_fallocate(), "{level}: member 0 marked too");
+        assert!(v.raid().members()[1].no_fallocate(), "{level}: member 1 not marked as without discard");
+        assert!(!v.raid().members()[0].no_fallocate(), "{level}: member 0 marked too");
         for m in 0..n as u32 {
-            assert_eq!(v.health().state(m), MemberState::Active, "{level}: member {m} is not active");
+            assert_eq!(v.raid().health().state(m), MemberState::Active, "{level}: member {m} is not active");
         }
         assert!(v.read_at(0, model.len()).unwrap() == model, "{level}: zeroed ranges do not read back as the model");
         if level != Level::Raid0 {
@@ -610,18 +610,18 @@ fn only_device_failures_fail_a_member() {
             let model: Vec<u8> = (0..v.capacity()).map(|i| (i % 251) as u8).collect();
             v.write_at(0, &model).unwrap();
             plans[0].set_errno(errno);
-            plans[0].fail_writes(DATA_OFFSET..DATA_OFFSET + v.geometry().member_size());
+            plans[0].fail_writes(DATA_OFFSET..DATA_OFFSET + v.raid().geometry().member_size());
             let w = vec![0xa5u8; 256 << 10];
             let r = v.write_at(0, &w);
             let what = format!("{level} errno {errno}");
             if fails {
                 r.unwrap_or_else(|e| panic!("{what}: the write failed instead of going on without the member: {e}"));
-                assert_eq!(v.health().state(0), MemberState::Faulty, "{what}: member 0 not failed");
+                assert_eq!(v.raid().health().state(0), MemberState::Faulty, "{what}: member 0 not failed");
                 assert!(v.read_at(0, w.len()).unwrap() == w, "{what}: data differs");
             } else {
                 let e = r.expect_err(&format!("{what}: the write succeeded"));
                 assert_eq!(e.errno(), errno, "{what}: the request failed with another errno: {e}");
-                assert_eq!(v.health().state(0), MemberState::Active, "{what}: member 0 was failed");
+                assert_eq!(v.raid().health().state(0), MemberState::Active, "{what}: member 0 was failed");
             }
         }
     }
@@ -640,14 +640,14 @@ fn rows_writes_read_nothing_and_write_only_the_chunks_named() {
         for failed in [None, Some(1u32)] {
             let what = format!("{level} x{n}, member failed: {failed:?}");
             let (v, plans) = faulty_volume(level, n, chunk, 16);
-            let l: Layout = *v.geometry().layout().unwrap();
+            let l: Layout = *v.raid().geometry().layout().unwrap();
             let (d, width) = (l.data_chunks() as u64, l.stripe_data_width());
             let mut rng = StdRng::seed_from_u64(s ^ n as u64);
             let mut model = vec![0u8; v.capacity() as usize];
             rng.fill_bytes(&mut model);
             v.write_at(0, &model).unwrap();
             if let Some(m) = failed {
-                v.health().fail(m).unwrap();
+                v.raid().health().fail(m).unwrap();
             }
             // Each member's writes are counted (the volatile cache model
             // remembers every write until a flush).
@@ -709,7 +709,7 @@ fn rows_writes_read_nothing_and_write_only_the_chunks_named() {
     // chunk or unaligned, nothing to write, a short buffer, past the end.
     let v5 = volume(Level::Raid5, 4, chunk, 16);
     let mut q5 = v5.raid().queue(4).unwrap();
-    let stripes = v5.geometry().layout().unwrap().stripes();
+    let stripes = v5.raid().geometry().layout().unwrap().stripes();
     for (stripe, lo, hi, written, len, why) in [
         (0, 0, chunk + 4096, 1, 3 * (chunk as usize + 4096), "rows past the chunk"),
         (0, 100, 4096, 1, 3 * 4096, "unaligned rows"),

@@ -112,9 +112,9 @@ pub(crate) fn cmd_create(a: CreateArgs) -> Result<()> {
             "created array '{}' ({}): RAID {} over {} members, chunk {}, capacity {} bytes ({})",
             arr.name(),
             arr.uuid(),
-            v.geometry().level().number(),
+            v.raid().geometry().level().number(),
             n,
-            fmt_size(v.geometry().chunk()),
+            fmt_size(v.raid().geometry().chunk()),
             v.capacity(),
             fmt_size(v.capacity())
         );
@@ -284,8 +284,8 @@ pub(crate) fn cmd_assemble(a: AssembleArgs) -> Result<()> {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "name": arr.name(), "uuid": arr.uuid(), "level": v.geometry().level().number(),
-                "chunk": v.geometry().chunk(), "capacity": v.capacity(), "events": arr.events(),
+                "name": arr.name(), "uuid": arr.uuid(), "level": v.raid().geometry().level().number(),
+                "chunk": v.raid().geometry().chunk(), "capacity": v.capacity(), "events": arr.events(),
                 "members": members, "volumes": st.volumes,
             }))?
         );
@@ -294,8 +294,8 @@ pub(crate) fn cmd_assemble(a: AssembleArgs) -> Result<()> {
             "assembled array '{}' ({}): RAID {}, chunk {}, capacity {} bytes ({}), events {}",
             arr.name(),
             arr.uuid(),
-            v.geometry().level().number(),
-            fmt_size(v.geometry().chunk()),
+            v.raid().geometry().level().number(),
+            fmt_size(v.raid().geometry().chunk()),
             v.capacity(),
             fmt_size(v.capacity()),
             arr.events()

@@ -21,6 +21,12 @@
 //!   sectors kept or lost on its own), and what survives is what the
 //!   member then holds. A sector a later write made durable (FUA, or a
 //!   kept write) is never brought back to older bytes.
+//! - the power going while I/Os are in flight: [`SimDrive::power_off`]
+//!   stops the drive at once (every I/O from then on fails with EIO and
+//!   changes nothing, as the host dying would leave it), so that a
+//!   request the layers above had half sent (some member writes done,
+//!   others not) stays half done; [`SimDrive::crash`] then settles the
+//!   volatile cache and the power comes back.
 //!
 //! The seed decides every draw; the order of the draws is that of the
 //! I/Os, so a simulation whose layers run on one thread replays exactly.
@@ -97,6 +103,8 @@ pub struct SimDrive {
     /// Probability of an I/O failing with EIO, in parts per million.
     error_ppm: AtomicU64,
     dead: AtomicBool,
+    /// The power is off ([`SimDrive::power_off`]) until the next crash.
+    off: AtomicBool,
     /// The volatile cache: writes since the last flush, oldest first.
     log: Mutex<Vec<Logged>>,
     ios: AtomicU64,
@@ -155,6 +163,7 @@ impl SimDrive {
             err: AtomicU64::new(cfg.seed ^ 0xe220_5eed),
             error_ppm: AtomicU64::new(0),
             dead: AtomicBool::new(false),
+            off: AtomicBool::new(false),
             log: Mutex::new(Vec::new()),
             ios: AtomicU64::new(0),
             errors: AtomicU64::new(0),
@@ -195,6 +204,21 @@ impl SimDrive {
         self.dead.store(true, Ordering::Release);
     }
 
+    /// The power goes off now, with I/Os in flight: from now on every I/O
+    /// fails with EIO and leaves the drive as it is (no write lands), until
+    /// [`crash`](Self::crash) settles the volatile cache and brings the
+    /// power back. What was sent before lands as sent (in the volatile
+    /// cache, for the crash to keep, lose or tear).
+    pub fn power_off(&self) {
+        self.off.store(true, Ordering::Release);
+    }
+
+    /// True between [`power_off`](Self::power_off) and the next
+    /// [`crash`](Self::crash).
+    pub fn is_off(&self) -> bool {
+        self.off.load(Ordering::Acquire)
+    }
+
     /// True once [`die`](Self::die) was called.
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
@@ -232,10 +256,12 @@ impl SimDrive {
     /// lost or torn at 512-byte sectors (drawn from `seed`; see the
     /// module's doc), by putting the bytes it covered back on `m` (a
     /// handle of this drive) where it is lost. Returns what was lost; `m`
-    /// then holds the surviving image, and the cache is empty. Nothing
-    /// else may use the drive meanwhile. Errors: `Io` from the rewrite.
+    /// then holds the surviving image, the cache is empty, and the power
+    /// is on again (see [`power_off`](Self::power_off)). Nothing else may
+    /// use the drive meanwhile. Errors: `Io` from the rewrite.
     pub fn crash(&self, m: &Member, seed: u64) -> Result<Crashed> {
         let log = std::mem::take(&mut *self.log.lock().unwrap_or_else(|e| e.into_inner()));
+        self.off.store(false, Ordering::Release);
         let rng = AtomicU64::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ self.cfg.seed);
         // Sectors whose bytes are settled: a newer write that survived.
         let mut settled = std::collections::HashSet::new();
@@ -297,6 +323,10 @@ impl Filter for SimDrive {
         if self.is_dead() {
             self.errors.fetch_add(1, Ordering::Relaxed);
             return Verdict::Fail(libc::ENXIO);
+        }
+        if self.is_off() {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            return Verdict::Fail(libc::EIO);
         }
         let ppm = self.error_ppm.load(Ordering::Acquire);
         if ppm > 0 && next(&self.err) % 1_000_000 < ppm {
@@ -447,5 +477,26 @@ mod tests {
             torn > 0 && lost > 0,
             "torn {torn}, lost {lost} in 64 crashes"
         );
+    }
+
+    #[test]
+    fn a_drive_without_power_takes_no_write_until_the_crash_brings_it_back() {
+        let (d, m) = drive(3);
+        write(&m, 0, 1, 4096, true);
+        d.power_off();
+        assert!(d.is_off());
+        // Nothing lands, durable or not, blocking or not.
+        for durable in [false, true] {
+            assert_eq!(
+                m.filter_verdict(Op::Write, 0, 4096, durable),
+                Verdict::Fail(libc::EIO)
+            );
+        }
+        assert!(m.write_all_at(&[2u8; 4096], 0).is_err());
+        assert_eq!(sectors(&m, 0, 8), vec![1; 8]);
+        d.crash(&m, 1).unwrap();
+        assert!(!d.is_off() && !d.is_dead());
+        write(&m, 0, 3, 4096, true);
+        assert_eq!(sectors(&m, 0, 8), vec![3; 8]);
     }
 }

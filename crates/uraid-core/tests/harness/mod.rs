@@ -219,7 +219,7 @@ pub fn journal_input(data: &[u8]) -> Result<(u64, u64)> {
     m.write_all_at(&j, 0).expect("write to a mem: member");
     let journal = Journal::open(m)?;
     let vol = replay_volume();
-    journal.replay(vol.raid(), uraid_core::cache::Cache::line_for(&vol))
+    journal.replay(vol.raid(), uraid_core::cache::Cache::line_for(vol.raid()))
 }
 
 /// Valid journal inputs made by uraid's own encoder ([`Journal::format`]

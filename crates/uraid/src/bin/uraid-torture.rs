@@ -157,7 +157,7 @@ fn run(vol: &Arc<Volume>, seed: u64, log: &std::path::Path) -> ! {
             writeln!(log, "F {id}").unwrap();
             continue;
         }
-        let max = (vol.geometry().chunk() * 3 / bs).max(1);
+        let max = (vol.raid().geometry().chunk() * 3 / bs).max(1);
         let len = (next() % max + 1) * bs;
         let off = next() % ((cap - len) / bs) * bs;
         if busy.values().any(|&(o, l)| o < off + len && off < o + l) {

@@ -382,7 +382,7 @@ fn announce(a: &ServeArgs, name: &str, volume: &Volume, st: &Started) {
         println!("serving volume '{}' of '{name}' ({}, {cap} bytes{ro}) on {}", s.name, s.description, on.join(" and "));
     }
     let kinds: Vec<String> =
-        volume.members().iter().map(|m| format!("{}{}", m.name(), if m.kind() == MemberKind::Mem { " (in RAM)" } else { "" })).collect();
+        volume.raid().members().iter().map(|m| format!("{}{}", m.name(), if m.kind() == MemberKind::Mem { " (in RAM)" } else { "" })).collect();
     println!("members: {}", kinds.join(" "));
     // What a client gives: with TLS-PSK, a user and a file with its key.
     let client_uri = match &a.tls_psk {
@@ -532,9 +532,9 @@ fn served_volumes(name: &str, arr: Option<&array::Array>, first: &Arc<uraid_core
     let describe = |v: &uraid_core::Volume| {
         format!(
             "uraid RAID {} over {} members, chunk {}",
-            v.geometry().level().number(),
-            v.members().len(),
-            uraid_core::units::fmt_size(v.geometry().chunk())
+            v.raid().geometry().level().number(),
+            v.raid().members().len(),
+            uraid_core::units::fmt_size(v.raid().geometry().chunk())
         )
     };
     let Some(arr) = arr else {

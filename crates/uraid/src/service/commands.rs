@@ -182,7 +182,7 @@ impl Manager {
             }
             let size = size.unwrap_or(cur.size);
             let cfg = uraid_core::cache::CacheConfig { mode, size, dirty_limit: dirty.unwrap_or(cur.dirty_limit).min(size) };
-            uraid_core::cache::Cache::check_config(&self.arr.volumes()[i], &cfg)
+            uraid_core::cache::Cache::check_config(self.arr.volumes()[i].raid(), &cfg)
                 .map_err(|e| ErrorBody::new("InvalidInput", format!("volume '{}': {e}", entries[i].name)))?;
             cfgs.push(cfg);
         }

@@ -317,9 +317,9 @@ impl Manager {
         if self.details_of != vol {
             self.details_of = vol;
             let infos: Vec<uraid_core::io::facts::MemberInfo> =
-                self.arr.volume().members().iter().map(uraid_core::io::facts::member_info).collect();
+                self.arr.volume().raid().members().iter().map(uraid_core::io::facts::member_info).collect();
             let warnings = uraid_core::io::facts::shared_warnings(&infos);
-            let sectors: Vec<u32> = self.arr.volume().members().iter().map(|m| m.block_size()).collect();
+            let sectors: Vec<u32> = self.arr.volume().raid().members().iter().map(|m| m.block_size()).collect();
             let mut members = serde_json::to_value(&infos).unwrap_or_default();
             if let Some(a) = members.as_array_mut() {
                 for (m, bs) in a.iter_mut().zip(sectors) {

@@ -333,11 +333,11 @@ fn data_mem_members() {
         let layout = Layout { n: n as u64, chunk };
         assert_eq!(vol.capacity(), layout.capacity(&sizes), "{label}: capacity");
         assert_eq!(warning.is_some(), sizes.iter().any(|&s| s != sizes[0]), "{label}: unequal-size warning {warning:?}");
-        assert_eq!(vol.members().len(), n);
+        assert_eq!(vol.raid().members().len(), n);
         let mut model = vec![0u8; vol.capacity() as usize];
         run_workload(&label, &vol, &mut model, layout, &mut rng, work);
         // The layout on the memfds themselves.
-        for (m, member) in vol.members().iter().enumerate() {
+        for (m, member) in vol.raid().members().iter().enumerate() {
             let mut b = vec![0u8; 4096];
             for _ in 0..64 {
                 let logical = rng.random_range(0..model.len() as u64 / 4096) * 4096;
@@ -384,7 +384,7 @@ fn persistent_case(label: &str, members: &[PathBuf], backing: &[PathBuf], sizes:
         let arr = array::assemble(&specs(&given))
             .unwrap_or_else(|e| panic!("{label}: assemble in order {order:?} failed: {e}"));
         let vol = arr.volume().clone();
-        for (role, m) in vol.members().iter().enumerate() {
+        for (role, m) in vol.raid().members().iter().enumerate() {
             assert_eq!(m.name(), s(&members[role]), "{label}: assembled in order {order:?}, role {role} is the wrong member");
         }
         let label = format!("{label}, reassembled in order {order:?}");

@@ -518,7 +518,7 @@ fn write_behind_bitmap(files: &[PathBuf], at: u64, per_member: &[&[u8]], clean: 
     let len = per_member[0].len() as u64;
     let bitmap = arr.bitmap().expect("a redundant array has a bitmap").clone();
     bitmap.start_write(at, len).unwrap();
-    for (m, data) in arr.volume().members().iter().zip(per_member) {
+    for (m, data) in arr.volume().raid().members().iter().zip(per_member) {
         let mut buf = uraid_core::IoBuf::new(data.len());
         buf.copy_from_slice(data);
         m.write_all_at(&buf, at).unwrap();

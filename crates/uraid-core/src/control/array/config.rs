@@ -58,7 +58,7 @@ impl Array {
             bail!(InvalidInput, "the journal mode needs a journal device: give --journal DEVICE");
         }
         for &i in &chosen {
-            crate::cache::Cache::check_config(&self.vols.all()[i], cfg)
+            crate::cache::Cache::check_config(self.vols.all()[i].raid(), cfg)
                 .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("volume '{}': {e}", entries[i].name)))?;
         }
         // A journal left behind would take its records with it: they go to
@@ -128,7 +128,7 @@ impl Array {
             None => bail!(InvalidInput, "a journal serves one volume and array '{}' has {}; name it with --volume", self.name(), entries.len()),
         };
         let cfg = crate::cache::CacheConfig { mode: crate::cache::CacheMode::Journal, ..*cfg };
-        crate::cache::Cache::check_config(&self.vols.all()[i], &cfg)
+        crate::cache::Cache::check_config(self.vols.all()[i].raid(), &cfg)
             .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("volume '{}': {e}", entries[i].name)))?;
         let id = crate::cache::journal::JournalId { array: self.meta().sb.array_uuid, volume: entries[i].uuid, journal: superblock::new_uuid() };
         let (member, region, host) = match self.slot_of(spec) {

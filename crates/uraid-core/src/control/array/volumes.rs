@@ -89,7 +89,7 @@ impl Array {
     pub(super) fn replay_journal(&mut self, i: usize) -> Result<()> {
         let vol = &self.vols.all()[i];
         if let Some(j) = vol.cache().and_then(|c| c.journal()) {
-            let (n, bytes) = j.replay(vol.raid(), crate::cache::Cache::line_for(vol))?;
+            let (n, bytes) = j.replay(vol.raid(), crate::cache::Cache::line_for(vol.raid()))?;
             if n > 0 {
                 let what = describe_volume(&self.meta().sb.volumes[i]);
                 self.warnings.push(format!(

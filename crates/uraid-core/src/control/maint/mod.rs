@@ -238,8 +238,8 @@ fn read_sources(
     rb: u64,
     bufs: &mut [IoBuf],
 ) -> Result<Vec<Read>> {
-    let health = vol.health();
-    let base = vol.data_offset();
+    let health = vol.raid().health();
+    let base = vol.raid().data_offset();
     loop {
         let at = |why: &str| lost_error(vol_index, l, target, base + ra * l.chunk(), why);
         let reads = plan_sources(health, l, base, target, ra, rb).map_err(|e| at(&e))?;
@@ -247,7 +247,7 @@ fn read_sources(
             let cap = bufs[r.into].len();
             assert!(r.len <= cap, "{} reads {} bytes of member {} for a buffer of {cap}: straddle_rows too small", l.level(), r.len, r.member);
         }
-        let errors = read_all(vol.members(), &reads, bufs);
+        let errors = read_all(vol.raid().members(), &reads, bufs);
         if errors.is_empty() {
             return Ok(reads);
         }

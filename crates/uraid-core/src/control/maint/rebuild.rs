@@ -78,14 +78,14 @@ pub fn rebuild(
     let health = check_rebuild(vols, member, opts)?;
     let first = &vols[0];
     let t0 = crate::clock::now();
-    let target = &first.members()[member as usize];
+    let target = &first.raid().members()[member as usize];
     let kernel = Kernel::detect();
     let start = health.recovery(member);
-    let total: u64 = vols.iter().map(|v| v.geometry().member_size()).sum();
+    let total: u64 = vols.iter().map(|v| v.raid().geometry().member_size()).sum();
     let final_end = vols.iter().map(|v| span(v).end).max().unwrap_or(0);
     let done = AtomicU64::new(vols.iter().map(|v| start.clamp(span(v).start, span(v).end) - span(v).start).sum());
     let mut report = RebuildReport::default();
-    let cap = vols.iter().filter_map(|v| v.geometry().layout()).map(buf_len).max().unwrap_or(0);
+    let cap = vols.iter().filter_map(|v| v.raid().geometry().layout()).map(buf_len).max().unwrap_or(0);
     progress(done.load(Ordering::Relaxed), total);
 
     let counts = Counts::default();
@@ -98,7 +98,7 @@ pub fn rebuild(
         let writer = s.spawn(move || writer.run(job_rx, out_tx));
         let computer = s.spawn(move || compute(read_rx, job_tx, set_tx, out_rx, member, cap, kernel));
         let mut reader = Reader { vols, member, opts, t0, start, sent_bytes: 0, sets: Vec::new(), set_rx };
-        reader.sets = (0..2).map(|_| (0..first.members().len()).map(|_| IoBuf::new(cap)).collect()).collect();
+        reader.sets = (0..2).map(|_| (0..first.raid().members().len()).map(|_| IoBuf::new(cap)).collect()).collect();
         let read_result = reader.run(read_tx, &mut report, &mut |d| progress(d, total), &done);
         computer.join().expect("rebuild reconstruction thread panicked");
         let wrote = writer.join().expect("rebuild writer thread panicked");
@@ -124,7 +124,7 @@ pub fn rebuild(
 
 /// The absolute member bytes of `v`'s data area.
 fn span(v: &Volume) -> Range<u64> {
-    v.data_offset()..v.data_offset() + v.geometry().member_size()
+    v.raid().data_offset()..v.raid().data_offset() + v.raid().geometry().member_size()
 }
 
 /// Checks what [`rebuild`] is given (see its errors); the array's shared
@@ -133,9 +133,9 @@ fn check_rebuild(vols: &[Arc<Volume>], member: u32, opts: &RebuildOptions<'_>) -
     let Some(first) = vols.first() else {
         bail!(InvalidInput, "no volume given to rebuild");
     };
-    let health = first.health().clone();
-    let n = first.members().len();
-    if vols.iter().any(|v| !Arc::ptr_eq(v.health(), &health) || v.members().len() != n) {
+    let health = first.raid().health().clone();
+    let n = first.raid().members().len();
+    if vols.iter().any(|v| !Arc::ptr_eq(v.raid().health(), &health) || v.raid().members().len() != n) {
         bail!(InvalidInput, "the volumes given to rebuild do not belong to one array (different member states)");
     }
     if member as usize >= n {
@@ -152,7 +152,7 @@ fn check_rebuild(vols: &[Arc<Volume>], member: u32, opts: &RebuildOptions<'_>) -
     if opts.rate == Some(0) {
         bail!(InvalidInput, "a rebuild rate of 0 bytes/s would never finish; give a positive rate or none");
     }
-    if opts.only_dirty && vols.iter().any(|v| v.bitmap().is_none()) {
+    if opts.only_dirty && vols.iter().any(|v| v.raid().bitmap().is_none()) {
         bail!(InvalidInput, "a resync from the bitmap needs a write-intent bitmap, and the array has none; rebuild in full");
     }
     Ok(health)
@@ -271,19 +271,19 @@ impl<'a> Reader<'a> {
         done: &AtomicU64,
     ) -> Result<()> {
         let mut order: Vec<usize> = (0..self.vols.len()).collect();
-        order.sort_by_key(|&i| self.vols[i].data_offset());
+        order.sort_by_key(|&i| self.vols[i].raid().data_offset());
         for vi in order {
             let vol = &self.vols[vi];
-            let Some(l) = vol.geometry().layout() else {
+            let Some(l) = vol.raid().geometry().layout() else {
                 report.lost_volumes.push(vi);
-                report.bytes_lost += vol.geometry().member_size();
+                report.bytes_lost += vol.raid().geometry().member_size();
                 continue;
             };
             if span(vol).end <= self.start {
                 continue;
             }
             let chunk = l.chunk();
-            let mut row = (self.start.max(vol.data_offset()) - vol.data_offset()) / chunk;
+            let mut row = (self.start.max(vol.raid().data_offset()) - vol.raid().data_offset()) / chunk;
             while row < l.member_chunks() {
                 let Some(batch) = self.batch(vi, l, row)? else {
                     return Ok(()); // stage 2 stopped: the writer's error is returned
@@ -304,18 +304,18 @@ impl<'a> Reader<'a> {
     /// stopped.
     fn batch(&mut self, vi: usize, l: &'a Layout, row: u64) -> Result<Option<ReadBatch<'a>>> {
         let vol = &self.vols[vi];
-        let (base, chunk) = (vol.data_offset(), l.chunk());
+        let (base, chunk) = (vol.raid().data_offset(), l.chunk());
         let rb = self.batch_end(vol, l, row);
         let range = base + row * chunk..base + rb * chunk;
         pace(self.t0, self.sent_bytes, self.opts.rate);
-        let guards = lock_stripes(vol, l.stripes_of_rows(row, rb));
+        let guards = lock_stripes(vol.raid(), l.stripes_of_rows(row, rb));
         // Decided under the locks: a write that set the bit first has
         // either finished or not started on these stripes.
-        let written = match vol.bitmap() {
+        let written = match vol.raid().bitmap() {
             Some(b) => b.written_range(range.start, range.end),
             None => true,
         };
-        let keep = self.opts.only_dirty && !vol.bitmap().is_some_and(|b| b.dirty_range(range.start, range.end));
+        let keep = self.opts.only_dirty && !vol.raid().bitmap().is_some_and(|b| b.dirty_range(range.start, range.end));
         let read = if written && !keep {
             let Some(mut bufs) = self.sets.pop().or_else(|| self.set_rx.recv().ok()) else {
                 return Ok(None);
@@ -333,9 +333,9 @@ impl<'a> Reader<'a> {
     /// where the written (for a resync from the bitmap: the dirty) state
     /// changes, so that regions that need nothing are passed whole.
     fn batch_end(&self, vol: &Volume, l: &Layout, row: u64) -> u64 {
-        let (base, chunk) = (vol.data_offset(), l.chunk());
+        let (base, chunk) = (vol.raid().data_offset(), l.chunk());
         let rb = (row + batch_rows(l)).min(l.member_chunks());
-        let Some(b) = vol.bitmap() else { return rb };
+        let Some(b) = vol.raid().bitmap() else { return rb };
         let state = |r: u64| {
             let (a, e) = (base + r * chunk, base + (r + 1) * chunk);
             if self.opts.only_dirty { b.dirty_range(a, e) } else { b.written_range(a, e) }

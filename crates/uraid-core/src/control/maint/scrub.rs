@@ -71,7 +71,7 @@ pub fn check_part(
     report: &mut CheckReport,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Option<u64>> {
-    let Some(l) = vol.geometry().layout() else {
+    let Some(l) = vol.raid().geometry().layout() else {
         bail!(InvalidInput, "a RAID 0 volume has no copies or parity to check");
     };
     if opts.rate == Some(0) {
@@ -122,11 +122,11 @@ pub fn resync(vol: &Arc<Volume>, ranges: &[Range<u64>]) -> Result<u64> {
 /// write hole, see the module docs).
 pub fn resync_report(vol: &Arc<Volume>, ranges: &[Range<u64>]) -> Result<(u64, CheckReport)> {
     let mut report = CheckReport::default();
-    let Some(l) = vol.geometry().layout() else {
+    let Some(l) = vol.raid().geometry().layout() else {
         return Ok((0, report));
     };
     let mut scan = Scanner::new(vol, l, Mode::Repair);
-    let (base, chunk) = (vol.data_offset(), l.chunk());
+    let (base, chunk) = (vol.raid().data_offset(), l.chunk());
     let mut bytes = 0;
     for r in ranges {
         let lo = r.start.max(base);
@@ -198,7 +198,7 @@ impl<'v> Scanner<'v> {
     fn batch(&mut self, s0: u64, s1: u64, report: &mut CheckReport) -> Result<()> {
         let l = self.l;
         let rows = l.rows_of_stripes(s0, s1);
-        let _guards = lock_stripes(self.vol, s0..s1);
+        let _guards = lock_stripes(self.vol.raid(), s0..s1);
         let readable = self.read_rows(&rows)?;
         for s in s0..s1 {
             let mut places: Vec<MismatchPlace> = Vec::new();
@@ -232,16 +232,16 @@ impl<'v> Scanner<'v> {
     /// without them); which members were read.
     fn read_rows(&mut self, rows: &Range<u64>) -> Result<Vec<bool>> {
         let (vol, l) = (self.vol, self.l);
-        let health = vol.health();
+        let health = vol.raid().health();
         let chunk = l.chunk();
-        let (abs, len) = (vol.data_offset() + rows.start * chunk, (rows.end - rows.start) * chunk);
+        let (abs, len) = (vol.raid().data_offset() + rows.start * chunk, (rows.end - rows.start) * chunk);
         loop {
             let readable: Vec<bool> = (0..l.members() as u32).map(|m| health.readable(m, abs, len)).collect();
             let reads: Vec<Read> = (0..l.members())
                 .filter(|&m| readable[m])
                 .map(|m| Read { member: m as u32, offset: abs, len: len as usize, into: m })
                 .collect();
-            let errors = read_all(vol.members(), &reads, &mut self.bufs);
+            let errors = read_all(vol.raid().members(), &reads, &mut self.bufs);
             if errors.is_empty() {
                 return Ok(readable);
             }
@@ -264,7 +264,7 @@ impl<'v> Scanner<'v> {
         for &(m, mo) in &copies[1..] {
             let o = at(mo);
             if self.bufs[m as usize][o..o + c] != self.bufs[rm as usize][ro..ro + c] {
-                places.push(MismatchPlace { member: m, offset: self.vol.data_offset() + mo, kind: MismatchKind::Copy });
+                places.push(MismatchPlace { member: m, offset: self.vol.raid().data_offset() + mo, kind: MismatchKind::Copy });
             }
         }
         Some(Some((rm, ro)))
@@ -298,7 +298,7 @@ impl<'v> Scanner<'v> {
             1 => self.kernel.gen_p(&data, &mut self.p),
             _ => self.kernel.gen_pq(&data, &mut self.p, &mut self.q),
         }
-        let base = self.vol.data_offset();
+        let base = self.vol.raid().data_offset();
         if p_ok && self.bufs[p.member as usize][at(p)..at(p) + c] != self.p[..] {
             places.push(MismatchPlace { member: p.member, offset: base + p.member_offset, kind: MismatchKind::P });
         }
@@ -323,12 +323,12 @@ impl<'v> Scanner<'v> {
                 (MismatchKind::Q, _) => &self.q,
                 (MismatchKind::Copy, None) => unreachable!("a copy mismatch has a reference copy"),
             };
-            let m = &self.vol.members()[p.member as usize];
+            let m = &self.vol.raid().members()[p.member as usize];
             if write_member(m, src, p.offset).is_ok() {
                 self.dirty[p.member as usize] = true;
             } else {
                 ok = false;
-                self.vol.health().fail(p.member)?;
+                self.vol.raid().health().fail(p.member)?;
             }
         }
         Ok(ok)
@@ -338,7 +338,7 @@ impl<'v> Scanner<'v> {
     fn finish(&mut self) -> Result<()> {
         for (m, d) in self.dirty.iter_mut().enumerate() {
             if std::mem::take(d) {
-                sync(&self.vol.members()[m], self.vol.health(), m as u32)?;
+                sync(&self.vol.raid().members()[m], self.vol.raid().health(), m as u32)?;
             }
         }
         Ok(())

@@ -44,7 +44,7 @@ fn stripe_members(l: &Layout, s: u64) -> Vec<u32> {
 }
 
 fn layout(vol: &Volume) -> Layout {
-    *vol.geometry().layout().unwrap()
+    *vol.raid().geometry().layout().unwrap()
 }
 
 /// Member images (data areas) holding random logical data, consistent
@@ -85,14 +85,14 @@ fn consistent_images(l: &Layout, seed: u64, rows: Range<u64>) -> Vec<Vec<u8>> {
 /// Writes the images to the members and marks their rows written in
 /// the bitmap.
 fn install(vol: &Volume, img: &[Vec<u8>], rows: Range<u64>) {
-    let c = vol.geometry().chunk();
+    let c = vol.raid().geometry().chunk();
     for (m, image) in img.iter().enumerate() {
         let mut buf = IoBuf::new(image.len());
         buf.copy_from_slice(image);
-        vol.members()[m].write_all_at(&buf, vol.data_offset()).unwrap();
+        vol.raid().members()[m].write_all_at(&buf, vol.raid().data_offset()).unwrap();
     }
-    if let Some(b) = vol.bitmap() {
-        let (o, len) = (vol.data_offset() + rows.start * c, (rows.end - rows.start) * c);
+    if let Some(b) = vol.raid().bitmap() {
+        let (o, len) = (vol.raid().data_offset() + rows.start * c, (rows.end - rows.start) * c);
         b.start_write(o, len).unwrap();
         b.end_write(o, len);
     }
@@ -106,23 +106,23 @@ fn fill(vol: &Volume, seed: u64) -> Vec<Vec<u8>> {
 }
 
 fn image(vol: &Volume, m: usize) -> Vec<u8> {
-    let mut buf = IoBuf::new(vol.geometry().member_size() as usize);
-    vol.members()[m].read_exact_at(&mut buf, vol.data_offset()).unwrap();
+    let mut buf = IoBuf::new(vol.raid().geometry().member_size() as usize);
+    vol.raid().members()[m].read_exact_at(&mut buf, vol.raid().data_offset()).unwrap();
     buf.to_vec()
 }
 
 fn flip(vol: &Volume, m: u32, data_offset: u64) {
     let mut b = IoBuf::new(4096);
-    let at = vol.data_offset() + data_offset / 4096 * 4096;
-    vol.members()[m as usize].read_exact_at(&mut b, at).unwrap();
+    let at = vol.raid().data_offset() + data_offset / 4096 * 4096;
+    vol.raid().members()[m as usize].read_exact_at(&mut b, at).unwrap();
     b[(data_offset % 4096) as usize] ^= 0x5a;
-    vol.members()[m as usize].write_all_at(&b, at).unwrap();
+    vol.raid().members()[m as usize].write_all_at(&b, at).unwrap();
 }
 
 fn garbage(vol: &Volume, m: u32) {
-    let mut buf = IoBuf::new(vol.geometry().member_size() as usize);
+    let mut buf = IoBuf::new(vol.raid().geometry().member_size() as usize);
     SmallRng::seed_from_u64(m as u64 + 99).fill_bytes(&mut buf);
-    vol.members()[m as usize].write_all_at(&buf, vol.data_offset()).unwrap();
+    vol.raid().members()[m as usize].write_all_at(&buf, vol.raid().data_offset()).unwrap();
 }
 
 fn check_ok(vol: &Arc<Volume>) -> CheckReport {
@@ -251,7 +251,7 @@ fn check_repair_and_rebuild(only: Level) {
         // parity levels also the first, which holds P and Q elsewhere).
         let reference: Vec<Vec<u8>> = (0..n).map(|m| image(&vol, m)).collect();
         for t in [n as u32 - 1, 0] {
-            vol.health().set_state(t, MemberState::Rebuilding);
+            vol.raid().health().set_state(t, MemberState::Rebuilding);
             garbage(&vol, t);
             let calls = Mutex::new(Vec::new());
             let cp = |o: u64| {
@@ -261,7 +261,7 @@ fn check_repair_and_rebuild(only: Level) {
             let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |_, _| {}).unwrap();
             assert_eq!(r.bytes_written, l.member_size(), "{what}");
             assert_eq!(r.bytes_skipped, 0);
-            assert_eq!(vol.health().state(t), MemberState::Active, "{what}");
+            assert_eq!(vol.raid().health().state(t), MemberState::Active, "{what}");
             assert_eq!(*calls.lock().unwrap(), vec![DATA_OFFSET + l.member_size()], "{what}");
             assert!(image(&vol, t as usize) == reference[t as usize], "{what}: member {t} differs after rebuild");
         }
@@ -281,8 +281,8 @@ fn rebuild_resumes_from_the_recovery_offset() {
         flip(&vol, t, 1000);
         let marked = image(&vol, t as usize);
         garbage_from(&vol, t, 2 * MIB);
-        vol.health().set_state(t, MemberState::Rebuilding);
-        vol.health().set_recovery(t, resume);
+        vol.raid().health().set_state(t, MemberState::Rebuilding);
+        vol.raid().health().set_recovery(t, resume);
         let mut first = None;
         let cp = no_checkpoint();
         let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |d, _| {
@@ -298,10 +298,10 @@ fn rebuild_resumes_from_the_recovery_offset() {
 }
 
 fn garbage_from(vol: &Volume, m: u32, from: u64) {
-    let len = (vol.geometry().member_size() - from) as usize;
+    let len = (vol.raid().geometry().member_size() - from) as usize;
     let mut buf = IoBuf::new(len);
     SmallRng::seed_from_u64(5).fill_bytes(&mut buf);
-    vol.members()[m as usize].write_all_at(&buf, vol.data_offset() + from).unwrap();
+    vol.raid().members()[m as usize].write_all_at(&buf, vol.raid().data_offset() + from).unwrap();
 }
 
 #[test]
@@ -317,7 +317,7 @@ fn never_written_regions_are_skipped_and_zeroed() {
         check_ok(&vol);
         let t = 1;
         garbage(&vol, t);
-        vol.health().set_state(t, MemberState::Rebuilding);
+        vol.raid().health().set_state(t, MemberState::Rebuilding);
         let cp = no_checkpoint();
         let r = rebuild(std::slice::from_ref(&vol), t, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |_, _| {}).unwrap();
         assert_eq!(r.bytes_written, 128 << 10, "{level}: only the written regions are reconstructed");
@@ -349,7 +349,7 @@ fn resync_fixes_only_the_given_ranges() {
         assert_eq!(r.mismatches, 1, "{level}");
         assert_eq!(r.locations[0].stripe, outside, "{level}");
         // Resync over what the bitmap says is dirty covers the rest.
-        let dirty = vol.bitmap().unwrap().dirty();
+        let dirty = vol.raid().bitmap().unwrap().dirty();
         assert!(!dirty.is_empty());
         resync(&vol, &dirty).unwrap();
         check_ok(&vol);
@@ -360,14 +360,14 @@ fn resync_fixes_only_the_given_ranges() {
 fn degraded_stripes_are_unchecked_and_a_second_failure_ends_the_rebuild() {
     let vol = build(Level::Raid5, 3, 4 << 10, MIB, false);
     fill(&vol, 1);
-    vol.health().fail(0).unwrap();
+    vol.raid().health().fail(0).unwrap();
     let r = check(&vol, false, &mut |_, _| {}).unwrap();
     assert_eq!((r.stripes_checked, r.stripes_unchecked), (0, layout(&vol).stripes()));
     let (bytes, r) = resync_report(&vol, std::slice::from_ref(&(DATA_OFFSET..DATA_OFFSET + MIB))).unwrap();
     assert_eq!(bytes, MIB);
     assert_eq!((r.stripes_checked, r.stripes_unchecked), (0, layout(&vol).stripes()), "the write hole is counted");
     // Rebuild member 1 while member 0 is faulty: impossible.
-    vol.health().set_state(1, MemberState::Rebuilding);
+    vol.raid().health().set_state(1, MemberState::Rebuilding);
     let calls = Mutex::new(Vec::new());
     let cp = |o: u64| {
         calls.lock().unwrap().push(o);
@@ -377,7 +377,7 @@ fn degraded_stripes_are_unchecked_and_a_second_failure_ends_the_rebuild() {
     let e = rebuild(std::slice::from_ref(&vol), 1, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |_, _| {}).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Io);
     assert!(e.to_string().contains("stays rebuilding"), "{e}");
-    assert_eq!(vol.health().state(1), MemberState::Rebuilding);
+    assert_eq!(vol.raid().health().state(1), MemberState::Rebuilding);
     assert_eq!(*calls.lock().unwrap(), vec![0], "the last checkpoint is handed over again");
     assert!(image(&vol, 1) == before, "a failed rebuild wrote to the member");
 
@@ -385,7 +385,7 @@ fn degraded_stripes_are_unchecked_and_a_second_failure_ends_the_rebuild() {
     // are unchecked, the others are checked through P or Q.
     let vol = build(Level::Raid6, 4, 4 << 10, MIB, false);
     fill(&vol, 2);
-    vol.health().fail(3).unwrap();
+    vol.raid().health().fail(3).unwrap();
     let r = check(&vol, false, &mut |_, _| {}).unwrap();
     let l = layout(&vol);
     let data_on_3 = (0..l.stripes()).filter(|&s| stripe_members(&l, s)[..2].contains(&3)).count() as u64;
@@ -475,10 +475,10 @@ fn rebuild_refuses_bad_requests_and_honours_rate_and_checkpoints() {
     assert!(e.to_string().contains("is active, not rebuilding"), "{e}");
     assert_eq!(rebuild(std::slice::from_ref(&vol), 2, &opts, &mut |_, _| {}).unwrap_err().kind(), ErrorKind::InvalidInput);
     assert_eq!(rebuild(&[], 0, &opts, &mut |_, _| {}).unwrap_err().kind(), ErrorKind::InvalidInput);
-    vol.health().set_state(1, MemberState::Rebuilding);
+    vol.raid().health().set_state(1, MemberState::Rebuilding);
     let zero = RebuildOptions { rate: Some(0), checkpoint: &cp, only_dirty: false };
     assert_eq!(rebuild(std::slice::from_ref(&vol), 1, &zero, &mut |_, _| {}).unwrap_err().kind(), ErrorKind::InvalidInput);
-    if vol.bitmap().is_none() {
+    if vol.raid().bitmap().is_none() {
         let from_bitmap = RebuildOptions { rate: None, checkpoint: &cp, only_dirty: true };
         let e = rebuild(std::slice::from_ref(&vol), 1, &from_bitmap, &mut |_, _| {}).unwrap_err();
         assert!(e.kind() == ErrorKind::InvalidInput && e.to_string().contains("needs a write-intent bitmap"), "{e}");
@@ -487,7 +487,7 @@ fn rebuild_refuses_bad_requests_and_honours_rate_and_checkpoints() {
     // 130 MiB: checkpoints after 64 and 128 MiB, then at the end.
     let mut pattern = IoBuf::new(130 << 20);
     SmallRng::seed_from_u64(8).fill_bytes(&mut pattern);
-    vol.members()[0].write_all_at(&pattern, DATA_OFFSET).unwrap();
+    vol.raid().members()[0].write_all_at(&pattern, DATA_OFFSET).unwrap();
     let calls = Mutex::new(Vec::new());
     let cp = |o: u64| {
         calls.lock().unwrap().push(o);
@@ -498,15 +498,15 @@ fn rebuild_refuses_bad_requests_and_honours_rate_and_checkpoints() {
     assert!(image(&vol, 1) == pattern[..]);
 
     // A failing checkpoint stops the rebuild.
-    vol.health().set_state(1, MemberState::Rebuilding);
+    vol.raid().health().set_state(1, MemberState::Rebuilding);
     let fail = |_: u64| Err(Error::new(ErrorKind::Superblock, "cannot persist"));
     let e = rebuild(std::slice::from_ref(&vol), 1, &RebuildOptions { rate: None, checkpoint: &fail, only_dirty: false }, &mut |_, _| {}).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Superblock);
-    assert_eq!(vol.health().state(1), MemberState::Rebuilding);
+    assert_eq!(vol.raid().health().state(1), MemberState::Rebuilding);
 
     // Rate: 8 MiB at 80 MB/s takes at least ~0.1 s.
     let vol = build(Level::Raid1, 2, 1 << 20, 8 * MIB, false);
-    vol.health().set_state(1, MemberState::Rebuilding);
+    vol.raid().health().set_state(1, MemberState::Rebuilding);
     let r = rebuild(std::slice::from_ref(&vol), 1, &RebuildOptions { rate: Some(80_000_000), checkpoint: &cp, only_dirty: false }, &mut |_, _| {}).unwrap();
     // The limiter sleeps before each batch for the bytes already sent:
     // all but the last 4 MiB batch are paced.
@@ -543,7 +543,7 @@ fn sustained_rebuild_rate(bw: u64) -> f64 {
     let health = Arc::new(Health::new(n));
     let g = Geometry::new(Level::Raid5, n, 64 << 10, data).unwrap();
     let vol = Volume::with_state(members, g, DATA_OFFSET, Shared { health, bitmap: None }).unwrap();
-    vol.health().set_state(0, MemberState::Rebuilding);
+    vol.raid().health().set_state(0, MemberState::Rebuilding);
     let cp = no_checkpoint();
     let mut samples: Vec<(Instant, u64)> = Vec::new();
     rebuild(std::slice::from_ref(&vol), 0, &RebuildOptions { rate: None, checkpoint: &cp, only_dirty: false }, &mut |d, _| {
@@ -571,7 +571,7 @@ fn rebuild_under_concurrent_stripe_writes_stays_consistent() {
         install(&vol, &img, 0..half);
         let t = 1;
         garbage(&vol, t);
-        vol.health().set_state(t, MemberState::Rebuilding);
+        vol.raid().health().set_state(t, MemberState::Rebuilding);
         let stop = AtomicBool::new(false);
         let count = AtomicU64::new(0);
         let writes = std::thread::scope(|s| {
@@ -580,7 +580,7 @@ fn rebuild_under_concurrent_stripe_writes_stays_consistent() {
                 let c = l.chunk() as usize;
                 while !stop.load(Ordering::Relaxed) {
                     let stripe = rng.next_u64() % l.stripes();
-                    let _g = vol.locks().lock(stripe);
+                    let _g = vol.raid().locks().lock(stripe);
                     // (member, data-area offset, bytes) to write.
                     let mut pieces: Vec<(u32, u64, Vec<u8>)> = Vec::new();
                     if l.level().has_parity() {
@@ -609,15 +609,15 @@ fn rebuild_under_concurrent_stripe_writes_stays_consistent() {
                             pieces.push((p.member, p.member_offset, v.clone()));
                         }
                     }
-                    let bm = vol.bitmap().unwrap();
+                    let bm = vol.raid().bitmap().unwrap();
                     for (_, off, _) in &pieces {
                         bm.start_write(DATA_OFFSET + off, c as u64).unwrap();
                     }
                     for (m, off, bytes) in &pieces {
-                        if vol.health().writable(*m) {
+                        if vol.raid().health().writable(*m) {
                             let mut b = IoBuf::new(c);
                             b.copy_from_slice(bytes);
-                            write_member(&vol.members()[*m as usize], &b, DATA_OFFSET + off).unwrap();
+                            write_member(&vol.raid().members()[*m as usize], &b, DATA_OFFSET + off).unwrap();
                         }
                     }
                     for (_, off, _) in &pieces {

@@ -170,7 +170,7 @@ pub(super) fn run(
 ) -> Result<GrowReport> {
     let t0 = crate::clock::now();
     let mv = Mover::new(devs, sb, new_vol, health, served);
-    let (old_g, new_g) = (*old_vol.geometry(), *new_vol.geometry());
+    let (old_g, new_g) = (*old_vol.raid().geometry(), *new_vol.raid().geometry());
     let (old_cap, new_cap) = (old_g.capacity(), new_g.capacity());
     let mut report = first_report(sb, (old_cap, new_cap));
     // A window that was being written from the backup: write it again.
@@ -258,8 +258,8 @@ fn read_ahead(
     go: &Receiver<()>,
     tx: &SyncSender<Result<(u64, Vec<u8>)>>,
 ) {
-    let old_cap = old_vol.geometry().capacity();
-    let wo = unit(old_vol.geometry()).0;
+    let old_cap = old_vol.raid().geometry().capacity();
+    let wo = unit(old_vol.raid().geometry()).0;
     for (pos, len, _) in windows {
         if let Some(st) = state {
             if go.recv().is_err() {
@@ -308,7 +308,7 @@ impl<'a> Mover<'a> {
     fn new(devs: &'a [Member], sb: &Superblock, new_vol: &'a Arc<Volume>, health: [&'a Health; 2], served: Option<&'a Served<'a>>) -> Self {
         let r = sb.reshape.expect("a reshape is recorded");
         let v = &sb.volumes[r.volume as usize];
-        let g = new_vol.geometry();
+        let g = new_vol.raid().geometry();
         Mover {
             devs,
             new_vol,

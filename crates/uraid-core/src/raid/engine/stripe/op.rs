@@ -377,6 +377,13 @@ impl RaidQueue {
         let (sm, k) = Self::stripe_members(&l, s);
         let d = l.data_chunks() as usize;
         let (first, count) = (self.raid.sops[idx].first as usize, self.raid.sops[idx].count as usize);
+        // Members may have failed since the reads were planned (a power
+        // cut fails them all): more lost than the level tolerates ends
+        // the operation with that error, not with a reconstruction.
+        if let (Method::Recon, Err(e)) = (method, self.stripe_lost(idx, &l, &sm[..k], abs, rows)) {
+            self.raid.sops[idx].error = Some(e);
+            return self.sop_finish(idx, out);
+        }
         let newp = self.new_data(idx, &l, &sm[..d], kind, first, count);
         // Every chunk of the stripe gets a buffer where the method needs
         // one (P and Q always; every member for a reconstruction).
