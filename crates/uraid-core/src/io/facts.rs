@@ -250,6 +250,7 @@ pub fn member_info(m: &Member) -> MemberInfo {
                 sits_on: vec!["null drive (uraid's null: member: no data kept)".into()],
                 disks: vec![],
                 direct: true,
+                identity: None,
             };
         }
         MemberKind::BlockDevice => {
