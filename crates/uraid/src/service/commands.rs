@@ -92,7 +92,7 @@ impl Manager {
     fn check(&mut self, job: &Job, volume: Option<&str>, repair: bool, rate: Option<u64>) -> Option<Result<serde_json::Value, ErrorBody>> {
         let vols = match volume {
             Some(name) => match self.arr.volume_index(name) {
-                Ok(i) if self.arr.volume_entries()[i].level != 0 => vec![i],
+                Ok(i) if self.arr.volume_entries()[i].redundant() => vec![i],
                 Ok(_) => return Some(Err(ErrorBody::new("InvalidInput", format!("volume '{name}' is RAID 0: it keeps no copies or parity to check")))),
                 Err(e) => return Some(Err(e.into())),
             },

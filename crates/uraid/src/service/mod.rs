@@ -333,7 +333,7 @@ impl Manager {
     /// The redundant volumes' indexes.
     fn redundant(&self) -> Vec<usize> {
         let e = self.arr.volume_entries();
-        (0..e.len()).filter(|&i| e[i].level != 0).collect()
+        (0..e.len()).filter(|&i| e[i].redundant()).collect()
     }
 
     /// Events for what changed since the last look, `st` being the
