@@ -73,9 +73,14 @@ def t1t2(label, r, d):
 def null_table(args):
     """The floor and every level over null members."""
     print("null members (no data copy: the engine's own cost, load generator included)")
-    r = bench(args, ["null:1G"], size="1G")
-    for d in ("read", "write"):
-        t1t2("floor null:1G", r, d)
+    try:
+        r = bench(args, ["null:1G"], size="1G")
+        for d in ("read", "write"):
+            t1t2("floor null:1G", r, d)
+    except SystemExit:
+        # A uraid whose CLI takes a lone `null:1G` for an array's name
+        # (service/client.rs and scan.rs know `mem:` only).
+        print("floor: this uraid does not bench a lone null: member (see above); no floor row")
     for n in [int(x) for x in args.null_members.split(",")]:
         for level in (0, 10, 5, 6):
             if n < MIN[level] or (level == 10 and n % 2):

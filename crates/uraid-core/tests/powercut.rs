@@ -572,12 +572,13 @@ fn a_fua_write_merged_into_a_plugged_write_is_durable() {
     let (level, n, chunk) = (Level::Raid5, 3, 64u64 << 10);
     let (plans, _members, _g, _v, mut q) = flushed_pattern(level, n, chunk, CacheMode::Off, 512 << 10);
     // The stripe's data is 128K: its first half (plugged), then its second
-    // half with FUA.
+    // half with FUA. Stripe 4, where the pattern's write ended: only a
+    // write that continues the queue's last one is plugged.
     let half = chunk as usize;
     for (i, (fill, fua)) in [(0x11u8, false), (0x22, true)].into_iter().enumerate() {
         let mut b = IoBuf::new(half);
         b.fill(fill);
-        let mut r = Request::write((i * half) as u64, half, b, 10 + i as u64);
+        let mut r = Request::write((512 << 10) + (i * half) as u64, half, b, 10 + i as u64);
         r.fua = fua;
         q.push(r).map_err(|r| r.error).unwrap();
     }
