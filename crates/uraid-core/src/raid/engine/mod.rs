@@ -17,15 +17,16 @@
 //! [`CacheQueue`](crate::cache::queue::CacheQueue), or the stack's
 //! [`Queue`](crate::volume::Queue) when there is no cache) and knows
 //! nothing of it. This file holds the queue's submit, wait and complete
-//! loop; `volume.rs` the volume, `piece.rs` one member I/O, `stripe/` the
-//! redundant levels' stripe operations.
+//! loop; `ring.rs` the io_uring itself (push, submit, wait, reap in
+//! batches), `volume.rs` the volume, `piece.rs` one member I/O, `stripe/`
+//! the redundant levels' stripe operations.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
-use io_uring::{opcode, squeue, types, IoUring};
+use io_uring::{opcode, squeue, types};
 
 use crate::io::member::now_ns;
 use crate::io::request::BlockQueue;
@@ -38,16 +39,12 @@ use crate::{bail, Error, ErrorKind, Result};
 pub struct RaidQueue {
     /// Closed in `Drop`, or leaked when the kernel may still be doing I/O
     /// into memory of this queue's (a ring given up, a panic).
-    ring: std::mem::ManuallyDrop<IoUring>,
+    ring: Ring,
     vol: Arc<RaidVolume>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     /// Pieces done by the kernel but held until their emulated deadline.
     held: BinaryHeap<Reverse<(u64, u64)>>,
-    /// Pieces handed to the ring and not yet completed by the kernel.
-    in_kernel: usize,
-    /// SQEs pushed since the last submit.
-    unsubmitted: usize,
     /// A poll on the caller's descriptor is in the ring.
     poll_armed: bool,
     /// That poll fired and was not reported yet.
@@ -69,6 +66,7 @@ const CANCEL_TAG: u64 = u64::MAX - 1;
 const SOP_BIT: u64 = 1 << 62;
 
 mod piece;
+mod ring;
 mod slot;
 mod stripe;
 mod teardown;
@@ -77,28 +75,15 @@ use teardown::queue_panic_failpoint;
 mod volume;
 
 use piece::*;
+use ring::{Ring, REAP_BATCH};
 use slot::{RowsWrite, Slot};
 pub use volume::{RaidVolume, Shared};
 
 impl RaidQueue {
     fn new(vol: Arc<RaidVolume>, depth: usize) -> Result<RaidQueue> {
         let depth = depth.clamp(1, 4096);
-        let entries = (depth * vol.members().len().min(8)).next_power_of_two().clamp(64, 4096) as u32;
-        // A queue belongs to the thread that made it (it is not Send), so
-        // the ring can be single-issuer with task work deferred to our own
-        // waits: completions then cost no interrupt of this thread (Linux
-        // 6.1+; older kernels get a plain ring).
-        let ring = IoUring::builder()
-            .setup_cqsize(entries * 4)
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .build(entries)
-            .or_else(|_| IoUring::builder().setup_cqsize(entries * 4).build(entries))
-            .map_err(|e| Error::new(ErrorKind::Unsupported, format!("cannot set up io_uring (needs Linux 5.11 or newer, and io_uring not disabled by sysctl): {e}")))?;
         let fds: Vec<i32> = vol.members().iter().map(|m| m.file().as_raw_fd()).collect();
-        ring.submitter()
-            .register_files(&fds)
-            .map_err(|e| Error::new(ErrorKind::Unsupported, format!("cannot register member files with io_uring: {e}")))?;
+        let ring = Ring::new(depth, &fds)?;
         // Emulated latencies of tens of µs need timers without the default
         // 50 µs slack.
         // SAFETY: prctl with PR_SET_TIMERSLACK takes one integer argument.
@@ -108,13 +93,11 @@ impl RaidQueue {
             .map(|_| Slot::empty())
             .collect();
         Ok(RaidQueue {
-            ring: std::mem::ManuallyDrop::new(ring),
+            ring,
             vol,
             slots,
             free: (0..depth as u32).rev().collect(),
             held: BinaryHeap::with_capacity(depth * 4),
-            in_kernel: 0,
-            unsubmitted: 0,
             poll_armed: false,
             poll_ready: false,
             raid: stripe::State::new(&vol_for_state),
@@ -168,8 +151,7 @@ impl RaidQueue {
         self.held.clear();
         self.synthetic.clear();
         // Abandoned: whatever the kernel still does names only leaked memory.
-        self.in_kernel = 0;
-        self.unsubmitted = 0;
+        self.ring.abandon();
     }
 
     /// The volume this queue serves.
@@ -221,7 +203,14 @@ impl RaidQueue {
             ));
         }
         let max = if range_only { usize::MAX } else { MAX_REQUEST };
-        if !req.offset.is_multiple_of(bs) || !(req.len as u64).is_multiple_of(bs) || req.len == 0 || req.len > max {
+        // Block sizes are powers of two (Linux's logical block sizes): a
+        // mask, not two divisions, on every request.
+        let misaligned = if bs.is_power_of_two() {
+            (req.offset | req.len as u64) & (bs - 1) != 0
+        } else {
+            !req.offset.is_multiple_of(bs) || !(req.len as u64).is_multiple_of(bs)
+        };
+        if misaligned || req.len == 0 || req.len > max {
             bail!(
                 InvalidInput,
                 "I/O of {} bytes at offset {} is not aligned: offset and length must be multiples of \
@@ -346,19 +335,14 @@ impl RaidQueue {
             // next wait.
             return;
         }
-        loop {
-            // SAFETY: guaranteed by the caller.
-            if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
-                break;
-            }
+        // SAFETY: guaranteed by the caller.
+        while !unsafe { self.ring.push(&sqe) } {
             // Submission queue full: hand what we have to the kernel.
             self.submit_now();
             if self.broken.is_some() {
                 return;
             }
         }
-        self.unsubmitted += 1;
-        self.in_kernel += 1;
     }
 
     /// Like [`wait`](Self::wait) for one completion, but also returns when
@@ -415,7 +399,7 @@ impl RaidQueue {
             if self.raid.has_plugged() {
                 // Plugged partial-stripe writes wait for a partner only
                 // while something else is in progress, and not too long.
-                let busy = self.in_kernel > self.poll_armed as usize || !self.held.is_empty() || self.raid.has_waiting();
+                let busy = self.ring.in_kernel() > self.poll_armed as usize || !self.held.is_empty() || self.raid.has_waiting();
                 if !busy || self.raid.plug_deadline().is_some_and(|d| now_ns() >= d) {
                     self.unplug(out);
                     continue;
@@ -451,24 +435,22 @@ impl RaidQueue {
                 until = Some(until.map_or(t, |u| u.min(t)));
             }
             let res = match until {
-                None => self.ring.submit_and_wait(1),
+                None => self.ring.submit_and_wait(None),
                 Some(u) => {
                     let wait_ns = u.saturating_sub(now);
                     if wait_ns == 0 {
                         continue;
                     }
                     let ts = types::Timespec::new().sec(wait_ns / 1_000_000_000).nsec((wait_ns % 1_000_000_000) as u32);
-                    if self.in_kernel > 0 {
-                        let args = types::SubmitArgs::new().timespec(&ts);
-                        self.ring.submitter().submit_with_args(1, &args)
+                    if self.ring.in_kernel() > 0 {
+                        self.ring.submit_and_wait(Some(&ts))
                     } else {
                         self.submit();
                         crate::clock::sleep(std::time::Duration::from_nanos(wait_ns));
-                        Ok(0)
+                        Ok(())
                     }
                 }
             };
-            self.unsubmitted = 0;
             match res {
                 Ok(_) => {}
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => {}
@@ -488,7 +470,7 @@ impl RaidQueue {
         let mut tries = 0;
         loop {
             match self.ring.submit() {
-                Ok(_) => break,
+                Ok(()) => break,
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 // EBUSY: the completion queue is full; reap happens in wait().
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => break,
@@ -503,26 +485,31 @@ impl RaidQueue {
                 }
             }
         }
-        self.unsubmitted = 0;
     }
 
     /// Hands every queued member I/O to the kernel without waiting.
+    #[inline]
     pub fn submit(&mut self) {
-        if self.unsubmitted > 0 {
+        if self.ring.has_unsubmitted() {
             self.submit_now();
         }
     }
 
+    /// Takes every completion the ring holds (in batches: one update of
+    /// the completion queue's head per batch) and every synthetic one.
     fn reap(&mut self, out: &mut Vec<Completion>) {
+        let mut batch = [(0u64, 0i32); REAP_BATCH];
         loop {
-            let cqe = self.ring.completion().next().map(|c| (c.user_data(), c.result()));
-            if let Some((ud, res)) = cqe {
-                self.in_kernel -= 1;
+            let n = self.ring.reap(&mut batch);
+            for &(ud, res) in &batch[..n] {
                 self.on_cqe(ud, res, out);
-            } else if let Some((ud, res)) = self.synthetic.pop() {
-                self.on_cqe(ud, res, out);
-            } else {
-                break;
+            }
+            if n > 0 {
+                continue;
+            }
+            match self.synthetic.pop() {
+                Some((ud, res)) => self.on_cqe(ud, res, out),
+                None => break,
             }
         }
     }

@@ -27,8 +27,9 @@ impl Drop for RaidQueue {
             self.drain_for_drop()
         };
         if !leak_ring {
-            // SAFETY: the ring is dropped once, here, and not used after.
-            unsafe { std::mem::ManuallyDrop::drop(&mut self.ring) };
+            // SAFETY: the ring is closed once, here, and not used after;
+            // nothing is left in the kernel (drained above).
+            unsafe { self.ring.close() };
         }
     }
 }
@@ -61,16 +62,15 @@ impl RaidQueue {
             polls = 2;
         }
         let mut grace = 10;
-        while self.in_kernel > 0 {
-            if self.in_kernel <= polls {
+        while self.ring.in_kernel() > 0 {
+            if self.ring.in_kernel() <= polls {
                 if grace == 0 {
                     break;
                 }
                 grace -= 1;
                 let ts = types::Timespec::new().nsec(10_000_000);
-                let args = types::SubmitArgs::new().timespec(&ts);
-                let _ = self.ring.submitter().submit_with_args(1, &args);
-            } else if let Err(e) = self.ring.submit_and_wait(1) {
+                let _ = self.ring.submit_and_wait(Some(&ts));
+            } else if let Err(e) = self.ring.submit_and_wait(None) {
                 if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY | libc::ETIME | libc::EAGAIN | libc::ENOMEM)) {
                     self.ring_failed("waiting for the last completions", e);
                     self.fail_everything(&mut sink);
@@ -81,7 +81,7 @@ impl RaidQueue {
         }
         // Release the members now rather than when the kernel gets round to
         // tearing the ring down, so the next opener does not find them busy.
-        let _ = self.ring.submitter().unregister_files();
+        self.ring.unregister_files();
         self.broken.is_some()
     }
 }
@@ -108,16 +108,14 @@ impl RaidQueue {
         }
         self.raid.abandon(vol.locks(), false);
         let t0 = now_ns();
-        while self.in_kernel > self.poll_armed as usize && now_ns() - t0 < 2_000_000_000 {
+        let mut batch = [(0u64, 0i32); super::REAP_BATCH];
+        while self.ring.in_kernel() > self.poll_armed as usize && now_ns() - t0 < 2_000_000_000 {
             let ts = types::Timespec::new().nsec(10_000_000);
-            let args = types::SubmitArgs::new().timespec(&ts);
-            let _ = self.ring.submitter().submit_with_args(1, &args);
-            while self.ring.completion().next().is_some() {
-                self.in_kernel = self.in_kernel.saturating_sub(1);
-            }
+            let _ = self.ring.submit_and_wait(Some(&ts));
+            while self.ring.reap(&mut batch) > 0 {}
         }
-        let _ = self.ring.submitter().unregister_files();
-        if self.in_kernel > self.poll_armed as usize {
+        self.ring.unregister_files();
+        if self.ring.in_kernel() > self.poll_armed as usize {
             for s in self.slots.iter_mut() {
                 if let Some(b) = s.buf.take() {
                     std::mem::forget(b);
