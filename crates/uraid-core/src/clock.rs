@@ -8,6 +8,8 @@
 //! [`sleep`] returns at once after moving the virtual clock on, and a clock
 //! read returns the virtual time. Threads the simulation starts see the
 //! same clock when they call [`Virtual::install`] with a clone of it.
+//! A layer's own thread is started with [`spawn`] (it keeps its starter's
+//! clock) and waits for its period with [`wait_timeout_while`].
 //! Outside a simulation the cost is one thread-local read per call (the
 //! data path reads the clock about twice per I/O).
 //!
