@@ -410,7 +410,7 @@ fn skip_in_scan(name: &str) -> bool {
 
 /// The arguments of a command that takes members, with an array's NAME or
 /// UUID in place of them: when `args` is one word that is not an existing
-/// path, not `mem:...` and has no '/', it names an array, looked up in the
+/// path, not `mem:...` or `null:...` and has no '/', it names an array, looked up in the
 /// configuration file (its `members` and `journal`; without `members`, its
 /// devices are found by UUID), else on the machine's devices (and the
 /// config's `devices` globs). Anything else is returned unchanged.
@@ -422,7 +422,7 @@ pub(crate) fn member_args(args: &[String]) -> Result<Vec<String>> {
     let [word] = args else { return Ok(args.to_vec()) };
     // A directory of that name is no member (mount points are often
     // named after their array): the word is then the array's name.
-    if word.is_empty() || word.contains('/') || word.starts_with("mem:") || Path::new(word).exists() && !Path::new(word).is_dir() {
+    if word.is_empty() || word.contains('/') || word.starts_with("mem:") || word.starts_with("null:") || Path::new(word).exists() && !Path::new(word).is_dir() {
         return Ok(args.to_vec());
     }
     let cfg = conf::load()?;
@@ -585,7 +585,7 @@ mod tests {
 
     #[test]
     fn paths_and_specs_pass_through() {
-        for args in [vec![], vec!["/dev/loop3".to_string()], vec!["mem:1G".to_string()], vec!["a".to_string(), "b".to_string()]] {
+        for args in [vec![], vec!["/dev/loop3".to_string()], vec!["mem:1G".to_string()], vec!["null:1G".to_string()], vec!["a".to_string(), "b".to_string()]] {
             assert_eq!(member_args(&args).unwrap(), args);
         }
     }

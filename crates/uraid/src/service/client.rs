@@ -105,7 +105,7 @@ pub(crate) fn served_names() -> Vec<String> {
 /// its members) names, if a process serves it.
 pub(crate) fn find(args: &[String]) -> Option<Client> {
     if let [one] = args {
-        if !one.contains('/') && !one.starts_with("mem:") {
+        if !one.contains('/') && !one.starts_with("mem:") && !one.starts_with("null:") {
             if let Some(c) = Client::connect(one) {
                 return Some(c);
             }
