@@ -372,8 +372,9 @@ def print_rows(rows, header=False):
             return f"{(vals[0] / v if d == 's' else v / vals[0]):.2f}"
         cells = ["-" if v is None else f"{v:.1f}" for v in vals]
         name = f"{test} {d}" if d != "s" else f"{test} (md time / uraid)"
+        busy = "/".join("-" if r is None or r.get("busy") is None else f"{r['busy']:.0f}" for r in row[3:6])
         print(f"{label:<16} {name:<28} {cells[0]:>9} {cells[1]:>11} {cells[2]:>11} {ratio(vals[1]):>8}"
-              f" {ratio(vals[2]):>10}  {unit}", flush=True)
+              f" {ratio(vals[2]):>10}  {unit:<5} CPU busy % md/ublk/inproc {busy}", flush=True)
 
 
 def cpu_line(rows):

@@ -12,7 +12,7 @@ step "bench/md.py --levels 0 (tiny)"
 python3 "$repo/bench/md.py" --levels 0 --time 1 --size 32M --mbps 200 --iops 8000 --uraid "$URAID" \
   --json "$WORK/md.json" 2>&1 | tee "$out" || fail "bench/md.py failed"
 table=$(sed -n '/^level /,$p' "$out")
-num='[0-9]+\.[0-9]'
+num='[0-9]+\.[0-9]+'
 for t in "SEQ1M Q8T1 read" "SEQ1M Q8T1 write" "RND4K Q32T1 read" "RND4K Q32T1 write"; do
   grep -Eq "^RAID 0 +$t +$num +$num +$num +$num +$num " <<<"$table" || fail "no row 'RAID 0 $t' with three figures and two ratios"
 done
