@@ -234,6 +234,41 @@ impl Collector for Source {
 }
 
 impl Source {
+    /// `uraid_member_info`: who each member drive is, read from sysfs and
+    /// udev at the scrape (no I/O to the drive); labels as
+    /// smartctl_exporter's smartctl_device. Files, mem: and stacked
+    /// devices have none.
+    fn encode_member_info(&self, enc: &mut DescriptorEncoder, st: &ArrayStatus) -> std::result::Result<(), std::fmt::Error> {
+        let a = || ("array", self.array.clone());
+        let infos: Vec<_> = st
+            .members
+            .iter()
+            .filter_map(|m| {
+                let dev = m.device.clone()?;
+                let id = uraid_core::io::identity::identity_of_path(std::path::Path::new(&dev))?;
+                let slot = match m.role {
+                    Some(r) => format!("role {r}"),
+                    None => format!("slot {}", m.slot),
+                };
+                let labels = vec![
+                    a(),
+                    ("slot", slot),
+                    ("device", dev),
+                    ("model_name", id.model.unwrap_or_default()),
+                    ("serial_number", id.serial.unwrap_or_default()),
+                    ("firmware_version", id.firmware.unwrap_or_default()),
+                    ("wwid", id.wwid.unwrap_or_default()),
+                    ("by_id", id.by_id.unwrap_or_default()),
+                ];
+                Some((labels, ConstGauge::new(1)))
+            })
+            .collect();
+        if !infos.is_empty() {
+            family(enc, "uraid_member_info", "1 for each member that is a drive, who it is as labels (model, serial, firmware, WWID, by-id name).", &infos)?;
+        }
+        Ok(())
+    }
+
     /// The member drives' last health readings (`service::health`), as
     /// smartctl_exporter names them, with an `array` label beside its
     /// `device`: none before the first poll or with polling off.
@@ -375,35 +410,7 @@ impl Source {
                 })
                 .collect::<Vec<_>>(),
         )?;
-        // Who each member drive is, read from sysfs and udev at the scrape
-        // (no I/O to the drive); labels as smartctl_exporter's
-        // smartctl_device. Files, mem: and stacked devices have none.
-        let infos: Vec<_> = st
-            .members
-            .iter()
-            .filter_map(|m| {
-                let dev = m.device.clone()?;
-                let id = uraid_core::io::identity::identity_of_path(std::path::Path::new(&dev))?;
-                let slot = match m.role {
-                    Some(r) => format!("role {r}"),
-                    None => format!("slot {}", m.slot),
-                };
-                let labels = vec![
-                    a(),
-                    ("slot", slot),
-                    ("device", dev),
-                    ("model_name", id.model.unwrap_or_default()),
-                    ("serial_number", id.serial.unwrap_or_default()),
-                    ("firmware_version", id.firmware.unwrap_or_default()),
-                    ("wwid", id.wwid.unwrap_or_default()),
-                    ("by_id", id.by_id.unwrap_or_default()),
-                ];
-                Some((labels, ConstGauge::new(1)))
-            })
-            .collect();
-        if !infos.is_empty() {
-            family(enc, "uraid_member_info", "1 for each member that is a drive, who it is as labels (model, serial, firmware, WWID, by-id name).", &infos)?;
-        }
+        self.encode_member_info(enc, st)?;
         family(enc, "uraid_events", "The superblocks' event counter.", &[(vec![a()], ConstGauge::new(st.events as i64))])?;
         family(
             enc,
