@@ -19,7 +19,7 @@ import json, os, re, subprocess, sys, time, urllib.error, urllib.request
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -134,6 +134,13 @@ try:
     # a spare from its row: it takes over role 1; the rebuild's bar reaches 100%.
     d.find_element(By.CSS_SELECTOR, "#drives-panel summary").click()
     row = lambda dev: d.find_element(By.CSS_SELECTOR, f'#drives tbody tr[data-device="{dev}"]')
+
+    def row_text(dev):
+        # The panel redraws its rows on a refresh: a row found just before may be gone.
+        try:
+            return row(dev).text
+        except (StaleElementReferenceException, NoSuchElementException):
+            return ""
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, f'#drives tbody tr[data-device="{SPARE}"]')) == 1)
     assert "free" in row(SPARE).text, row(SPARE).text
     members = [m["device"] for m in st["members"]]
@@ -160,8 +167,8 @@ try:
     wait.until(lambda d: any(li.get_attribute("data-event") == "RebuildFinished" for li in d.find_elements(By.CSS_SELECTOR, "#events li")))
     step(f"add spare rebuilds in the background; the bar went {min(seen):.0f}% .. {max(seen):.0f}%, RebuildFinished shown")
     d.find_element(By.ID, "drives-refresh").click()
-    wait.until(lambda d: "role 1 of this array (active)" in row(SPARE).text)
-    step(f"the drives panel after the rebuild: {row(SPARE).text!r}")
+    wait.until(lambda d: "role 1 of this array (active)" in row_text(SPARE))
+    step(f"the drives panel after the rebuild: {row_text(SPARE)!r}")
     d.save_screenshot(os.path.join(SHOTS, "4-rebuilt.png"))
 
     # A scrub started from the page: 0 mismatches.

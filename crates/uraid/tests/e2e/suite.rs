@@ -465,7 +465,10 @@ fn suite_writes_charts_and_a_report_with_every_table() {
     ]);
     assert_contains(&o.stdout, &["Results: median of 3 runs", "vs one", "RND4K Q1T1 read"], "suite tables");
     let row = o.stdout.lines().find(|l| l.contains("RND4K Q1T1 read")).unwrap();
-    assert!(row.contains("same"), "QD1 random reads on RAID 0 are as fast as on one drive: {row}");
+    // 'same' when the runs agree; on a loaded machine three runs of 0.2 s
+    // may tell a few percent apart: the figure then stays within 5%.
+    let pct = row.split(['┆', '│']).map(str::trim).filter_map(|c| c.strip_suffix('%')).filter_map(|c| c.parse::<f64>().ok()).last();
+    assert!(row.contains("same") || pct.is_some_and(|p| p.abs() <= 5.0), "QD1 random reads on RAID 0 are as fast as on one drive: {row}");
 }
 
 #[test]
