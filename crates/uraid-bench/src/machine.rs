@@ -7,9 +7,9 @@
 //! empty rather than guessed.
 
 use std::fs;
-use std::path::Path;
 
 use serde::Serialize;
+use uraid_core::io::identity::read_trim;
 
 /// The computer and operating system.
 #[derive(Debug, Clone, Serialize, Default)]
@@ -28,9 +28,6 @@ pub struct Machine {
     pub hostname: String,
 }
 
-fn read_trim(p: impl AsRef<Path>) -> Option<String> {
-    fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
-}
 
 /// Reads the machine's description.
 pub fn machine() -> Machine {

@@ -18,12 +18,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::io::identity::{dev_major_minor, is_pci_addr, read_trim, sys_block};
 use crate::io::member::{Member, MemberKind};
-
-/// The trimmed contents of file `p`; `None` when unreadable or empty.
-fn read_trim(p: impl AsRef<Path>) -> Option<String> {
-    fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
-}
 
 /// A physical (or the last traceable) device under a member.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -63,20 +59,6 @@ pub struct MemberInfo {
     /// `mem:` and stacked devices (loop, dm, md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<crate::io::identity::Identity>,
-}
-
-fn is_pci_addr(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.' && s.chars().filter(|c| c.is_ascii_hexdigit()).count() == 9
-}
-
-/// The sysfs directory of block device `maj:min`.
-fn sys_block(maj: u64, min: u64) -> Option<PathBuf> {
-    fs::canonicalize(format!("/sys/dev/block/{maj}:{min}")).ok()
-}
-
-fn dev_major_minor(rdev: u64) -> (u64, u64) {
-    (libc::major(rdev) as u64, libc::minor(rdev) as u64)
 }
 
 /// Mount information for a filesystem whose st_dev is `maj:min`:

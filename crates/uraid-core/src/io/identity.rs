@@ -120,14 +120,32 @@ impl Identity {
     }
 }
 
-/// Trimmed contents of `p`, `None` when unreadable or empty.
-fn read_trim(p: impl AsRef<Path>) -> Option<String> {
+/// The trimmed contents of file `p` (a sysfs or procfs attribute); `None`
+/// when unreadable or empty.
+pub fn read_trim(p: impl AsRef<Path>) -> Option<String> {
     fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
-fn is_pci_addr(s: &str) -> bool {
+/// Whether `s` is a PCI address, `0000:01:00.0`.
+pub(crate) fn is_pci_addr(s: &str) -> bool {
     let b = s.as_bytes();
     b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.' && s.chars().filter(|c| c.is_ascii_hexdigit()).count() == 9
+}
+
+/// The (major, minor) numbers of device number `rdev` (`st_rdev`).
+pub(crate) fn dev_major_minor(rdev: u64) -> (u64, u64) {
+    (libc::major(rdev) as u64, libc::minor(rdev) as u64)
+}
+
+/// The sysfs directory of block device `maj:min`.
+pub(crate) fn sys_block(maj: u64, min: u64) -> Option<PathBuf> {
+    fs::canonicalize(format!("/sys/dev/block/{maj}:{min}")).ok()
+}
+
+/// The device number of `path` when it is a block device.
+fn block_rdev(path: &Path) -> Option<u64> {
+    let md = fs::metadata(path).ok()?;
+    md.file_type().is_block_device().then(|| md.rdev())
 }
 
 /// `E:KEY=VALUE` properties and `S:LINK` links of udev's record of block
@@ -193,12 +211,8 @@ pub fn by_id_of(name: &str, udev_links: &[String]) -> Option<String> {
 /// should name, since `/dev/nvme0n1` may be another drive after a reboot.
 /// `None` for files and for devices udev names no by-id link for (loop).
 pub fn stable_path(path: &Path) -> Option<String> {
-    let md = fs::metadata(path).ok()?;
-    if !md.file_type().is_block_device() {
-        return None;
-    }
-    let (maj, min) = (libc::major(md.rdev()) as u64, libc::minor(md.rdev()) as u64);
-    let sys = fs::canonicalize(format!("/sys/dev/block/{maj}:{min}")).ok()?;
+    let (maj, min) = dev_major_minor(block_rdev(path)?);
+    let sys = sys_block(maj, min)?;
     let name = sys.file_name()?.to_string_lossy().into_owned();
     by_id_of(&name, &udev_record(maj, min).1)
 }
@@ -320,18 +334,14 @@ pub fn identity_of_sys(sys: &Path) -> Option<Identity> {
 /// of). `None` for files, `mem:` members, and stacked or virtual devices
 /// that are no disk: loop, device-mapper, md, RAM disks, null_blk, ublk.
 pub fn identity_of_path(path: &Path) -> Option<Identity> {
-    let md = fs::metadata(path).ok()?;
-    if !md.file_type().is_block_device() {
-        return None;
-    }
-    identity_of_rdev(md.rdev())
+    identity_of_rdev(block_rdev(path)?)
 }
 
 /// [`identity_of_path`] of the block device whose device number is
 /// `rdev` (`st_rdev`).
 pub fn identity_of_rdev(rdev: u64) -> Option<Identity> {
-    let (maj, min) = (libc::major(rdev) as u64, libc::minor(rdev) as u64);
-    let sys = fs::canonicalize(format!("/sys/dev/block/{maj}:{min}")).ok()?;
+    let (maj, min) = dev_major_minor(rdev);
+    let sys = sys_block(maj, min)?;
     let whole = if sys.join("partition").exists() { sys.parent()?.to_path_buf() } else { sys };
     let name = whole.file_name()?.to_string_lossy().into_owned();
     let virtual_dev = ["loop", "dm-", "md", "ram", "zram", "nullb", "ublkb", "nbd", "pmem"].iter().any(|p| name.starts_with(p));

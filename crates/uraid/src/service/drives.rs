@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use uraid_core::control::array::{self, ArrayStatus, Examination};
-use uraid_core::io::identity::{identity_of_sys, Identity};
+use uraid_core::io::identity::{identity_of_sys, read_trim, Identity};
 
 use super::health::Health;
 
@@ -40,10 +40,6 @@ pub(crate) struct Drive {
     pub usage: String,
     /// Nothing uses it: it may be given to this array (add, replace, grow).
     pub free: bool,
-}
-
-fn read_trim(p: impl AsRef<Path>) -> Option<String> {
-    fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
 /// `maj:min` -> first mount point, from /proc/self/mountinfo.
