@@ -28,7 +28,6 @@ pub struct Machine {
     pub hostname: String,
 }
 
-
 /// Reads the machine's description.
 pub fn machine() -> Machine {
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();

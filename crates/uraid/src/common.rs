@@ -40,3 +40,21 @@ pub(crate) fn local_iso8601(unix_s: i64) -> String {
         off.abs() % 60
     )
 }
+
+/// Waits for `child` to exit, at most `limit` (checking every 20 ms);
+/// past that, or if it cannot be waited for, kills and reaps it. Returns
+/// whether it exited by itself: how a helper program that may hang (on a
+/// device that does not answer) is run without hanging its caller.
+pub(crate) fn wait_or_kill(child: &mut std::process::Child, limit: std::time::Duration) -> bool {
+    let t0 = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return true,
+            Ok(None) if t0.elapsed() < limit => std::thread::sleep(std::time::Duration::from_millis(20)),
+            _ => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
+}

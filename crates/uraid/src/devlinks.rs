@@ -255,15 +255,7 @@ fn udev_change(bdev: &Path) {
         .spawn();
     let Ok(mut child) = child else { return };
     // udevadm trigger only queues the event; 5 s is plenty.
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while std::time::Instant::now() < end {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+    crate::common::wait_or_kill(&mut child, std::time::Duration::from_secs(5));
 }
 
 /// What `uraid serve NAME --ublk` records of its ublk device in

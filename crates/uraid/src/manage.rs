@@ -409,9 +409,7 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
     for m in &st.members {
         let dev = crate::conf::quote(m.device.as_deref().unwrap_or("-"));
         // Who the drive is (model, serial, by-id), so the right one is pulled.
-        let who = m.device.as_deref().and_then(|d| identity_of_path(std::path::Path::new(d))).map(|id| {
-            format!("\n      {}{}", id.summary(), id.by_id.as_deref().map(|b| format!(", {b}")).unwrap_or_default())
-        });
+        let who = m.device.as_deref().and_then(|d| identity_of_path(std::path::Path::new(d))).map(|id| format!("\n      {}", id.summary_and_name()));
         let who = who.as_deref().unwrap_or("");
         if let (None, Some(r)) = (m.role, m.former_role) {
             // md's (F): the drive a spare replaced, still to be pulled.

@@ -116,7 +116,7 @@ pub(crate) fn cmd_scan(a: ScanArgs) -> Result<()> {
             // mdadm --verbose style: one indented line per known drive.
             for (d, id) in f.devices.iter().zip(&f.identities) {
                 if let Some(id) = id {
-                    println!("   {}: {}{}", conf::quote(d), id.summary(), id.by_id.as_deref().map(|b| format!(", {b}")).unwrap_or_default());
+                    println!("   {}: {}", conf::quote(d), id.summary_and_name());
                 }
             }
         }

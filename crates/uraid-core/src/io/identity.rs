@@ -96,6 +96,15 @@ pub struct PciLink {
 }
 
 impl Identity {
+    /// [`summary`](Self::summary) and, when udev made one, the by-id name:
+    /// what `status` and `scan` print under a member.
+    pub fn summary_and_name(&self) -> String {
+        match &self.by_id {
+            Some(b) => format!("{}, {b}", self.summary()),
+            None => self.summary(),
+        }
+    }
+
     /// One line for people: `Samsung SSD 990 PRO, serial S6Z..., firmware
     /// 4B2QJXD7, PCIe 16.0 GT/s x4` (the parts that are known).
     pub fn summary(&self) -> String {

@@ -12,7 +12,7 @@
 //! are built on others (dm, md, ublk, nbd): they are not drives.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 use uraid_core::control::array::{self, ArrayStatus, Examination};
@@ -57,16 +57,21 @@ fn swaps() -> Vec<String> {
     text.lines().skip(1).filter_map(|l| l.split_whitespace().next()).filter_map(|d| fs::canonicalize(d).ok()).map(|p| p.display().to_string()).collect()
 }
 
-/// What this array's status says `dev` is, if it names it.
-fn in_this_array(st: &ArrayStatus, dev: &Path) -> Option<String> {
-    st.members.iter().find_map(|m| {
-        let d = m.device.as_deref()?;
-        (fs::canonicalize(d).ok()? == dev).then(|| match (m.role, m.former_role) {
-            (Some(r), _) => format!("role {r} of this array ({})", m.state),
-            (None, Some(r)) => format!("faulty in this array (was role {r}): pull it, then remove it"),
-            (None, None) => "spare of this array".to_string(),
+/// What this array's status says each of its devices is, by the device's
+/// real path: `role 2 of this array (active)`, `spare of this array`, ...
+fn in_this_array(st: &ArrayStatus) -> Vec<(PathBuf, String)> {
+    st.members
+        .iter()
+        .filter_map(|m| {
+            let dev = fs::canonicalize(m.device.as_deref()?).ok()?;
+            let what = match (m.role, m.former_role) {
+                (Some(r), _) => format!("role {r} of this array ({})", m.state),
+                (None, Some(r)) => format!("faulty in this array (was role {r}): pull it, then remove it"),
+                (None, None) => "spare of this array".to_string(),
+            };
+            Some((dev, what))
         })
-    })
+        .collect()
 }
 
 /// Every drive of the machine (see the module docs), in kernel name
@@ -79,6 +84,8 @@ pub(crate) fn list(st: &ArrayStatus, health: &[Health]) -> Vec<Drive> {
     names.sort_by(|a, b| natural(a).cmp(&natural(b)));
     let mounts = mounts();
     let swaps = swaps();
+    let ours = in_this_array(st);
+    let health: Vec<(PathBuf, &Health)> = health.iter().filter_map(|h| Some((fs::canonicalize(&h.device).ok()?, h))).collect();
     let mut out = Vec::new();
     for name in names {
         if ["ram", "zram", "dm-", "md", "ublkb", "ublkc", "nbd", "sr", "fd"].iter().any(|p| name.starts_with(p)) {
@@ -98,8 +105,8 @@ pub(crate) fn list(st: &ArrayStatus, health: &[Health]) -> Vec<Drive> {
         let devno = read_trim(sys.join("dev")).unwrap_or_default();
         let holders: Vec<String> = fs::read_dir(sys.join("holders")).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
         let parts = !partition && fs::read_dir(&sys).is_ok_and(|d| d.flatten().any(|e| e.path().join("partition").exists()));
-        let usage = if let Some(u) = in_this_array(st, &real) {
-            u
+        let usage = if let Some((_, u)) = ours.iter().find(|(d, _)| *d == real) {
+            u.clone()
         } else if let Some((_, at)) = mounts.iter().find(|(d, _)| *d == devno) {
             format!("mounted at {at}")
         } else if swaps.contains(&real.display().to_string()) {
@@ -118,7 +125,7 @@ pub(crate) fn list(st: &ArrayStatus, health: &[Health]) -> Vec<Drive> {
             }
         };
         let free = usage == "free";
-        let health = health.iter().find(|h| fs::canonicalize(&h.device).ok().as_ref() == Some(&real)).cloned();
+        let health = health.iter().find(|(d, _)| *d == real).map(|(_, h)| (*h).clone());
         out.push(Drive { device: dev.display().to_string(), kind, size, identity, health, usage, free });
     }
     out

@@ -31,7 +31,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -182,17 +182,8 @@ pub(crate) fn read(smartctl: &Path, device: &str) -> Result<Health, String> {
         let _ = std::io::Read::read_to_end(&mut std::io::Read::take(&mut out, 4 << 20), &mut buf);
         buf
     });
-    let t0 = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if t0.elapsed() < SMARTCTL_TIMEOUT => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("smartctl did not answer within {} s (the drive does not answer admin commands?)", SMARTCTL_TIMEOUT.as_secs()));
-            }
-        }
+    if !crate::common::wait_or_kill(&mut child, SMARTCTL_TIMEOUT) {
+        return Err(format!("smartctl did not answer within {} s (the drive does not answer admin commands?)", SMARTCTL_TIMEOUT.as_secs()));
     }
     let bytes = reader.join().unwrap_or_default();
     let v: Value = serde_json::from_slice(&bytes).map_err(|e| format!("smartctl's output is not JSON ({e}); smartmontools 7.0 or later is needed"))?;
