@@ -363,7 +363,7 @@ fn inline_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(c: &mut ChartC
 /// A legend in its own panel: a line sample (dashed where the series is)
 /// and the name, one per row.
 fn legend_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, series: &[Series]) -> DrawResult<DB> {
-    let style = TextStyle::from((FAMILY, 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    let style = TextStyle::from((FAMILY, 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
     let rows = series.len().max(1) as i32;
     let step = ((SIZE.1 as i32 - 80) / rows).clamp(12, 22);
     for (i, s) in series.iter().enumerate() {
@@ -417,7 +417,7 @@ fn draw_bars<DB: DrawingBackend>(
         .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 18, y + 6)], col.filled()));
         c.draw_series(values.iter().enumerate().map(|(i, &v)| {
             let top = n - i as f64 - 0.1 - g as f64 * h;
-            Text::new(format!(" {}", fmt_num(v)), (if v.is_finite() { v } else { 0.0 }, top - h / 2.0), TextStyle::from((FAMILY, 12).into_font()).pos(Pos::new(HPos::Left, VPos::Center)))
+            Text::new(format!(" {}", fmt_num(v)), (if v.is_finite() { v } else { 0.0 }, top - h / 2.0), TextStyle::from((FAMILY, 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center)))
         }))?;
     }
     // Row names left of the plot, centred on their group.

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use uraid_core::units::fmt_size;
 
 use crate::chart::Chart;
-use crate::report::{report_grids, Grid};
+use crate::report::{report_grids, summary, Grid};
 use crate::review::Report;
 
 /// Escapes text for HTML element content and attribute values.
@@ -32,7 +32,7 @@ h1{font-size:24px;margin-bottom:4px}h2{font-size:19px;margin-top:32px;border-bot
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;vertical-align:top}th{background:#f0f3f7}\
 td:first-child,th:first-child{text-align:left}td.same{color:#777}td.up{color:#176d17}td.down{color:#a11}\
 .note{color:#555;font-size:12px;margin-top:0}.warn{background:#fff4e0;border:1px solid #e0a040;padding:8px 12px;margin:12px 0}\
-.chart{margin:12px 0}.chart svg{max-width:100%;height:auto;border:1px solid #ddd}";
+.summary{font-size:17px;font-weight:bold;margin:6px 0}.chart{margin:12px 0}.chart svg{max-width:100%;height:auto;border:1px solid #ddd}";
 
 /// Appends `g` as an HTML heading, table and note.
 pub fn grid_html(out: &mut String, g: &Grid) {
@@ -134,8 +134,20 @@ pub fn render(report: &Report, charts: &[Chart], title: &str) -> String {
     for (i, t) in report.targets.iter().enumerate() {
         let _ = write!(intro, "{}<b>{}</b>: {}", if i > 0 { "; " } else { "" }, escape(&t.label), escape(&t.description));
     }
+    intro.push_str("</p>\n<p class=\"sub\">The machine while each target ran: ");
+    for (i, t) in report.targets.iter().enumerate() {
+        let _ = write!(intro, "{}<b>{}</b>: {}", if i > 0 { "; " } else { "" }, escape(&t.label), escape(&t.busy.describe()));
+    }
     intro.push_str("</p>\n");
-    page(title, &intro, &report.warnings(), charts, &report_grids(report))
+    for line in summary(report) {
+        let _ = writeln!(intro, "<p class=\"summary\">{}</p>", escape(&line));
+    }
+    let mut grids = report_grids(report);
+    // CrystalDiskMark's table leads, above the warnings and charts.
+    if grids.first().is_some_and(|g| g.id == "cdm") {
+        grid_html(&mut intro, &grids.remove(0));
+    }
+    page(title, &intro, &report.warnings(), charts, &grids)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use serde::Serialize;
 use uraid_core::units::fmt_size;
 
+use crate::profile::{CDM_DEFAULT, CDM_NVME, RND4K_Q32T1, SEQ1M_Q8T1};
 use crate::review::{Report, TargetReport};
 use crate::stats::{verdict, Metric, Stat};
 use crate::suite::TestResult;
@@ -164,13 +165,134 @@ fn test_value<'a>(t: &'a TargetReport, test: &crate::Test) -> Option<&'a TestRes
     t.tests.iter().find(|r| r.test == *test)
 }
 
-/// Every table of a report, in order: results side by side, per-target run
-/// statistics and CPU, ATTO, AS SSD, linear surface, machine, members.
+/// Whether `t` is one of CrystalDiskMark 8's tests (its default or NVMe SSD
+/// settings): the tests the report's first table holds.
+fn is_cdm(t: &crate::Test) -> bool {
+    !matches!(t.dir, crate::Dir::Mix(_)) && CDM_DEFAULT.iter().chain(CDM_NVME.iter()).any(|p| *p == t.profile)
+}
+
+/// The first target's CrystalDiskMark tests in CrystalDiskMark's order
+/// (default settings' rows, then the NVMe settings' other rows; read
+/// before write).
+fn cdm_tests(first: &TargetReport) -> Vec<&TestResult> {
+    let mut order: Vec<_> = CDM_DEFAULT.to_vec();
+    order.extend(CDM_NVME.iter().filter(|p| !CDM_DEFAULT.contains(p)));
+    let mut out = Vec::new();
+    for p in order {
+        for dir in [crate::Dir::Read, crate::Dir::Write] {
+            out.extend(first.tests.iter().filter(|t| t.test.profile == p && t.test.dir == dir));
+        }
+    }
+    out
+}
+
+/// The first table of a report, CrystalDiskMark's: a row per test (its 8:
+/// four profiles, read and write), a column per target, each later target's
+/// figure followed by how many times the first target's it is. None when no
+/// CrystalDiskMark test ran.
+fn cdm_grid(r: &Report, first: &TargetReport) -> Option<Grid> {
+    let tests = cdm_tests(first);
+    if tests.is_empty() {
+        return None;
+    }
+    let mut header = vec!["test".to_string(), "unit".to_string()];
+    header.extend(r.targets.iter().map(|t| t.label.clone()));
+    let rows = tests
+        .iter()
+        .map(|base| {
+            let mut row = vec![base.test.to_string(), base.metric.unit().to_string()];
+            for (i, t) in r.targets.iter().enumerate() {
+                let cell = match test_value(t, &base.test) {
+                    Some(x) if i > 0 => format!("{} ({})", fmt_value(x.metric, x.headline(r.stat)), times(base, x, r.stat)),
+                    Some(x) => fmt_value(x.metric, x.headline(r.stat)),
+                    None => "-".into(),
+                };
+                row.push(cell);
+            }
+            row
+        })
+        .collect();
+    Some(Grid {
+        id: "cdm".into(),
+        title: format!("CrystalDiskMark: {} of {} runs", r.stat, r.runs),
+        header,
+        rows,
+        note: if r.targets.len() > 1 {
+            format!("MB/s = 10^6 bytes/s. In brackets: times {}'s figure.", first.label)
+        } else {
+            "MB/s = 10^6 bytes/s.".into()
+        },
+    })
+}
+
+/// `x`'s figure over `base`'s as "3.9x" (lower is better for a latency,
+/// so its inverse), or "-" when `base` has none.
+fn times(base: &TestResult, x: &TestResult, stat: Stat) -> String {
+    let (b, v) = (base.headline(stat), x.headline(stat));
+    let ratio = if base.metric == Metric::LatencyMs { b / v } else { v / b };
+    if ratio.is_finite() && b > 0.0 {
+        format!("{ratio:.1}x")
+    } else {
+        "-".into()
+    }
+}
+
+/// The report's summary in one line per later target, e.g. "RAID 0 x4:
+/// 3.9x one drive on RND4K Q32T1 read, 2.1x on SEQ1M Q8T1 read", on
+/// CrystalDiskMark's peak tests (SEQ1M Q8T1 and RND4K Q32T1, read, or
+/// its first test when those did not run); with one target, its figures
+/// on those tests. Empty when no CrystalDiskMark test ran.
+pub fn summary(r: &Report) -> Vec<String> {
+    let Some(first) = r.targets.first() else { return Vec::new() };
+    let all = cdm_tests(first);
+    let mut heads: Vec<&TestResult> = all
+        .iter()
+        .copied()
+        .filter(|t| t.test.dir == crate::Dir::Read && (t.test.profile == RND4K_Q32T1 || t.test.profile == SEQ1M_Q8T1))
+        .collect();
+    heads.sort_by_key(|t| t.test.profile != RND4K_Q32T1);
+    if heads.is_empty() {
+        heads.extend(all.first());
+    }
+    if heads.is_empty() {
+        return Vec::new();
+    }
+    if r.targets.len() == 1 {
+        let parts: Vec<String> =
+            heads.iter().map(|t| format!("{} {} on {}", fmt_value(t.metric, t.headline(r.stat)), t.metric.unit(), t.test)).collect();
+        return vec![format!("{}: {}", first.label, parts.join(", "))];
+    }
+    r.targets[1..]
+        .iter()
+        .map(|t| {
+            let parts: Vec<String> = heads
+                .iter()
+                .enumerate()
+                .map(|(i, base)| {
+                    let x = test_value(t, &base.test).map(|x| times(base, x, r.stat)).unwrap_or_else(|| "-".into());
+                    if i == 0 {
+                        format!("{x} {} on {}", first.label, base.test)
+                    } else {
+                        format!("{x} on {}", base.test)
+                    }
+                })
+                .collect();
+            format!("{}: {}", t.label, parts.join(", "))
+        })
+        .collect()
+}
+
+/// Every table of a report, in order: CrystalDiskMark's, the other tests
+/// side by side, per-target run statistics and CPU, ATTO, AS SSD, linear
+/// surface, machine, members.
 pub fn report_grids(r: &Report) -> Vec<Grid> {
     let mut grids = Vec::new();
     let Some(first) = r.targets.first() else { return grids };
     if !first.tests.is_empty() {
-        grids.push(results_grid(r, first));
+        grids.extend(cdm_grid(r, first));
+        if first.tests.iter().any(|t| !is_cdm(&t.test)) {
+            grids.push(results_grid(r, first));
+        }
         grids.extend(r.targets.iter().enumerate().map(|(i, t)| runs_grid(r, i, t)));
     }
     grids.extend(atto_grid(r));
@@ -192,7 +314,7 @@ fn results_grid(r: &Report, first: &TargetReport) -> Grid {
         }
     }
     let mut rows = Vec::new();
-    for base in &first.tests {
+    for base in first.tests.iter().filter(|t| !is_cdm(&t.test)) {
         let mut row = vec![base.test.to_string(), base.metric.unit().to_string()];
         for (i, t) in r.targets.iter().enumerate() {
             let res = test_value(t, &base.test);
@@ -206,7 +328,7 @@ fn results_grid(r: &Report, first: &TargetReport) -> Grid {
     }
     Grid {
         id: "results".into(),
-        title: format!("Results: {} of {} runs", stat, r.runs),
+        title: format!("Other tests: {} of {} runs", stat, r.runs),
         header,
         rows,
         note: format!(

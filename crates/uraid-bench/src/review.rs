@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde::Serialize;
 use uraid_core::{Result, Volume};
 
-use crate::machine::{machine, shared_warnings, Machine, MemberInfo};
+use crate::machine::{machine, shared_warnings, Busy, BusyProbe, Machine, MemberInfo};
 use crate::profile::{Dir, Set, ASSSD_4K, ASSSD_4K_64, ASSSD_SEQ};
 use crate::stats::Stat;
 use crate::suite::{run_suite, Progress, SuiteOptions, TestResult};
@@ -96,6 +96,8 @@ pub struct TargetReport {
     pub surfaces: Vec<Surface>,
     /// Wall time spent on this target, seconds.
     pub secs: f64,
+    /// How busy the machine was meanwhile.
+    pub busy: Busy,
 }
 
 /// A whole report: the machine and every target.
@@ -168,6 +170,7 @@ pub fn run_target(
     progress: &mut dyn FnMut(Event),
 ) -> Result<TargetReport> {
     let started = Instant::now();
+    let probe = BusyProbe::start();
     warnings.extend(shared_warnings(&members));
     let tests = if opts.suite.tests.is_empty() { Vec::new() } else { run_suite(vol, &opts.suite, &mut |p| progress(Event::Timed(p)))? };
     let atto = match &opts.atto {
@@ -178,6 +181,8 @@ pub fn run_target(
     for s in &opts.surfaces {
         surfaces.push(surface(vol, s, &mut |p| progress(Event::Sweep(p)))?);
     }
+    let busy = probe.finish();
+    warnings.extend(busy.warning(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)));
     Ok(TargetReport {
         label: label.to_string(),
         description: description.to_string(),
@@ -189,6 +194,7 @@ pub fn run_target(
         atto,
         surfaces,
         secs: started.elapsed().as_secs_f64(),
+        busy,
     })
 }
 

@@ -417,8 +417,12 @@ fn print_report(a: &SuiteCmdArgs, report: &Report, written: &[std::path::PathBuf
     if a.run.json {
         let mut v = serde_json::to_value(report)?;
         v["files"] = serde_json::json!(written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>());
+        v["summary"] = serde_json::json!(uraid_bench::report::summary(report));
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
+    }
+    for line in uraid_bench::report::summary(report) {
+        println!("{line}");
     }
     for w in report.warnings() {
         println!("WARNING: {w}");
