@@ -5,7 +5,7 @@
 //!
 //! - [`UblkExport::start`] makes the device (or re-attaches to one left
 //!   by a server that died: user recovery) and starts one thread per
-//!   ublk queue, each with its own engine queue ([`queue`]).
+//!   ublk queue, each with its own engine queue (`queue`).
 //! - [`UblkExport`] is an [`Export`]: the service pauses it, swaps its
 //!   volume (and grows the device with it where the kernel can) and
 //!   resumes it like the NBD export.

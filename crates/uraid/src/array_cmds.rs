@@ -35,7 +35,7 @@ pub(crate) struct CreateArgs {
     volumes: Vec<String>,
     #[command(flatten)]
     cache: crate::manage::CacheFlags,
-    /// Members: files, block devices, mem:SIZE[,bw=B/s][,iops=N][,lat=µs] or null:SIZE (reads zeros, loses writes).
+    /// Members: files, block devices, `mem:SIZE[,bw=B/s][,iops=N][,lat=µs]` or `null:SIZE` (reads zeros, loses writes).
     #[arg(required = true)]
     members: Vec<String>,
 }

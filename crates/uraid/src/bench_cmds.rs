@@ -86,7 +86,7 @@ pub(crate) struct BenchArgs {
     volume: Option<String>,
     /// A file, block device or mem: drive; several uraid members = their array;
     /// several raw drives = a temporary RAID 0 over them (nothing persisted);
-    /// or an NBD export, 'nbd+unix:///NAME?socket=PATH' or 'nbd://HOST[:PORT]/NAME'
+    /// or an NBD export, `nbd+unix:///NAME?socket=PATH` or `nbd://HOST[:PORT]/NAME`
     /// (any server: one connection per thread, the same tests as in process).
     #[arg(required = true)]
     targets: Vec<String>,

@@ -15,8 +15,8 @@
 //! `contrib/udev/60-uraid.rules` asks `uraid udev-id ublkbN` ([`udev_id`])
 //! for the array's name and UUID and adds the links itself (systemd then
 //! knows `dev-uraid-NAME.device`, which a mount waits for); and `uraid
-//! serve` makes the same links through [`link`] (so they exist without
-//! udev, and at once) and removes them through [`unlink`]. Both read the
+//! serve` makes the same links through [`link_volume`] (so they exist without
+//! udev, and at once) and removes them through [`unlink_volume`]. Both read the
 //! record `uraid serve --ublk` keeps of its device in the run directory,
 //! `RUN_DIR/NAME.ublk` ([`records`]).
 //!
@@ -214,7 +214,7 @@ fn place(dir: &Path, file: &str, target: &str, depth: usize) -> Result<()> {
     bail!("{} keeps changing under us: is something else making it?", path.display())
 }
 
-/// [`unlink`] in `root`; with `only`, just the links to `root/only`. An
+/// [`unlink_volume`] in `root`; with `only`, just the links to `root/only`. An
 /// empty `name` removes the by-id link alone.
 fn unlink_in(root: &Path, name: &str, uuid: &str, only: Option<&str>) {
     if !name.is_empty() && check_link(name).is_err() {
@@ -241,7 +241,7 @@ fn unlink_in(root: &Path, name: &str, uuid: &str, only: Option<&str>) {
 
 /// Asks udev (when it runs) for a change event of `bdev`, so that its
 /// rule runs again now that the record exists. Best effort: without
-/// udev, or when udevadm fails, the links made by [`link`] are there.
+/// udev, or when udevadm fails, the links made by [`link_volume`] are there.
 fn udev_change(bdev: &Path) {
     if !Path::new("/run/udev/control").exists() {
         return;

@@ -14,7 +14,7 @@
 //! serving user, [`check_run_dir`]): anyone else who could write there
 //! could put a socket or a file of theirs in place of ours. The state file
 //! is written through the directory's descriptor, never through a
-//! symbolic link ([`write`]), and read only when its owner is root or us.
+//! symbolic link ([`write()`]), and read only when its owner is root or us.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -215,7 +215,7 @@ fn write(path: &Path, st: &RunState) -> Result<()> {
     write_json(path, st, st.pid)
 }
 
-/// [`write`] for any JSON value, by process `pid` (the temporary file's
+/// [`write()`] for any JSON value, by process `pid` (the temporary file's
 /// name holds it): the other state files of `serve` (the ublk device's).
 pub(crate) fn write_json<T: serde::Serialize>(path: &Path, st: &T, pid: u32) -> Result<()> {
     use std::ffi::CString;

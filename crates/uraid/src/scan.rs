@@ -29,7 +29,7 @@ pub(crate) struct ScanArgs {
     #[arg(long)]
     json: bool,
     /// Write the arrays found to the configuration file (updating the
-    /// [[array]] of each, keeping everything else): FILE, or without a
+    /// `[[array]]` of each, keeping everything else): FILE, or without a
     /// value $URAID_CONFIG, else /etc/uraid/uraid.conf. Put directories
     /// before it, or write --config=FILE.
     #[arg(long, value_name = "FILE", num_args = 0..=1)]

@@ -1,7 +1,7 @@
 //! The NBD server: listening, the fixed newstyle handshake and the
 //! transmission phase.
 //!
-//! One thread per connection, each with its own engine [`Queue`] (its own
+//! One thread per connection, each with its own engine [`Queue`](uraid_core::Queue) (its own
 //! io_uring). The thread reads requests from the socket without blocking,
 //! hands them to the queue, and writes each reply as its I/O completes, so
 //! many requests are in flight and replies go out of order. The socket's

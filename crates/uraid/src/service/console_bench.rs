@@ -145,7 +145,7 @@ fn export_area_is_empty(uri: &str) -> uraid_core::Result<bool> {
 
 /// Starts `uraid suite` on a target that holds no live data: a `mem:`
 /// drive, or a block device free by `create`'s checks, or a file under
-/// `--console-files-dir` (see [`may_use`]), never this array's members;
+/// `--console-files-dir` (see `console::may_use`), never this array's members;
 /// or `uraid bench` on the served array itself (its name or its export's
 /// URI): read-only, unless `confirm` and its test area reads as zeros.
 /// One at a time; the report is kept under `reports`.

@@ -281,7 +281,7 @@ impl Manager {
     }
 
     /// Pauses the export and waits until its requests are answered, at
-    /// most `limit` (see [`quiet_export`]).
+    /// most `limit` (see [`Self::quiet_export`]).
     fn quiet_export(&self, limit: Duration) -> Result<bool, String> {
         Ok(self.exports.quiet(limit))
     }

@@ -43,7 +43,7 @@ pub struct Request {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Command {
-    /// The array's status with live figures ([`LiveStatus`]).
+    /// The array's status with live figures (`LiveStatus`).
     Status,
     /// Mark a member faulty (`force`: even past a volume's tolerance).
     Fail {

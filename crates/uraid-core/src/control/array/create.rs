@@ -135,7 +135,7 @@ pub(super) fn zero_range(m: &Member, start: u64, len: u64) -> Result<()> {
 /// writing and taken for this process ([`OpenMode::exclusive`]: `O_EXCL`,
 /// which the kernel refuses while anything else claims the device, and the
 /// members' lock, which another uraid process holds). With `signatures`,
-/// its first bytes must hold nothing known ([`detect`]: a filesystem, a
+/// its first bytes must hold nothing known ([`detect`](crate::control::signature::detect): a filesystem, a
 /// partition table, an LVM physical volume, swap, a uraid or md superblock).
 ///
 /// Errors: `Busy` (mounted, swap, held, in use; the message names where or

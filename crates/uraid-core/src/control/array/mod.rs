@@ -9,7 +9,7 @@
 //! An [`Array`] holds its members (and spares) exclusively, one
 //! [`Health`] shared by all its volumes (the member states the data path
 //! reads), the write-intent [`Bitmap`] when a volume is redundant, and one
-//! [`Volume`] per entry of the superblock's volume table (Intel Matrix-style
+//! [`Volume`](crate::Volume) per entry of the superblock's volume table (Intel Matrix-style
 //! volumes: each its own level, chunk and slice of every member). Every
 //! state change bumps the event counter and rewrites the superblocks of all
 //! present, non-faulty members and spares (as md's `md_update_sb`): so a
@@ -30,7 +30,7 @@
 //! start dirty degraded array").
 //!
 //! Volumes and member handles are rebuilt when a device joins or leaves a
-//! role (`add`, `replace`, `remove`, a spare taking over): [`Volume`]s taken
+//! role (`add`, `replace`, `remove`, a spare taking over): [`Volume`](crate::Volume)s taken
 //! with [`Array::volume`] before such a change still refer to the old
 //! devices, so take them again afterwards.
 

@@ -18,7 +18,7 @@
 //! is rebuilt and scrubbed with no change here.
 //!
 //! - [`rebuild`]: reconstructs one member (state
-//!   [`Rebuilding`](MemberState::Rebuilding)) from the others, as md's
+//!   [`Rebuilding`](crate::raid::health::MemberState::Rebuilding)) from the others, as md's
 //!   recovery does (`md_do_sync` with `MD_RECOVERY_RECOVER`): a copy from
 //!   another readable copy (RAID 1's mirrors, RAID 10's other copy), or
 //!   the lost chunk recomputed from the rest of its stripe (RAID 5 and 6,

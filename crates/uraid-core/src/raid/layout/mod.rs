@@ -294,7 +294,7 @@ impl StripeWrite {
 
 /// The layout of one redundant volume over its members: its level and
 /// [`Shape`]; where each byte lives is the level's
-/// [`Placement`](crate::raid::level::Placement).
+/// [`Placement`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     level: RedundantLevel,

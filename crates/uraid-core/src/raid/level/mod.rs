@@ -84,7 +84,7 @@ pub trait Placement: Sized {
     /// Every place that holds logical byte `offset` (below the volume's
     /// capacity, bytes). The default is the placement of a level that
     /// keeps each byte once, in stripes that are rows of data chunks
-    /// (RAID 5 and 6, see [`row_places`]); a level that copies bytes, or
+    /// (RAID 5 and 6, see `row_places`); a level that copies bytes, or
     /// whose stripes are not rows, overrides it.
     #[inline]
     fn places(s: &Shape, offset: u64) -> Places {

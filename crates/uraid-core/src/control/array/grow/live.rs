@@ -221,7 +221,7 @@ impl Array {
     /// Errors, before anything is written (the array is then as it was):
     /// `Unsupported` for several volumes, a cache on the volume (set it
     /// off first) or a journal; `Membership` when a role is not active and
-    /// in sync, or the array is not activated; as `plan`; as [`grow`]
+    /// in sync, or the array is not activated; as `plan`; as [`grow`](super::grow)
     /// for the new devices; `quiet`'s error. An `Io` error while the
     /// takeover's superblocks are written leaves the members disagreeing:
     /// stop the array and assemble it.
