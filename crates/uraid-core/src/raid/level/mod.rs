@@ -30,6 +30,7 @@
 //! here yet (ARCHITECTURE.md lists the files): its stripe operations and
 //! its takeovers.
 
+mod draid;
 mod place;
 mod redundancy;
 mod raid0;
@@ -42,6 +43,7 @@ use std::ops::Range;
 
 use crate::{bail, Result};
 
+pub use draid::{DraidMap, DraidRole};
 pub use place::{Place, Places, PlacesIter, Role, Shape, Variant};
 pub(crate) use redundancy::row_redundancy;
 pub use redundancy::{Recover, Redundancy, StripePlaces};
