@@ -179,6 +179,65 @@ async function replaceWizard() {
 }
 $("replace-open").addEventListener("click", () => replaceWizard().catch(() => {}));
 
+// How long `bytes` take at `rate` bytes/s, for people.
+function duration(bytes, rate) {
+  const secs = bytes / rate;
+  return secs < 90 ? `${Math.max(1, Math.round(secs))} s` : secs < 5400 ? `${Math.round(secs / 60)} min` : `${(secs / 3600).toFixed(1)} h`;
+}
+const gbText = (bytes) => `${(bytes / 1e9).toFixed(bytes >= 1e9 ? 1 : 3)} GB`;
+
+// The grow wizard (`uraid grow`): add free drives, and with them (or
+// alone) change the RAID level or the chunk; its cost is the volume's data
+// restriped at the reshape rate. The server checks it as `uraid grow` does.
+async function growWizard() {
+  if (!last) return;
+  const r = await fetch("/api/drives");
+  const free = r.ok ? (await r.json()).filter((d) => d.free) : [];
+  const v = last.volumes[last.volumes.length - 1];
+  const box = $("grow-drives");
+  box.replaceChildren();
+  for (const d of free) {
+    const c = make("input", { type: "checkbox", value: d.device, id: `grow-${d.device}` });
+    box.append(make("div", {}, c, make("label", { htmlFor: c.id, textContent: ` ${d.device}: ${who(d)}` })));
+  }
+  if (!free.length) box.append(make("p", { textContent: "No drive is free." }));
+  const lvl = $("grow-level");
+  lvl.replaceChildren();
+  for (const l of [0, 1, 4, 5, 6, 10]) lvl.append(make("option", { value: String(l), textContent: l === v.level ? `RAID ${l} (as now)` : `RAID ${l}` }));
+  lvl.value = String(v.level);
+  const ch = $("grow-chunk");
+  ch.replaceChildren();
+  for (let c = 4096; c <= 1 << 20; c *= 2) ch.append(make("option", { value: String(c), textContent: c === v.chunk ? `${fmtSize(c)} (as now)` : fmtSize(c) }));
+  ch.value = String(v.chunk);
+  const picked = () => [...box.querySelectorAll("input:checked")].map((c) => c.value);
+  const show = () => {
+    const add = picked(), level = Number(lvl.value), chunk = Number(ch.value);
+    const what = [];
+    if (add.length) what.push(`adds ${add.join(", ")}`);
+    if (level !== v.level) what.push(`converts RAID ${v.level} to RAID ${level}`);
+    if (chunk !== v.chunk) what.push(`restripes to a ${fmtSize(chunk)} chunk`);
+    const rate = (last.maintenance && last.maintenance.reshape_rate) || 0;
+    text($("grow-cost"), what.length
+      ? `It ${what.join(", ")}: reshapes ${gbText(v.capacity)} (volume ${v.name}) at ${(rate / 1e6).toFixed(0)} MB/s: about ${duration(v.capacity, rate)}, in the background; clients keep working.`
+      : "Pick drives to add, or another level or chunk.");
+    $("grow-next").disabled = !what.length;
+  };
+  box.onchange = show; lvl.onchange = show; ch.onchange = show;
+  show();
+  const w = $("grow-wizard");
+  w.returnValue = "";
+  w.onclose = () => {
+    if (w.returnValue !== "next") return;
+    const add = picked(), level = Number(lvl.value), chunk = Number(ch.value);
+    const written = add.map((a) => `${a} (${who(free.find((d) => d.device === a))})`).join(", ");
+    confirmThen(`Reshape ${v.name}?`,
+      `${written ? `WRITES OVER ${written}: anything on them is overwritten. ` : ""}${$("grow-cost").textContent}`,
+      () => send({ grow: { add, size: null, force: false, rate: null, chunk: chunk !== v.chunk ? chunk : null, level: level !== v.level ? level : null } }).catch(() => {}));
+  };
+  w.showModal();
+}
+$("grow-open").addEventListener("click", () => growWizard().catch(() => {}));
+
 // The drives panel (GET /api/drives): every drive, who it is, what uses
 // it; a free one can be added as a spare.
 async function loadDrives() {

@@ -489,6 +489,10 @@ fn status_json(src: &Source, io_seconds: f64) -> serde_json::Value {
     out["member_details"] = src.live.member_details();
     out["member_identity"] = member_identity(src, &st, &out["member_details"]);
     out["maintenance"] = src.live.maintenance();
+    if let Some(m) = out["maintenance"].as_object_mut() {
+        // What a reshape started without a rate moves a second (the wizards' cost).
+        m.insert("reshape_rate".into(), super::reshape::DEFAULT_RESHAPE_RATE.into());
+    }
     out["health"] = serde_json::to_value(&*src.live.health.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or_default();
     out["unix_ms"] = serde_json::json!(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0));
     out

@@ -11,6 +11,7 @@ which makes the array and passes:
   ARRAY           the array's name
   SPARE           a device to add as a spare
   REPLACEMENT     a free device the replace wizard puts in place of role 2
+  GROW            a free device the grow wizard adds
   SHOTS           where to keep the screenshots (test artefacts)
 
 Exits 0 when every step passed; prints what failed otherwise.
@@ -25,7 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-URAID, CONSOLE, TOKEN, ARRAY, SPARE, SHOTS, REPL = (os.environ[k] for k in ("URAID", "CONSOLE", "TOKEN", "ARRAY", "SPARE", "SHOTS", "REPLACEMENT"))
+URAID, CONSOLE, TOKEN, ARRAY, SPARE, SHOTS, REPL, GROW = (os.environ[k] for k in ("URAID", "CONSOLE", "TOKEN", "ARRAY", "SPARE", "SHOTS", "REPLACEMENT", "GROW"))
 # The browser runs in India's zone: every time the page shows must be in it.
 IST = datetime.timezone(datetime.timedelta(hours=5, minutes=30))
 os.makedirs(SHOTS, exist_ok=True)
@@ -280,6 +281,28 @@ try:
     wait.until(lambda d: "faulty" in member_row(old2) and backing(old2) in member_row(old2))
     step(f"the replace wizard: {cost!r}; role 2 is {REPL} now; the old one stays: {member_row(old2)!r}")
     d.save_screenshot(os.path.join(SHOTS, "8c-replaced.png"))
+
+    # The grow wizard: add GROW, its cost and identity shown first; the reshape runs.
+    st0 = status()
+    click(d.find_element(By.ID, "grow-open"))
+    wait.until(lambda d: d.find_element(By.ID, "grow-wizard").is_displayed())
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, f'#grow-drives input[value="{GROW}"]')) == 1)
+    assert d.find_element(By.ID, "grow-next").get_attribute("disabled") is not None, "grow offered with nothing picked"
+    click(d.find_element(By.CSS_SELECTOR, f'#grow-drives input[value="{GROW}"]'))
+    cost = d.find_element(By.ID, "grow-cost").text
+    assert GROW in cost and re.search(r"reshapes [\d.]+ GB \(volume [^)]+\) at \d+ MB/s: about \d+ s", cost), cost
+    d.save_screenshot(os.path.join(SHOTS, "10-grow-wizard.png"))
+    d.find_element(By.ID, "grow-next").click()
+    wait.until(lambda d: d.find_element(By.ID, "confirm").is_displayed())
+    ctext = d.find_element(By.ID, "confirm-text").text
+    assert "WRITES OVER" in ctext and GROW in ctext and backing(GROW) in ctext, ctext
+    d.save_screenshot(os.path.join(SHOTS, "10b-grow-confirm.png"))
+    d.find_element(By.ID, "confirm-ok").click()
+    WebDriverWait(d, 180, poll_frequency=0.5).until(
+        lambda d: (lambda st: st["member_count"] == st0["member_count"] + 1 and not st.get("progress")
+                   and st["volumes"][0]["capacity"] > st0["volumes"][0]["capacity"])(status()))
+    wait.until(lambda d: d.find_element(By.ID, "array-state").text == "clean")
+    step(f"the grow wizard: {cost!r}; {st0['member_count']} -> {status()['member_count']} members")
 
     # A scrub started from the page: 0 mismatches.
     d.find_element(By.ID, "start-check").click()
