@@ -5,7 +5,8 @@
 "use strict";
 
 const TOKEN = document.querySelector('meta[name="uraid-token"]').content;
-const WINDOW = 300; // seconds of chart history
+const KEEP = 3600; // seconds of chart history kept (the server keeps as many: GET /api/history)
+let range = 300; // seconds the charts show (the range choice)
 const $ = (id) => document.getElementById(id);
 const fmtSize = (b) => {
   const u = ["B", "K", "M", "G", "T", "P"];
@@ -22,6 +23,27 @@ const make = (tag, props = {}, ...kids) => {
 };
 
 let last = null; // the last status
+
+// --- time -----------------------------------------------------------------
+// Every time shown is the browser's local time, with its zone named.
+
+const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
+const pad2 = (n) => String(n).padStart(2, "0");
+// The offset from UTC at `ms`: +05:30.
+function utcOffset(ms) {
+  const off = -new Date(ms).getTimezoneOffset();
+  return `${off < 0 ? "-" : "+"}${pad2(Math.floor(Math.abs(off) / 60))}:${pad2(Math.abs(off) % 60)}`;
+}
+// The zone's short name at `ms` when it has one (IST, CET), else "".
+function zoneAbbr(ms) {
+  const p = new Intl.DateTimeFormat("en", { timeZoneName: "short" }).formatToParts(new Date(ms)).find((x) => x.type === "timeZoneName");
+  return p && !/^(GMT|UTC)/.test(p.value) ? p.value : "";
+}
+// "Asia/Kolkata, UTC+05:30 (IST)"
+function zoneText(ms) {
+  const abbr = zoneAbbr(ms);
+  return `${ZONE}, UTC${utcOffset(ms)}${abbr ? ` (${abbr})` : ""}`;
+}
 let lastProgress = null; // the background operation last seen running
 
 // --- commands -------------------------------------------------------------
@@ -69,14 +91,152 @@ function removeMember(slot, device) {
     () => send({ remove: { member: String(slot) } }).catch(() => {}));
 }
 
+// What rebuilding one member costs: the redundant volumes' member area
+// at the configured rebuild rate (maintenance.rebuild_rate, bytes/s).
+function rebuildCost(st) {
+  const bytes = st.volumes.filter((v) => v.level !== 0).reduce((a, v) => a + v.member_size, 0);
+  const rate = st.maintenance && st.maintenance.rebuild_rate;
+  const gb = `${(bytes / 1e9).toFixed(bytes >= 1e9 ? 1 : 3)} GB`;
+  if (!rate) return `rebuilds ${gb} with no rate limit (as fast as the members go)`;
+  const secs = bytes / rate;
+  const t = secs < 90 ? `${Math.max(1, Math.round(secs))} s` : secs < 5400 ? `${Math.round(secs / 60)} min` : `${(secs / 3600).toFixed(1)} h`;
+  return `rebuilds ${gb} at ${(rate / 1e6).toFixed(0)} MB/s: about ${t}`;
+}
+// Whether a role is down (a spare added now is rebuilt into it).
+const roleDown = (st) => st.members.filter((m) => m.role !== null && m.state === "active").length < st.member_count;
+
+// Who a drive is, in one line, from the drives panel's entry or a member's identity.
+function who(d) {
+  if (!d) return "";
+  const id = d.identity || {};
+  const parts = [];
+  if (id.model || d.model) parts.push(id.model || d.model);
+  if (id.serial) parts.push(`serial ${id.serial}`);
+  if (id.by_id) parts.push(id.by_id);
+  else if ((d.sits_on || []).length) parts.push(d.sits_on.join(" → "));
+  else if (d.backing) parts.push(`loop device over file ${d.backing}`);
+  if (d.size) parts.push(fmtSize(d.size));
+  return parts.join(", ");
+}
+
+// The drives panel's entry of `dev` (its identity), read afresh.
+async function driveOf(dev) {
+  try {
+    const r = await fetch("/api/drives");
+    return r.ok ? (await r.json()).find((d) => d.device === dev) : undefined;
+  } catch (_) { return undefined; }
+}
+
+async function addSpare(dev, after) {
+  const d = await driveOf(dev);
+  const cost = last && roleDown(last)
+    ? `A role is down: it takes it over and ${rebuildCost(last)}, in the background.`
+    : "No role is down: it waits as a spare; only its superblock is written until a member fails.";
+  confirmThen(`Add ${dev} as a spare?`,
+    `WRITES OVER ${dev}${d ? ` (${who(d)}; ${d.usage})` : ""}: anything on it is overwritten (the server takes only a free block device: it refuses one that is mounted, in use, or holds a filesystem, a partition table, LVM, swap or another array, and any regular file outside the directory set by console-files-dir). ${cost}`,
+    () => send({ add: { device: dev, force: false } }).then(after).catch(() => {}));
+}
+
 $("add-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const dev = $("add-device").value.trim();
   if (!dev) return;
-  confirmThen("Add a spare?",
-    `${dev} joins the array as a spare: anything on it is overwritten (the server takes only a free block device: it refuses one that is mounted, in use, or holds a filesystem, a partition table, LVM, swap or another array, and any regular file outside the directory set by console-files-dir). If a role is down, it takes it over and is rebuilt in the background.`,
-    () => send({ add: { device: dev, force: false } }).then(() => { $("add-device").value = ""; }).catch(() => {}));
+  addSpare(dev, () => { $("add-device").value = ""; });
 });
+
+// The replace wizard: pick a member, pick a free drive, see the cost and
+// the new drive's identity, confirm. The server checks it all again.
+async function replaceWizard() {
+  if (!last) return;
+  const r = await fetch("/api/drives");
+  const free = r.ok ? (await r.json()).filter((d) => d.free) : [];
+  const old = $("replace-old"), neu = $("replace-new");
+  old.replaceChildren();
+  for (const m of last.members.filter((m) => m.role !== null)) {
+    old.append(make("option", { value: String(m.role), textContent: `role ${m.role}: ${m.device || "missing"} (${m.state})` }));
+  }
+  neu.replaceChildren();
+  for (const d of free) neu.append(make("option", { value: d.device, textContent: `${d.device}: ${who(d)}` }));
+  const show = () => {
+    const d = free.find((x) => x.device === neu.value);
+    text($("replace-cost"), d
+      ? `Role ${old.value} is failed, then ${d.device} (${who(d)}) is rebuilt in its place: ${rebuildCost(last)}.`
+      : "No drive is free: attach one, or free one, then open this again.");
+    $("replace-next").disabled = !d;
+  };
+  old.onchange = show; neu.onchange = show;
+  show();
+  const w = $("replace-wizard");
+  w.returnValue = "";
+  w.onclose = () => {
+    if (w.returnValue !== "next") return;
+    const d = free.find((x) => x.device === neu.value), role = old.value;
+    confirmThen(`Replace role ${role} with ${d.device}?`,
+      `WRITES OVER ${d.device} (${who(d)}): anything on it is overwritten. Role ${role} is failed and ${d.device} ${rebuildCost(last)}; the array runs degraded until then.`,
+      () => send({ replace: { old: role, new: d.device, force: false } }).catch(() => {}));
+  };
+  w.showModal();
+}
+$("replace-open").addEventListener("click", () => replaceWizard().catch(() => {}));
+
+// How long `bytes` take at `rate` bytes/s, for people.
+function duration(bytes, rate) {
+  const secs = bytes / rate;
+  return secs < 90 ? `${Math.max(1, Math.round(secs))} s` : secs < 5400 ? `${Math.round(secs / 60)} min` : `${(secs / 3600).toFixed(1)} h`;
+}
+const gbText = (bytes) => `${(bytes / 1e9).toFixed(bytes >= 1e9 ? 1 : 3)} GB`;
+
+// The grow wizard (`uraid grow`): add free drives, and with them (or
+// alone) change the RAID level or the chunk; its cost is the volume's data
+// restriped at the reshape rate. The server checks it as `uraid grow` does.
+async function growWizard() {
+  if (!last) return;
+  const r = await fetch("/api/drives");
+  const free = r.ok ? (await r.json()).filter((d) => d.free) : [];
+  const v = last.volumes[last.volumes.length - 1];
+  const box = $("grow-drives");
+  box.replaceChildren();
+  for (const d of free) {
+    const c = make("input", { type: "checkbox", value: d.device, id: `grow-${d.device}` });
+    box.append(make("div", {}, c, make("label", { htmlFor: c.id, textContent: ` ${d.device}: ${who(d)}` })));
+  }
+  if (!free.length) box.append(make("p", { textContent: "No drive is free." }));
+  const lvl = $("grow-level");
+  lvl.replaceChildren();
+  for (const l of [0, 1, 4, 5, 6, 10]) lvl.append(make("option", { value: String(l), textContent: l === v.level ? `RAID ${l} (as now)` : `RAID ${l}` }));
+  lvl.value = String(v.level);
+  const ch = $("grow-chunk");
+  ch.replaceChildren();
+  for (let c = 4096; c <= 1 << 20; c *= 2) ch.append(make("option", { value: String(c), textContent: c === v.chunk ? `${fmtSize(c)} (as now)` : fmtSize(c) }));
+  ch.value = String(v.chunk);
+  const picked = () => [...box.querySelectorAll("input:checked")].map((c) => c.value);
+  const show = () => {
+    const add = picked(), level = Number(lvl.value), chunk = Number(ch.value);
+    const what = [];
+    if (add.length) what.push(`adds ${add.join(", ")}`);
+    if (level !== v.level) what.push(`converts RAID ${v.level} to RAID ${level}`);
+    if (chunk !== v.chunk) what.push(`restripes to a ${fmtSize(chunk)} chunk`);
+    const rate = (last.maintenance && last.maintenance.reshape_rate) || 0;
+    text($("grow-cost"), what.length
+      ? `It ${what.join(", ")}: reshapes ${gbText(v.capacity)} (volume ${v.name}) at ${(rate / 1e6).toFixed(0)} MB/s: about ${duration(v.capacity, rate)}, in the background; clients keep working.`
+      : "Pick drives to add, or another level or chunk.");
+    $("grow-next").disabled = !what.length;
+  };
+  box.onchange = show; lvl.onchange = show; ch.onchange = show;
+  show();
+  const w = $("grow-wizard");
+  w.returnValue = "";
+  w.onclose = () => {
+    if (w.returnValue !== "next") return;
+    const add = picked(), level = Number(lvl.value), chunk = Number(ch.value);
+    const written = add.map((a) => `${a} (${who(free.find((d) => d.device === a))})`).join(", ");
+    confirmThen(`Reshape ${v.name}?`,
+      `${written ? `WRITES OVER ${written}: anything on them is overwritten. ` : ""}${$("grow-cost").textContent}`,
+      () => send({ grow: { add, size: null, force: false, rate: null, chunk: chunk !== v.chunk ? chunk : null, level: level !== v.level ? level : null } }).catch(() => {}));
+  };
+  w.showModal();
+}
+$("grow-open").addEventListener("click", () => growWizard().catch(() => {}));
 
 // The drives panel (GET /api/drives): every drive, who it is, what uses
 // it; a free one can be added as a spare.
@@ -92,15 +252,13 @@ async function loadDrives() {
     if (d.free) {
       const b = make("button", { type: "button", textContent: "Add as spare" });
       b.dataset.device = d.device;
-      b.addEventListener("click", () => confirmThen("Add a spare?",
-        `${d.device}${id.model ? ` (${id.model}${id.serial ? `, serial ${id.serial}` : ""})` : ""} joins the array as a spare: anything on it is overwritten. If a role is down, it takes it over and is rebuilt in the background.`,
-        () => send({ add: { device: d.device, force: false } }).then(loadDrives).catch(() => {})));
+      b.addEventListener("click", () => addSpare(d.device, loadDrives));
       act.append(b);
     }
     const tr = make("tr");
     tr.dataset.device = d.device;
     tr.append(make("td", { textContent: d.device, title: id.by_id || "" }), make("td", { textContent: d.kind }),
-      make("td", { textContent: id.model || "" }), make("td", { textContent: id.serial || "" }),
+      make("td", { textContent: id.model || (d.backing ? `over file ${d.backing}` : "") }), make("td", { textContent: id.serial || "" }),
       make("td", { textContent: fmtSize(d.size) }), make("td", { textContent: healthText(d.health) }),
       make("td", { textContent: d.usage }), act);
     body.append(tr);
@@ -188,7 +346,8 @@ function render(st) {
     if (el && v.cache_stats) text(el, `dirty ${fmtSize(v.cache_stats.dirty_bytes)}, hit ratio ${(100 * v.cache_stats.hit_ratio).toFixed(1)}%`);
   }
   if (volKey !== drawn.volumes) { drawn.volumes = volKey; renderVolumes(st); }
-  const memKey = JSON.stringify([st.members, st.stale_members]);
+  text($("updated"), `updated ${isoLocal(st.unix_ms).slice(11, 19)}`);
+  const memKey = JSON.stringify([st.members, st.stale_members, st.member_identity, st.health, countersKey(st)]);
   if (memKey !== drawn.members) { drawn.members = memKey; renderMembers(st); }
   const detKey = JSON.stringify([st.member_details, st.health]);
   if (detKey !== drawn.details) { drawn.details = detKey; renderDetails(st.member_details, st.health); }
@@ -275,8 +434,15 @@ function renderMembers(st) {
     const slot = m.role !== null ? `role ${m.role}`
       : m.former_role != null ? `faulty ${m.slot} (was role ${m.former_role})` : `spare ${m.slot}`;
     const tr = make("tr");
-    tr.append(make("td", { textContent: slot }), make("td", { textContent: m.device || "—" }),
-      make("td", { textContent: m.state + (m.recovery_offset != null ? ` (rebuilt up to ${fmtSize(m.recovery_offset)}${rebuiltShare(st, m.recovery_offset)})` : ""), className: `state-${m.state}` }));
+    tr.dataset.slot = String(m.slot);
+    tr.dataset.device = m.device || "";
+    const ident = (st.member_identity || {})[m.device];
+    const health = (st.health || []).find((h) => h.device === m.device);
+    tr.append(make("td", { textContent: slot }), make("td", { textContent: m.device || "—", title: (ident && ident.identity && ident.identity.by_id) || "" }),
+      make("td", { textContent: who(ident), className: "identity" }),
+      make("td", { textContent: m.state + (m.recovery_offset != null ? ` (rebuilt up to ${fmtSize(m.recovery_offset)}${rebuiltShare(st, m.recovery_offset)})` : ""), className: `state-${m.state}` }),
+      make("td", { textContent: health ? healthText(health) : m.device ? "no reading" : "", className: "health" }),
+      make("td", { textContent: countersText(st, m), className: "counters" }));
     const act = make("td");
     if (m.role !== null && (m.state === "active" || m.state === "rebuilding")) {
       const b = make("button", { textContent: `Fail member ${m.role}`, id: `fail-${m.role}` });
@@ -291,13 +457,31 @@ function renderMembers(st) {
     body.append(tr);
   }
   for (const d of st.stale_members || []) {
-    body.append(make("tr", {}, make("td", { textContent: "stale" }), make("td", { textContent: d }), make("td", { textContent: "not a member" }), make("td")));
+    body.append(make("tr", {}, make("td", { textContent: "stale" }), make("td", { textContent: d }), make("td"), make("td", { textContent: "not a member" }), make("td"), make("td"), make("td")));
   }
+}
+
+// The per-member counters column. Filled by the per-member I/O and error
+// counters of `uraid status --json` (issue 32 item 3) once the service
+// reports them: a member entry's `counters` (reads, writes, errors); "—"
+// until then.
+function countersOf(st, m) {
+  return m.counters || (st.member_counters && st.member_counters[m.device]) || null;
+}
+const countersKey = (st) => st.members.map((m) => countersOf(st, m));
+function countersText(st, m) {
+  const c = countersOf(st, m);
+  if (!c) return "—";
+  const n = (k) => (c[k] != null ? c[k] : "?");
+  return `${n("reads")} reads, ${n("writes")} writes, ${n("errors")} errors`;
 }
 
 // --- charts ---------------------------------------------------------------
 
 const series = { t: [], riops: [], wiops: [], rmb: [], wmb: [], rmean: [], rp99: [], wmean: [], wp99: [] };
+// The history's columns (GET /api/history) by series.
+const COLUMNS = { t: "t", riops: "read_iops", wiops: "write_iops", rmb: "read_mb_s", wmb: "write_mb_s",
+  rmean: "read_mean_us", rp99: "read_p99_us", wmean: "write_mean_us", wp99: "write_p99_us" };
 let charts = null;
 
 function chart(el, labels) {
@@ -316,6 +500,8 @@ function initCharts() {
     mbs: chart($("chart-mbs"), [["read", "#0969da"], ["write", "#cf222e"]]),
     lat: chart($("chart-lat"), [["read mean", "#0969da"], ["read p99", "#0969da", [4, 4]], ["write mean", "#cf222e"], ["write p99", "#cf222e", [4, 4]]]),
   };
+  text($("chart-tz"), `times in ${zoneText(Date.now())}`);
+  $("range").addEventListener("change", () => { range = Number($("range").value); drawCharts(); });
   window.addEventListener("resize", () => {
     for (const [k, c] of Object.entries(charts)) c.setSize({ width: Math.max(260, $(`chart-${k}`).clientWidth), height: 180 });
   });
@@ -326,30 +512,57 @@ function pushFigures(st) {
   if (!f) return;
   text($("io-volume"), `(volume ${vol}, ${f.connections} connection(s), ${f.in_flight} in flight)`);
   const s = series;
-  s.t.push(st.unix_ms / 1000);
+  const t = st.unix_ms / 1000;
+  if (s.t.length && t <= s.t[s.t.length - 1]) return;
+  s.t.push(t);
   s.riops.push(f.read_iops); s.wiops.push(f.write_iops);
   s.rmb.push(f.read_mb_s); s.wmb.push(f.write_mb_s);
   s.rmean.push(f.read_mean_us); s.rp99.push(f.read_p99_us);
   s.wmean.push(f.write_mean_us); s.wp99.push(f.write_p99_us);
-  if (s.t.length > WINDOW) for (const k of Object.keys(s)) s[k].shift();
-  charts.iops.setData([s.t, s.riops, s.wiops]);
-  charts.mbs.setData([s.t, s.rmb, s.wmb]);
-  charts.lat.setData([s.t, s.rmean, s.rp99, s.wmean, s.wp99]);
+  while (s.t.length > KEEP) for (const k of Object.keys(s)) s[k].shift();
+  drawCharts();
+}
+
+// The charts over the chosen range, ending at the newest point.
+function drawCharts() {
+  const s = series;
+  const end = s.t.length ? s.t[s.t.length - 1] : 0;
+  let i = s.t.findIndex((t) => t > end - range);
+  if (i < 0) i = s.t.length;
+  const c = (k) => s[k].slice(i);
+  charts.iops.setData([c("t"), c("riops"), c("wiops")]);
+  charts.mbs.setData([c("t"), c("rmb"), c("wmb")]);
+  charts.lat.setData([c("t"), c("rmean"), c("rp99"), c("wmean"), c("wp99")]);
+}
+
+// What happened before the page was opened: the server's history (the
+// last hour, a point a second), put before the points the stream brought.
+async function loadHistory() {
+  const r = await fetch(`/api/history?seconds=${KEEP}`);
+  if (!r.ok) return;
+  const h = await r.json();
+  const s = series;
+  const first = s.t.length ? s.t[0] : Infinity;
+  let n = h.t.findIndex((t) => t >= first);
+  if (n < 0) n = h.t.length;
+  for (const [k, col] of Object.entries(COLUMNS)) s[k] = h[col].slice(0, n).concat(s[k]);
+  while (s.t.length > KEEP) for (const k of Object.keys(s)) s[k].shift();
+  drawCharts();
 }
 
 // --- events ---------------------------------------------------------------
 
 // A time as local ISO 8601 with the offset from UTC: 2026-11-27T00:15:03+01:00.
 function isoLocal(ms) {
-  const d = new Date(ms), p = (n) => String(n).padStart(2, "0"), off = -d.getTimezoneOffset();
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}` +
-    `${off < 0 ? "-" : "+"}${p(Math.floor(Math.abs(off) / 60))}:${p(Math.abs(off) % 60)}`;
+  const d = new Date(ms), p = pad2;
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}${utcOffset(ms)}`;
 }
 
 function addEvent(e) {
   const when = isoLocal(e.unix_ms);
   const li = make("li", { textContent: `${when} ${e.event}${e.member ? " " + e.member : ""}: ${e.detail}` });
   li.dataset.event = e.event;
+  li.title = zoneText(e.unix_ms);
   $("events").prepend(li);
   while ($("events").children.length > 200) $("events").lastChild.remove();
 }
@@ -430,6 +643,8 @@ function connect() {
 window.addEventListener("pageshow", (e) => { if (e.persisted) connect(); });
 
 initCharts();
+text($("tz"), `times in ${zoneText(Date.now())}`);
 connect();
+loadHistory().catch(() => {});
 loadReports();
 pollBench();

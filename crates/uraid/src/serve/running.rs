@@ -354,6 +354,7 @@ fn start_console(sh: &Shared<'_>, managed: bool, token_file: Option<&std::path::
         guesses: crate::service::console::Guesses::new(),
         files_dir: sh.a.console_files_dir.clone(),
         export_uri: uri.to_string(),
+        known: Default::default(),
     };
     match (token.is_empty(), crate::service::console::start(addr, source)) {
         (false, Ok(c)) => {

@@ -26,6 +26,10 @@
 //!   cookie;
 //! - `GET /static/NAME`: those files;
 //! - `GET /api/status`: what `uraid status --json NAME` prints, live;
+//! - `GET /api/history?seconds=N`: the exported volume's I/O of the last
+//!   N seconds (at most [`HISTORY_SECONDS`](super::figures::HISTORY_SECONDS), an
+//!   hour; default 300), a point a second, as columns for the charts
+//!   ([`history`]);
 //! - `GET /api/stream`: server-sent events: `status` once a second (the
 //!   status, the background operation, the I/O figures of the last second
 //!   for the charts) and `event` for each event of the array;
@@ -98,6 +102,47 @@ pub(crate) struct Source {
     pub files_dir: Option<std::path::PathBuf>,
     /// The export's NBD URI: what a benchmark of the served array runs on.
     pub export_uri: String,
+    /// Who each device seen as a member is ([`member_identity`]), kept so
+    /// that a failed member keeps its identity on the page until removed.
+    pub known: Mutex<std::collections::BTreeMap<String, serde_json::Value>>,
+}
+
+/// The most devices [`Source::known`] holds (past it, it starts again).
+const KNOWN_MAX: usize = 1024;
+
+/// Who each device of `st`'s members is, by device: its entry of the
+/// members' details (`details`, what `uraid status` shows: model, size,
+/// what it sits on, [`Identity`](uraid_core::io::identity::Identity)),
+/// remembered from when it was a working member; for a device never seen
+/// there, its identity read from sysfs now. A failed member thus keeps
+/// showing who it is (model, serial, by-id name) until it is removed.
+fn member_identity(src: &Source, st: &uraid_core::control::array::ArrayStatus, details: &serde_json::Value) -> serde_json::Value {
+    let mut known = src.known.lock().unwrap_or_else(|p| p.into_inner());
+    if known.len() > KNOWN_MAX {
+        known.clear();
+    }
+    for m in details["members"].as_array().into_iter().flatten() {
+        if let Some(name) = m["name"].as_str() {
+            if known.get(name) != Some(m) {
+                known.insert(name.to_string(), m.clone());
+            }
+        }
+    }
+    let mut out = serde_json::Map::new();
+    for d in st.members.iter().filter_map(|m| m.device.as_deref()) {
+        let v = known.entry(d.to_string()).or_insert_with(|| {
+            let p = std::path::Path::new(d);
+            let id = uraid_core::io::identity::identity_of_path(p);
+            // A loop device: the file behind it.
+            let backing = std::fs::canonicalize(p)
+                .ok()
+                .and_then(|r| r.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .and_then(|n| uraid_core::io::identity::read_trim(format!("/sys/block/{n}/loop/backing_file")));
+            serde_json::json!({ "name": d, "identity": id, "sits_on": backing.map(|b| vec![format!("file {b}")]).unwrap_or_default() })
+        });
+        out.insert(d.to_string(), v.clone());
+    }
+    serde_json::Value::Object(out)
 }
 
 /// How long the answer to a wrong token takes.
@@ -237,6 +282,7 @@ pub(crate) fn start(addr: &str, source: Source) -> Result<super::http::HttpServe
         .route("/favicon.ico", axum::routing::get(|| async { StatusCode::NO_CONTENT }))
         .route("/api/status", axum::routing::get(status))
         .route("/api/stream", axum::routing::get(stream))
+        .route("/api/history", axum::routing::get(history))
         .route("/api/command", axum::routing::post(command))
         .route("/api/drives", axum::routing::get(drives))
         .route("/api/bench", axum::routing::get(bench_state).post(bench_start))
@@ -441,6 +487,12 @@ fn status_json(src: &Source, io_seconds: f64) -> serde_json::Value {
     out["exports"] = src.live.exports();
     out["mismatches"] = serde_json::to_value(src.live.mismatches()).unwrap_or_default();
     out["member_details"] = src.live.member_details();
+    out["member_identity"] = member_identity(src, &st, &out["member_details"]);
+    out["maintenance"] = src.live.maintenance();
+    if let Some(m) = out["maintenance"].as_object_mut() {
+        // What a reshape started without a rate moves a second (the wizards' cost).
+        m.insert("reshape_rate".into(), super::reshape::DEFAULT_RESHAPE_RATE.into());
+    }
     out["health"] = serde_json::to_value(&*src.live.health.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or_default();
     out["unix_ms"] = serde_json::json!(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0));
     out
@@ -451,6 +503,51 @@ async fn status(State(src): S, h: HeaderMap) -> Response {
         return refused();
     }
     axum::Json(status_json(&src, super::figures::STATUS_SECONDS)).into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct HistoryQuery {
+    seconds: Option<String>,
+}
+
+/// The exported volume's I/O of the last `?seconds=N` (default 300, at
+/// most [`HISTORY_SECONDS`](super::figures::HISTORY_SECONDS)), a point a
+/// second, as columns: `{"volume", "seconds", "t" (s since the epoch,
+/// UTC), "read_iops", "write_iops", "read_mb_s", "write_mb_s",
+/// "read_mean_us", "read_p99_us", "write_mean_us", "write_p99_us"}`.
+/// Errors: 400 when N is not a whole number of seconds.
+async fn history(State(src): S, Query(q): Query<HistoryQuery>, h: HeaderMap) -> Response {
+    use super::figures::HISTORY_SECONDS;
+    if !authorized(&src, &h) {
+        return refused();
+    }
+    let seconds = match q.seconds.as_deref().map(str::parse::<u64>) {
+        None => 300,
+        Some(Ok(n)) => n.min(HISTORY_SECONDS as u64),
+        Some(Err(_)) => {
+            let msg = format!("seconds={:?} is not a whole number of seconds: give one from 1 to {HISTORY_SECONDS}", q.seconds.unwrap_or_default());
+            return (StatusCode::BAD_REQUEST, msg).into_response();
+        }
+    };
+    use super::figures::POINT_BYTES;
+    let pts = src.exported.1.history(seconds);
+    let col = |f: &dyn Fn(&super::figures::Point) -> f32| pts.iter().map(|p| f(p)).collect::<Vec<f32>>();
+    axum::Json(serde_json::json!({
+        "volume": src.exported.0,
+        "seconds": seconds,
+        "kept_seconds": HISTORY_SECONDS,
+        "bytes_per_point": POINT_BYTES,
+        "t": pts.iter().map(|p| p.unix_ms as f64 / 1000.0).collect::<Vec<f64>>(),
+        "read_iops": col(&|p| p.iops[0]),
+        "write_iops": col(&|p| p.iops[1]),
+        "read_mb_s": col(&|p| p.mb_s[0]),
+        "write_mb_s": col(&|p| p.mb_s[1]),
+        "read_mean_us": col(&|p| p.read_us[0]),
+        "read_p99_us": col(&|p| p.read_us[1]),
+        "write_mean_us": col(&|p| p.write_us[0]),
+        "write_p99_us": col(&|p| p.write_us[1]),
+    }))
+    .into_response()
 }
 
 /// The drives panel: every drive of the machine, who it is and what uses

@@ -40,6 +40,10 @@ pub(crate) struct Drive {
     pub usage: String,
     /// Nothing uses it: it may be given to this array (add, replace, grow).
     pub free: bool,
+    /// For a loop device, the file behind it (what tells one loop device
+    /// from another).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backing: Option<String>,
 }
 
 /// `maj:min` -> first mount point, from /proc/self/mountinfo.
@@ -126,7 +130,8 @@ pub(crate) fn list(st: &ArrayStatus, health: &[Health]) -> Vec<Drive> {
         };
         let free = usage == "free";
         let health = health.iter().find(|(d, _)| *d == real).map(|(_, h)| (*h).clone());
-        out.push(Drive { device: dev.display().to_string(), kind, size, identity, health, usage, free });
+        let backing = if kind == "loop" { read_trim(sys.join("loop/backing_file")) } else { None };
+        out.push(Drive { device: dev.display().to_string(), kind, size, identity, health, usage, free, backing });
     }
     out
 }

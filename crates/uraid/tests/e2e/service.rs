@@ -677,7 +677,10 @@ fn the_check_schedule_counts_from_the_last_check_across_restarts() {
 /// status`), a refusal shown, add spare (the rebuild's bar reaches 100%),
 /// a check with 0 mismatches, the write-back warning, keyboard reach, no
 /// console errors; requests without the token or with a forged action are
-/// refused. Screenshots go to target/console-screenshots.
+/// refused; the charts show the history from before the page was opened,
+/// times in the browser's zone (Asia/Kolkata), failed members with their
+/// identity until removed, the replace and grow wizards. Screenshots go to
+/// target/console-screenshots.
 #[test]
 fn the_console_in_a_real_browser() {
     let _g = shared();
@@ -688,7 +691,7 @@ fn the_console_in_a_real_browser() {
     assert!(py.success(), "python3 has no selenium: pip install selenium (scripts/test does)");
     let d = tmpdir();
     let env = Env::new(d.path());
-    let files = sparse_files(d.path(), "b", 5, 64 << 20);
+    let files = sparse_files(d.path(), "b", 7, 64 << 20);
     let loops: Vec<LoopDev> = files.iter().map(|f| LoopDev::attach(f)).collect();
     let devs: Vec<String> = loops.iter().map(|l| l.dev.display().to_string()).collect();
     let name = format!("web{}", std::process::id());
@@ -719,6 +722,8 @@ fn the_console_in_a_real_browser() {
         .env("TOKEN", token)
         .env("ARRAY", &name)
         .env("SPARE", &devs[4])
+        .env("REPLACEMENT", &devs[5])
+        .env("GROW", &devs[6])
         .env("SHOTS", &shots)
         .output()
         .unwrap();
