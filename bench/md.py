@@ -191,12 +191,50 @@ def fio(cpu, args, target, rw, bs, qd, area):
     """One fio test on a block device: its figures and the CPU of its window
     (the last args.time s before it ended, less 0.3 s of fio's exit)."""
     cmd = fio_cmd(rw, bs, qd, args.time, f"{area}M") + ["--ioengine=libaio", "--direct=1", f"--filename={target}"]
+    b0 = blk_stats(target)
     out = run(*cmd)
     t1 = time.time() - 0.3
+    blk = blk_delta(b0, blk_stats(target))
     f = fio_figures(fio_job(out), rw)
     busy, own = cpu.window(t1 - args.time * 0.8, t1)
-    print(f"   fio {rw} {bs} Q{qd} on {target}: {f['mbps']:.1f} MB/s, {f['iops']:.0f} IOPS", flush=True)
-    return {"mbps": f["mbps"], "iops": f["iops"], "busy": busy, "own": own}
+    print(f"   fio {rw} {bs} Q{qd} on {target}: {f['mbps']:.1f} MB/s, {f['iops']:.0f} IOPS; {blk_line(blk)}", flush=True)
+    return {"mbps": f["mbps"], "iops": f["iops"], "busy": busy, "own": own, "blk": blk}
+
+
+def blk_stats(target):
+    """/sys/block/X/stat of the target and of every null_blk drive, with the
+    time it was read: {name: [fields]}, "t": seconds."""
+    names = [os.path.basename(os.path.realpath(target))] + sorted(
+        d for d in os.listdir("/sys/block") if d.startswith("nullb"))
+    res = {"t": time.time()}
+    for n in names:
+        try:
+            res[n] = [int(x) for x in open(f"/sys/block/{n}/stat").read().split()]
+        except OSError:
+            pass
+    return res
+
+
+def blk_delta(a, b):
+    """What the block layer saw over a test, from two blk_stats: for the
+    target and for the drives (summed; the queue depth per drive): requests,
+    their mean size (KiB) and the mean number in flight (time in queue /
+    wall time), reads and writes together."""
+    secs = max(b["t"] - a["t"], 1e-3)
+    out = {}
+    for part, names in (("target", [k for k in a if k != "t" and not k.startswith("nullb")]),
+                        ("drives", [k for k in a if k.startswith("nullb") and k in b])):
+        if not names:
+            continue
+        d = [sum(b[n][i] - a[n][i] for n in names) for i in range(11)]
+        reqs = d[0] + d[4]
+        out[part] = {"reqs": reqs, "kib": (d[2] + d[6]) / 2 / reqs if reqs else 0.0,
+                     "qd": d[10] / 1000 / secs / len(names)}
+    return out
+
+
+def blk_line(blk):
+    return "; ".join(f"{k} {v['reqs']} req of {v['kib']:.0f} KiB, QD {v['qd']:.1f}" for k, v in blk.items())
 
 
 def fio_all(cpu, args, target, area, tests=TESTS):
