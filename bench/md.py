@@ -38,6 +38,10 @@ process and the ratios uraid/md (for the rebuild, md's time / uraid's), and
 the CPU line: the share of both vCPUs busy (/proc/stat, over the measured
 part of each test) and the busiest thread group's CPU (md's mdX_raidN
 thread, uraid serve's process, uraid bench's process) in % of one vCPU.
+Each fio test also prints what the block layer saw (/sys/block/X/stat
+before and after): requests on the target (md0 or ublkbN) and on the drives,
+their mean size and mean number in flight (time in queue over the test's
+wall time, fio's start included, so lower than the queue depth asked).
 --json FILE writes every figure there too (FILE's directory is the VM's
 writable directory).
 """
@@ -191,12 +195,50 @@ def fio(cpu, args, target, rw, bs, qd, area):
     """One fio test on a block device: its figures and the CPU of its window
     (the last args.time s before it ended, less 0.3 s of fio's exit)."""
     cmd = fio_cmd(rw, bs, qd, args.time, f"{area}M") + ["--ioengine=libaio", "--direct=1", f"--filename={target}"]
+    b0 = blk_stats(target)
     out = run(*cmd)
     t1 = time.time() - 0.3
+    blk = blk_delta(b0, blk_stats(target))
     f = fio_figures(fio_job(out), rw)
     busy, own = cpu.window(t1 - args.time * 0.8, t1)
-    print(f"   fio {rw} {bs} Q{qd} on {target}: {f['mbps']:.1f} MB/s, {f['iops']:.0f} IOPS", flush=True)
-    return {"mbps": f["mbps"], "iops": f["iops"], "busy": busy, "own": own}
+    print(f"   fio {rw} {bs} Q{qd} on {target}: {f['mbps']:.1f} MB/s, {f['iops']:.0f} IOPS; {blk_line(blk)}", flush=True)
+    return {"mbps": f["mbps"], "iops": f["iops"], "busy": busy, "own": own, "blk": blk}
+
+
+def blk_stats(target):
+    """/sys/block/X/stat of the target and of every null_blk drive, with the
+    time it was read: {name: [fields]}, "t": seconds."""
+    names = [os.path.basename(os.path.realpath(target))] + sorted(
+        d for d in os.listdir("/sys/block") if d.startswith("nullb"))
+    res = {"t": time.time()}
+    for n in names:
+        try:
+            res[n] = [int(x) for x in open(f"/sys/block/{n}/stat").read().split()]
+        except OSError:
+            pass
+    return res
+
+
+def blk_delta(a, b):
+    """What the block layer saw over a test, from two blk_stats: for the
+    target and for the drives (summed; the queue depth per drive): requests,
+    their mean size (KiB) and the mean number in flight (time in queue /
+    wall time), reads and writes together."""
+    secs = max(b["t"] - a["t"], 1e-3)
+    out = {}
+    for part, names in (("target", [k for k in a if k != "t" and not k.startswith("nullb")]),
+                        ("drives", [k for k in a if k.startswith("nullb") and k in b])):
+        if not names:
+            continue
+        d = [sum(b[n][i] - a[n][i] for n in names) for i in range(11)]
+        reqs = d[0] + d[4]
+        out[part] = {"reqs": reqs, "kib": (d[2] + d[6]) / 2 / reqs if reqs else 0.0,
+                     "qd": d[10] / 1000 / secs / len(names)}
+    return out
+
+
+def blk_line(blk):
+    return "; ".join(f"{k} {v['reqs']} req of {v['kib']:.0f} KiB, QD {v['qd']:.1f}" for k, v in blk.items())
 
 
 def fio_all(cpu, args, target, area, tests=TESTS):
@@ -214,9 +256,24 @@ def uraid_bench(cpu, args, devs, read_only=False):
     """`uraid bench` in process on the array over devs: each test's figures
     (its own CPU % of one core) and the machine's share busy over the run."""
     t0 = time.time()
-    out = run(args.uraid, "bench", "--json", "--quiet", "--overwrite", "--profile", "SEQ1M-Q8T1,RND4K-Q32T1",
-              "--runs", "1", "--time", str(args.time), "--warmup", "1", "--size", f"{args.area}M",
-              *(["--read-only"] if read_only else []), *devs)
+    cmd = [args.uraid, "bench", "--json", "--quiet", "--overwrite", "--profile", "SEQ1M-Q8T1,RND4K-Q32T1",
+           "--runs", "1", "--time", str(args.time), "--warmup", "1", "--size", f"{args.area}M",
+           *(["--read-only"] if read_only else []), *devs]
+    # 4 tests of warm-up + time, the fill of the area at the drives'
+    # ceilings, and as much again: past that it hangs (seen once in a full
+    # run, RAID 5 without bitmap), and the run goes on without its figures.
+    limit = 120 + 8 * (args.time + 1) * 4
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        print(f"   uraid bench HUNG: still running after {limit:.0f} s; its threads and the drives:", flush=True)
+        print(hang_dump(p.pid), flush=True)
+        p.kill()
+        p.communicate()
+        return {}
+    if p.returncode != 0:
+        raise SystemExit(f"command failed ({p.returncode}): {' '.join(cmd)}\n{out}{err}")
     busy, _ = cpu.window(t0, time.time())
     print(f"   uraid bench{' --read-only' if read_only else ''}: {time.time() - t0:.0f} s", flush=True)
     res = {}
@@ -225,6 +282,30 @@ def uraid_bench(cpu, args, devs, read_only=False):
         res[(r["test"]["profile"]["name"], r["test"]["dir"].lower())] = {
             "mbps": b["mbps"], "iops": b["iops"], "busy": busy, "own": b["cpu_pct"]}
     return res
+
+
+def hang_dump(pid):
+    """What a hung process waits for: each thread's name, wait channel,
+    system call and kernel stack, and each null_blk drive's requests in
+    flight (reads, writes)."""
+    lines = []
+    for t in sorted(os.listdir(f"/proc/{pid}/task")):
+        def rd(f):
+            try:
+                return open(f"/proc/{pid}/task/{t}/{f}").read().strip()
+            except OSError as e:
+                return f"({e.strerror})"
+        lines.append(f"    thread {t} {rd('comm')}: wchan {rd('wchan')}, syscall {rd('syscall').split(' ')[0]}")
+        lines += [f"      {x}" for x in rd("stack").splitlines()]
+    for d in sorted(x for x in os.listdir("/sys/block") if x.startswith("nullb")):
+        lines.append(f"    {d} in flight (r w): {open(f'/sys/block/{d}/inflight').read().split()}")
+    try:  # the threads' own stacks, where gdb is installed
+        r = subprocess.run(["gdb", "-q", "-batch", "-p", str(pid), "-ex", "thread apply all bt 25"],
+                           capture_output=True, text=True, timeout=60)
+        lines += [f"    {x}" for x in r.stdout.splitlines() if x.startswith(("Thread", "#"))]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        lines.append(f"    (no gdb stacks: {e})")
+    return "\n".join(lines)
 
 
 def md_side(cpu, args, level, devs, n, bitmap, extra):
