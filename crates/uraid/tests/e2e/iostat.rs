@@ -148,7 +148,7 @@ fn bytes_written_through_the_export_show_per_member_in_iostat_status_and_metrics
     for (io, b) in status_io(&env, &name).iter().zip(&before) {
         let w = io["written_bytes"].as_u64().unwrap();
         assert!((b + WRITTEN..b + 2 * WRITTEN).contains(&w), "status --json: {io}");
-        assert!(io["write_latency"]["count"].as_u64().unwrap() >= 4, "{io}");
+        assert!(io["write_latency"]["count"].as_u64().unwrap() >= 1, "{io}");
     }
     let text = env.ok(&["status", &name]);
     assert_eq!(text.lines().filter(|l| l.trim_start().starts_with("io: ")).count(), 2, "{text}");
@@ -163,8 +163,9 @@ fn bytes_written_through_the_export_show_per_member_in_iostat_status_and_metrics
         assert!(sample(&m, "uraid_member_writes_total", &[&role]).unwrap() >= 4.0);
         assert!(sample(&m, "uraid_member_reads_total", &[&role]).is_some());
         assert_eq!(sample(&m, "uraid_member_errors_total", &[&role, "kind=\"read\""]), Some(0.0));
-        assert!(sample(&m, "uraid_member_latency_seconds_count", &[&role, "op=\"write\""]).unwrap() >= 4.0);
-        assert!(sample(&m, "uraid_member_latency_seconds_bucket", &[&role, "op=\"write\"", "le=\"+Inf\""]).unwrap() >= 4.0);
+        // One member I/O in 16 is timed (the first of each thread).
+        assert!(sample(&m, "uraid_member_latency_seconds_count", &[&role, "op=\"write\""]).unwrap() >= 1.0);
+        assert!(sample(&m, "uraid_member_latency_seconds_bucket", &[&role, "op=\"write\"", "le=\"+Inf\""]).unwrap() >= 1.0);
     }
     env.ok(&["stop", &name]);
     let t0 = std::time::Instant::now();

@@ -43,7 +43,8 @@ pub(super) struct Piece {
     /// completion, so `None` on every other piece.
     pub(super) offload: Option<Arc<Offload>>,
     /// When the piece was first submitted (ns, [`crate::clock::now_ns`]);
-    /// 0 when it was not (yet), for its latency (see `counters`).
+    /// 0 when it was not (yet) or is not timed, for its latency (see
+    /// `counters`: one member I/O in [`TIME_EVERY`](super::counters::TIME_EVERY) is).
     pub(super) started: u64,
 }
 
@@ -176,7 +177,7 @@ pub(super) fn is_block_discard(p: &Piece, m: &Member) -> bool {
 /// [`block_discard_sqe`]'s.
 #[inline]
 pub(super) fn build_sqe(p: &mut Piece, m: &Member) -> squeue::Entry {
-    if p.started == 0 {
+    if p.started == 0 && super::counters::time_this(p.member) {
         p.started = crate::clock::now_ns().max(1);
     }
     if m.is_null() {
