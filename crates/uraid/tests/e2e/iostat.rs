@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::service::{promtool_ok, sample};
 use crate::util::*;
 
 /// The uraid commands' environment: run directory, state, an empty config.
@@ -49,15 +50,6 @@ fn scrape(port: u16) -> String {
     let mut r = String::new();
     s.read_to_string(&mut r).unwrap();
     r.split_once("\r\n\r\n").expect("an HTTP reply").1.to_string()
-}
-
-/// The value of sample `name` whose labels contain every one of `labels`.
-fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find(|l| l.split(['{', ' ']).next() == Some(name) && labels.iter().all(|x| l.contains(x)))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 /// A RAID 1 of two files, served; 4 MiB written through the NBD export
@@ -189,13 +181,4 @@ fn iostat_refuses_an_array_not_served_and_bad_intervals() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains(needle), "{args:?}: {err}");
     }
-}
-
-/// Checks a scrape with promtool.
-fn promtool_ok(text: &str) {
-    require_tool("promtool", "prometheus");
-    let mut c = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let o = c.wait_with_output().unwrap();
-    assert!(o.status.success(), "promtool check metrics: {}{}\n{text}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
 }
