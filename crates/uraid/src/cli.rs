@@ -57,6 +57,8 @@ enum Cmd {
     Config(crate::manage::ConfigArgs),
     /// Stop a served array cleanly (as SIGTERM to its `uraid serve`).
     Stop(crate::live_cmds::StopArgs),
+    /// Each member's I/O of a served array (r/s, w/s, MB/s, latencies, errors), every INTERVAL seconds, like zpool iostat -v.
+    Iostat(crate::iostat::IostatArgs),
     /// Follow the events of served arrays (Fail, DegradedArray, RebuildFinished, ...), like mdadm --monitor.
     Monitor(crate::monitor::MonitorArgs),
     /// Scrub: read every stripe and count where copies or parity disagree.
@@ -131,6 +133,7 @@ pub fn run() -> Result<()> {
         },
         Cmd::Stop(a) => live_cmds::stop(a),
         Cmd::Monitor(a) => crate::monitor::monitor(a),
+        Cmd::Iostat(a) => crate::iostat::cmd_iostat(a),
         Cmd::Bench(a) => crate::bench_cmds::cmd_bench(a),
         Cmd::Compare(a) => crate::bench_cmds::cmd_compare(a),
         Cmd::Demo(a) => crate::demo::run(a),

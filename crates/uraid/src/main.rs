@@ -9,6 +9,7 @@ mod conf;
 mod demo;
 mod devlinks;
 mod grow_cmd;
+mod iostat;
 mod live_cmds;
 mod manage;
 mod monitor;

@@ -424,6 +424,9 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
             Some(o) => println!("  {what}: {dev} {} (rebuilt up to byte {o}{}){who}", m.state, rebuilt_share(st, o)),
             None => println!("  {what}: {dev} {}{who}", m.state),
         }
+        if let Some(io) = &m.io {
+            println!("      {}", crate::iostat::member_io_line(io));
+        }
     }
 }
 

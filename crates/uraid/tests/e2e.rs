@@ -123,3 +123,7 @@ mod served_replace;
 // `null:` members (reads of zeros, writes dropped): `uraid bench` over them.
 #[path = "e2e/null_member.rs"]
 mod null_member;
+
+// Per-member I/O counters: uraid iostat, status, metrics (issue 32, item 3).
+#[path = "e2e/iostat.rs"]
+mod iostat;

@@ -80,7 +80,7 @@ impl Manager {
             Command::Takeover { quiet_seconds, by } => {
                 takeover::hand_over(&self.exports, &self.live, &self.events, &self.arr.name(), *quiet_seconds, *by)
             }
-            Command::Status | Command::Stop | Command::Monitor | Command::TestMessage => {
+            Command::Status | Command::Stop | Command::Monitor | Command::TestMessage | Command::Iostat => {
                 Err(ErrorBody::new("Protocol", format!("'{}' is answered by the control socket, not the manager", job.cmd.name())))
             }
         })

@@ -323,8 +323,15 @@ impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
 /// Runs request `req` of the client on `s` and writes its reply lines.
 fn serve_client(s: &UnixStream, req: Request, ctx: &Ctx) -> std::io::Result<()> {
     match req.command {
+        Command::Iostat => {
+            let Some(st) = ctx.live.status_now() else {
+                return send(s, &Reply::failed(ErrorBody::new("Busy", "the array is starting; try again")));
+            };
+            let seconds = ctx.live.started.elapsed().as_secs_f64();
+            send(s, &Reply::done(serde_json::json!({"array": st.name, "seconds": seconds, "members": st.members})))
+        }
         Command::Status => {
-            let Some(st) = ctx.live.status() else {
+            let Some(st) = ctx.live.status_now() else {
                 return send(s, &Reply::failed(ErrorBody::new("Busy", "the array is starting; try again")));
             };
             let v = serde_json::json!({

@@ -39,6 +39,10 @@ pub(crate) struct Live {
     /// The last health reading of each member drive (service::health),
     /// by device path; empty when none is polled.
     pub(crate) health: Mutex<Vec<super::health::Health>>,
+    /// Where the members' I/O counters are read live (set at each look).
+    pub(super) io_source: Mutex<Option<uraid_core::control::array::StatusSource>>,
+    /// When the service started (the members' counters count from about then).
+    pub(super) started: std::time::Instant,
 }
 
 impl Live {
@@ -55,6 +59,8 @@ impl Live {
             maintenance: Mutex::new(serde_json::Value::Null),
             exports: Mutex::new(serde_json::json!([])),
             health: Mutex::new(Vec::new()),
+            io_source: Mutex::new(None),
+            started: std::time::Instant::now(),
         })
     }
 
@@ -75,6 +81,24 @@ impl Live {
             .collect();
         *self.exports.lock().unwrap_or_else(|p| p.into_inner()) = serde_json::Value::Array(v);
     }
+    /// Each role's I/O counters read now (not as of the last look), or
+    /// `None` before the manager's first look.
+    pub(crate) fn member_io(&self) -> Option<Vec<uraid_core::raid::engine::counters::MemberIo>> {
+        self.io_source.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|s| s.member_io())
+    }
+
+    /// The last status the manager took, with the members' I/O counters
+    /// read now.
+    pub(crate) fn status_now(&self) -> Option<ArrayStatus> {
+        let mut st = self.status()?;
+        if let Some(io) = self.member_io() {
+            for m in &mut st.members {
+                m.io = m.role.and_then(|r| io.get(r as usize).cloned());
+            }
+        }
+        Some(st)
+    }
+
     /// The last status the manager took.
     pub(crate) fn status(&self) -> Option<ArrayStatus> {
         self.status.lock().unwrap_or_else(|p| p.into_inner()).clone()

@@ -16,6 +16,12 @@
 //!   serial, firmware, WWID and by-id name as labels, as
 //!   smartctl_exporter's `smartctl_device`), `uraid_events` (the
 //!   superblock event counter);
+//! - per member (labels as `uraid_member_state`'s: `slot`, `device`), the
+//!   engine's counters read at the scrape: `uraid_member_reads_total`,
+//!   `uraid_member_writes_total`, `uraid_member_read_bytes_total`,
+//!   `uraid_member_written_bytes_total`, `uraid_member_errors_total{kind}`
+//!   (read, write, vanished, timeout, other) and
+//!   `uraid_member_latency_seconds{op}` (a histogram, log2 buckets);
 //! - per volume: `uraid_volume_state`, `uraid_volume_size_bytes`,
 //!   `uraid_volume_{reads,writes,flushes,trims,write_zeroes}_completed_total`,
 //!   `uraid_volume_{read,written}_bytes_total`, `uraid_volume_errors_total`,
@@ -234,6 +240,54 @@ impl Collector for Source {
 }
 
 impl Source {
+    /// The members' I/O counters (read now; see
+    /// `uraid_core::raid::engine::counters`), one sample per role, with
+    /// the slot and device labels of `uraid_member_state`.
+    fn encode_member_io(&self, enc: &mut DescriptorEncoder, st: &ArrayStatus) -> std::result::Result<(), std::fmt::Error> {
+        use uraid_core::raid::engine::counters::{Latency, MemberIo, BUCKETS};
+        let now = self.live.member_io();
+        let rows: Vec<(Vec<(&str, String)>, MemberIo)> = st
+            .members
+            .iter()
+            .filter_map(|m| {
+                let r = m.role?;
+                let io = now.as_ref().and_then(|v| v.get(r as usize).cloned()).or_else(|| m.io.clone())?;
+                let labels = vec![("array", self.array.clone()), ("slot", format!("role {r}")), ("device", m.device.clone().unwrap_or_default())];
+                Some((labels, io))
+            })
+            .collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let c = |f: &dyn Fn(&MemberIo) -> u64| rows.iter().map(|(l, s)| (l.clone(), ConstCounter::new(f(s)))).collect::<Vec<_>>();
+        family(enc, "uraid_member_reads", "Member reads completed (member I/Os, not requests).", &c(&|s| s.reads))?;
+        family(enc, "uraid_member_writes", "Member writes completed.", &c(&|s| s.writes))?;
+        family(enc, "uraid_member_read_bytes", "Bytes read from the member.", &c(&|s| s.read_bytes))?;
+        family(enc, "uraid_member_written_bytes", "Bytes written to the member.", &c(&|s| s.written_bytes))?;
+        let errors: Vec<_> = rows
+            .iter()
+            .flat_map(|(l, s)| s.errors.by_kind().map(|(k, n)| ({ let mut l = l.clone(); l.push(("kind", k.to_string())); l }, ConstCounter::new(n))))
+            .collect();
+        family(enc, "uraid_member_errors", "Member I/O errors by kind (read, write, vanished, timeout, other).", &errors)?;
+        // Buckets below 1 µs (2^10 ns) are folded into the first.
+        const FIRST: usize = 10;
+        let hist = |h: &Latency| {
+            let b = |i: usize| h.buckets.get(i).copied().unwrap_or(0);
+            let mut buckets = vec![((1u64 << (FIRST + 1)) as f64 / 1e9, (0..=FIRST).map(b).sum())];
+            buckets.extend((FIRST + 1..BUCKETS - 1).map(|i| ((1u64 << (i + 1)) as f64 / 1e9, b(i))));
+            buckets.push((f64::MAX, b(BUCKETS - 1)));
+            ConstHistogram { sum: h.sum_ns as f64 / 1e9, count: h.count, buckets }
+        };
+        let lat: Vec<_> = rows
+            .iter()
+            .flat_map(|(l, s)| {
+                [("read", &s.read_latency), ("write", &s.write_latency)]
+                    .map(|(op, h)| ({ let mut l = l.clone(); l.push(("op", op.to_string())); l }, hist(h)))
+            })
+            .collect();
+        family(enc, "uraid_member_latency_seconds", "Member I/O latency, from submission to completion.", &lat)
+    }
+
     /// `uraid_member_info`: who each member drive is, read from sysfs and
     /// udev at the scrape (no I/O to the drive); labels as
     /// smartctl_exporter's smartctl_device. Files, mem: and stacked
@@ -411,6 +465,7 @@ impl Source {
                 .collect::<Vec<_>>(),
         )?;
         self.encode_member_info(enc, st)?;
+        self.encode_member_io(enc, st)?;
         family(enc, "uraid_events", "The superblocks' event counter.", &[(vec![a()], ConstGauge::new(st.events as i64))])?;
         family(
             enc,

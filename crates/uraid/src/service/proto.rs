@@ -150,6 +150,10 @@ pub enum Command {
     Monitor,
     /// Send a TestMessage event through every configured channel.
     TestMessage,
+    /// The members' I/O counters now (`uraid iostat`): `{"array": NAME,
+    /// "seconds": since the service started, "members": [MemberStatus
+    /// with "io"]}`.
+    Iostat,
     /// Hand the array's ublk device over to process `by` (`uraid serve
     /// NAME --ublk --takeover`): the device's requests in flight are
     /// answered within `quiet_seconds`, then the array is flushed and
@@ -184,6 +188,7 @@ impl Command {
             Command::Stop => "stop",
             Command::Monitor => "monitor",
             Command::TestMessage => "test-message",
+            Command::Iostat => "iostat",
             Command::Takeover { .. } => "takeover",
         }
     }

@@ -143,7 +143,7 @@ fn http_get(port: u16, path: &str) -> String {
 
 /// The value of the sample `name{labels...}` in a scrape (labels given
 /// as `key="value"` strings it must contain).
-fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+pub(crate) fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .find(|l| l.split(['{', ' ']).next() == Some(name) && labels.iter().all(|x| l.contains(x)))
@@ -152,7 +152,7 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
 }
 
 /// Checks a scrape with promtool.
-fn promtool_ok(text: &str) {
+pub(crate) fn promtool_ok(text: &str) {
     require_tool("promtool", "prometheus");
     let mut c = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();

@@ -31,6 +31,12 @@ pub struct MemberStatus {
     /// spares, `role` `None`, until `uraid remove`): the role it held.
     #[serde(default)]
     pub former_role: Option<u32>,
+    /// This process's I/O counters of the member (reads, writes, bytes,
+    /// errors by kind, latencies) since the array was brought up here,
+    /// summed over its volumes; `None` when not live (superblocks only)
+    /// or for a spare.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<crate::raid::engine::counters::MemberIo>,
 }
 
 /// A volume as `uraid status` shows it.
@@ -174,6 +180,7 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
             state: slot.state.name().to_string(),
             recovery_offset: if slot.state == MemberState::Rebuilding { slot.recovery_offset } else { None },
             former_role: None,
+            io: None,
         })
         .collect();
     ArrayStatus {
@@ -258,6 +265,23 @@ impl Array {
 }
 
 impl StatusSource {
+    /// Each role's I/O counters, summed over the volumes (and a reshape's
+    /// target layout); none when no volume is up.
+    pub fn member_io(&self) -> Vec<crate::raid::engine::counters::MemberIo> {
+        let mut out: Vec<crate::raid::engine::counters::MemberIo> = Vec::new();
+        for v in &self.volumes {
+            for raid in std::iter::once(v.raid()).chain(v.reshape_target()) {
+                for (i, c) in raid.member_io().iter().enumerate() {
+                    if out.len() <= i {
+                        out.resize(i + 1, Default::default());
+                    }
+                    out[i].add(c);
+                }
+            }
+        }
+        out
+    }
+
     /// Where every volume and member stands now (see [`ArrayStatus`]).
     pub fn status(&self) -> ArrayStatus {
         let m = self.meta.lock().unwrap_or_else(|e| e.into_inner());
@@ -286,6 +310,7 @@ impl StatusSource {
                 volume_status(v, n, &down, &rebuilding, resyncing, vol.capacity(), stats, lost)
             })
             .collect();
+        let io = self.member_io();
         let members = m
             .sb
             .slots
@@ -301,6 +326,7 @@ impl StatusSource {
                     state: state.name().to_string(),
                     recovery_offset: (state == MemberState::Rebuilding).then(|| self.health.recovery(s as u32)),
                     former_role: None,
+                    io: if s < n { io.get(s).cloned() } else { None },
                 }
             })
             .collect::<Vec<_>>();
@@ -314,6 +340,7 @@ impl StatusSource {
             state: MemberState::Faulty.name().to_string(),
             recovery_offset: None,
             former_role: Some(r.role),
+            io: None,
         }));
         ArrayStatus {
             name: m.sb.name.clone(),

@@ -55,6 +55,8 @@ pub struct RaidQueue {
     synthetic: Vec<(u64, i32)>,
     /// Set when the ring failed for good: every request fails with it.
     broken: Option<Error>,
+    /// This queue's per-member I/O counters (see `counters`).
+    counters: counters::QueueCounters,
 }
 
 /// user_data of the poll armed by [`RaidQueue::wait_event`].
@@ -65,6 +67,7 @@ const CANCEL_TAG: u64 = u64::MAX - 1;
 /// index is in bits 16..62 and the piece's in bits 0..16.
 const SOP_BIT: u64 = 1 << 62;
 
+pub mod counters;
 mod piece;
 mod ring;
 mod slot;
@@ -103,6 +106,7 @@ impl RaidQueue {
             raid: stripe::State::new(&vol_for_state),
             synthetic: Vec::new(),
             broken: None,
+            counters: vol_for_state.counters.take(),
         })
     }
 
@@ -499,6 +503,7 @@ impl RaidQueue {
     /// the completion queue's head per batch) and every synthetic one.
     fn reap(&mut self, out: &mut Vec<Completion>) {
         let mut batch = [(0u64, 0i32); REAP_BATCH];
+        let _counting = counters::Current::enter(&self.counters);
         loop {
             let n = self.ring.reap(&mut batch);
             for &(ud, res) in &batch[..n] {

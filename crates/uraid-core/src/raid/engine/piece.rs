@@ -42,6 +42,10 @@ pub(super) struct Piece {
     /// (kernels without io_uring's discard command); taken at its
     /// completion, so `None` on every other piece.
     pub(super) offload: Option<Arc<Offload>>,
+    /// When the piece was first submitted (ns, [`crate::clock::now_ns`]);
+    /// 0 when it was not (yet) or is not timed, for its latency (see
+    /// `counters`: one member I/O in [`TIME_EVERY`](super::counters::TIME_EVERY) is).
+    pub(super) started: u64,
 }
 
 /// `BLOCK_URING_CMD_DISCARD` (<linux/blkdev.h>: `_IO(0x12, 0)`): io_uring's
@@ -172,7 +176,10 @@ pub(super) fn is_block_discard(p: &Piece, m: &Member) -> bool {
 /// `m` (user data not set); a block device's discard is
 /// [`block_discard_sqe`]'s.
 #[inline]
-pub(super) fn build_sqe(p: &Piece, m: &Member) -> squeue::Entry {
+pub(super) fn build_sqe(p: &mut Piece, m: &Member) -> squeue::Entry {
+    if p.started == 0 && super::counters::time_this(p.member) {
+        p.started = crate::clock::now_ns().max(1);
+    }
     if m.is_null() {
         return null_sqe(p);
     }
@@ -291,7 +298,7 @@ pub(super) fn fallocate_mode(op: Op, m: &Member, second: bool) -> i32 {
 #[cold]
 #[inline(never)]
 pub(super) fn new_piece() -> Piece {
-    Piece { op: Op::Read, fua: false, member: 0, offset: 0, len: 0, done: 0, iov: Vec::new(), iov_first: 0, deadline: 0, zero_fill: false, offload: None }
+    Piece { op: Op::Read, fua: false, member: 0, offset: 0, len: 0, done: 0, iov: Vec::new(), iov_first: 0, deadline: 0, zero_fill: false, offload: None, started: 0 }
 }
 
 /// Asks the filters stacked over member `m` (fault injection) about piece `p`: `Some(-errno)` when
@@ -351,8 +358,25 @@ pub(super) enum Outcome {
 /// member `m`: short transfers continue, a NO_HOLE zeroing on a file takes
 /// its second step, a discard or zeroing the member refuses (EOPNOTSUPP)
 /// starts again as zeros written (and the member is marked, so the next
-/// ones go that way at once), errors name the member and the offset.
+/// ones go that way at once), errors name the member and the offset. A
+/// finished piece is counted in the member's I/O counters (`counters`).
+#[inline]
 pub(super) fn progress(p: &mut Piece, res: i32, m: &Member) -> Outcome {
+    let o = step(p, res, m);
+    if let Outcome::Done(e) = &o {
+        let errno = match e {
+            None => 0,
+            Some(_) if res < 0 => -res,
+            Some(_) => -1,
+        };
+        super::counters::piece_done(p.member, p.op, p.done.min(p.len), std::mem::take(&mut p.started), errno);
+    }
+    o
+}
+
+/// [`progress`] without the counting.
+#[inline]
+fn step(p: &mut Piece, res: i32, m: &Member) -> Outcome {
     if m.is_null() && res >= 0 {
         // A NOP ([`null_sqe`]): the whole piece is done.
         p.done = p.len;

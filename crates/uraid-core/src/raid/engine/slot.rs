@@ -156,6 +156,7 @@ impl Slot {
         p.iov_first = 0;
         p.deadline = 0;
         p.zero_fill = false;
+        p.started = 0;
         p
     }
 }

@@ -76,3 +76,74 @@ fn null_members_read_zeros_and_drop_writes() {
         run(Request { op: Op::Discard, offset: 0, len: 1 << 20, buf: None, tag: 4, fua: false }).result.unwrap();
     }
 }
+
+/// The per-member counters count what the members did: on a RAID 1 and a
+/// RAID 5 over `mem:` members, full-stripe writes and reads of known
+/// sizes show as that many member writes, reads and bytes (and timed
+/// latencies), across two queues (two slabs, summed); a read error
+/// injected on member 0 counts as one error of kind `read` there, while
+/// the data still reads back (from the other copy or parity).
+#[test]
+fn member_counters_count_ios_bytes_and_errors() {
+    use crate::io::fault::Faults;
+    for (level, n) in [(Level::Raid1, 2usize), (Level::Raid5, 3)] {
+        let chunk = 64usize << 10;
+        let spec: MemberSpec = format!("mem:{}", DATA_OFFSET + (8 << 20)).parse().unwrap();
+        let faults = Arc::new(Faults::new());
+        let members: Vec<Member> = (0..n)
+            .map(|i| {
+                let mut m = Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap();
+                if i == 0 {
+                    faults.attach(&mut m);
+                }
+                m
+            })
+            .collect();
+        let g = Geometry::new(level, n, chunk as u64, 8 << 20).unwrap();
+        let v = RaidVolume::new(Arc::new(members), g, DATA_OFFSET).unwrap();
+        // One full stripe per request: no member read before a write.
+        let stripe = chunk * (n - 1).max(1);
+        // 32 member writes each: at least 2 of them timed (one in 16).
+        let stripes = 32usize;
+        for (k, depth) in [(0usize, 4usize), (1, 2)] {
+            let mut q = v.queue(depth).unwrap();
+            for s in 0..stripes / 2 {
+                let i = k * stripes / 2 + s;
+                q.write_at(i as u64 * stripe as u64, &vec![i as u8 + 1; stripe]).unwrap();
+            }
+        }
+        let io = v.member_io();
+        assert_eq!(io.len(), n);
+        for (m, c) in io.iter().enumerate() {
+            assert_eq!((c.writes, c.written_bytes), (stripes as u64, (stripes * chunk) as u64), "{level} member {m}: {c:?}");
+            assert_eq!((c.reads, c.read_bytes), (0, 0), "{level} member {m}: {c:?}");
+            // The first of each member's I/Os on a thread is timed, then one in 16.
+            assert!((1..=c.writes).contains(&c.write_latency.count), "{level} member {m}: {c:?}");
+            assert!(c.write_await_us > 0.0 && c.p99_us >= c.write_await_us / 2.0, "{level} member {m}: {c:?}");
+            assert_eq!(c.errors.total(), 0, "{level} member {m}");
+        }
+        // Reads of the whole area: every data chunk once.
+        let back: Vec<u8> = (0..stripes).flat_map(|i| v.read_at((i * stripe) as u64, stripe).unwrap()).collect();
+        let read: u64 = v.member_io().iter().map(|c| c.read_bytes).sum();
+        assert_eq!(read, (stripes * stripe) as u64, "{level}: bytes read from the members");
+        assert!(back.chunks(stripe).enumerate().all(|(i, s)| s.iter().all(|&b| b == i as u8 + 1)), "{level}");
+        // A read error on member 0 under the first chunk it holds.
+        let before = v.member_io();
+        faults.fail_reads(DATA_OFFSET..DATA_OFFSET + chunk as u64);
+        let mut q = v.queue(4).unwrap();
+        // RAID 1 reads whichever copy is less busy: ask until member 0 is
+        // asked (it fails, the other copy answers, member 0 is failed).
+        for _ in 0..8 {
+            let got = q.read_at(0, chunk).unwrap();
+            assert!(got.iter().all(|&b| b == 1), "{level}: a read around the error returned wrong data");
+            if v.member_io()[0].errors.read > 0 {
+                break;
+            }
+        }
+        let d: Vec<_> = v.member_io().iter().zip(&before).map(|(a, b)| a.delta(b)).collect();
+        assert_eq!(d[0].errors.read, 1, "{level}: {:?}", d[0]);
+        assert_eq!(d[0].errors.total(), 1, "{level}: {:?}", d[0]);
+        assert_eq!(d[0].reads, 1, "{level}: the failed read is a read of member 0: {:?}", d[0]);
+        assert!(d[1..].iter().all(|c| c.errors.total() == 0 && c.reads >= 1), "{level}: {d:?}");
+    }
+}

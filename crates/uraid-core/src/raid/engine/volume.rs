@@ -29,6 +29,8 @@ pub struct RaidVolume {
     /// Member reads issued by stripe operations (read-modify-write,
     /// reconstruct-write, degraded reads).
     pub(super) stripe_reads: std::sync::atomic::AtomicU64,
+    /// Per-member I/O counters of the queues (see [`RaidVolume::member_io`]).
+    pub(super) counters: super::counters::Registry,
 }
 
 /// The array-wide state a volume shares with the other volumes on the same
@@ -73,6 +75,7 @@ impl RaidVolume {
                 );
             }
         }
+        let n = members.len();
         let block_size = members.iter().map(|m| m.block_size()).max().unwrap_or(512).max(SECTOR as u32);
         let throttled = members.iter().any(|m| m.throttle().is_some());
         Ok(Arc::new(RaidVolume {
@@ -85,6 +88,7 @@ impl RaidVolume {
             locks: StripeLocks::default(),
             throttled,
             stripe_reads: std::sync::atomic::AtomicU64::new(0),
+            counters: super::counters::Registry::new(n),
         }))
     }
 
@@ -181,6 +185,15 @@ impl RaidVolume {
     /// write stream the coalescer turns into full stripes issues none).
     pub fn stripe_reads(&self) -> u64 {
         self.stripe_reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Each member's I/O counters (in role order), summed over every queue
+    /// that ever served this volume: member reads and writes, bytes,
+    /// errors by kind, latency histograms (see
+    /// [`MemberIo`](super::counters::MemberIo)). Takes a lock shared only
+    /// with queues being made; never blocks the data path.
+    pub fn member_io(&self) -> Vec<super::counters::MemberIo> {
+        self.counters.snapshot()
     }
 
     /// Reads `len` bytes at `offset` (blocking; control path and tests).
