@@ -393,6 +393,13 @@ impl Array {
     /// the rebuild skips read as zeros, like on every other member); a
     /// `returning` one (see [`returning_role`](Self::returning_role)) keeps
     /// both and is resynced from the bitmap.
+    ///
+    /// The role turns rebuilding only once the volumes are made again over
+    /// the new device and no cache flusher pass runs on the old ones (the
+    /// caches' flushers retargeted: [`crate::Volume::adopt_cache`]): such a
+    /// pass writes to the role's old device when the role is writable, and
+    /// that device's errors would fail the role, new device and all (found
+    /// by the simulation, seed 5635165694676429584).
     pub(super) fn install(&mut self, role: u32, m: Member, spec: &MemberSpec, returning: bool) -> Result<()> {
         if !returning {
             for v in &self.volume_entries() {
@@ -409,8 +416,8 @@ impl Array {
             }
             g.sb.slots[role as usize].resync_from_bitmap = returning;
         }
-        self.health.set_state(role, MemberState::Rebuilding);
         self.rebuild_after_membership_change()?;
+        self.health.set_state(role, MemberState::Rebuilding);
         if let Some(b) = &self.bitmap {
             b.write_to(role)?;
         }
@@ -675,5 +682,50 @@ mod tests {
         assert!(Membership::check_replace(&s, 4, Replacement::AsSpare).unwrap_err().to_string().contains("is a spare"));
         assert!(Membership::check_replace(&s, 4, Replacement::InPlace).unwrap_err().to_string().contains("has no role 4"));
         assert!(Membership::check_replace(&s, 0, Replacement::AsSpare).is_ok());
+    }
+
+    /// `install` (here through `replace`) turns the role rebuilding only
+    /// once no cache flusher pass runs on the old volume: a pass writing
+    /// back while the role is faulty never reaches the role's old device.
+    /// Before, the role turned rebuilding first, and the pass's later
+    /// lines went to the old device too (on a failed drive: errors that
+    /// failed the role, its new device and rebuild with it; the
+    /// simulation's seed 5635165694676429584). Here the old device is an
+    /// in-memory one that takes writes at 16 MB/s, so the pass is slow and
+    /// what reaches the old device can be read back.
+    #[test]
+    fn a_flusher_pass_on_the_old_volume_never_writes_to_the_replaced_device() {
+        use crate::cache::{CacheConfig, CacheMode};
+        let slow: MemberSpec = "mem:48M,wbw=16M".parse().unwrap();
+        let opts = super::super::CreateOptions { level: 1, name: "hot".into(), bitmap_region: Some(0), ..Default::default() };
+        let mut a = super::super::create(&[slow.clone(), slow], &opts).unwrap();
+        a.set_cache(None, &CacheConfig { mode: CacheMode::WriteBack, size: 16 << 20, dirty_limit: 16 << 20 }).unwrap();
+        a.renew_volume(0).unwrap();
+        a.fail(1, false).unwrap();
+        let old = a.volume().clone();
+        let data = vec![0x5au8; 1 << 20];
+        for i in 0..8u64 {
+            old.write_at(i << 20, &data).unwrap();
+        }
+        // A flush makes the flusher write the 8 MiB back (half a second at
+        // 16 MB/s); the role is replaced while that pass runs.
+        let flusher = {
+            let v = old.clone();
+            std::thread::spawn(move || v.flush())
+        };
+        let cache = old.cache().unwrap().clone();
+        while cache.stats().writebacks == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let left = cache.stats().dirty_bytes;
+        a.replace(1, &"mem:48M".parse().unwrap(), false, Replacement::InPlace).unwrap();
+        flusher.join().unwrap().unwrap();
+        eprintln!("the role was replaced with {} MiB of the pass's 8 left to write", left >> 20);
+        assert_eq!(a.health().state(1), MemberState::Rebuilding);
+        let dev = &old.raid().members()[1];
+        let mut buf = crate::IoBuf::new(8 << 20);
+        dev.read_exact_at(&mut buf, old.raid().data_offset()).unwrap();
+        let written = buf.chunks(4096).filter(|b| b.iter().any(|&x| x != 0)).count();
+        assert_eq!(written, 0, "{written} blocks of 4 KiB reached the replaced device of role 1 after it was failed");
     }
 }
