@@ -3,6 +3,12 @@ installing the tools they need, building uraid, and running fio.
 
 Each script prints figures and ratios from ONE run (see ../shared/DESIGN.md,
 "How speed is measured"); this module prints nothing itself.
+
+The uraid binary the scripts run is the release build of this tree, built
+by `prepare` (`cargo build --release`), or, when the environment variable
+URAID_BIN is set, that binary as it is (nothing is built): e.g.
+`URAID_BIN=/work/base/uraid-main-0b9f45d python3 bench/cache.py` measures an
+older build with today's script.
 """
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
 
@@ -13,7 +19,8 @@ DRIVES = os.path.join(TESTBED, "drives")
 PEER = os.path.join(TESTBED, "peer-btrfs")
 # Where `cargo build` puts the binary: CARGO_TARGET_DIR when set, as cargo does.
 TARGET_DIR = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-URAID = os.path.join(TARGET_DIR, "release", "uraid")
+# URAID_BIN, when set, names the binary to run instead (see the docstring).
+URAID = os.environ.get("URAID_BIN") or os.path.join(TARGET_DIR, "release", "uraid")
 
 
 def sh(*args, capture=True, check=True):
@@ -44,10 +51,15 @@ def parser(doc, runs=3, time=5.0, runs_help=None, time_help=None):
 
 def prepare(root_why, *tools):
     """Checks for root (`root_why` says what needs it), installs the missing
-    tools and builds the release binary."""
+    tools and builds the release binary (not when URAID_BIN names one: it
+    must then exist)."""
     if os.geteuid() != 0:
         sys.exit(f"run as root{f' ({root_why})' if root_why else ''}")
     need_tools(*tools)
+    if os.environ.get("URAID_BIN"):
+        if not os.access(URAID, os.X_OK):
+            sys.exit(f"URAID_BIN={URAID} is not an executable file; give the path of a uraid binary, or unset it to build one")
+        return
     sh("cargo", "build", "--release", "-q", "-p", "uraid", capture=False)
 
 

@@ -73,9 +73,17 @@ const REGRESSIONS: &[u64] = &[
     7605580744875063194,
     // RAID 1 x3 journal on role 0, a spare into role 2: the rebuild found
     // its member faulty. A write-back pass on the volume the spare's
-    // replaced wrote to the failed device of the role, now rebuilding
-    // (the simulation waits for that pass now: see `World::replace`).
+    // replaced wrote to the failed device of the role, now rebuilding.
+    // Adopting the cache now waits for a pass on the old volume to end
+    // (`Cache::retarget`), and `Array::install` turns the role rebuilding
+    // after that, as `World::replace` does.
     5635165694676429584,
+    // A write-back volume failed at a power cut (every member lost), with
+    // a writer held for room in the cache: it waited for ever (the flusher
+    // retried every 200 ms). The flusher now stops once the volume below
+    // has failed, and held writers, writes and flushes fail with EIO
+    // (`Cache::volume_failed`).
+    12103002141582754994,
 ];
 
 /// Seeds a plain `cargo test` runs (after the regressions).
@@ -650,16 +658,10 @@ impl World {
         if let Some(c) = old.cache() {
             v.adopt_cache(c.clone(), &old).unwrap();
         }
-        // A write-back pass the flusher began on the old volume writes to
-        // the old member of role `r`: were the role rebuilding already,
-        // its failure there would fail the spare (seed 5635165694676429584,
-        // RAID 1 x3 journal: "member 2 is faulty, not rebuilding"). The
-        // role turns rebuilding once no pass holds the old volume.
-        let old_raid = Arc::downgrade(old.raid());
+        // The adoption returned once no pass of the flusher runs on the old
+        // volume (which writes to the old member of role `r`): the role
+        // turns rebuilding only now, as `Array::install` does it.
         drop(old);
-        while old_raid.strong_count() > 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
         health.set_state(r as u32, MemberState::Rebuilding);
         health.set_recovery(r as u32, 0);
         if let Some(b) = v.raid().bitmap() {
@@ -768,14 +770,12 @@ impl World {
             }
         }
         // The requests in flight finish unseen (no completion reaches the
-        // model: to it they are unacknowledged). After a cut the queue goes
-        // with them, as the host does: the RAID layer's member I/Os fail
-        // (the queue reaps them and lets its stripe locks go), and the
-        // cache's writers waiting for room are dropped (waiting would be
-        // for ever: its flusher's writes fail from now on).
+        // model: to it they are unacknowledged). After a cut, the RAID
+        // layer's member I/Os fail, and the cache's writers waiting for
+        // room fail once its flusher has seen the volume fail.
         let mut q = self.q.take().expect("assembled");
         let mut out = Vec::new();
-        while !cut && q.in_flight() > 0 {
+        while q.in_flight() > 0 {
             q.wait(1, &mut out);
             out.clear();
         }

@@ -273,8 +273,14 @@ impl Cache {
         Some(Ready { idx, generation, data, bits, last_seq, runs, rows })
     }
 
-    /// Makes the flusher write through `vol` from now on.
+    /// Makes the flusher write through `vol` from now on, and returns once
+    /// no pass runs on the volume it wrote through before: such a pass
+    /// writes to that volume's members, and a role whose device it still
+    /// holds must not turn rebuilding on the new volume until it has ended
+    /// (its errors there would fail the role's new device: see
+    /// `Array::install`).
     pub(crate) fn retarget(&self, vol: Weak<RaidVolume>) {
+        let _pass = lock(&self.passing);
         *lock(&self.target) = vol;
     }
 
@@ -295,16 +301,26 @@ impl Cache {
             if c.closed.load(Ordering::Acquire) {
                 return;
             }
+            // Held for the pass, until the volume it took is dropped.
+            let pass = lock(&c.passing);
             let Some(v) = lock(&c.target).upgrade() else { return };
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 #[cfg(feature = "failpoints")]
                 if std::env::var_os("URAID_FAILPOINT_FLUSHER_PANIC").is_some() && c.lines.dirty_bytes() > 0 {
                     panic!("URAID_FAILPOINT_FLUSHER_PANIC");
                 }
                 c.pass(&v)
-            })) {
+            }));
+            let below = matches!(res, Ok(Err(_))).then(|| failed_below(&v)).flatten();
+            drop((v, pass));
+            match res {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
+                    if let Some(why) = below {
+                        // Nothing will ever be written there again:
+                        // retrying would hold writers for room for ever.
+                        return c.volume_failed(&why);
+                    }
                     eprintln!("uraid: the write-back cache could not write to the members: {e}");
                     crate::clock::sleep(Duration::from_millis(200));
                 }
@@ -330,6 +346,27 @@ impl Cache {
         self.dead.store(true, Ordering::Release);
     }
 
+    /// The volume below has failed (`why`: the members it lost), seen by
+    /// a pass that failed: the flusher stops, and from now on
+    /// every flush, write and writer held for room fails with EIO, as on
+    /// the volume without a cache; reads are still served. The dirty lines
+    /// stay in the cache, counted in [`stats`](Self::stats)'s `dirty_bytes`,
+    /// and [`lost_writes`](Self::lost_writes) says how many bytes they hold.
+    pub(super) fn volume_failed(&self, why: &str) {
+        let dirty = self.lines.dirty_bytes();
+        let e = crate::Error::new(
+            crate::ErrorKind::Io,
+            format!(
+                "the volume below the cache has failed ({why}): the {dirty} dirty \
+                 bytes the cache holds cannot be written to the members, and every write and flush fails from now on; \
+                 stop the array, bring the lost members back and assemble it again (a journal replays what it recorded)"
+            ),
+        );
+        eprintln!("uraid: {e}");
+        *lock(&self.failed) = Some(e);
+        self.dead.store(true, Ordering::Release);
+    }
+
     /// Stops the flusher (after [`Volume::flush`] has written everything).
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
@@ -346,4 +383,19 @@ impl Cache {
             crate::clock::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// Why `vol` takes no more writes: it lost more members than its level
+/// tolerates (the level's rule: [`Geometry::survival`](crate::raid::geometry::Geometry::survival)),
+/// or the RAID layer stopped its writes after such a loss. `None` while
+/// it can still be written.
+fn failed_below(vol: &RaidVolume) -> Option<String> {
+    let health = vol.health();
+    let n = vol.geometry().members() as u32;
+    let lost: crate::raid::level::MemberMask = (0..n).filter(|&m| !health.writable(m)).fold(0, |g, m| g | 1 << m);
+    if !health.writes_stopped() && (lost == 0 || vol.geometry().survival(lost).survives) {
+        return None;
+    }
+    let names: Vec<&str> = (0..n).filter(|&m| lost & 1 << m != 0).map(|m| vol.members()[m as usize].name()).collect();
+    Some(format!("the {} volume lost members {}, more than it tolerates", vol.geometry().level(), names.join(", ")))
 }

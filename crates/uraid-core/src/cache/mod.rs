@@ -146,12 +146,16 @@ pub struct Cache {
     closed: AtomicBool,
     /// The flusher's last error (writes were lost), reported to flushes.
     failed: Mutex<Option<crate::Error>>,
-    /// The flusher thread panicked: nothing is written back any more, so
-    /// every request but a read fails with `failed`'s error.
+    /// The flusher thread panicked, or the volume below failed: nothing is
+    /// written back any more, so every request but a read fails with
+    /// `failed`'s error.
     dead: AtomicBool,
     /// The volume the flusher writes through (a volume rebuilt over new
     /// members takes the cache over: [`Volume::adopt_cache`]).
     target: Mutex<Weak<RaidVolume>>,
+    /// Held by the flusher through each pass (from the moment it takes
+    /// `target`): [`retarget`](Self::retarget) waits on it.
+    passing: Mutex<()>,
     stats: Mutex<CacheStats>,
     /// The flusher's smaller buffers (member reads for records, rows
     /// writes), kept by size class for reuse (see [`SmallBufs`]).
@@ -330,6 +334,7 @@ impl Cache {
             failed: Mutex::new(None),
             dead: AtomicBool::new(false),
             target: Mutex::new(Weak::new()),
+            passing: Mutex::new(()),
             stats: Mutex::new(CacheStats { mode: cfg.mode, ..Default::default() }),
             small: SmallBufs::default(),
             journal,
@@ -537,5 +542,59 @@ mod tests {
         write(&c, 0, 4096);
         c.written_back(0, snap.generation, &snap.dirty, snap.last_seq);
         assert_eq!(state(&c, 0), (vec![(0, 8)], 2), "the new line's write was marked written back");
+    }
+
+    /// A write-back cache over a volume that has failed (a RAID 5 x3 that
+    /// lost two members): the writer held for room (the dirty limit is one
+    /// line, which a first write filled) and every write and flush after it
+    /// fail with EIO, promptly, as on the volume without a cache; the dirty
+    /// line stays counted and is reported. Before, the flusher retried its
+    /// pass every 200 ms for ever and the held writer waited for room that
+    /// never came (the simulation's seed 12103002141582754994).
+    #[test]
+    fn writers_held_for_room_fail_once_the_volume_below_has_failed() {
+        use crate::io::request::BlockQueue;
+        use crate::raid::engine::Shared;
+        use crate::raid::health::Health;
+        let spec = MemberSpec::Mem(MemSpec { size: DATA_OFFSET + (4 << 20), limits: Default::default() });
+        let members = (0..3).map(|_| Member::open(&spec, OpenMode { write: true, exclusive: false }).unwrap()).collect();
+        let health = Arc::new(Health::new(3));
+        let g = Geometry::new(Level::Raid5, 3, 64 << 10, 4 << 20).unwrap();
+        let v = crate::Volume::with_state(Arc::new(members), g, DATA_OFFSET, Shared { health: health.clone(), bitmap: None }).unwrap();
+        let line = Cache::line_for(v.raid());
+        v.enable_cache(CacheConfig { mode: CacheMode::WriteBack, size: 4 * line, dirty_limit: line }).unwrap();
+        health.fail(1).unwrap();
+        health.fail(2).unwrap();
+        let mut q = v.queue(4).unwrap();
+        // Waits (up to a bound far above what the fix takes) for one
+        // completion.
+        let one = |q: &mut crate::volume::Queue| {
+            let mut out = Vec::new();
+            let t0 = crate::clock::now();
+            while out.is_empty() && crate::clock::since(t0) < std::time::Duration::from_secs(30) {
+                q.wait_event(&mut out, None, std::time::Duration::from_millis(100));
+            }
+            out.pop().expect("no completion within 30 s: a writer held for room waits for ever")
+        };
+        // The first write fills the dirty limit; the second, into the same
+        // line, is held for room (or, once the flusher has seen the
+        // failure, refused at once).
+        q.push(Request::write(0, line as usize, IoBuf::new(line as usize), 1)).unwrap();
+        let c = one(&mut q);
+        assert_eq!((c.tag, c.result.as_ref().ok()), (1, Some(&(line as usize))), "{:?}", c.result);
+        q.push(Request::write(0, 4096, IoBuf::new(4096), 2)).unwrap();
+        let c = one(&mut q);
+        let e = c.result.expect_err("a write into a failed volume succeeded");
+        assert_eq!((c.tag, e.kind()), (2, crate::ErrorKind::Io), "{e}");
+        for (tag, req) in [(3, Request::write(1 << 20, 4096, IoBuf::new(4096), 3)), (4, Request::flush(4))] {
+            q.push(req).unwrap();
+            let c = one(&mut q);
+            let e = c.result.expect_err("a request on a failed volume succeeded");
+            assert_eq!((c.tag, e.kind()), (tag, crate::ErrorKind::Io), "{e}");
+        }
+        let cache = v.cache().expect("a cache");
+        assert_eq!(cache.stats().dirty_bytes, line, "the dirty line is not counted any more");
+        let lost = cache.lost_writes().expect("the lost writes are reported");
+        assert!(lost.contains("has failed") && lost.contains(&format!("{line} dirty bytes")), "{lost}");
     }
 }

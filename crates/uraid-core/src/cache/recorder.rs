@@ -52,6 +52,10 @@ struct Prefetch {
     reads: Vec<(usize, usize, usize)>,
     /// The first read that failed.
     first_err: Option<Error>,
+    /// Reads landed (failed ones included). Counted here, not by the RAID
+    /// queue's `in_flight`, which no longer counts a request it failed at
+    /// once (a failed volume) before its completion is handed out.
+    landed: usize,
 }
 
 impl Prefetch {
@@ -60,6 +64,7 @@ impl Prefetch {
     fn land(&mut self, c: Completion, lines: &mut [Option<Snap>], small: &SmallBufs) {
         let sector = CACHE_SECTOR as usize;
         let (i, a, b) = self.reads[c.tag as usize];
+        self.landed += 1;
         match (c.result, c.buf, lines[i].as_mut(), self.got[i].as_mut()) {
             (Ok(_), Some(buf), Some(snap), Some((_, bits))) => {
                 snap.data[a * sector..b * sector].copy_from_slice(&buf[..(b - a) * sector]);
@@ -174,7 +179,7 @@ impl Cache {
     fn prefetch_start(&self, fq: &mut RaidQueue, lines: &mut [Option<Snap>]) -> Result<Prefetch> {
         let sector = CACHE_SECTOR as usize;
         let epoch = self.zero_epoch.load(Ordering::Acquire);
-        let mut p = Prefetch { got: vec![None; lines.len()], reads: Vec::new(), first_err: None };
+        let mut p = Prefetch { got: vec![None; lines.len()], reads: Vec::new(), first_err: None, landed: 0 };
         let mut out = Vec::new();
         for i in 0..lines.len() {
             let Some(snap) = lines[i].as_ref() else { continue };
@@ -201,6 +206,7 @@ impl Cache {
                 let req = Request::read(idx * self.line + (a * sector) as u64, len, self.small.take(len), (p.reads.len() - 1) as u64);
                 if let Err(r) = fq.push(req) {
                     // What is in flight lands (or is dropped) first.
+                    p.reads.pop();
                     let _ = self.prefetch_finish(fq, p, lines);
                     return Err(r.error);
                 }
@@ -214,7 +220,7 @@ impl Cache {
     /// read of `p` and lays it into its line's snapshot.
     fn prefetch_finish(&self, fq: &mut RaidQueue, mut p: Prefetch, lines: &mut [Option<Snap>]) -> Result<Vec<Option<PreRead>>> {
         let mut out = Vec::new();
-        while fq.in_flight() > 0 {
+        while p.landed < p.reads.len() {
             fq.wait(1, &mut out);
             for c in out.drain(..) {
                 p.land(c, lines, &self.small);

@@ -435,7 +435,8 @@ impl Cache {
 
     /// True when a writer held for room may try again.
     pub(crate) fn has_room(&self) -> bool {
-        // A dead flusher makes no room: held writers go on to fail.
+        // A dead flusher (or one stopped by a failed volume below) makes
+        // no room: held writers go on to fail.
         self.dead.load(Ordering::Acquire) || self.lines.dirty_bytes() < self.cfg.dirty_limit && self.live_journal().is_none_or(|j| j.pressure() * 2 < j.log_size())
     }
 

@@ -77,9 +77,12 @@ impl<'c> Writer<'c> {
         self.write_runs(idx, generation, data, &bits, last_seq, runs);
     }
 
-    /// Waits for every write in flight.
+    /// Waits for every write in flight: counted here (`inflight`), not by
+    /// the RAID queue's `in_flight`, which no longer counts a request it
+    /// failed at once (a failed volume) before its completion is handed
+    /// out: that completion, and its error, were left behind.
     pub(super) fn drain(&mut self) {
-        while self.q.in_flight() > 0 {
+        while !self.inflight.is_empty() {
             self.q.wait(1, &mut self.out);
             self.reap();
         }

@@ -393,6 +393,13 @@ impl Array {
     /// the rebuild skips read as zeros, like on every other member); a
     /// `returning` one (see [`returning_role`](Self::returning_role)) keeps
     /// both and is resynced from the bitmap.
+    ///
+    /// The role turns rebuilding only once the volumes are made again over
+    /// the new device and no cache flusher pass runs on the old ones (the
+    /// caches' flushers retargeted: [`crate::Volume::adopt_cache`]): such a
+    /// pass writes to the role's old device when the role is writable, and
+    /// that device's errors would fail the role, new device and all (found
+    /// by the simulation, seed 5635165694676429584).
     pub(super) fn install(&mut self, role: u32, m: Member, spec: &MemberSpec, returning: bool) -> Result<()> {
         if !returning {
             for v in &self.volume_entries() {
@@ -409,8 +416,8 @@ impl Array {
             }
             g.sb.slots[role as usize].resync_from_bitmap = returning;
         }
-        self.health.set_state(role, MemberState::Rebuilding);
         self.rebuild_after_membership_change()?;
+        self.health.set_state(role, MemberState::Rebuilding);
         if let Some(b) = &self.bitmap {
             b.write_to(role)?;
         }
@@ -675,5 +682,52 @@ mod tests {
         assert!(Membership::check_replace(&s, 4, Replacement::AsSpare).unwrap_err().to_string().contains("is a spare"));
         assert!(Membership::check_replace(&s, 4, Replacement::InPlace).unwrap_err().to_string().contains("has no role 4"));
         assert!(Membership::check_replace(&s, 0, Replacement::AsSpare).is_ok());
+    }
+
+    /// `install` (here through `replace`) turns the role rebuilding only
+    /// once no cache flusher pass runs on the old volume: a pass writing
+    /// back while the role is faulty never reaches the role's old device,
+    /// which has failed for good (every I/O fails). Before, the role
+    /// turned rebuilding first, and the pass's members' flush went to the
+    /// old device too, whose error failed the role, new device and all
+    /// (the simulation's seed 5635165694676429584). The pass is slow here
+    /// (8 MiB written back at 16 MB/s), and the role is replaced while it
+    /// runs.
+    #[test]
+    fn a_flusher_pass_on_the_old_volume_never_writes_to_the_replaced_device() {
+        use crate::cache::{CacheConfig, CacheMode};
+        let slow: MemberSpec = "mem:48M,wbw=16M".parse().unwrap();
+        let opts = super::super::CreateOptions { level: 1, name: "hot".into(), bitmap_region: Some(0), ..Default::default() };
+        let mut a = super::super::create(&[slow.clone(), slow], &opts).unwrap();
+        // A fault plan on role 1's device, under every handle of it.
+        let faults = Arc::new(crate::io::fault::Faults::new());
+        faults.attach(a.meta().devices[1].as_mut().unwrap());
+        a.rebuild_after_membership_change().unwrap();
+        a.set_cache(None, &CacheConfig { mode: CacheMode::WriteBack, size: 16 << 20, dirty_limit: 16 << 20 }).unwrap();
+        a.renew_volume(0).unwrap();
+        a.fail(1, false).unwrap();
+        faults.vanish();
+        let old = a.volume().clone();
+        let data = vec![0x5au8; 1 << 20];
+        for i in 0..8u64 {
+            old.write_at(i << 20, &data).unwrap();
+        }
+        // A flush makes the flusher write the 8 MiB back, then flush the
+        // members.
+        let flusher = {
+            let v = old.clone();
+            std::thread::spawn(move || v.flush())
+        };
+        let cache = old.cache().unwrap().clone();
+        while cache.stats().writebacks == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let left = cache.stats().dirty_bytes;
+        a.replace(1, &"mem:48M".parse().unwrap(), false, Replacement::InPlace).unwrap();
+        let flushed = flusher.join().unwrap();
+        eprintln!("the role was replaced with {} MiB of the pass's 8 left to write; the flush: {flushed:?}", left >> 20);
+        assert_eq!(faults.injected(), 0, "I/O went to the replaced device of role 1 after it was failed");
+        assert_eq!(a.health().state(1), MemberState::Rebuilding, "the new device's role was failed");
+        flushed.unwrap();
     }
 }
