@@ -44,6 +44,9 @@ pub struct Faults {
     flushes: AtomicU64,
     /// Pre-images of the writes since the last flush: (offset, old bytes).
     undo: Mutex<Vec<(u64, Vec<u8>)>>,
+    /// A write over a read error range clears it there (see
+    /// [`Faults::remap_on_write`]).
+    remap: AtomicBool,
 }
 
 impl Faults {
@@ -70,6 +73,35 @@ impl Faults {
     pub fn fail_reads(&self, range: Range<u64>) {
         self.read_errors.lock().unwrap_or_else(|e| e.into_inner()).push(range);
         self.arm();
+    }
+
+    /// From now on a write that lands over part of a read error range
+    /// ([`fail_reads`](Self::fail_reads)) clears the error there, as a
+    /// drive remaps a pending sector when it is written: the bytes written
+    /// read back. Without it a read error range stays bad whatever is
+    /// written (a drive out of spare sectors).
+    pub fn remap_on_write(&self) {
+        self.remap.store(true, Ordering::Release);
+    }
+
+    /// Removes `[offset, offset + len)` from the read error ranges.
+    fn clear_read_errors(&self, offset: u64, len: u64) {
+        let end = offset + len;
+        let mut v = self.read_errors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = Vec::with_capacity(v.len() + 1);
+        for r in v.drain(..) {
+            if r.end <= offset || end <= r.start {
+                kept.push(r);
+                continue;
+            }
+            if r.start < offset {
+                kept.push(r.start..offset);
+            }
+            if end < r.end {
+                kept.push(end..r.end);
+            }
+        }
+        *v = kept;
     }
 
     /// Every discard and zeroing (fallocate(2)) fails with EOPNOTSUPP, as
@@ -228,6 +260,9 @@ impl Faults {
                         // Whole 512-byte sectors, as a drive tears.
                         return Verdict::Tear((len / 2 / 512 * 512) as usize);
                     }
+                }
+                if self.remap.load(Ordering::Acquire) && len > 0 {
+                    self.clear_read_errors(offset, len);
                 }
                 Verdict::Pass
             }
