@@ -123,3 +123,8 @@ mod served_replace;
 // `null:` members (reads of zeros, writes dropped): `uraid bench` over them.
 #[path = "e2e/null_member.rs"]
 mod null_member;
+
+// Read errors repaired from redundancy through `uraid serve` (issue 32
+// item 4): counted in status, evented, and --max-read-errors.
+#[path = "e2e/read_repair.rs"]
+mod read_repair;

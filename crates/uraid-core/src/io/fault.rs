@@ -299,15 +299,34 @@ impl Filter for Faults {
 /// binary reads no such variable.
 #[cfg(feature = "failpoints")]
 fn fail_writes_failpoint(name: &str) -> Option<Arc<Faults>> {
-    let v = std::env::var("URAID_FAILPOINT_FAIL_WRITES").ok()?;
+    let r = failpoint_range("URAID_FAILPOINT_FAIL_WRITES", name)?;
+    let f = Arc::new(Faults::new());
+    f.fail_writes(r);
+    Some(f)
+}
+
+/// The range of a `VAR=PATH@START-END` failpoint when PATH is `name`.
+#[cfg(feature = "failpoints")]
+fn failpoint_range(var: &str, name: &str) -> Option<Range<u64>> {
+    let v = std::env::var(var).ok()?;
     let (path, range) = v.rsplit_once('@')?;
     let (a, b) = range.split_once('-')?;
     let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
-    if path != name || a >= b {
-        return None;
-    }
-    let f = Arc::new(Faults::new());
-    f.fail_writes(a..b);
+    (path == name && a < b).then_some(a..b)
+}
+
+/// The `URAID_FAILPOINT_FAIL_READS=PATH@START-END` failpoint (end-to-end
+/// tests of read errors repaired from redundancy): the member opened as
+/// `PATH` fails every read that touches absolute member bytes
+/// `[START, END)` with EIO until they are written (a drive remapping a
+/// pending sector: [`Faults::remap_on_write`]). Only with the
+/// `failpoints` feature.
+#[cfg(feature = "failpoints")]
+fn fail_reads_failpoint(name: &str, faults: Option<Arc<Faults>>) -> Option<Arc<Faults>> {
+    let r = failpoint_range("URAID_FAILPOINT_FAIL_READS", name)?;
+    let f = faults.unwrap_or_else(|| Arc::new(Faults::new()));
+    f.fail_reads(r);
+    f.remap_on_write();
     Some(f)
 }
 
@@ -379,6 +398,12 @@ pub fn failpoints(m: &mut Member) {
     {
         if let Some(f) = fail_writes_failpoint(m.name()) {
             f.attach(m);
+        }
+        let existing = Faults::of(m);
+        if let Some(f) = fail_reads_failpoint(m.name(), existing.clone()) {
+            if existing.is_none() {
+                f.attach(m);
+            }
         }
         let existing = Faults::of(m);
         if let Some(f) = no_discard_failpoint(m.name(), existing.clone()) {

@@ -31,6 +31,14 @@ pub struct MemberStatus {
     /// spares, `role` `None`, until `uraid remove`): the role it held.
     #[serde(default)]
     pub former_role: Option<u32>,
+    /// Read errors of the member repaired from redundancy since the array
+    /// was assembled (the range rewritten, the member kept).
+    #[serde(default)]
+    pub read_errors_corrected: u64,
+    /// Read errors of the member that failed the read (nothing left to
+    /// repair them from: RAID 0, or a degraded stripe).
+    #[serde(default)]
+    pub read_errors_uncorrected: u64,
 }
 
 /// A volume as `uraid status` shows it.
@@ -174,6 +182,8 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
             state: slot.state.name().to_string(),
             recovery_offset: if slot.state == MemberState::Rebuilding { slot.recovery_offset } else { None },
             former_role: None,
+            read_errors_corrected: 0,
+            read_errors_uncorrected: 0,
         })
         .collect();
     ArrayStatus {
@@ -301,6 +311,8 @@ impl StatusSource {
                     state: state.name().to_string(),
                     recovery_offset: (state == MemberState::Rebuilding).then(|| self.health.recovery(s as u32)),
                     former_role: None,
+                    read_errors_corrected: if s < n { self.health.read_errors().corrected(s as u32) } else { 0 },
+                    read_errors_uncorrected: if s < n { self.health.read_errors().uncorrected(s as u32) } else { 0 },
                 }
             })
             .collect::<Vec<_>>();
@@ -314,6 +326,8 @@ impl StatusSource {
             state: MemberState::Faulty.name().to_string(),
             recovery_offset: None,
             former_role: Some(r.role),
+            read_errors_corrected: 0,
+            read_errors_uncorrected: 0,
         }));
         ArrayStatus {
             name: m.sb.name.clone(),
