@@ -154,6 +154,10 @@ pub(crate) struct ArrayConf {
     /// `7d`, `1w`); `None`: no scheduled check.
     #[serde(default, deserialize_with = "de_duration")]
     pub scrub_every: Option<u64>,
+    /// Corrected read errors a member may have before it is failed
+    /// (md's max_read_errors, `uraid serve --max-read-errors`); `None`: 20.
+    #[serde(default)]
+    pub max_read_errors: Option<u32>,
     /// The address (`HOST:PORT`, loopback) of the web console; `None`: no
     /// console.
     #[serde(default)]
@@ -455,6 +459,7 @@ metrics = "127.0.0.1:9109"
 rebuild-rate = "200M"
 scrub-rate = 100
 scrub-every = "7d"
+max-read-errors = 5
 [[array]]
 name = "scratch"
 uuid = "11111111-2222-3333-4444-555555555555"
@@ -471,6 +476,7 @@ uuid = "11111111-2222-3333-4444-555555555555"
         assert_eq!(a.rebuild_rate, Some(200_000_000));
         assert_eq!(a.scrub_rate, Some(100_000_000));
         assert_eq!(a.scrub_every, Some(7 * 86_400));
+        assert_eq!(a.max_read_errors, Some(5));
         assert_eq!(a.devices(), ["/dev/loop3", "/dev/loop4", "/dev/nvme4n1"]);
         assert_eq!(c.array("11111111-2222-3333-4444-555555555555").unwrap().name, "scratch");
         assert_eq!(c.array("0F1E2D3C-4B5A-4978-8695-A4B3C2D1E0F0").unwrap().name, "data");

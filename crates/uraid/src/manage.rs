@@ -420,9 +420,15 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
             Some(r) => format!("role {r}"),
             None => format!("spare {}", m.slot),
         };
+        // Read errors repaired from redundancy (and any that failed a read).
+        let errs = match (m.read_errors_corrected, m.read_errors_uncorrected) {
+            (0, 0) => String::new(),
+            (c, 0) => format!(", {c} read errors corrected"),
+            (c, u) => format!(", {c} read errors corrected, {u} uncorrected"),
+        };
         match m.recovery_offset {
-            Some(o) => println!("  {what}: {dev} {} (rebuilt up to byte {o}{}){who}", m.state, rebuilt_share(st, o)),
-            None => println!("  {what}: {dev} {}{who}", m.state),
+            Some(o) => println!("  {what}: {dev} {} (rebuilt up to byte {o}{}){errs}{who}", m.state, rebuilt_share(st, o)),
+            None => println!("  {what}: {dev} {}{errs}{who}", m.state),
         }
         if let Some(io) = &m.io {
             println!("      {}", crate::iostat::member_io_line(io));

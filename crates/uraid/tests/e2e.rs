@@ -127,3 +127,7 @@ mod null_member;
 // Per-member I/O counters: uraid iostat, status, metrics (issue 32, item 3).
 #[path = "e2e/iostat.rs"]
 mod iostat;
+// Read errors repaired from redundancy through `uraid serve` (issue 32
+// item 4): counted in status, evented, and --max-read-errors.
+#[path = "e2e/read_repair.rs"]
+mod read_repair;

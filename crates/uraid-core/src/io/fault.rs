@@ -44,6 +44,9 @@ pub struct Faults {
     flushes: AtomicU64,
     /// Pre-images of the writes since the last flush: (offset, old bytes).
     undo: Mutex<Vec<(u64, Vec<u8>)>>,
+    /// A write over a read error range clears it there (see
+    /// [`Faults::remap_on_write`]).
+    remap: AtomicBool,
 }
 
 impl Faults {
@@ -70,6 +73,35 @@ impl Faults {
     pub fn fail_reads(&self, range: Range<u64>) {
         self.read_errors.lock().unwrap_or_else(|e| e.into_inner()).push(range);
         self.arm();
+    }
+
+    /// From now on a write that lands over part of a read error range
+    /// ([`fail_reads`](Self::fail_reads)) clears the error there, as a
+    /// drive remaps a pending sector when it is written: the bytes written
+    /// read back. Without it a read error range stays bad whatever is
+    /// written (a drive out of spare sectors).
+    pub fn remap_on_write(&self) {
+        self.remap.store(true, Ordering::Release);
+    }
+
+    /// Removes `[offset, offset + len)` from the read error ranges.
+    fn clear_read_errors(&self, offset: u64, len: u64) {
+        let end = offset + len;
+        let mut v = self.read_errors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = Vec::with_capacity(v.len() + 1);
+        for r in v.drain(..) {
+            if r.end <= offset || end <= r.start {
+                kept.push(r);
+                continue;
+            }
+            if r.start < offset {
+                kept.push(r.start..offset);
+            }
+            if end < r.end {
+                kept.push(end..r.end);
+            }
+        }
+        *v = kept;
     }
 
     /// Every discard and zeroing (fallocate(2)) fails with EOPNOTSUPP, as
@@ -229,6 +261,9 @@ impl Faults {
                         return Verdict::Tear((len / 2 / 512 * 512) as usize);
                     }
                 }
+                if self.remap.load(Ordering::Acquire) && len > 0 {
+                    self.clear_read_errors(offset, len);
+                }
                 Verdict::Pass
             }
             _ => Verdict::Pass,
@@ -264,15 +299,34 @@ impl Filter for Faults {
 /// binary reads no such variable.
 #[cfg(feature = "failpoints")]
 fn fail_writes_failpoint(name: &str) -> Option<Arc<Faults>> {
-    let v = std::env::var("URAID_FAILPOINT_FAIL_WRITES").ok()?;
+    let r = failpoint_range("URAID_FAILPOINT_FAIL_WRITES", name)?;
+    let f = Arc::new(Faults::new());
+    f.fail_writes(r);
+    Some(f)
+}
+
+/// The range of a `VAR=PATH@START-END` failpoint when PATH is `name`.
+#[cfg(feature = "failpoints")]
+fn failpoint_range(var: &str, name: &str) -> Option<Range<u64>> {
+    let v = std::env::var(var).ok()?;
     let (path, range) = v.rsplit_once('@')?;
     let (a, b) = range.split_once('-')?;
     let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
-    if path != name || a >= b {
-        return None;
-    }
-    let f = Arc::new(Faults::new());
-    f.fail_writes(a..b);
+    (path == name && a < b).then_some(a..b)
+}
+
+/// The `URAID_FAILPOINT_FAIL_READS=PATH@START-END` failpoint (end-to-end
+/// tests of read errors repaired from redundancy): the member opened as
+/// `PATH` fails every read that touches absolute member bytes
+/// `[START, END)` with EIO until they are written (a drive remapping a
+/// pending sector: [`Faults::remap_on_write`]). Only with the
+/// `failpoints` feature.
+#[cfg(feature = "failpoints")]
+fn fail_reads_failpoint(name: &str, faults: Option<Arc<Faults>>) -> Option<Arc<Faults>> {
+    let r = failpoint_range("URAID_FAILPOINT_FAIL_READS", name)?;
+    let f = faults.unwrap_or_else(|| Arc::new(Faults::new()));
+    f.fail_reads(r);
+    f.remap_on_write();
     Some(f)
 }
 
@@ -344,6 +398,12 @@ pub fn failpoints(m: &mut Member) {
     {
         if let Some(f) = fail_writes_failpoint(m.name()) {
             f.attach(m);
+        }
+        let existing = Faults::of(m);
+        if let Some(f) = fail_reads_failpoint(m.name(), existing.clone()) {
+            if existing.is_none() {
+                f.attach(m);
+            }
         }
         let existing = Faults::of(m);
         if let Some(f) = no_discard_failpoint(m.name(), existing.clone()) {

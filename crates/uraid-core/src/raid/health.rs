@@ -74,6 +74,8 @@ pub struct Health {
     on_change: Mutex<Option<OnChange>>,
     /// Told after `on_change` (see [`set_notify`](Health::set_notify)).
     notify: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+    /// The members' read errors and their limit.
+    read_errors: crate::raid::read_errors::ReadErrors,
 }
 
 impl std::fmt::Debug for Health {
@@ -93,7 +95,14 @@ impl Health {
             unclean: AtomicBool::new(false),
             on_change: Mutex::new(None),
             notify: Mutex::new(None),
+            read_errors: crate::raid::read_errors::ReadErrors::new(members),
         }
+    }
+
+    /// The members' read errors (repaired, failed) and the limit past
+    /// which a member is failed for them.
+    pub fn read_errors(&self) -> &crate::raid::read_errors::ReadErrors {
+        &self.read_errors
     }
 
     /// Number of roles.

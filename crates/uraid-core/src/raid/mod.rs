@@ -18,6 +18,7 @@ pub mod layout;
 pub mod level;
 pub mod locks;
 pub mod parity;
+pub mod read_errors;
 pub mod reshape;
 
 /// Where each member's data area starts (1 MiB): the member layout's,

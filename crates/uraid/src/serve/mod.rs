@@ -190,6 +190,13 @@ pub(crate) struct ServeArgs {
     /// TemperatureHigh, WearOut, SpareLow, MediaErrors.
     #[arg(long, value_name = "DURATION")]
     health_interval: Option<String>,
+    /// Corrected read errors a member may have before it is failed
+    /// (md's max_read_errors): a read error on one member of a redundant
+    /// array is repaired from the other copy or the parity and the member
+    /// stays, until this many within md's window (the count halves every
+    /// hour). Default: the config's `max-read-errors`, else 20.
+    #[arg(long, value_name = "N")]
+    max_read_errors: Option<u32>,
     /// Chunk of the temporary RAID 0 when every member is a `mem:` drive.
     #[arg(long, default_value = "128K")]
     chunk: String,

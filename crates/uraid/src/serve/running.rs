@@ -208,6 +208,7 @@ fn start_manager<'s>(sc: &'s Scope<'s, '_>, sh: &'s Shared<'_>, x: Array, jobs_r
     let opts = crate::service::ManagerOptions { rebuild_rate: set.rebuild_rate, scrub_rate: set.scrub_rate, scrub_every: set.scrub_every, check_stamp };
     // A member the data path fails wakes the manager at once (its
     // events, the live status, a spare's takeover).
+    x.health().read_errors().set_max(set.max_read_errors);
     let wake = Mutex::new(sh.jobs_tx.clone());
     x.health().set_notify(move || {
         let _ = wake.lock().unwrap_or_else(|p| p.into_inner()).send(Job::wake());

@@ -46,6 +46,8 @@ pub(super) struct Settings {
     pub health_interval: u64,
     /// The health events' limits.
     pub health_limits: crate::service::health::Limits,
+    /// Read errors a member may have before it is failed (`--max-read-errors`).
+    pub max_read_errors: u32,
 }
 
 /// Checks `a` and completes it from the config (see the module docs).
@@ -111,7 +113,11 @@ pub(super) fn settings(a: &mut ServeArgs) -> Result<Settings> {
         wear: mon.as_ref().and_then(|m| m.wear_warn),
         spare: mon.as_ref().and_then(|m| m.spare_warn),
     };
-    Ok(Settings { specs, budgets, socket_gid, rebuild_rate, scrub_rate, scrub_every, sinks, console_tls, tls, tcp, health_interval, health_limits })
+    let max_read_errors = a
+        .max_read_errors
+        .or_else(|| mine.as_ref().and_then(|c| c.max_read_errors))
+        .unwrap_or(uraid_core::raid::read_errors::DEFAULT_MAX_READ_ERRORS);
+    Ok(Settings { specs, budgets, socket_gid, rebuild_rate, scrub_rate, scrub_every, sinks, console_tls, tls, tcp, health_interval, health_limits, max_read_errors })
 }
 
 /// `--conn-buffer` and `--buffer-memory` in bytes. Errors: a size that

@@ -8,7 +8,9 @@
 //! and TakeOver when `serve --takeover` moves a ublk device to a new
 //! process, sent by both; and a member drive's health: HealthWarning,
 //! TemperatureHigh, WearOut, SpareLow, MediaErrors, from
-//! [`super::health`]),
+//! [`super::health`]; ReadErrorCorrected when a member's read error was
+//! repaired from redundancy, and Fail says when a member was failed for
+//! its read errors),
 //! each sent to
 //! - the system log (journald or syslogd through `/dev/log`, with the
 //!   `syslog` crate; `$URAID_SYSLOG_SOCKET` names another datagram socket),
@@ -71,6 +73,8 @@ fn severity(event: &str) -> u8 {
         "MismatchesFound" | "TestMessage" | "ReshapeFailed" | "AssembleWarning" => 4,
         // Drive health (service::health): warnings, as smartd logs them.
         "HealthWarning" | "TemperatureHigh" | "WearOut" | "SpareLow" | "MediaErrors" => 4,
+        // A read error repaired from redundancy: a warning (the drive may be going).
+        "ReadErrorCorrected" => 4,
         _ => 6,
     }
 }

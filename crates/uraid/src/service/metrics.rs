@@ -14,7 +14,9 @@
 //!   `uraid_md_state`, `uraid_member_state` (1 per member, its state as a
 //!   label), `uraid_member_info` (1 per member that is a drive: model,
 //!   serial, firmware, WWID and by-id name as labels, as
-//!   smartctl_exporter's `smartctl_device`), `uraid_events` (the
+//!   smartctl_exporter's `smartctl_device`),
+//!   `uraid_member_read_errors_{corrected,uncorrected}_total` (read errors
+//!   repaired from redundancy, and those that failed a read), `uraid_events` (the
 //!   superblock event counter);
 //! - per member (labels as `uraid_member_state`'s: `slot`, `device`), the
 //!   engine's counters read at the scrape: `uraid_member_reads_total`,
@@ -466,6 +468,27 @@ impl Source {
         )?;
         self.encode_member_info(enc, st)?;
         self.encode_member_io(enc, st)?;
+        // Read errors per member (roles only): repaired from redundancy, and
+        // those that failed the read.
+        let by_role = |f: &dyn Fn(&uraid_core::control::array::MemberStatus) -> u64| {
+            st.members
+                .iter()
+                .filter(|m| m.role.is_some())
+                .map(|m| (vec![a(), ("device", m.device.clone().unwrap_or_default())], ConstCounter::new(f(m))))
+                .collect::<Vec<_>>()
+        };
+        family(
+            enc,
+            "uraid_member_read_errors_corrected",
+            "Read errors of each member repaired from the other copy or the parity (the range rewritten, the member kept).",
+            &by_role(&|m| m.read_errors_corrected),
+        )?;
+        family(
+            enc,
+            "uraid_member_read_errors_uncorrected",
+            "Read errors of each member that failed the read (nothing left to repair them from).",
+            &by_role(&|m| m.read_errors_uncorrected),
+        )?;
         family(enc, "uraid_events", "The superblocks' event counter.", &[(vec![a()], ConstGauge::new(st.events as i64))])?;
         family(
             enc,

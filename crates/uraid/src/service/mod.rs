@@ -122,6 +122,9 @@ pub(crate) struct Manager {
     journal_lost: Vec<bool>,
     /// Per volume, whether its cache lost writes (CacheLost was sent).
     cache_lost: Vec<bool>,
+    /// Per role, the read errors repaired from redundancy as last seen
+    /// (ReadErrorCorrected for each rise).
+    read_errors_seen: Vec<u64>,
     /// A reshape under way (`grow` of the served array).
     reshape: Option<Reshaping>,
 }
@@ -161,6 +164,7 @@ impl Manager {
         // The control socket answers `status` from the first request on.
         *live.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
         let mut m = Manager {
+            read_errors_seen: Vec::new(),
             seen: arr.health().states(),
             arr,
             exports,
@@ -348,10 +352,26 @@ impl Manager {
             if is == MemberState::Faulty && was != MemberState::Faulty {
                 let dev = st.members.get(r).and_then(|m| m.device.clone());
                 let ev = if was == MemberState::Rebuilding { "FailSpare" } else { "Fail" };
-                self.events.emit(ev, dev.as_deref(), format!("role {r} is faulty: no longer read or written"));
+                // Failed for its read errors: say so (md's "too many read errors").
+                let why = self.arr.health().read_errors().failed_reason(r as u32).map(|w| format!(" ({w})")).unwrap_or_default();
+                self.events.emit(ev, dev.as_deref(), format!("role {r} is faulty: no longer read or written{why}"));
             }
         }
         self.seen = now;
+        // Read errors repaired from redundancy since the last look.
+        for m in &st.members {
+            let Some(r) = m.role.map(|r| r as usize) else { continue };
+            let was = self.read_errors_seen.get(r).copied().unwrap_or(0);
+            if m.read_errors_corrected > was {
+                let n = m.read_errors_corrected;
+                let detail = format!(
+                    "role {r}: {} read error(s) repaired from redundancy ({n} since assembled): the range was rewritten and the member stays in",
+                    n - was
+                );
+                self.events.emit("ReadErrorCorrected", m.device.as_deref(), detail);
+            }
+        }
+        self.read_errors_seen = st.members.iter().filter(|m| m.role.is_some()).map(|m| m.read_errors_corrected).collect();
         let degraded = is_degraded(st);
         if degraded && !self.degraded {
             self.events.emit("DegradedArray", None, summary(st));

@@ -37,6 +37,14 @@ pub struct MemberStatus {
     /// or for a spare.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io: Option<crate::raid::engine::counters::MemberIo>,
+    /// Read errors of the member repaired from redundancy since the array
+    /// was assembled (the range rewritten, the member kept).
+    #[serde(default)]
+    pub read_errors_corrected: u64,
+    /// Read errors of the member that failed the read (nothing left to
+    /// repair them from: RAID 0, or a degraded stripe).
+    #[serde(default)]
+    pub read_errors_uncorrected: u64,
 }
 
 /// A volume as `uraid status` shows it.
@@ -181,6 +189,8 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
             recovery_offset: if slot.state == MemberState::Rebuilding { slot.recovery_offset } else { None },
             former_role: None,
             io: None,
+            read_errors_corrected: 0,
+            read_errors_uncorrected: 0,
         })
         .collect();
     ArrayStatus {
@@ -327,6 +337,8 @@ impl StatusSource {
                     recovery_offset: (state == MemberState::Rebuilding).then(|| self.health.recovery(s as u32)),
                     former_role: None,
                     io: if s < n { io.get(s).cloned() } else { None },
+                    read_errors_corrected: if s < n { self.health.read_errors().corrected(s as u32) } else { 0 },
+                    read_errors_uncorrected: if s < n { self.health.read_errors().uncorrected(s as u32) } else { 0 },
                 }
             })
             .collect::<Vec<_>>();
@@ -341,6 +353,8 @@ impl StatusSource {
             recovery_offset: None,
             former_role: Some(r.role),
             io: None,
+            read_errors_corrected: 0,
+            read_errors_uncorrected: 0,
         }));
         ArrayStatus {
             name: m.sb.name.clone(),

@@ -69,6 +69,7 @@ const SOP_BIT: u64 = 1 << 62;
 
 pub mod counters;
 mod piece;
+mod repair;
 mod ring;
 mod slot;
 mod stripe;
@@ -152,6 +153,7 @@ impl RaidQueue {
             self.free.push(si);
         }
         self.raid.abandon(self.vol.locks(), true);
+        self.raid.avoid.clear();
         self.held.clear();
         self.synthetic.clear();
         // Abandoned: whatever the kernel still does names only leaked memory.
@@ -547,7 +549,9 @@ impl RaidQueue {
                     *l = l.saturating_sub(p.len as u64);
                 }
                 if let Some(e) = r {
-                    self.slot_error(si, member, e);
+                    if !self.read_failed(si, pi, member, &e) {
+                        self.slot_error(si, member, e);
+                    }
                 }
             }
         }
@@ -634,6 +638,10 @@ impl RaidQueue {
             self.sync_members(si, out);
             return;
         }
+        if !slot.repairs.is_empty() {
+            self.finish_repairs(si);
+        }
+        let slot = &mut self.slots[si];
         let result = match slot.error.take() {
             Some(e) => Err(e),
             None => Ok(slot.len),

@@ -36,6 +36,9 @@ pub(super) struct Slot {
     pub(super) syncing: bool,
     /// A rows write ([`RaidQueue::push_rows`]), not a range of the volume.
     pub(super) rows: Option<RowsWrite>,
+    /// Member ranges whose read failed, rewritten once the request has
+    /// their data from redundancy (see `repair.rs`); empty but then.
+    pub(super) repairs: Vec<super::repair::Repair>,
 }
 
 impl Slot {
@@ -58,6 +61,7 @@ impl Slot {
             sync_after: false,
             syncing: false,
             rows: None,
+            repairs: Vec::new(),
         }
     }
 
@@ -105,6 +109,7 @@ impl Slot {
         self.replan = false;
         self.plans = 0;
         self.rows = rows;
+        self.repairs.clear();
     }
 
     /// Adds `len` bytes at absolute offset `abs` of `member` to the slot's

@@ -194,6 +194,16 @@ pub(super) struct State {
     recent_cap: usize,
     /// Degraded stripe reads served from `recent` (for tests and status).
     recent_hits: u64,
+    /// Member ranges this queue reads around while their read error is
+    /// repaired (see `engine/repair.rs`): (slot, member, absolute start,
+    /// end). Empty but for those moments.
+    pub(super) avoid: Vec<(u32, u32, u64, u64)>,
+}
+
+/// True when `len` bytes at absolute `off` of member `m` overlap a range
+/// of `avoid` (see [`State::avoid`]).
+fn avoided(avoid: &[(u32, u32, u64, u64)], m: u32, off: u64, len: u64) -> bool {
+    avoid.iter().any(|&(_, am, a, b)| am == m && off < b && a < off + len.max(1))
 }
 
 /// Longest a plugged partial-stripe write waits for a partner (ns).
@@ -227,6 +237,7 @@ impl State {
                 (RECENT_BYTES / per_stripe.max(1)).clamp(2, 8) as usize
             },
             recent_hits: 0,
+            avoid: Vec::new(),
         }
     }
 
@@ -331,6 +342,13 @@ impl RaidQueue {
         *self.vol.geometry().layout().expect("redundant volume")
     }
 
+    /// True when `len` bytes at absolute `off` of member `m` can be read:
+    /// the member's state allows it, and no read error of it there is
+    /// being repaired by this queue.
+    fn can_read(&self, m: u32, off: u64, len: u64) -> bool {
+        self.vol.health().readable(m, off, len) && (self.raid.avoid.is_empty() || !avoided(&self.raid.avoid, m, off, len))
+    }
+
     /// Marks `member` faulty after a failed I/O (the hook persists it).
     pub(super) fn member_failed(&mut self, member: u32) {
         if let Err(e) = self.vol.health().fail(member) {
@@ -429,7 +447,9 @@ impl RaidQueue {
             }
             // Borrowed per stripe (not an Arc clone per request).
             let health = self.vol.health();
-            let readable = |m: u32, off: u64, n: usize| health.readable(m, data_offset + off, n as u64);
+            let avoid = &self.raid.avoid;
+            let readable =
+                |m: u32, off: u64, n: usize| health.readable(m, data_offset + off, n as u64) && (avoid.is_empty() || !avoided(avoid, m, data_offset + off, n as u64));
             let mut all = lp[i..j].iter().all(|p| p.places.iter().any(|pl| readable(pl.member, pl.member_offset, p.len)));
             if all && !mirror && len as u64 >= l.chunk() && lp[i..j].iter().map(|p| p.len as u64).sum::<u64>() < l.stripe_data_width() {
                 // A large read that covers part of a degraded stripe (its

@@ -200,7 +200,6 @@ impl RaidQueue {
         let mut reads = [0u32; MAX_MEMBERS];
         let mut nreads = 0;
         {
-            let health = self.vol.health();
             let mut add = |m: u32| {
                 reads[nreads] = m;
                 nreads += 1;
@@ -209,7 +208,7 @@ impl RaidQueue {
                 Method::Full => {}
                 Method::Rmw => sm[first..first + count].iter().chain(&sm[d..k]).for_each(|&m| add(m)),
                 Method::Rcw => sm[..d].iter().enumerate().filter(|(i, _)| *i < first || *i >= first + count).for_each(|(_, &m)| add(m)),
-                Method::Recon => sm[..k].iter().filter(|&&m| health.readable(m, abs, rows as u64)).for_each(|&m| add(m)),
+                Method::Recon => sm[..k].iter().filter(|&&m| self.can_read(m, abs, rows as u64)).for_each(|&m| add(m)),
             }
         }
         if nreads > 0 {
@@ -231,13 +230,13 @@ impl RaidQueue {
     fn stripe_lost(&self, idx: usize, l: &Layout, sm: &[u32], abs: u64, rows: usize) -> crate::Result<usize> {
         let health = self.vol.health();
         let (s, kind) = (self.raid.sops[idx].stripe, self.raid.sops[idx].kind);
-        let lost = sm.iter().filter(|&&m| !health.readable(m, abs, rows as u64)).count();
+        let lost = sm.iter().filter(|&&m| !self.can_read(m, abs, rows as u64)).count();
         let tol = l.level().fault_tolerance(l.members());
         if lost <= tol {
             return Ok(lost);
         }
         let names: Vec<&str> =
-            sm.iter().filter(|&&m| !health.readable(m, abs, rows as u64)).map(|&m| self.vol.members()[m as usize].name()).collect();
+            sm.iter().filter(|&&m| !self.can_read(m, abs, rows as u64)).map(|&m| self.vol.members()[m as usize].name()).collect();
         if kind != Kind::Read {
             health.stop_writes();
         }
@@ -400,7 +399,7 @@ impl RaidQueue {
         {
             let health = self.vol.health();
             for i in 0..k {
-                if method == Method::Recon && !health.readable(sm[i], abs, rows as u64) {
+                if method == Method::Recon && !self.can_read(sm[i], abs, rows as u64) {
                     lost[nlost] = i;
                     nlost += 1;
                 }

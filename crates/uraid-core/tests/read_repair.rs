@@ -1,0 +1,230 @@
+//! Read errors repaired from redundancy (issue 32 item 4, md's
+//! `fix_read_error`): a read that fails on a few sectors of one member of
+//! a RAID 1, 10, 5 or 6 volume is served from the other copy or the
+//! parity, the range is rewritten on that member and the member stays in;
+//! past `max_read_errors` it is failed; a rewrite that does not read back
+//! fails it; RAID 0 returns the error.
+
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
+use uraid_core::control::superblock::DATA_OFFSET;
+use uraid_core::io::fault::Faults;
+use uraid_core::io::member::{Member, MemberSpec, OpenMode};
+use uraid_core::raid::geometry::Geometry;
+use uraid_core::raid::health::MemberState;
+use uraid_core::{Level, Volume};
+
+const CHUNK: u64 = 64 << 10;
+const ROWS: u64 = 32;
+
+/// A volume of `level` over `n` `mem:` members, each with a fault plan,
+/// filled with random data (returned).
+fn volume(level: Level, n: usize) -> (Arc<Volume>, Vec<Arc<Faults>>, Vec<u8>) {
+    let spec: MemberSpec = format!("mem:{}", DATA_OFFSET + ROWS * CHUNK)
+        .parse()
+        .unwrap();
+    let mut plans = Vec::new();
+    let ms: Vec<Member> = (0..n)
+        .map(|_| {
+            let mut m = Member::open(
+                &spec,
+                OpenMode {
+                    write: true,
+                    exclusive: false,
+                },
+            )
+            .unwrap();
+            let f = Arc::new(Faults::new());
+            f.attach(&mut m);
+            plans.push(f);
+            m
+        })
+        .collect();
+    let g = Geometry::new(level, n, CHUNK, ROWS * CHUNK).unwrap();
+    let v = Volume::new(Arc::new(ms), g, DATA_OFFSET).unwrap();
+    let mut model = vec![0u8; v.capacity() as usize];
+    StdRng::seed_from_u64(level as u64 * 7 + n as u64).fill_bytes(&mut model);
+    v.write_at(0, &model).unwrap();
+    (v, plans, model)
+}
+
+/// Where the first read of logical byte `off` goes: (member, absolute
+/// member byte).
+fn place(v: &Volume, off: u64) -> (usize, u64) {
+    let l = v.raid().geometry().layout().copied().unwrap();
+    let p = l.data_locations(off).iter().next().unwrap();
+    (p.member as usize, DATA_OFFSET + p.member_offset)
+}
+
+/// Makes 4 KiB at logical `off` unreadable on the member the read goes
+/// to, after zeroing it there underneath the filters (so that right data
+/// read back proves the reconstruction); returns (member, range).
+fn bad_sectors(
+    v: &Volume,
+    plans: &[Arc<Faults>],
+    off: u64,
+    remap: bool,
+) -> (usize, std::ops::Range<u64>) {
+    let (m, abs) = place(v, off);
+    v.raid().members()[m]
+        .file()
+        .write_all_at(&[0u8; 4096], abs)
+        .unwrap();
+    plans[m].fail_reads(abs..abs + 4096);
+    if remap {
+        plans[m].remap_on_write();
+    }
+    (m, abs..abs + 4096)
+}
+
+fn on_member(v: &Volume, m: usize, r: &std::ops::Range<u64>) -> Vec<u8> {
+    let mut b = vec![0u8; (r.end - r.start) as usize];
+    v.raid().members()[m]
+        .file()
+        .read_exact_at(&mut b, r.start)
+        .unwrap();
+    b
+}
+
+#[test]
+fn a_read_error_is_repaired_from_redundancy_and_the_member_stays() {
+    for level in [Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6] {
+        let (v, plans, model) = volume(level, 4);
+        let errors = v.raid().health().read_errors();
+        // A 4 KiB bad range 8 KiB into the chunk of logical byte 3 chunks in.
+        let off = 3 * CHUNK + 8192;
+        let (m, bad) = bad_sectors(&v, &plans, off, true);
+        // A 64 KiB read over it, and a small one inside it.
+        let got = v
+            .read_at(3 * CHUNK, CHUNK as usize)
+            .unwrap_or_else(|e| panic!("{level}: read failed: {e}"));
+        assert!(
+            got == model[(3 * CHUNK) as usize..(4 * CHUNK) as usize],
+            "{level}: wrong data read back"
+        );
+        assert!(
+            plans[m].injected() >= 1,
+            "{level}: the read never met the bad sectors"
+        );
+        assert_eq!(
+            v.raid().health().state(m as u32),
+            MemberState::Active,
+            "{level}: member {m} was failed"
+        );
+        assert_eq!(
+            errors.corrected(m as u32),
+            1,
+            "{level}: corrected read errors of member {m}"
+        );
+        assert_eq!(errors.corrected_total(), 1, "{level}");
+        assert_eq!(
+            on_member(&v, m, &bad),
+            model[off as usize..off as usize + 4096],
+            "{level}: the bad range was not rewritten"
+        );
+        // The fault cleared when rewritten: the next read passes straight.
+        let injected = plans[m].injected();
+        assert!(v.read_at(off, 4096).unwrap() == model[off as usize..off as usize + 4096]);
+        assert_eq!(plans[m].injected(), injected, "{level}");
+        assert_eq!(errors.corrected(m as u32), 1, "{level}");
+    }
+}
+
+#[test]
+fn past_max_read_errors_the_member_is_failed() {
+    for level in [Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6] {
+        let (v, plans, model) = volume(level, 4);
+        let errors = v.raid().health().read_errors();
+        errors.set_max(2);
+        let (m, _) = place(&v, 0);
+        // Three read errors on member m, at three places.
+        let offs: Vec<u64> = (0..ROWS * 4)
+            .map(|c| c * CHUNK + 4096)
+            .filter(|&o| o < v.capacity() && place(&v, o).0 == m)
+            .take(3)
+            .collect();
+        assert_eq!(offs.len(), 3, "{level}");
+        for (i, &off) in offs.iter().enumerate() {
+            bad_sectors(&v, &plans, off, true);
+            let got = v
+                .read_at(off, 4096)
+                .unwrap_or_else(|e| panic!("{level}: read {i} failed: {e}"));
+            assert!(
+                got == model[off as usize..off as usize + 4096],
+                "{level}: read {i}: wrong data"
+            );
+            let want = if i < 2 {
+                MemberState::Active
+            } else {
+                MemberState::Faulty
+            };
+            assert_eq!(
+                v.raid().health().state(m as u32),
+                want,
+                "{level}: member {m} after read error {}",
+                i + 1
+            );
+        }
+        assert_eq!(errors.corrected(m as u32), 2, "{level}");
+        assert!(
+            errors
+                .failed_reason(m as u32)
+                .unwrap()
+                .contains("max-read-errors 2"),
+            "{level}"
+        );
+        // The array still reads right without it.
+        assert!(
+            v.read_at(0, model.len()).unwrap() == model,
+            "{level}: data after the member failed"
+        );
+    }
+}
+
+#[test]
+fn a_rewrite_that_does_not_read_back_fails_the_member() {
+    for level in [Level::Raid1, Level::Raid5] {
+        let (v, plans, model) = volume(level, 3);
+        let off = 2 * CHUNK;
+        // No remap: the sectors stay unreadable whatever is written.
+        let (m, _) = bad_sectors(&v, &plans, off, false);
+        let got = v.read_at(off, 8192).unwrap();
+        assert!(
+            got == model[off as usize..off as usize + 8192],
+            "{level}: wrong data"
+        );
+        assert_eq!(
+            v.raid().health().state(m as u32),
+            MemberState::Faulty,
+            "{level}"
+        );
+        assert_eq!(
+            v.raid().health().read_errors().corrected(m as u32),
+            0,
+            "{level}"
+        );
+        assert!(
+            v.raid()
+                .health()
+                .read_errors()
+                .failed_reason(m as u32)
+                .unwrap()
+                .contains("could not be repaired"),
+            "{level}"
+        );
+    }
+}
+
+#[test]
+fn raid0_read_errors_fail_the_read_and_count() {
+    let (v, plans, _) = volume(Level::Raid0, 2);
+    let (m, abs) = (0usize, DATA_OFFSET + 4096);
+    plans[m].fail_reads(abs..abs + 4096);
+    let e = v.read_at(0, 16384).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert_eq!(v.raid().health().read_errors().uncorrected(m as u32), 1);
+    assert_eq!(v.raid().health().read_errors().corrected(m as u32), 0);
+}
