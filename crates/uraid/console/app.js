@@ -461,19 +461,25 @@ function renderMembers(st) {
   }
 }
 
-// The per-member counters column. Filled by the per-member I/O and error
-// counters of `uraid status --json` (issue 32 item 3) once the service
-// reports them: a member entry's `counters` (reads, writes, errors); "—"
-// until then.
+// The per-member counters column: the engine's per-member I/O counters
+// (`io` of a member in `uraid status --json`: reads, writes, errors by
+// kind, mean and p99 latency in µs since the array came up here) and the
+// read errors repaired from redundancy; "—" for a member without them
+// (a spare, or superblocks only).
 function countersOf(st, m) {
-  return m.counters || (st.member_counters && st.member_counters[m.device]) || null;
+  if (!m.io) return null;
+  const e = m.io.errors || {};
+  const errors = Object.values(e).reduce((a, b) => a + b, 0);
+  return { reads: m.io.reads, writes: m.io.writes, errors, corrected: m.read_errors_corrected || 0,
+    mean: Math.max(m.io.read_await_us || 0, m.io.write_await_us || 0), p99: m.io.p99_us || 0 };
 }
 const countersKey = (st) => st.members.map((m) => countersOf(st, m));
 function countersText(st, m) {
   const c = countersOf(st, m);
   if (!c) return "—";
-  const n = (k) => (c[k] != null ? c[k] : "?");
-  return `${n("reads")} reads, ${n("writes")} writes, ${n("errors")} errors`;
+  const us = (v) => (v >= 1000 ? `${(v / 1000).toFixed(1)} ms` : `${Math.round(v)} µs`);
+  return `${c.reads} reads, ${c.writes} writes, ${c.errors} errors` + (c.corrected ? `, ${c.corrected} corrected` : "") +
+    ` · p99 ${us(c.p99)}`;
 }
 
 // --- charts ---------------------------------------------------------------

@@ -40,7 +40,7 @@ pub(crate) struct Live {
     /// by device path; empty when none is polled.
     pub(crate) health: Mutex<Vec<super::health::Health>>,
     /// Where the members' I/O counters are read live (set at each look).
-    pub(super) io_source: Mutex<Option<uraid_core::control::array::StatusSource>>,
+    pub(super) io_source: Mutex<Option<uraid_core::control::array::MemberIoSource>>,
     /// When the service started (the members' counters count from about then).
     pub(super) started: std::time::Instant,
 }

@@ -310,7 +310,7 @@ impl Manager {
         let st = self.arr.status();
         self.notice(&st);
         *self.live.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(st);
-        *self.live.io_source.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.arr.status_source());
+        *self.live.io_source.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.arr.status_source().io_source());
         self.publish_members();
     }
 

@@ -177,6 +177,21 @@ try:
     assert a != b, "the IOPS chart did not change in 3 s while fio writes"
     step("the live charts move")
 
+    # Per-member rows carry the engine's counters (issue 32 item 3): fio's
+    # writes show on every member, as uraid status counts them.
+    def counters_of(dev):
+        try:
+            t = d.find_element(By.CSS_SELECTOR, f'#members tbody tr[data-device="{dev}"] td.counters').text
+        except (StaleElementReferenceException, NoSuchElementException):
+            return None
+        m = re.search(r"(\d+) reads, (\d+) writes, (\d+) errors.*p99", t)
+        return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+    first = status()["members"][0]
+    wait.until(lambda d: (counters_of(first["device"]) or (0, 0, 0))[1] > 0, "member 0's counters show its writes")
+    shown, io = counters_of(first["device"]), status()["members"][0]["io"]
+    assert shown[2] == 0 and 0 < shown[1] <= io["writes"], (shown, io)
+    step(f"member 0's counters: {shown[0]} reads, {shown[1]} writes, {shown[2]} errors (uraid status: {io['writes']} writes)")
+
     # Fail member 1, with its confirmation.
     d.find_element(By.ID, "fail-1").click()
     dialog = d.find_element(By.ID, "confirm")
@@ -232,7 +247,12 @@ try:
     step(f"add spare asks first: {ctext!r}")
     d.save_screenshot(os.path.join(SHOTS, "3c-add-spare-confirm.png"))
     d.find_element(By.ID, "confirm-ok").click()
-    wait.until(lambda d: d.find_element(By.ID, "progress-box").is_displayed())
+    try:
+        wait.until(lambda d: d.find_element(By.ID, "progress-box").is_displayed())
+    except TimeoutException:
+        d.save_screenshot(os.path.join(SHOTS, "debug-fail.png"))
+        print("DEBUG status", json.dumps(status())[:3000], "toast", d.find_element(By.ID, "toast").text, flush=True)
+        raise
     seen = []
     def done(d):
         # data-done first: the page sets the bar to 100 before it marks it done, so a

@@ -274,24 +274,54 @@ impl Array {
     }
 }
 
+/// Where the members' I/O counters of an array's volumes are read, without
+/// keeping those volumes: a holder (the service's live status) must not
+/// delay the drop of a volume that a grow or a replace swapped out, whose
+/// users it waits for.
+#[derive(Debug, Clone, Default)]
+pub struct MemberIoSource {
+    volumes: Vec<std::sync::Weak<Volume>>,
+}
+
+impl MemberIoSource {
+    /// Each role's I/O counters, summed over the volumes still up (and a
+    /// reshape's target layout); empty when none is.
+    pub fn member_io(&self) -> Vec<crate::raid::engine::counters::MemberIo> {
+        let live: Vec<Arc<Volume>> = self.volumes.iter().filter_map(std::sync::Weak::upgrade).collect();
+        member_io_of(&live)
+    }
+}
+
+fn member_io_of(volumes: &[Arc<Volume>]) -> Vec<crate::raid::engine::counters::MemberIo> {
+    let mut out: Vec<crate::raid::engine::counters::MemberIo> = Vec::new();
+    for v in volumes {
+        for raid in std::iter::once(v.raid()).chain(v.reshape_target()) {
+            for (i, c) in raid.member_io().iter().enumerate() {
+                if out.len() <= i {
+                    out.resize(i + 1, Default::default());
+                }
+                out[i].add(c);
+            }
+        }
+    }
+    out
+}
+
 impl StatusSource {
+    /// Where the members' I/O counters are read without holding the
+    /// volumes (see [`MemberIoSource`]).
+    pub fn io_source(&self) -> MemberIoSource {
+        MemberIoSource { volumes: self.volumes.iter().map(Arc::downgrade).collect() }
+    }
+
     /// Each role's I/O counters, summed over the volumes (and a reshape's
     /// target layout); none when no volume is up.
     pub fn member_io(&self) -> Vec<crate::raid::engine::counters::MemberIo> {
-        let mut out: Vec<crate::raid::engine::counters::MemberIo> = Vec::new();
-        for v in &self.volumes {
-            for raid in std::iter::once(v.raid()).chain(v.reshape_target()) {
-                for (i, c) in raid.member_io().iter().enumerate() {
-                    if out.len() <= i {
-                        out.resize(i + 1, Default::default());
-                    }
-                    out[i].add(c);
-                }
-            }
-        }
-        out
+        member_io_of(&self.volumes)
     }
+}
 
+impl StatusSource {
     /// Where every volume and member stands now (see [`ArrayStatus`]).
     pub fn status(&self) -> ArrayStatus {
         let m = self.meta.lock().unwrap_or_else(|e| e.into_inner());
