@@ -388,7 +388,9 @@ fn times_are_local_iso_8601() {
     let js = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("console/app.js")).unwrap();
     let start = js.find("function isoLocal(").expect("app.js has isoLocal");
     let end = start + js[start..].find("\n}\n").unwrap() + 2;
-    let script = format!("{}\nconsole.log(isoLocal(Date.UTC(2026, 10, 27, 0, 15, 3)));", &js[start..end]);
+    // The page's time helpers (its "--- time" section) that isoLocal uses.
+    let helpers = js.find("// --- time").map(|t| &js[t..t + js[t + 1..].find("\n// ---").map_or(0, |e| e + 1)]).unwrap_or("");
+    let script = format!("{helpers}\n{}\nconsole.log(isoLocal(Date.UTC(2026, 10, 27, 0, 15, 3)));", &js[start..end]);
     let o = Command::new("node").args(["-e", &script]).env(tz.0, tz.1).output().unwrap();
     let printed = String::from_utf8_lossy(&o.stdout).trim().to_string();
     assert_eq!(printed, "2026-11-27T05:45:03+05:30", "{}", String::from_utf8_lossy(&o.stderr));
