@@ -600,12 +600,16 @@ fn suite_warns_about_members_on_one_device() {
     // The warning is printed with the tables too.
     let o = uraid_ok(&["suite", "--quiet", "--sets", "realworld", "--read-only", "--runs", "1", "--time", "0.1", "--warmup", "0", "--size", "4M", &target]);
     assert!(o.stdout.contains("WARNING: pair: members"), "{}", o.stdout);
-    // Emulated drives have their own ceilings: no warning.
+    // Emulated drives have their own ceilings: no warning about them (a
+    // busy machine, as under the test suite, is said apart).
     let o = uraid_ok(&[
         "suite", "--json", "--quiet", "--sets", "realworld", "--read-only", "--runs", "1", "--time", "0.1", "--warmup", "0", "--size",
         "4M", "mem:16M+mem:16M",
     ]);
-    assert_eq!(json(&o)["targets"][0]["warnings"], serde_json::json!([]));
+    let j = json(&o);
+    let about_members: Vec<&serde_json::Value> =
+        j["targets"][0]["warnings"].as_array().unwrap().iter().filter(|w| !w.as_str().unwrap().starts_with("the machine was busy")).collect();
+    assert!(about_members.is_empty(), "{about_members:?}");
 }
 
 #[test]
