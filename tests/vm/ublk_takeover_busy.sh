@@ -83,6 +83,6 @@ uraid status $name >"$WORK/status.out"
 grep "served by" "$WORK/status.out" || true
 grep -q "served by uraid serve (pid $old)" "$WORK/status.out" || fail "status does not show the old serve"
 stop_serve $name
-for d in "${outer[@]}" "${dm[@]}"; do dmsetup remove "$d"; done
+for d in "${outer[@]}" "${dm[@]}"; do dmsetup remove --retry "$d"; done
 dm=()
 echo "ublk_takeover_busy: ok"

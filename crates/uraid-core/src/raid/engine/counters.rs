@@ -3,10 +3,10 @@
 //! per member, counted where a member I/O completes.
 //!
 //! Counting costs no shared write per I/O: each [`RaidQueue`](super::RaidQueue)
-//! (one per engine thread) takes a [`Slab`] of its own from the volume's
-//! [`Registry`] and is the only thread that writes it, with a plain load
+//! (one per engine thread) takes a `Slab` of its own from the volume's
+//! `Registry` and is the only thread that writes it, with a plain load
 //! and store (no locked instruction, no cache line bounced between
-//! threads). A reader sums every slab of the volume ([`Registry::snapshot`]).
+//! threads). A reader sums every slab of the volume (`Registry::snapshot`).
 //! A queue that goes away hands its slab back and the next queue carries
 //! on counting in it, so the totals never go backwards and the slabs are
 //! as many as queues ever ran at once.
@@ -22,9 +22,9 @@
 //! errors are exact.
 //!
 //! The hook: the queue's reap marks its slab as this thread's current one
-//! ([`Current`]), and `piece::progress`, which every member I/O's
+//! (`Current`), and `piece::progress`, which every member I/O's
 //! completion goes through (plain and stripe pieces alike), calls
-//! [`piece_done`] when a piece is finished.
+//! `piece_done` when a piece is finished.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -182,7 +182,7 @@ thread_local! {
     static CURRENT: Cell<(*const Slab, u64)> = const { Cell::new((std::ptr::null(), 0)) };
 }
 
-/// The slab of a queue that is reaping, for [`piece_done`]; the one before
+/// The slab of a queue that is reaping, for `piece_done`; the one before
 /// is back when this is dropped.
 pub(super) struct Current((*const Slab, u64));
 

@@ -82,7 +82,7 @@ impl DraidMap {
     /// chunks and `spares` distributed spares, permuted by `seed`.
     ///
     /// Errors: parity not 1 or 2, no data chunk, fewer members than
-    /// data + parity + spares, or more than [`MAX_CHILDREN`].
+    /// data + parity + spares, or more than `MAX_CHILDREN`.
     pub fn new(children: u32, data: u32, parity: u32, spares: u32, seed: u64) -> Result<DraidMap> {
         if !(1..=2).contains(&parity) {
             bail!(InvalidInput, "a declustered level keeps 1 (draid5) or 2 (draid6) parity chunks per group, not {parity}");
@@ -124,7 +124,7 @@ impl DraidMap {
     }
 
     /// Rows after which every member has held every position of every row
-    /// pattern equally often: cycle x [`PERMUTATIONS`] x N.
+    /// pattern equally often: cycle x `PERMUTATIONS` x N.
     pub fn period(&self) -> u64 {
         self.cycle * PERMUTATIONS * self.children as u64
     }
