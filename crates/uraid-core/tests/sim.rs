@@ -84,6 +84,20 @@ const REGRESSIONS: &[u64] = &[
     // has failed, and held writers, writes and flushes fail with EIO
     // (`Cache::volume_failed`).
     12103002141582754994,
+    // RAID 5 x3 with its journal on a device of its own, a spare
+    // rebuilding: the rebuild held some of a batch's stripe locks and
+    // waited for one the flusher's writer queue held, while the flusher's
+    // thread waited for its recorder queue's read of a stripe the rebuild
+    // held (one thread, two queues). `StripeLocks::lock_range` now lets
+    // its locks go when it waits long for one.
+    13184738158306722489,
+    4838787883033342269,
+    // RAID 0 x3 with its journal on role 0, a power cut: every member
+    // write failed, but RAID 0 fails I/Os, not members, so the flusher
+    // retried its pass for ever and the writer held for room waited for
+    // ever. Held writers now fail with the flusher's error
+    // (`Cache::room`).
+    10870781738340873392,
 ];
 
 /// Seeds a plain `cargo test` runs (after the regressions).

@@ -164,8 +164,13 @@ impl Cache {
             (r, ..) => r,
         };
         if let Err(e) = &res {
-            // Writes were lost: every flush waiting or to come says so.
-            *lock(&self.failed) = Some(e.clone());
+            // Writes were lost: every flush waiting or to come says so (and
+            // writers held for room fail with it). When the volume below
+            // has failed, the flusher stops, and the error says why.
+            match failed_below(vol) {
+                Some(why) => self.volume_failed(&why),
+                None => *lock(&self.failed) = Some(e.clone()),
+            }
         } else if flush && !skipped {
             // A lost journal held acknowledged writes until now: they are
             // on the members, so its loss may be recorded (before anything
@@ -311,15 +316,14 @@ impl Cache {
                 }
                 c.pass(&v)
             }));
-            let below = matches!(res, Ok(Err(_))).then(|| failed_below(&v)).flatten();
             drop((v, pass));
             match res {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    if let Some(why) = below {
-                        // Nothing will ever be written there again:
-                        // retrying would hold writers for room for ever.
-                        return c.volume_failed(&why);
+                    if c.dead.load(Ordering::Acquire) {
+                        // The volume below has failed (see `pass`): nothing
+                        // will ever be written there again.
+                        return;
                     }
                     eprintln!("uraid: the write-back cache could not write to the members: {e}");
                     crate::clock::sleep(Duration::from_millis(200));

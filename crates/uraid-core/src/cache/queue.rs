@@ -180,7 +180,7 @@ impl<L: BlockQueue> CacheQueue<L> {
         for (req, mut why) in parked.drain(..) {
             let go = match why {
                 Parked::Durable(t) | Parked::DurableThenMembers(t) => self.cache.durable(t),
-                Parked::Room => self.cache.has_room().then_some(Ok(())),
+                Parked::Room => self.cache.room(),
                 Parked::Recorded(r, seq) => match self.cache.recorded(&r) {
                     Some(Err(_)) => {
                         // The journal is lost: on to the members.

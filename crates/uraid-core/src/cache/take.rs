@@ -433,6 +433,17 @@ impl Cache {
         self.seq.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// What a writer held for room does now: fail with the flusher's error
+    /// once a pass lost writes (the members refuse them; waiting would be
+    /// for ever when they always will), try again once there is room
+    /// (`Some(Ok)`), or wait (`None`).
+    pub(crate) fn room(&self) -> Option<crate::Result<()>> {
+        if let Some(e) = lock(&self.failed).clone() {
+            return Some(Err(e));
+        }
+        self.has_room().then_some(Ok(()))
+    }
+
     /// True when a writer held for room may try again.
     pub(crate) fn has_room(&self) -> bool {
         // A dead flusher (or one stopped by a failed volume below) makes

@@ -462,16 +462,31 @@ impl RaidQueue {
                 let abs = data_offset + l.stripe_offset(stripe);
                 all = sm[..k].iter().all(|&m| health.readable(m, abs, l.chunk()));
             }
+            // The readable place of each piece with the fewest bytes in
+            // flight, chosen once: another thread may fail a member (or a
+            // rebuild start) between two looks at `health`, and a piece left
+            // with no readable place then goes to reconstruction below.
+            let mut pick = [0u8; crate::raid::geometry::MAX_MEMBERS];
+            all = all && j - i <= pick.len();
             if all {
-                for p in &lp[i..j] {
-                    // The readable place with the fewest bytes in flight.
-                    let pl = p
+                for (k, p) in lp[i..j].iter().enumerate() {
+                    let best = p
                         .places
                         .iter()
-                        .filter(|pl| readable(pl.member, pl.member_offset, p.len))
-                        .min_by_key(|pl| self.raid.load[pl.member as usize] + planned[pl.member as usize])
-                        .expect("checked");
+                        .enumerate()
+                        .filter(|(_, pl)| readable(pl.member, pl.member_offset, p.len))
+                        .min_by_key(|(_, pl)| self.raid.load[pl.member as usize] + planned[pl.member as usize]);
+                    let Some((x, pl)) = best else {
+                        all = false;
+                        break;
+                    };
+                    pick[k] = x as u8;
                     planned[pl.member as usize] += p.len as u64;
+                }
+            }
+            if all {
+                for (k, p) in lp[i..j].iter().enumerate() {
+                    let pl = p.places.iter().nth(pick[k] as usize).expect("picked above");
                     // SAFETY: buf_offset + len <= request length <= buffer length.
                     let ptr = unsafe { base.add(p.buf_offset) };
                     self.slots[si].add_segment(&mut last, pl.member, data_offset + pl.member_offset, Some(ptr), p.len);

@@ -172,7 +172,7 @@ impl RaidQueue {
         let (sm, k) = Self::stripe_members(&l, s);
         let abs = self.vol.data_offset() + l.stripe_offset(s) + start;
         let lost = match self.stripe_lost(idx, &l, &sm[..k], abs, rows) {
-            Ok(lost) => lost,
+            Ok(mask) => mask.count_ones() as usize,
             Err(e) => {
                 self.raid.sops[idx].error = Some(e);
                 return self.sop_finish(idx, out);
@@ -223,20 +223,22 @@ impl RaidQueue {
         self.sop_issue(idx, Phase::Read, out);
     }
 
-    /// How many of the stripe's members (`sm`, in parity order) cannot be
-    /// read over the operation's rows (`rows` bytes at absolute `abs`).
+    /// The stripe's members (`sm`, in parity order) that cannot be read
+    /// over the operation's rows (`rows` bytes at absolute `abs`), as a
+    /// mask of positions in `sm`, looked at once (another thread may fail
+    /// a member meanwhile: what is planned and computed must agree).
     /// Errors: `Io` when more than the level tolerates (a write then stops
     /// the volume's writes).
-    fn stripe_lost(&self, idx: usize, l: &Layout, sm: &[u32], abs: u64, rows: usize) -> crate::Result<usize> {
+    fn stripe_lost(&self, idx: usize, l: &Layout, sm: &[u32], abs: u64, rows: usize) -> crate::Result<u64> {
         let health = self.vol.health();
         let (s, kind) = (self.raid.sops[idx].stripe, self.raid.sops[idx].kind);
-        let lost = sm.iter().filter(|&&m| !self.can_read(m, abs, rows as u64)).count();
+        let mask = sm.iter().enumerate().filter(|&(_, &m)| !self.can_read(m, abs, rows as u64)).fold(0u64, |g, (i, _)| g | 1 << i);
+        let lost = mask.count_ones() as usize;
         let tol = l.level().fault_tolerance(l.members());
         if lost <= tol {
-            return Ok(lost);
+            return Ok(mask);
         }
-        let names: Vec<&str> =
-            sm.iter().filter(|&&m| !self.can_read(m, abs, rows as u64)).map(|&m| self.vol.members()[m as usize].name()).collect();
+        let names: Vec<&str> = sm.iter().enumerate().filter(|&(i, _)| mask & 1 << i != 0).map(|(_, &m)| self.vol.members()[m as usize].name()).collect();
         if kind != Kind::Read {
             health.stop_writes();
         }
@@ -379,10 +381,16 @@ impl RaidQueue {
         // Members may have failed since the reads were planned (a power
         // cut fails them all): more lost than the level tolerates ends
         // the operation with that error, not with a reconstruction.
-        if let (Method::Recon, Err(e)) = (method, self.stripe_lost(idx, &l, &sm[..k], abs, rows)) {
-            self.raid.sops[idx].error = Some(e);
-            return self.sop_finish(idx, out);
-        }
+        let lost_mask = match method {
+            Method::Recon => match self.stripe_lost(idx, &l, &sm[..k], abs, rows) {
+                Ok(mask) => mask,
+                Err(e) => {
+                    self.raid.sops[idx].error = Some(e);
+                    return self.sop_finish(idx, out);
+                }
+            },
+            _ => 0,
+        };
         let newp = self.new_data(idx, &l, &sm[..d], kind, first, count);
         // Every chunk of the stripe gets a buffer where the method needs
         // one (P and Q always; every member for a reconstruction).
@@ -399,7 +407,7 @@ impl RaidQueue {
         {
             let health = self.vol.health();
             for i in 0..k {
-                if method == Method::Recon && !self.can_read(sm[i], abs, rows as u64) {
+                if lost_mask & 1 << i != 0 {
                     lost[nlost] = i;
                     nlost += 1;
                 }
