@@ -11,22 +11,26 @@
 //! on counting in it, so the totals never go backwards and the slabs are
 //! as many as queues ever ran at once.
 //!
-//! Latency is from the piece's first submission (a clock read in
-//! `build_sqe`) to the reap of its completion (one clock read per reap
+//! Latency is from the piece's first submission (a clock read where the
+//! queue pushes it) to the reap of its completion (one clock read per reap
 //! pass, shared by the completions it takes), in log2 buckets of
 //! nanoseconds: no allocation per I/O. Only one member I/O in
-//! [`TIME_EVERY`] of each member on each thread is timed (the first, then
-//! every 16th): two clock reads per I/O cost a third of the engine's time
+//! [`TIME_EVERY`] of each member on each queue is timed (the first, then
+//! every 32nd): two clock reads per I/O cost a third of the engine's time
 //! per I/O on `null:` members; the mean and the p99 of a sample are those
 //! of the whole for any run long enough to matter. Counts, bytes and
 //! errors are exact.
 //!
-//! The hook: the queue's reap marks its slab as this thread's current one
-//! (`Current`), and `piece::progress`, which every member I/O's
-//! completion goes through (plain and stripe pieces alike), calls
-//! `piece_done` when a piece is finished.
+//! The hooks: the queue asks its [`QueueCounters`] whether to time a piece
+//! it pushes for the first time (`time_this`), starts each reap pass with
+//! `new_pass`, and `piece::progress`, which every member I/O's completion
+//! goes through (plain and stripe pieces alike), is handed the queue's
+//! counters and calls `piece_done` when a piece is finished. No thread-local
+//! state: the counters are a field of the queue, passed down (an earlier
+//! version found them through thread-locals at every submission and
+//! completion, which cost about 5% of the engine's time per I/O on `null:`
+//! members).
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -66,26 +70,8 @@ impl Default for Dir {
     }
 }
 
-/// One member I/O in this many (per member and thread) is timed.
-pub const TIME_EVERY: u8 = 16;
-
-thread_local! {
-    /// Member I/Os submitted on this thread, per member (modulo 64), modulo
-    /// [`TIME_EVERY`].
-    static TICKS: [Cell<u8>; 64] = const { [const { Cell::new(0) }; 64] };
-}
-
-/// Whether the member I/O being submitted to `member` is to be timed (see
-/// [`TIME_EVERY`]).
-#[inline(always)]
-pub(super) fn time_this(member: u32) -> bool {
-    TICKS.with(|t| {
-        let c = &t[member as usize & 63];
-        let n = c.get();
-        c.set(if n + 1 >= TIME_EVERY { 0 } else { n + 1 });
-        n == 0
-    })
-}
+/// One member I/O in this many (per member and queue) is timed.
+pub const TIME_EVERY: u64 = 32;
 
 /// Error kinds, in [`IoErrors`]'s order.
 const ERROR_KINDS: usize = 5;
@@ -98,6 +84,9 @@ struct Cells {
     read: Dir,
     write: Dir,
     errors: [Count; ERROR_KINDS],
+    /// Member I/Os this slab's queue pushed for the first time, modulo
+    /// [`TIME_EVERY`] (which to time).
+    tick: Count,
 }
 
 /// One queue's counters, one [`Cells`] per member; written by the queue
@@ -131,12 +120,12 @@ impl Registry {
         let mut slabs = self.slabs.lock().unwrap_or_else(|e| e.into_inner());
         for s in slabs.iter() {
             if s.busy.compare_exchange(false, true, std::sync::atomic::Ordering::Acquire, Relaxed).is_ok() {
-                return QueueCounters(s.clone());
+                return QueueCounters { slab: s.clone(), now: 0 };
             }
         }
         let s = Arc::new(Slab { members: (0..self.members).map(|_| Cells::default()).collect(), busy: AtomicBool::new(true) });
         slabs.push(s.clone());
-        QueueCounters(s)
+        QueueCounters { slab: s, now: 0 }
     }
 
     /// The sums over every slab, one per member (in role order).
@@ -167,73 +156,65 @@ impl Registry {
 }
 
 /// A queue's hold on its slab; the slab goes back to the registry when it
-/// is dropped.
-pub(super) struct QueueCounters(Arc<Slab>);
+/// is dropped. `now`: the current reap pass's clock (ns; 0 until a timed
+/// completion of the pass reads it).
+pub(super) struct QueueCounters {
+    slab: Arc<Slab>,
+    now: u64,
+}
 
 impl Drop for QueueCounters {
     fn drop(&mut self) {
-        self.0.busy.store(false, std::sync::atomic::Ordering::Release);
+        self.slab.busy.store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
-thread_local! {
-    /// The slab of the queue reaping on this thread (null: none) and the
-    /// reap's clock (ns; 0: not read yet).
-    static CURRENT: Cell<(*const Slab, u64)> = const { Cell::new((std::ptr::null(), 0)) };
-}
-
-/// The slab of a queue that is reaping, for `piece_done`; the one before
-/// is back when this is dropped.
-pub(super) struct Current((*const Slab, u64));
-
-impl Current {
-    /// Makes `q`'s slab this thread's current one while the result lives.
-    #[inline]
-    pub(super) fn enter(q: &QueueCounters) -> Current {
-        Current(CURRENT.replace((Arc::as_ptr(&q.0), 0)))
-    }
-}
-
-impl Drop for Current {
-    #[inline]
-    fn drop(&mut self) {
-        CURRENT.set(self.0);
-    }
-}
-
-/// Accounts member I/O `op` on `member` finished: `bytes` transferred,
-/// `started` when it was first submitted (ns on the engine clock, 0:
-/// never reached the kernel, not timed), `errno` its error (0: none, -1:
-/// an error without one). Nothing when no queue is reaping on this thread.
-#[inline]
-pub(super) fn piece_done(member: u32, op: Op, bytes: usize, started: u64, errno: i32) {
-    let (slab, mut now) = CURRENT.get();
-    if slab.is_null() {
-        return;
-    }
-    // SAFETY: a non-null CURRENT is the slab of the queue reaping on this
-    // thread (set by `Current::enter` for the length of the reap), which
-    // that queue's `QueueCounters` keeps alive.
-    let slab = unsafe { &*slab };
-    let Some(c) = slab.members.get(member as usize) else { return };
-    if errno != 0 {
-        c.errors[error_kind(op, errno)].add(1);
-    }
-    let d = match op {
-        Op::Read => &c.read,
-        Op::Write => &c.write,
-        _ => return,
-    };
-    d.ops.add(1);
-    d.bytes.add(bytes as u64);
-    if started != 0 {
-        if now == 0 {
-            now = crate::clock::now_ns();
-            CURRENT.set((slab as *const Slab, now));
+impl QueueCounters {
+    /// Whether the member I/O this queue pushes to `member` for the first
+    /// time is to be timed (see [`TIME_EVERY`]).
+    #[inline(always)]
+    pub(super) fn time_this(&self, member: u32) -> bool {
+        match self.slab.members.get(member as usize) {
+            Some(c) => {
+                let n = c.tick.get();
+                c.tick.0.store(if n + 1 >= TIME_EVERY { 0 } else { n + 1 }, Relaxed);
+                n == 0
+            }
+            None => false,
         }
-        let ns = now.saturating_sub(started);
-        d.lat_sum.add(ns);
-        d.lat[bucket(ns)].add(1);
+    }
+
+    /// A reap pass starts: the completions it takes share one clock read.
+    #[inline(always)]
+    pub(super) fn new_pass(&mut self) {
+        self.now = 0;
+    }
+
+    /// Accounts member I/O `op` on `member` finished: `bytes` transferred,
+    /// `started` when it was first submitted (ns on the engine clock, 0:
+    /// never reached the kernel, not timed), `errno` its error (0: none,
+    /// -1: an error without one).
+    #[inline]
+    pub(super) fn piece_done(&mut self, member: u32, op: Op, bytes: usize, started: u64, errno: i32) {
+        let Some(c) = self.slab.members.get(member as usize) else { return };
+        if errno != 0 {
+            c.errors[error_kind(op, errno)].add(1);
+        }
+        let d = match op {
+            Op::Read => &c.read,
+            Op::Write => &c.write,
+            _ => return,
+        };
+        d.ops.add(1);
+        d.bytes.add(bytes as u64);
+        if started != 0 {
+            if self.now == 0 {
+                self.now = crate::clock::now_ns();
+            }
+            let ns = self.now.saturating_sub(started);
+            d.lat_sum.add(ns);
+            d.lat[bucket(ns)].add(1);
+        }
     }
 }
 

@@ -323,6 +323,7 @@ impl RaidQueue {
                 }
             }
         } else {
+            time_first_push(p, &self.counters);
             build_sqe(p, m)
         };
         // SAFETY: the buffers and iovecs named by the entry live in the
@@ -505,7 +506,7 @@ impl RaidQueue {
     /// the completion queue's head per batch) and every synthetic one.
     fn reap(&mut self, out: &mut Vec<Completion>) {
         let mut batch = [(0u64, 0i32); REAP_BATCH];
-        let _counting = counters::Current::enter(&self.counters);
+        self.counters.new_pass();
         loop {
             let n = self.ring.reap(&mut batch);
             for &(ud, res) in &batch[..n] {
@@ -537,7 +538,7 @@ impl RaidQueue {
         let si = (ud >> 16) as usize;
         let pi = (ud & 0xffff) as usize;
         let member = self.slots[si].pieces[pi].member;
-        match progress(&mut self.slots[si].pieces[pi], res, &self.vol.members()[member as usize]) {
+        match progress(&mut self.slots[si].pieces[pi], res, &self.vol.members()[member as usize], &mut self.counters) {
             Outcome::Again => {
                 self.push_piece(si, pi);
                 return;

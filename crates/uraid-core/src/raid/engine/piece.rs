@@ -44,7 +44,8 @@ pub(super) struct Piece {
     pub(super) offload: Option<Arc<Offload>>,
     /// When the piece was first submitted (ns, [`crate::clock::now_ns`]);
     /// 0 when it was not (yet) or is not timed, for its latency (see
-    /// `counters`: one member I/O in [`TIME_EVERY`](super::counters::TIME_EVERY) is).
+    /// `counters`: one member I/O in [`TIME_EVERY`](super::counters::TIME_EVERY) is;
+    /// [`time_first_push`] sets it).
     pub(super) started: u64,
 }
 
@@ -165,6 +166,15 @@ pub(super) fn zero_fill_if_refused(p: &mut Piece, m: &Member) {
 }
 
 
+/// Stamps piece `p` with the clock when it is pushed for the first time
+/// and its queue's `counters` time this one (see `counters`).
+#[inline(always)]
+pub(super) fn time_first_push(p: &mut Piece, counters: &super::counters::QueueCounters) {
+    if p.started == 0 && counters.time_this(p.member) {
+        p.started = crate::clock::now_ns().max(1);
+    }
+}
+
 /// True when piece `p` is a discard of block device `m`, which
 /// [`block_discard_sqe`] builds (not [`build_sqe`]).
 #[inline(always)]
@@ -177,9 +187,6 @@ pub(super) fn is_block_discard(p: &Piece, m: &Member) -> bool {
 /// [`block_discard_sqe`]'s.
 #[inline]
 pub(super) fn build_sqe(p: &mut Piece, m: &Member) -> squeue::Entry {
-    if p.started == 0 && super::counters::time_this(p.member) {
-        p.started = crate::clock::now_ns().max(1);
-    }
     if m.is_null() {
         return null_sqe(p);
     }
@@ -359,9 +366,10 @@ pub(super) enum Outcome {
 /// its second step, a discard or zeroing the member refuses (EOPNOTSUPP)
 /// starts again as zeros written (and the member is marked, so the next
 /// ones go that way at once), errors name the member and the offset. A
-/// finished piece is counted in the member's I/O counters (`counters`).
+/// finished piece is counted in the member's I/O counters (`counters`, the
+/// queue's).
 #[inline]
-pub(super) fn progress(p: &mut Piece, res: i32, m: &Member) -> Outcome {
+pub(super) fn progress(p: &mut Piece, res: i32, m: &Member, counters: &mut super::counters::QueueCounters) -> Outcome {
     let o = step(p, res, m);
     if let Outcome::Done(e) = &o {
         let errno = match e {
@@ -369,7 +377,7 @@ pub(super) fn progress(p: &mut Piece, res: i32, m: &Member) -> Outcome {
             Some(_) if res < 0 => -res,
             Some(_) => -1,
         };
-        super::counters::piece_done(p.member, p.op, p.done.min(p.len), std::mem::take(&mut p.started), errno);
+        counters.piece_done(p.member, p.op, p.done.min(p.len), std::mem::take(&mut p.started), errno);
     }
     o
 }

@@ -114,6 +114,7 @@ impl RaidQueue {
                 }
             }
         } else {
+            crate::raid::engine::time_first_push(p, &self.counters);
             crate::raid::engine::build_sqe(p, m)
         };
         // SAFETY: the entry names the stripe operation's row buffers (held
@@ -566,7 +567,7 @@ impl RaidQueue {
                 panic!("URAID_FAILPOINT_QUEUE_PANIC at volume byte {}", self.slots[si].offset);
             }
         }
-        match progress(&mut self.raid.sops[idx].pieces[pi], res, &self.vol.members()[member as usize]) {
+        match progress(&mut self.raid.sops[idx].pieces[pi], res, &self.vol.members()[member as usize], &mut self.counters) {
             Outcome::Again => {
                 self.push_sop_piece(idx, pi);
                 return;
