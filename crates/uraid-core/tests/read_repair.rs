@@ -351,3 +351,31 @@ fn a_failed_read_of_a_degraded_raid6_read_is_repaired() {
     assert_eq!(on_member(&v, y, &bad), want, "the bad range was not rewritten with its data");
     assert!(v.read_at(0, model.len()).unwrap() == model, "wrong data after the repair");
 }
+
+/// A failed pre-read of a RAID 5 reconstruct-write still fails the member
+/// past `--max-read-errors` (0 here), and when the rewrite of the
+/// reconstructed rows fails; the write lands either way.
+#[test]
+fn a_failed_pre_read_past_the_limit_or_not_rewritten_fails_the_member() {
+    for case in ["limit", "rewrite"] {
+        let (v, plans, mut model) = volume(Level::Raid5, 4);
+        let errors = v.raid().health().read_errors();
+        let off = 2 * (3 * CHUNK) + 8192;
+        // An unwritten data index: only the repair writes there.
+        let (m, bad) = bad_sectors(&v, &plans, off + CHUNK, true);
+        if case == "limit" {
+            errors.set_max(0);
+        } else {
+            plans[m].fail_writes(bad.clone());
+        }
+        let new = vec![0x5au8; 4096];
+        v.write_at(off, &new).unwrap_or_else(|e| panic!("{case}: write failed: {e}"));
+        model[off as usize..off as usize + 4096].copy_from_slice(&new);
+        assert_eq!(v.raid().health().state(m as u32), MemberState::Faulty, "{case}");
+        assert_eq!(errors.corrected(m as u32), 0, "{case}");
+        if case == "limit" {
+            assert!(errors.failed_reason(m as u32).unwrap().contains("max-read-errors 0"), "{case}");
+        }
+        assert!(v.read_at(0, model.len()).unwrap() == model, "{case}: wrong data");
+    }
+}
