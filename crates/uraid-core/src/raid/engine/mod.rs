@@ -639,8 +639,9 @@ impl RaidQueue {
             self.sync_members(si, out);
             return;
         }
-        if !slot.repairs.is_empty() {
-            self.finish_repairs(si);
+        if !slot.repairs.is_empty() && self.run_repairs(si, out) {
+            // Its repairs are in flight: it completes after them.
+            return;
         }
         let slot = &mut self.slots[si];
         let result = match slot.error.take() {

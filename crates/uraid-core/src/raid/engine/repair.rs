@@ -13,28 +13,46 @@
 //! as corrected ([`ReadErrors`](crate::raid::read_errors::ReadErrors)). If
 //! the rewrite or the re-read fails, the member is failed as before. A
 //! member past its limit of read errors (`--max-read-errors`, md's 20 by
-//! default, halved every hour) is failed at once. The rewrite and re-read
-//! are blocking I/O on the engine thread: a rare error path, as md does it
-//! synchronously in its raid1d/raid5d thread.
+//! default, halved every hour) is failed at once.
+//!
+//! The rewrite and the re-read are member I/Os on the queue's ring, like
+//! every other (a stripe operation of kind `Repair`, run by
+//! `stripe/repair.rs`): the engine thread never waits for them, so a
+//! member slow to take the rewrite holds back only the request being
+//! repaired, which completes once its repairs are done. Reads inside
+//! stripe operations (RAID 5/6 pre-reads and degraded reads) are repaired
+//! there too, from the reconstruction (see `stripe/repair.rs`).
 
-use crate::io::buf::IoBuf;
 use crate::io::request::Op;
-use crate::{Error, ErrorKind, Result};
+use crate::Error;
 
-use super::RaidQueue;
+use super::{Completion, RaidQueue};
 
 /// A member range whose read failed, to rewrite once the request has
 /// the right data for it.
 pub(super) struct Repair {
-    member: u32,
+    pub(super) member: u32,
     /// Absolute member bytes `[offset, offset + len)`.
-    offset: u64,
-    len: usize,
+    pub(super) offset: u64,
+    pub(super) len: usize,
     /// Where the request's buffer holds the data of that range, in order.
-    iov: Vec<libc::iovec>,
+    pub(super) iov: Vec<libc::iovec>,
     /// The request's stripes and their lock generations when the read
     /// failed: a write since makes the data in the buffer stale.
-    gens: Vec<(u64, u64)>,
+    pub(super) gens: Vec<(u64, u64)>,
+    /// Where the repair is.
+    pub(super) state: RepairState,
+}
+
+/// The steps of one [`Repair`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RepairState {
+    /// Waiting for the request's data (its other pieces).
+    Waiting,
+    /// Its rewrite or re-read is in flight (a stripe operation).
+    Running,
+    /// Done, repaired or not (counted).
+    Done,
 }
 
 impl RaidQueue {
@@ -91,106 +109,47 @@ impl RaidQueue {
             len,
             iov,
             gens,
+            state: RepairState::Waiting,
         });
         slot.replan = true;
         true
     }
 
-    /// Slot `si` is done: rewrites the ranges whose read failed with the
-    /// data it now holds (when it holds it: no error), then forgets them.
-    pub(super) fn finish_repairs(&mut self, si: usize) {
-        self.raid.avoid.retain(|a| a.0 != si as u32);
-        let repairs = std::mem::take(&mut self.slots[si].repairs);
-        let health = self.vol.health().clone();
-        let errors = health.read_errors();
-        if self.slots[si].error.is_some() {
-            // Nothing to repair from: the read fails (EIO to the client).
-            for r in &repairs {
-                errors.note_uncorrected(r.member);
-            }
-            return;
-        }
-        for r in &repairs {
-            match self.repair(r) {
-                Some(Ok(())) => errors.note_corrected(r.member),
-                Some(Err(e)) => {
-                    let name = self.vol.members()[r.member as usize].name().to_string();
-                    errors.set_failed_reason(
-                        r.member,
-                        format!("a read error could not be repaired: {e}"),
-                    );
-                    eprintln!("uraid: member {name}: a read error could not be repaired ({e}): the member is failed");
-                    self.member_failed(r.member);
+    /// Slot `si` has its data (its pieces are done): starts the repairs
+    /// of the ranges whose read failed, rewriting them with that data.
+    /// True while some are in flight (each counts as one of the slot's
+    /// pending pieces; the slot completes after them); false once they
+    /// are all done, or when the request failed (nothing to repair from:
+    /// the read fails with EIO, the errors count as uncorrected).
+    pub(super) fn run_repairs(&mut self, si: usize, out: &mut Vec<Completion>) -> bool {
+        let failed = self.slots[si].error.is_some();
+        let mut running = false;
+        for i in 0..self.slots[si].repairs.len() {
+            let r = &mut self.slots[si].repairs[i];
+            match r.state {
+                RepairState::Done => {}
+                RepairState::Running => running = true,
+                RepairState::Waiting if failed => {
+                    r.state = RepairState::Done;
+                    self.vol.health().read_errors().note_uncorrected(r.member);
                 }
-                // A write to the stripes meanwhile: the next read of the
-                // range meets the error again and repairs it then.
-                None => {}
+                RepairState::Waiting => {
+                    // A write to the stripes meanwhile (or a lock busy):
+                    // the next read of the range meets the error again
+                    // and repairs it then.
+                    running |= self.start_repair(si, i, out);
+                    let r = &mut self.slots[si].repairs[i];
+                    if r.state == RepairState::Waiting {
+                        r.state = RepairState::Done;
+                    }
+                }
             }
         }
-    }
-
-    /// Rewrites and re-reads one range under the request's stripe locks;
-    /// `None` when a lock is busy or a write reached the stripes since
-    /// the read failed (the buffer may be stale: nothing is written).
-    fn repair(&self, r: &Repair) -> Option<Result<()>> {
-        let locks = self.vol.locks();
-        let mut taken: Vec<u64> = Vec::with_capacity(r.gens.len());
-        let mut fresh = true;
-        for &(s, gen) in &r.gens {
-            if !locks.try_lock(s) {
-                fresh = false;
-                break;
-            }
-            taken.push(s);
-            if locks.generation(s) != gen {
-                fresh = false;
-                break;
-            }
+        if running {
+            return true;
         }
-        if !fresh {
-            for s in taken {
-                locks.unlock(s);
-            }
-            return None;
-        }
-        let result = self.rewrite(r);
-        for s in taken {
-            locks.unlock_written(s);
-        }
-        Some(result)
-    }
-
-    /// Writes the range's data (from the request's buffer) to the member,
-    /// durably, reads it back and compares. Errors: `Io` from either, or
-    /// when the member returns other bytes.
-    fn rewrite(&self, r: &Repair) -> Result<()> {
-        let m = &self.vol.members()[r.member as usize];
-        let mut data = IoBuf::try_new(r.len)?;
-        let mut o = 0;
-        for v in &r.iov {
-            let n = v.iov_len.min(r.len - o);
-            // SAFETY: the iovec names `iov_len` bytes of the slot's
-            // buffer, which the slot still holds (the request is not
-            // completed yet); `data` has room for `r.len` bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(v.iov_base as *const u8, data.as_mut_ptr().add(o), n)
-            };
-            o += n;
-        }
-        m.write_all_at(&data[..r.len], r.offset)?;
-        let mut back = IoBuf::try_new(r.len)?;
-        m.read_exact_at(&mut back[..r.len], r.offset)?;
-        if back[..r.len] != data[..r.len] {
-            return Err(Error::new(
-                ErrorKind::Io,
-                format!(
-                    "{} bytes rewritten at offset {} of {} read back different",
-                    r.len,
-                    r.offset,
-                    m.name()
-                ),
-            ));
-        }
-        Ok(())
+        self.raid.avoid.retain(|a| a.0 != si as u32);
+        self.slots[si].repairs.clear();
+        false
     }
 }

@@ -129,6 +129,9 @@ fn member_counters_count_ios_bytes_and_errors() {
         assert!(back.chunks(stripe).enumerate().all(|(i, s)| s.iter().all(|&b| b == i as u8 + 1)), "{level}");
         // A read error on member 0 under the first chunk it holds.
         let before = v.member_io();
+        // The first read error fails the member (no repair: its rewrite
+        // and re-read are member I/Os the counters would count too).
+        v.health().read_errors().set_max(0);
         faults.fail_reads(DATA_OFFSET..DATA_OFFSET + chunk as u64);
         let mut q = v.queue(4).unwrap();
         // RAID 1 reads whichever copy is less busy: ask until member 0 is

@@ -43,6 +43,7 @@ use crate::{Error, ErrorKind, IoBuf};
 
 mod compute;
 mod op;
+mod repair;
 mod rows;
 #[cfg(test)]
 mod tests;
@@ -61,6 +62,9 @@ enum Kind {
     Write,
     /// Punch or zero whole stripes (RAID 5/6) or a piece (RAID 1/10).
     Zero,
+    /// Rewrite and re-read of a member range whose read failed (see
+    /// `repair.rs`): `slot` and `first` name the request's repair.
+    Repair,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

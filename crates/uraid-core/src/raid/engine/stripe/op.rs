@@ -419,6 +419,13 @@ impl RaidQueue {
         stripe.compute(self.raid.kernel, method, kind, &mut bufs, &lost[..nlost]);
         if kind == Kind::Read {
             self.copy_out(idx, &l, &sm[..d], &bufs, start);
+            self.raid.sops[idx].bufs = bufs;
+            self.raid.sops[idx].npieces = 0;
+            if self.add_repair_writes(idx) > 0 {
+                // Rows whose read failed, reconstructed: written back.
+                return self.sop_issue(idx, Phase::Write, out);
+            }
+            let bufs = std::mem::take(&mut self.raid.sops[idx].bufs);
             self.keep_recent(idx, bufs);
             return self.sop_finish(idx, out);
         }
@@ -436,6 +443,7 @@ impl RaidQueue {
                 self.sop_piece(idx, Op::Write, m, abs, rows, ptr);
             }
         }
+        self.add_repair_writes(idx);
         self.sop_issue(idx, Phase::Write, out);
     }
 
@@ -579,8 +587,15 @@ impl RaidQueue {
                 }
             }
             Outcome::Done(Some(e)) => {
-                if e.is_device_failure() {
-                    self.member_failed(member);
+                if self.raid.sops[idx].kind == Kind::Repair {
+                    self.repair_io_failed(idx, member, &e);
+                } else if e.is_device_failure() {
+                    // A read error with redundancy left is reconstructed
+                    // and rewritten (`repair.rs`); otherwise the member
+                    // is failed.
+                    if !self.sop_read_failed(idx, pi, member, &e) {
+                        self.member_failed(member);
+                    }
                     self.raid.sops[idx].failed = true;
                 } else if self.raid.sops[idx].error.is_none() {
                     self.raid.sops[idx].error = Some(e);
@@ -605,6 +620,9 @@ impl RaidQueue {
 
     pub(super) fn sop_phase_done(&mut self, idx: usize, out: &mut Vec<Completion>) {
         let sop = &self.raid.sops[idx];
+        if sop.kind == Kind::Repair {
+            return self.repair_phase_done(idx, out);
+        }
         if sop.error.is_some() {
             return self.sop_finish(idx, out);
         }
@@ -641,6 +659,9 @@ impl RaidQueue {
     }
 
     pub(super) fn sop_finish(&mut self, idx: usize, out: &mut Vec<Completion>) {
+        if !self.raid.avoid.is_empty() {
+            self.finish_sop_repairs(idx);
+        }
         let sop = &mut self.raid.sops[idx];
         if sop.plans > 0 {
             let w = self.vol.locks().word(sop.stripe);
