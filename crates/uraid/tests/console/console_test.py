@@ -52,6 +52,11 @@ def http(path, method="GET", body=None, headers=None):
 
 
 # --- without the browser: the server checks every request ----------------
+# The first health poll (and its HealthWarning) before the checks begin.
+deadline = time.time() + 60
+while len(json.loads(http("/api/status", headers={"Authorization": f"Bearer {TOKEN}"})[1] or "{}").get("health") or []) < 4:
+    assert time.time() < deadline, "no health reading of the four members after 60 s"
+    time.sleep(0.5)
 events0 = status()["events"]
 code, _ = http("/")
 assert code == 401, f"the page without a token: {code}"

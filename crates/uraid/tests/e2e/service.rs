@@ -722,8 +722,6 @@ fn the_console_in_a_real_browser() {
     );
     let url = srv.line("console: ");
     let base = url.trim_start_matches("console: ").split("/ ").next().unwrap().to_string();
-    // The first poll's HealthWarning before the page's checks begin.
-    wait_until(60, "the health of the four members", || env.status(&name)["health"].as_array().map_or(0, |a| a.len()) == 4);
     let uri = format!("nbd+unix:///{name}?socket={}", env.run.join(format!("{name}.sock")).display());
     let fio = Command::new("fio")
         .args(["--name=w", "--thread", "--ioengine=nbd", "--rw=randrw", "--bs=4k", "--iodepth=4", "--rate_iops=1500", "--size=128M", "--time_based", "--runtime=600"])
