@@ -186,21 +186,28 @@ function duration(bytes, rate) {
 }
 const gbText = (bytes) => `${(bytes / 1e9).toFixed(bytes >= 1e9 ? 1 : 3)} GB`;
 
+// Fills `box` with a checkbox (id PREFIX-DEVICE) for each free drive of
+// the drives panel, named with who it is; returns those drives.
+async function freeDriveBoxes(box, prefix) {
+  const r = await fetch("/api/drives");
+  const free = r.ok ? (await r.json()).filter((d) => d.free) : [];
+  box.replaceChildren();
+  for (const d of free) {
+    const c = make("input", { type: "checkbox", value: d.device, id: `${prefix}-${d.device}` });
+    box.append(make("div", {}, c, make("label", { htmlFor: c.id, textContent: ` ${d.device}: ${who(d)}` })));
+  }
+  if (!free.length) box.append(make("p", { textContent: "No drive is free." }));
+  return free;
+}
+
 // The grow wizard (`uraid grow`): add free drives, and with them (or
 // alone) change the RAID level or the chunk; its cost is the volume's data
 // restriped at the reshape rate. The server checks it as `uraid grow` does.
 async function growWizard() {
   if (!last) return;
-  const r = await fetch("/api/drives");
-  const free = r.ok ? (await r.json()).filter((d) => d.free) : [];
   const v = last.volumes[last.volumes.length - 1];
   const box = $("grow-drives");
-  box.replaceChildren();
-  for (const d of free) {
-    const c = make("input", { type: "checkbox", value: d.device, id: `grow-${d.device}` });
-    box.append(make("div", {}, c, make("label", { htmlFor: c.id, textContent: ` ${d.device}: ${who(d)}` })));
-  }
-  if (!free.length) box.append(make("p", { textContent: "No drive is free." }));
+  const free = await freeDriveBoxes(box, "grow");
   const lvl = $("grow-level");
   lvl.replaceChildren();
   for (const l of [0, 1, 4, 5, 6, 10]) lvl.append(make("option", { value: String(l), textContent: l === v.level ? `RAID ${l} (as now)` : `RAID ${l}` }));
@@ -237,6 +244,69 @@ async function growWizard() {
   w.showModal();
 }
 $("grow-open").addEventListener("click", () => growWizard().catch(() => {}));
+
+// The create wizard (`uraid create`, POST /api/create): a new array from
+// free drives. "Next" asks the server to check the request as `uraid
+// create` does (nothing is written) and shows its error, or the cost and
+// each target drive's identity in the confirmation; confirmed, the server
+// creates it and the page says how to serve it.
+async function postCreate(body) {
+  const r = await fetch("/api/create", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-Uraid-Token": TOKEN },
+    body: JSON.stringify(body),
+  });
+  const reply = await r.json();
+  if (!reply.ok) throw new Error(reply.error ? reply.error.message : `the server said ${r.status}`);
+  return reply.result;
+}
+
+// What creating costs: create zeroes each member's data area, so that
+// parity and copies agree from the start; no level needs a resync after.
+function createCost(level, plan, n) {
+  const per = plan.volumes.reduce((a, v) => a + v.member_size, 0);
+  const why = level === 0 ? "RAID 0 keeps no parity or copies" : `the data areas are zeroed, so RAID ${level}'s ${level === 1 || level === 10 ? "copies" : "parity"} agree from the start`;
+  return `No initial sync (${why}): create zeroes ${gbText(per)} on each of the ${n} members (${gbText(plan.zero_bytes)} in all), at once on drives that discard, else at the drives' write speed, before it returns.`;
+}
+
+async function createWizard() {
+  const box = $("create-drives");
+  const free = await freeDriveBoxes(box, "create");
+  const lvl = $("create-level");
+  if (!lvl.options.length) for (const l of [0, 1, 10, 5, 6]) lvl.append(make("option", { value: String(l), textContent: `RAID ${l}` }));
+  text($("create-error"), "");
+  const picked = () => [...box.querySelectorAll("input:checked")].map((c) => c.value);
+  const request = (confirm) => ({ name: $("create-name").value.trim(), level: Number(lvl.value), chunk: $("create-chunk").value.trim(), members: picked(), confirm });
+  $("create-next").onclick = async () => {
+    const req = request(false);
+    text($("create-error"), "checking…");
+    let plan;
+    try {
+      plan = await postCreate(req);
+    } catch (e) {
+      text($("create-error"), e.message);
+      return;
+    }
+    text($("create-error"), "");
+    $("create-wizard").close("next");
+    const targets = req.members.map((m) => `${m} (${who(free.find((d) => d.device === m))})`).join(", ");
+    const vols = plan.volumes.map((v) => `volume ${v.name}: RAID ${v.level}, chunk ${fmtSize(v.chunk)}`).join("; ");
+    confirmThen(`Create ${req.name}?`,
+      `WRITES OVER ${targets}: anything on them is overwritten. ${vols}. ${createCost(req.level, plan, req.members.length)}`,
+      () => {
+        text($("create-done"), `creating ${req.name}…`);
+        $("create-done").hidden = false;
+        postCreate(request(true)).then((res) => {
+          text($("create-done"), `Created array ${res.name} (${res.uuid}), ${fmtSize(res.capacity)}. It is not served yet: serve it with "${res.serve}", or for every boot: ${res.service}.` +
+            (res.warnings.length ? ` Warnings: ${res.warnings.join("; ")}` : ""));
+          $("create-done").dataset.created = res.name;
+          loadDrives().catch(() => {});
+        }).catch((e) => { text($("create-done"), `create failed: ${e.message}`); toast(e.message); });
+      });
+  };
+  $("create-wizard").showModal();
+}
+$("create-open").addEventListener("click", () => createWizard().catch(() => {}));
 
 // The drives panel (GET /api/drives): every drive, who it is, what uses
 // it; a free one can be added as a spare.

@@ -282,7 +282,7 @@ fn spawn_health<'s>(sc: &'s Scope<'s, '_>, sh: &'s Shared<'_>) -> Option<ScopedJ
                 .members
                 .iter()
                 .filter_map(|m| m.device.clone())
-                .filter(|d| uraid_core::io::identity::identity_of_path(std::path::Path::new(d)).is_some())
+                .filter(|d| uraid_core::io::identity::identity_of_path(std::path::Path::new(d)).is_some() || health::polled_anyway(d))
                 .collect();
             let mut readings = Vec::new();
             for d in &drives {

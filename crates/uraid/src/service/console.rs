@@ -40,11 +40,15 @@
 //!   `--console-files-dir`), or of the served array (read-only unless it is
 //!   empty and the request confirms), its progress, its report
 //!   (these two: `console_bench`);
+//! - `POST /api/create`: a new array from free drives, checked (and with
+//!   `confirm` created) as `uraid create` does (`console_create`);
 //! - `POST /api/command`: a control-protocol request
 //!   (docs/control-protocol.md); a device it names (add, replace, grow)
 //!   must be free, as a benchmark's target; it also needs the `X-Uraid-Token` header,
 //!   which only the page served to an authenticated user knows, so another
 //!   site cannot forge one through the browser's cookie.
+//!
+//! The API in full, with its JSON and units: docs/console-api.md.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -285,6 +289,7 @@ pub(crate) fn start(addr: &str, source: Source) -> Result<super::http::HttpServe
         .route("/api/history", axum::routing::get(history))
         .route("/api/command", axum::routing::post(command))
         .route("/api/drives", axum::routing::get(drives))
+        .route("/api/create", axum::routing::post(super::console_create::create))
         .route("/api/bench", axum::routing::get(bench_state).post(bench_start))
         .route("/api/reports", axum::routing::get(reports))
         .route("/reports/{dir}/{file}", axum::routing::get(report_file))

@@ -162,6 +162,15 @@ pub(crate) fn smartctl() -> PathBuf {
     on_path.unwrap_or_else(|| PathBuf::from("/usr/sbin/smartctl"))
 }
 
+/// The `URAID_FAILPOINT_HEALTH_POLL=PATH[,PATH...]` failpoint (end-to-end
+/// tests only): members polled although they are no drives (loop
+/// devices, files), so that a test can give them the recorded smartctl
+/// JSON of real drives through `URAID_SMARTCTL`
+/// (crates/uraid/tests/data/smartctl).
+pub(crate) fn polled_anyway(device: &str) -> bool {
+    std::env::var("URAID_FAILPOINT_HEALTH_POLL").is_ok_and(|v| v.split(',').any(|p| p == device))
+}
+
 /// Reads the health of `device` with `smartctl --json -a`. Errors (as
 /// text for the event): smartctl missing, killed after
 /// [`SMARTCTL_TIMEOUT`], or its output is no JSON, or it could not open or

@@ -26,6 +26,7 @@ pub(crate) mod client;
 mod commands;
 pub(crate) mod console;
 mod console_bench;
+mod console_create;
 mod drives;
 pub(crate) mod ctl;
 pub(crate) mod exports;

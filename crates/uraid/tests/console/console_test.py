@@ -12,6 +12,7 @@ which makes the array and passes:
   SPARE           a device to add as a spare
   REPLACEMENT     a free device the replace wizard puts in place of role 2
   GROW            a free device the grow wizard adds
+  CREATE          three free devices (comma-separated) for the create wizard
   SHOTS           where to keep the screenshots (test artefacts)
 
 Exits 0 when every step passed; prints what failed otherwise.
@@ -27,6 +28,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 URAID, CONSOLE, TOKEN, ARRAY, SPARE, SHOTS, REPL, GROW = (os.environ[k] for k in ("URAID", "CONSOLE", "TOKEN", "ARRAY", "SPARE", "SHOTS", "REPLACEMENT", "GROW"))
+CREATE = os.environ["CREATE"].split(",")
 # The browser runs in India's zone: every time the page shows must be in it.
 IST = datetime.timezone(datetime.timedelta(hours=5, minutes=30))
 os.makedirs(SHOTS, exist_ok=True)
@@ -50,6 +52,11 @@ def http(path, method="GET", body=None, headers=None):
 
 
 # --- without the browser: the server checks every request ----------------
+# The first health poll (and its HealthWarning) before the checks begin.
+deadline = time.time() + 60
+while len(json.loads(http("/api/status", headers={"Authorization": f"Bearer {TOKEN}"})[1] or "{}").get("health") or []) < 4:
+    assert time.time() < deadline, "no health reading of the four members after 60 s"
+    time.sleep(0.5)
 events0 = status()["events"]
 code, _ = http("/")
 assert code == 401, f"the page without a token: {code}"
@@ -167,6 +174,23 @@ try:
     step("the members' details show: " + rows[0].text)
     d.save_screenshot(os.path.join(SHOTS, "1-healthy.png"))
 
+    # The members' health (the recorded smartctl output of real drives, as
+    # the e2e test feeds it): temperature, % used, and member 1's warning.
+    def health_of(dev):
+        try:
+            return d.find_element(By.CSS_SELECTOR, f'#members tbody tr[data-device="{dev}"] td.health').text
+        except (StaleElementReferenceException, NoSuchElementException):
+            return ""
+    mdevs = [m["device"] for m in status()["members"]]
+    expect = {0: ["OK", "35 °C", "0% used"], 1: ["WARNING 0x10", "40 °C", "0% used"], 2: ["OK", "19 °C", "75% used"], 3: ["OK", "30 °C", "51% used"]}
+    try:
+        for r, needles in expect.items():
+            wait.until(lambda d: all(n in health_of(mdevs[r]) for n in needles), f"role {r}'s health shows {needles}")
+    except TimeoutException:
+        raise AssertionError(f"the member rows' health: {[health_of(x) for x in mdevs]}, expected {expect}")
+    shown_health = {r: health_of(mdevs[r]) for r in expect}
+    step(f"the member rows' health: {shown_health}")
+
     # The charts move: the drawn series differ between two screenshots.
     chart = d.find_element(By.ID, "chart-iops")
     wait.until(lambda d: d.execute_script("return document.querySelectorAll('#chart-iops canvas').length") > 0)
@@ -239,7 +263,70 @@ try:
     assert "role 1 of this array (faulty)" in row(members[1]).text, row(members[1]).text
     assert not row(members[0]).find_elements(By.TAG_NAME, "button"), "a member row offers an action"
     step(f"the drives panel: {row(SPARE).text!r}; {row(members[1]).text!r}")
+    # The drives panel's Health column says what the member rows say.
+    for r, txt in shown_health.items():
+        cell = row(members[r]).find_elements(By.TAG_NAME, "td")[5].text
+        assert cell == txt, f"role {r}: drives panel {cell!r}, member row {txt!r}"
     d.save_screenshot(os.path.join(SHOTS, "3b-drives.png"))
+    step("the drives panel shows the same health as the member rows")
+
+    # The create wizard: a new array from free drives, checked as `uraid create` checks it.
+    newname = f"made{os.getpid()}"
+    click(d.find_element(By.ID, "create-open"))
+    wait.until(lambda d: d.find_element(By.ID, "create-wizard").is_displayed())
+    wait.until(lambda d: all(len(d.find_elements(By.CSS_SELECTOR, f'#create-drives input[value="{c}"]')) == 1 for c in CREATE))
+    assert not d.find_elements(By.CSS_SELECTOR, f'#create-drives input[value="{members[0]}"]'), "a member is offered for a new array"
+    d.find_element(By.ID, "create-name").send_keys(newname)
+    Select(d.find_element(By.ID, "create-level")).select_by_value("5")
+    chunk = d.find_element(By.ID, "create-chunk")
+    chunk.clear()
+    chunk.send_keys("64K")
+
+    def create_error(needle):
+        d.find_element(By.ID, "create-next").click()
+        wait.until(lambda d: needle in d.find_element(By.ID, "create-error").text, f"the wizard says {needle!r}")
+        assert d.find_element(By.ID, "create-wizard").is_displayed()
+        return d.find_element(By.ID, "create-error").text
+    d.find_element(By.CSS_SELECTOR, f'#create-drives input[value="{CREATE[0]}"]').click()
+    few = create_error("RAID 5 needs at least 3 members, 1 given")
+    d.save_screenshot(os.path.join(SHOTS, "11a-create-too-few.png"))
+    for c in CREATE[1:]:
+        d.find_element(By.CSS_SELECTOR, f'#create-drives input[value="{c}"]').click()
+    chunk.clear()
+    chunk.send_keys("96K")
+    odd = create_error("power of two")
+    chunk.clear()
+    chunk.send_keys("64K")
+    held = os.open(CREATE[2], os.O_RDONLY | os.O_EXCL)
+    try:
+        busy = create_error("is in use")
+    finally:
+        os.close(held)
+    step(f"the create wizard refuses with the core's words: {few!r}; {odd!r}; {busy!r}")
+    def examine(dev):
+        return json.loads(subprocess.run([URAID, "examine", "--json", dev], capture_output=True, text=True, check=True).stdout)[0]
+    assert all("superblock" not in examine(c) for c in CREATE), f"a refused create wrote: {[examine(c) for c in CREATE]}"
+    # RAID 1 over two of them: the cost and each target's identity first.
+    Select(d.find_element(By.ID, "create-level")).select_by_value("1")
+    d.find_element(By.CSS_SELECTOR, f'#create-drives input[value="{CREATE[2]}"]').click()
+    d.save_screenshot(os.path.join(SHOTS, "11b-create-wizard.png"))
+    d.find_element(By.ID, "create-next").click()
+    wait.until(lambda d: d.find_element(By.ID, "confirm").is_displayed())
+    ctext = d.find_element(By.ID, "confirm-text").text
+    assert "WRITES OVER" in ctext and all(c in ctext and backing(c) in ctext for c in CREATE[:2]) and CREATE[2] not in ctext, ctext
+    assert re.search(r"No initial sync .*zeroes [\d.]+ GB on each of the 2 members", ctext), ctext
+    step(f"create asks first: {ctext!r}")
+    d.save_screenshot(os.path.join(SHOTS, "11c-create-confirm.png"))
+    d.find_element(By.ID, "confirm-ok").click()
+    wait.until(lambda d: "Created array" in d.find_element(By.ID, "create-done").text)
+    done_text = d.find_element(By.ID, "create-done").text
+    assert f"uraid serve {newname} {CREATE[0]} {CREATE[1]}" in done_text and f"uraid@{newname}.service" in done_text, done_text
+    d.save_screenshot(os.path.join(SHOTS, "11d-created.png"))
+    for c in CREATE[:2]:
+        sb = examine(c).get("superblock") or {}
+        assert sb.get("name") == newname and [v["level"] for v in sb.get("volumes", [])] == [1], examine(c)
+    wait.until(lambda d: "another array" in row_text(CREATE[0]) or newname in row_text(CREATE[0]), "the drives panel names the new array's member")
+    step(f"the create wizard made {newname}: {done_text!r}; uraid examine reads it; the panel: {row_text(CREATE[0])!r}")
     click(row(SPARE).find_element(By.TAG_NAME, "button"))
     wait.until(lambda d: d.find_element(By.ID, "confirm").is_displayed())
     ctext = d.find_element(By.ID, "confirm-text").text

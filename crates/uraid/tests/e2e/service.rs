@@ -679,8 +679,11 @@ fn the_check_schedule_counts_from_the_last_check_across_restarts() {
 /// console errors; requests without the token or with a forged action are
 /// refused; the charts show the history from before the page was opened,
 /// times in the browser's zone (Asia/Kolkata), failed members with their
-/// identity until removed, the replace and grow wizards. Screenshots go to
-/// target/console-screenshots.
+/// identity until removed, the replace and grow wizards; the members'
+/// health from the recorded smartctl JSON of real drives (one with a
+/// critical warning) in the member rows and the drives panel; the create
+/// wizard (its refusals with the core's text, then a RAID 1 that `uraid
+/// examine` reads). Screenshots go to target/console-screenshots.
 #[test]
 fn the_console_in_a_real_browser() {
     let _g = shared();
@@ -690,11 +693,27 @@ fn the_console_in_a_real_browser() {
     let py = Command::new("python3").args(["-c", "import selenium"]).status().unwrap();
     assert!(py.success(), "python3 has no selenium: pip install selenium (scripts/test does)");
     let d = tmpdir();
-    let env = Env::new(d.path());
-    let files = sparse_files(d.path(), "b", 7, 64 << 20);
+    let mut env = Env::new(d.path());
+    let files = sparse_files(d.path(), "b", 10, 64 << 20);
     let loops: Vec<LoopDev> = files.iter().map(|f| LoopDev::attach(f)).collect();
     let devs: Vec<String> = loops.iter().map(|l| l.dev.display().to_string()).collect();
     let name = format!("web{}", std::process::id());
+    // The members' health: smartctl answers with the recorded output of a
+    // real drive per member (member 1: critical warning 0x10, SMART FAILED;
+    // member 2: 75% used); the loop members are polled through the failpoint.
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/smartctl");
+    let recorded = ["nvme-null-Samsung_SSD_970_EVO_Plus_250GB-nvme0.json", "nvme-null-SAMSUNG_MZWLL3T2HAJQ-00005-nvme0.json",
+        "nvme-null-INTEL_SSDPE2KX020T7-nvme6.json", "nvme-null-INTEL_SSDPEDMD800G4-nvme0.json"];
+    let mut sh = String::from("#!/bin/sh\n# smartctl --json -a DEVICE\neval dev=\\${$#}\ncase \"$dev\" in\n");
+    for (dev, f) in devs.iter().zip(recorded) {
+        sh += &format!("  {dev}) exec cat {} ;;\n", data.join(f).display());
+    }
+    sh += "esac\necho '{\"smartctl\": {\"exit_status\": 2}}'\nexit 2\n";
+    let smartctl = d.path().join("smartctl");
+    std::fs::write(&smartctl, sh).unwrap();
+    std::fs::set_permissions(&smartctl, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    env.extra.push(("URAID_SMARTCTL".into(), s(&smartctl).into()));
+    env.extra.push(("URAID_FAILPOINT_HEALTH_POLL".into(), devs[..4].join(",")));
     env.ok(&[&["create", "--level", "5", "--chunk", "64K", "--name", &name], &devs[..4].iter().map(String::as_str).collect::<Vec<_>>()[..]].concat());
     let token = "t0k3n-for-the-browser-test";
     let srv = env.serve(
@@ -724,6 +743,7 @@ fn the_console_in_a_real_browser() {
         .env("SPARE", &devs[4])
         .env("REPLACEMENT", &devs[5])
         .env("GROW", &devs[6])
+        .env("CREATE", devs[7..].join(","))
         .env("SHOTS", &shots)
         .output()
         .unwrap();

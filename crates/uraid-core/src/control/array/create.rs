@@ -334,6 +334,23 @@ pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<V
     Ok(plan)
 }
 
+/// The checks [`create`] makes before it writes anything, without writing:
+/// the request, each member opened as `create` opens it (and let go), the
+/// volumes planned and the bitmap region checked. Returns the volumes the
+/// array would get (each with its member area: `member_start` and
+/// `member_size` in bytes, which `create` zeroes on every member). The web
+/// console's create wizard shows these before it asks to confirm.
+///
+/// Errors: those of [`create`], as `create` would report them.
+pub fn check_create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Vec<VolumeEntry>> {
+    check_request(specs, opts)?;
+    check_distinct(specs)?;
+    let members = specs.iter().map(|s| open_free(s, !opts.force)).collect::<Result<Vec<_>>>()?;
+    let volumes = plan_volumes(opts, &members)?;
+    bitmap_region_for(opts, volumes.iter().any(is_redundant))?;
+    Ok(volumes)
+}
+
 /// Creates an array on `specs` (in role order) and returns it assembled
 /// and active (call [`Array::stop`] to mark it clean).
 ///
