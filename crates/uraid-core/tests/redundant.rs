@@ -68,12 +68,12 @@ fn consistent(v: &Volume, alive: &[bool]) -> Result<(), String> {
                 }
             }
         }
-        RedundantLevel::Raid5 | RedundantLevel::Raid6 => {
+        RedundantLevel::Raid5 | RedundantLevel::Raid6 | RedundantLevel::Draid5 | RedundantLevel::Draid6 => {
             if alive.iter().any(|a| !a) {
                 return Ok(()); // nothing to compare a lost chunk with
             }
             for row in 0..l.stripes() {
-                let base = (row * l.chunk()) as usize;
+                let base = l.stripe_offset(row) as usize;
                 let mut p = vec![0u8; chunk];
                 let mut q = vec![0u8; chunk];
                 let d = l.data_chunks();
@@ -95,7 +95,7 @@ fn consistent(v: &Volume, alive: &[bool]) -> Result<(), String> {
                         return Err(format!("stripe {row}: Q on member {qm} is wrong"));
                     }
                 }
-                assert_eq!(l.role(pm as u32, row * l.chunk()), Role::P);
+                assert_eq!(l.role(pm as u32, l.stripe_offset(row)), Role::P);
             }
         }
     }
@@ -160,13 +160,27 @@ fn combinations(n: usize, k: usize) -> Vec<Vec<u32>> {
 }
 
 fn run_level(level: Level, max_members: usize) {
+    let shapes: Vec<(usize, Option<(u32, u32)>)> = (level.min_members()..=max_members).map(|n| (n, None)).collect();
+    run_shapes(level, &shapes);
+}
+
+/// [`run_level`] over the member counts of `shapes`, each with its
+/// declustered D and S (`None`: the level's defaults).
+fn run_shapes(level: Level, shapes: &[(usize, Option<(u32, u32)>)]) {
     let s = seed();
     eprintln!("{level}: seed {s} (URAID_SEED={s} replays it)");
     let mut rng = StdRng::seed_from_u64(s);
-    for n in level.min_members()..=max_members {
+    for &(n, ds) in shapes {
         for chunk in CHUNKS {
-            let rows = if chunk >= 1 << 20 { 3 } else { (8 << 20) / chunk / n as u64 + 2 };
-            let v = volume(level, n, chunk, rows);
+            // At least 1 MiB per member (a mem: member's least) past 8 members.
+            let rows = if chunk >= 1 << 20 { 3 } else { ((8 << 20) / chunk / n as u64 + 2).max((1 << 20) / chunk + 2) };
+            let v = match ds {
+                None => volume(level, n, chunk, rows),
+                Some((d, s)) => {
+                    let g = Geometry::new(level, n, chunk, rows * chunk).unwrap().with_draid(d, s).unwrap();
+                    Volume::new(members(n, rows * chunk), g, DATA_OFFSET).unwrap()
+                }
+            };
             let mut model = vec![0u8; v.capacity() as usize];
             workload(&v, &mut model, &mut rng, 24);
             consistent(&v, &vec![true; n]).unwrap_or_else(|e| panic!("{level} n={n} chunk={chunk}: {e}"));
@@ -225,6 +239,21 @@ fn raid6_model_and_degraded() {
     // Up to 8: read-modify-write only wins over reconstruct-write from 7
     // members on (md's counts: 1 + P + Q reads against 4).
     run_level(Level::Raid6, 8);
+}
+
+/// Issue 33: the declustered levels through the stripe engine, healthy
+/// and degraded (every member and, for draid6, every pair failed), with
+/// their default shapes and with groups that leave part of each row
+/// unused (8 members, 4+1, 1 spare) or share a row (12 members, 4+1 or
+/// 4+2, 2 spares: 2 groups per row).
+#[test]
+fn draid5_model_and_degraded() {
+    run_shapes(Level::Draid5, &[(3, None), (5, None), (7, None), (8, Some((4, 1))), (12, Some((4, 2)))]);
+}
+
+#[test]
+fn draid6_model_and_degraded() {
+    run_shapes(Level::Draid6, &[(4, None), (7, None), (8, Some((3, 1))), (14, Some((4, 2)))]);
 }
 
 #[test]

@@ -12,9 +12,17 @@ use crate::common::specs;
 
 #[derive(Args)]
 pub(crate) struct CreateArgs {
-    /// RAID level: 0, 1, 10, 5 or 6 (of the one volume, or of volumes that name none).
-    #[arg(long, default_value_t = 0)]
+    /// RAID level: 0, 1, 10, 5, 6, or declustered parity draid5 / draid6 (ZFS's draid1 / draid2) (of the one volume, or of volumes that name none).
+    #[arg(long, default_value = "0", value_parser = parse_level)]
     level: u32,
+    /// Declustered levels: data chunks per group, D (default: the largest D up to 8 whose group of D + parity fills
+    /// the members less the spares exactly, else the most up to 8 that fit).
+    #[arg(long, value_name = "D")]
+    data: Option<u32>,
+    /// Declustered levels: distributed spares, S: each row keeps S spare chunks, spread over every member
+    /// (default 1, or 0 when the members hold only 2 data chunks and the parity). Needs members >= D + parity + S.
+    #[arg(long, value_name = "S")]
+    spares: Option<u32>,
     /// Chunk (stripe unit, "stripe size" in Windows): a power of two from 4K to 1M.
     #[arg(long, default_value = "128K")]
     chunk: String,
@@ -67,6 +75,11 @@ pub(crate) struct AssembleArgs {
     members: Vec<String>,
 }
 
+/// `--level`: a number or a level's name (`draid5`, ...), as its number.
+fn parse_level(s: &str) -> std::result::Result<u32, String> {
+    uraid_core::Level::parse(s).map(|l| l.number()).map_err(|e| e.to_string())
+}
+
 pub(crate) fn cmd_create(a: CreateArgs) -> Result<()> {
     let chunk = parse_size(&a.chunk, "chunk size")?;
     let bitmap_region = match (&a.bitmap_region, a.no_bitmap) {
@@ -95,7 +108,7 @@ pub(crate) fn cmd_create(a: CreateArgs) -> Result<()> {
             drop(array::open_journal_device(&j.parse()?, a.force)?);
         }
     }
-    let opts = CreateOptions { level: a.level, chunk, name: a.name, force: a.force, bitmap_region, volumes, journal_reserve };
+    let opts = CreateOptions { level: a.level, chunk, name: a.name, force: a.force, bitmap_region, volumes, journal_reserve, data: a.data, spares: a.spares };
     let mut arr = array::create(&specs, &opts)?;
     if let Some(cfg) = &cache {
         let names = a.cache.apply(&mut arr, None, cfg, a.force)?;
@@ -109,10 +122,10 @@ pub(crate) fn cmd_create(a: CreateArgs) -> Result<()> {
     if entries.len() == 1 {
         let v = arr.volume().clone();
         println!(
-            "created array '{}' ({}): RAID {} over {} members, chunk {}, capacity {} bytes ({})",
+            "created array '{}' ({}): {} over {} members, chunk {}, capacity {} bytes ({})",
             arr.name(),
             arr.uuid(),
-            v.raid().geometry().level().number(),
+            level_text(&entries[0]),
             n,
             fmt_size(v.raid().geometry().chunk()),
             v.capacity(),
@@ -122,9 +135,9 @@ pub(crate) fn cmd_create(a: CreateArgs) -> Result<()> {
         println!("created array '{}' ({}) over {} members with {} volumes:", arr.name(), arr.uuid(), n, entries.len());
         for (e, v) in entries.iter().zip(arr.volumes()) {
             println!(
-                "  volume '{}': RAID {}, chunk {}, capacity {} bytes ({}), member bytes {}..{}",
+                "  volume '{}': {}, chunk {}, capacity {} bytes ({}), member bytes {}..{}",
                 e.name,
-                e.level,
+                level_text(e),
                 fmt_size(e.chunk),
                 v.capacity(),
                 fmt_size(v.capacity()),
@@ -135,6 +148,15 @@ pub(crate) fn cmd_create(a: CreateArgs) -> Result<()> {
     }
     arr.stop()?;
     Ok(())
+}
+
+/// A volume's level as status and examine show it: `RAID 5`, or
+/// `draid5 (4d+1p, 1 spare, layout 1)` for a declustered one.
+pub(crate) fn level_text(v: &uraid_core::control::superblock::VolumeEntry) -> String {
+    match (uraid_core::Level::from_number(v.level), v.draid) {
+        (Ok(l), Some(d)) => format!("{l} ({}d+{}p, {} distributed spare{}, layout {})", d.data, l.desc().parity, d.spares, if d.spares == 1 { "" } else { "s" }, d.version),
+        _ => format!("RAID {}", v.level),
+    }
 }
 
 fn print_superblock(name: &str, sb: &Superblock) {
@@ -161,9 +183,12 @@ fn print_superblock(name: &str, sb: &Superblock) {
     for (i, v) in sb.volumes.iter().enumerate() {
         let cap = v.capacity(sb.member_count as usize);
         println!(
-            "       volume {i} : '{}' raid{}, chunk {}{}, capacity {} bytes ({}), member bytes {}..{}, cache {}, uuid {}",
+            "       volume {i} : '{}' {}, chunk {}{}, capacity {} bytes ({}), member bytes {}..{}, cache {}, uuid {}",
             v.name,
-            v.level,
+            match v.draid {
+                Some(_) => level_text(v),
+                None => format!("raid{}", v.level),
+            },
             fmt_size(v.chunk),
             match uraid_core::control::array::layout_name(v) {
                 "" => String::new(),

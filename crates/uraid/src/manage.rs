@@ -165,7 +165,7 @@ pub(crate) fn parse_volume(s: &str) -> Result<VolumeSpec> {
         };
         match k.trim() {
             "level" => {
-                level = Some(v.trim().parse::<u32>().map_err(|_| anyhow!("level '{v}' in --volume '{s}' is not a number; use 0, 1, 10, 5 or 6"))?)
+                level = Some(uraid_core::Level::parse(v).map_err(|_| anyhow!("level '{v}' in --volume '{s}' is not a level; use 0, 1, 10, 5, 6, draid5 or draid6"))?.number())
             }
             "size" => size = Some(parse_size(v, "volume size")?),
             "chunk" => chunk = Some(parse_size(v, "chunk size")?),

@@ -131,3 +131,7 @@ mod iostat;
 // item 4): counted in status, evented, and --max-read-errors.
 #[path = "e2e/read_repair.rs"]
 mod read_repair;
+
+// Declustered parity (draid5, draid6): create, degraded reads, rebuild.
+#[path = "e2e/draid.rs"]
+mod draid;

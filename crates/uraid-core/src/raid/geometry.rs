@@ -61,6 +61,17 @@ impl Geometry {
         Ok(self)
     }
 
+    /// This declustered geometry with groups of `data` data chunks and
+    /// `spares` distributed spares (see [`Layout::with_draid`]). Errors:
+    /// `InvalidInput` at another level or for a shape that does not fit.
+    pub fn with_draid(mut self, data: u32, spares: u32) -> Result<Geometry> {
+        match self.layout {
+            Some(l) => self.layout = Some(l.with_draid(data, spares)?),
+            None => bail!(InvalidInput, "--data and --spares are for the declustered levels (draid5, draid6), not RAID 0"),
+        }
+        Ok(self)
+    }
+
     /// The redundant layout; `None` for RAID 0.
     pub fn layout(&self) -> Option<&Layout> {
         self.layout.as_ref()

@@ -283,6 +283,7 @@ fn volume(name: &str, level: u32, chunk: u64, start: u64, size: u64) -> VolumeEn
         journal_lost: false,
         journal_region: None,
         layout: 0,
+        draid: None,
     }
 }
 

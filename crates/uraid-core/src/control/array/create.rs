@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::meta::Meta;
 use super::survival::is_redundant;
 use super::{check_member_journal_size, open_member, probe, Array, CreateOptions, VolumeSpec, VOLUME_ALIGN};
-use crate::control::superblock::{self, Slot, State, Superblock, VolumeEntry, DATA_OFFSET, MAX_VOLUMES};
+use crate::control::superblock::{self, DraidEntry, Slot, State, Superblock, VolumeEntry, DATA_OFFSET, MAX_VOLUMES};
 use crate::io::member::{check_distinct, Member, MemberSpec, OpenMode};
 use crate::raid::bitmap::Bitmap;
 use crate::raid::geometry::{check_chunk, Geometry, Level, MAX_MEMBERS};
@@ -85,6 +85,30 @@ pub(super) fn member_size_for(name: &str, level: Level, n: usize, chunk: u64, ca
     match rows.and_then(|r| r.checked_mul(chunk)) {
         Some(s) => Ok(s),
         None => bail!(InvalidInput, "volume '{name}' size {capacity} bytes is too large"),
+    }
+}
+
+/// The geometry of a new volume of `level` (with `opts`' D and S when it
+/// is declustered, recorded in the entry's [`DraidEntry`]). Errors: as
+/// [`Geometry::new`] and [`Geometry::with_draid`].
+fn draid_geometry(opts: &CreateOptions, level: Level, n: usize, chunk: u64, member_size: u64) -> Result<(Geometry, Option<DraidEntry>)> {
+    let g = Geometry::new(level, n, chunk, member_size)?;
+    let Some(map) = g.layout().and_then(|l| l.draid()).copied() else { return Ok((g, None)) };
+    let spares = opts.spares.unwrap_or(map.spares());
+    let data = opts.data.unwrap_or_else(|| crate::raid::level::default_data(n as u32, map.parity(), spares));
+    let g = g.with_draid(data, spares)?;
+    Ok((g, Some(DraidEntry { version: crate::raid::level::LAYOUT_VERSION, data, spares })))
+}
+
+/// Bytes of every member that a declustered volume of `capacity` bytes
+/// needs (whole rows of whole groups).
+fn draid_member_size_for(opts: &CreateOptions, level: Level, n: usize, chunk: u64, capacity: u64) -> Result<u64> {
+    let (g, _) = draid_geometry(opts, level, n, chunk, chunk)?;
+    let map = g.layout().and_then(|l| l.draid()).copied().expect("a declustered layout");
+    let per_row = map.per_row() as u64 * map.data() as u64 * chunk;
+    match capacity.div_ceil(per_row).checked_mul(chunk) {
+        Some(s) => Ok(s),
+        None => bail!(InvalidInput, "volume size {capacity} bytes is too large"),
     }
 }
 
@@ -257,6 +281,9 @@ pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<V
     if specs.len() > MAX_VOLUMES {
         bail!(InvalidInput, "{} volumes requested; an array holds at most {MAX_VOLUMES}", specs.len());
     }
+    if (opts.data.is_some() || opts.spares.is_some()) && !specs.iter().any(|v| Level::from_number(v.level).is_ok_and(|l| l.declustered())) {
+        bail!(InvalidInput, "--data and --spares are for the declustered levels (draid5, draid6); give --level draid5 or draid6, or leave them out");
+    }
     let mut plan = Vec::with_capacity(specs.len());
     let mut start = DATA_OFFSET;
     // What each member must hold, for the error message.
@@ -280,6 +307,7 @@ pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<V
             );
         }
         let size = match s.size {
+            Some(cap) if level.declustered() => Some(draid_member_size_for(opts, level, n, chunk, cap)?),
             Some(cap) => Some(member_size_for(&s.name, level, n, chunk, cap)?),
             None if i + 1 == specs.len() => None,
             None => bail!(InvalidInput, "volume '{}' has no size; only the last volume may leave it out (to use the rest)", s.name),
@@ -314,7 +342,7 @@ pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<V
     for ((start, size, level, chunk), s) in sized.into_iter().zip(&specs) {
         let member_size = size.unwrap_or((room - start) / chunk * chunk);
         // Geometry checks the layout once more (and rounds as md does).
-        let g = Geometry::new(level, n, chunk, member_size)?;
+        let (g, draid) = draid_geometry(opts, level, n, chunk, member_size)?;
         plan.push(VolumeEntry {
             name: s.name.clone(),
             uuid: superblock::new_uuid(),
@@ -329,6 +357,7 @@ pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<V
             journal_lost: false,
             journal_region: None,
             layout: 0,
+            draid,
         });
     }
     Ok(plan)

@@ -118,6 +118,12 @@ pub struct CreateOptions {
     /// a journal on a member ([`Array::set_journal`] puts it there); 0:
     /// none.
     pub journal_reserve: u64,
+    /// Declustered volumes (draid5, draid6): data chunks per group (D);
+    /// `None`: [`default_data`](crate::raid::level::default_data).
+    pub data: Option<u32>,
+    /// Declustered volumes: distributed spares (S); `None`:
+    /// [`default_spares`](crate::raid::level::default_spares).
+    pub spares: Option<u32>,
 }
 
 impl Default for CreateOptions {
@@ -132,6 +138,8 @@ impl Default for CreateOptions {
             bitmap_region: None,
             volumes: Vec::new(),
             journal_reserve: 0,
+            data: None,
+            spares: None,
         }
     }
 }

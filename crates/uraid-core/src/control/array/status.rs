@@ -138,7 +138,10 @@ pub(super) fn volume_status(
         uuid: fmt_uuid(&v.uuid),
         level: v.level,
         chunk: v.chunk,
-        layout: layout_name(v).to_string(),
+        layout: match v.draid {
+            Some(d) => draid_layout_name(v.level, d),
+            None => layout_name(v).to_string(),
+        },
         capacity,
         member_start: v.member_start,
         member_size: v.member_size,
@@ -403,6 +406,13 @@ impl StatusSource {
             stale_members: self.stale.clone(),
         }
     }
+}
+
+/// A declustered volume's layout as status shows it:
+/// `draid5 4d+1p, 1 distributed spare, layout 1`.
+pub fn draid_layout_name(level: u32, d: crate::control::superblock::DraidEntry) -> String {
+    let (name, p) = crate::raid::geometry::Level::from_number(level).map_or((format!("level {level}"), 0), |l| (l.to_string(), l.desc().parity));
+    format!("{name} {}d+{p}p, {} distributed spare{}, layout {}", d.data, d.spares, if d.spares == 1 { "" } else { "s" }, d.version)
 }
 
 /// The parity placement of volume `v` by md's name (`mdadm --detail`'s

@@ -61,7 +61,7 @@ mod tests {
     use crate::control::superblock::DATA_OFFSET;
 
     fn entry(level: u32, chunk: u64, member_size: u64) -> VolumeEntry {
-        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_lost: false, journal_region: None, layout: 0 }
+        VolumeEntry { name: "v".into(), uuid: [0; 16], level, chunk, member_start: DATA_OFFSET, member_size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_lost: false, journal_region: None, layout: 0, draid: None }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::control::superblock::{fmt_uuid, VolumeEntry};
 use crate::io::member::Member;
 use crate::raid::bitmap::Bitmap;
 use crate::raid::engine::Shared;
-use crate::raid::geometry::{Geometry, Level};
+
 use crate::raid::health::Health;
 use crate::{bail, Result, Volume};
 
@@ -230,8 +230,7 @@ impl VolumeSet {
     fn make(&self, over: &Over, i: usize, old: Option<&Arc<Volume>>) -> Result<Arc<Volume>> {
         let (roles, v) = (over.roles.clone(), &over.entries[i]);
         let shared = Shared { health: over.health.clone(), bitmap: over.bitmap.clone() };
-        let variant = crate::raid::layout::Variant::from_u8(v.layout).unwrap_or_default();
-        let g = Geometry::new(Level::from_number(v.level)?, roles.len(), v.chunk, v.member_size)?.with_variant(variant)?;
+        let g = v.geometry(roles.len())?;
         let vol = Volume::with_state(roles, g, v.member_start, shared)?;
         let cfg = v.cache_config()?;
         match old.and_then(|o| o.cache().map(|c| (o, c.clone()))) {

@@ -58,7 +58,7 @@ impl Superblock {
         };
         b[120..124].copy_from_slice(&st.to_le_bytes());
         b[128..136].copy_from_slice(&self.bitmap_region.to_le_bytes());
-        if self.volumes.iter().any(|v| v.layout != 0) {
+        if self.volumes.iter().any(|v| v.layout != 0 || v.draid.is_some()) {
             b[8..12].copy_from_slice(&VERSION_RESHAPE.to_le_bytes());
         }
         if let Some(r) = &self.reshape {
@@ -96,6 +96,11 @@ impl Superblock {
             b[o + 72] = v.cache_mode;
             b[o + 73] = v.journal_lost as u8;
             b[o + 74] = v.layout;
+            if let Some(d) = v.draid {
+                b[o + 120] = d.version;
+                b[o + 121] = d.data as u8;
+                b[o + 122] = d.spares as u8;
+            }
             b[o + 76..o + 80].copy_from_slice(&v.cache_size_mib.to_le_bytes());
             b[o + 80..o + 84].copy_from_slice(&v.dirty_limit_mib.to_le_bytes());
             b[o + 84..o + 100].copy_from_slice(&v.journal_uuid);
@@ -248,9 +253,24 @@ fn decode_volume(b: &[u8], i: usize, h: &Header, prev_end: u64) -> Decoded<Volum
             r => Some(JournalRegion { role: r - 1, start: u64_at(b, o + 104), size: u64_at(b, o + 112) }),
         },
         layout: b[o + 74],
+        draid: (b[o + 120] != 0).then(|| super::DraidEntry { version: b[o + 120], data: b[o + 121] as u32, spares: b[o + 122] as u32 }),
     };
     if v.layout != 0 && (h.version != VERSION_RESHAPE || !matches!(v.level, 5 | 6) || crate::raid::layout::Variant::from_u8(v.layout).is_none()) {
         return inv(format!("layout {} of volume {i} (RAID {})", v.layout, v.level));
+    }
+    let declustered = crate::raid::geometry::Level::from_number(v.level).is_ok_and(|l| l.declustered());
+    let draid_ok = match v.draid {
+        None => !declustered,
+        Some(d) => {
+            declustered
+                && h.version == VERSION_RESHAPE
+                && d.version == crate::raid::level::LAYOUT_VERSION
+                && d.data > 0
+                && (d.data + d.spares + crate::raid::geometry::Level::from_number(v.level).map_or(0, |l| l.desc().parity as u32)) <= member_count
+        }
+    };
+    if !draid_ok {
+        return inv(format!("declustered layout {:?} of volume {i} (level {} over {member_count} members)", v.draid, v.level));
     }
     if check_name_of("volume", &v.name).is_err() {
         return inv(format!("name of volume {i} ({:?}: not 1 to {NAME_MAX} letters, digits, '-', '_' or '.')", v.name));

@@ -58,6 +58,7 @@
 //! | 100 | 4 | mode 3 with the journal on a member: its role + 1 (0: the journal is a device of its own) |
 //! | 104 | 8 | journal on a member: absolute member byte offset of its region (header and log) |
 //! | 112 | 8 | journal on a member: bytes of the region |
+//! | 120 | 3 | declustered levels (draid5 105, draid6 106): layout version (1), data chunks per group D, distributed spares S; zero at other levels (a superblock with a declustered volume is written as version 3) |
 //!
 //! A journal on a member lies past every volume's area on that member's
 //! device (no volume, and no other journal region, overlaps it); members,
@@ -195,6 +196,21 @@ pub struct VolumeEntry {
     /// RAID 5 and 6: where the parity is ([`crate::raid::layout::Variant`]
     /// as its byte; 0 = md's left-symmetric).
     pub layout: u8,
+    /// The declustered levels (draid5, draid6): D, S and the layout
+    /// version; `None` at every other level.
+    pub draid: Option<DraidEntry>,
+}
+
+/// What a declustered volume's entry records (bytes 120..123 of its
+/// entry): how its groups and spares are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct DraidEntry {
+    /// Layout version ([`crate::raid::level::LAYOUT_VERSION`]).
+    pub version: u8,
+    /// Data chunks per group (D).
+    pub data: u32,
+    /// Distributed spares (S).
+    pub spares: u32,
 }
 
 /// Where a volume's journal lies on a member (see [`crate::cache::journal`]).
@@ -249,9 +265,22 @@ impl VolumeEntry {
     /// Usable bytes of the volume over `members` members (0 when this
     /// build cannot lay the entry out).
     pub fn capacity(&self, members: usize) -> u64 {
-        crate::raid::geometry::Level::from_number(self.level)
-            .and_then(|l| crate::raid::geometry::Geometry::new(l, members, self.chunk, self.member_size))
-            .map_or(0, |g| g.capacity())
+        self.geometry(members).map_or(0, |g| g.capacity())
+    }
+
+    /// The volume's layout over `members` members: its level, chunk and
+    /// member size, RAID 5/6 parity variant, declustered D and S.
+    ///
+    /// Errors: `InvalidInput` for a level, variant or declustered shape
+    /// this build cannot lay out.
+    pub fn geometry(&self, members: usize) -> Result<crate::raid::geometry::Geometry> {
+        let level = crate::raid::geometry::Level::from_number(self.level)?;
+        let variant = crate::raid::layout::Variant::from_u8(self.layout).unwrap_or_default();
+        let g = crate::raid::geometry::Geometry::new(level, members, self.chunk, self.member_size)?.with_variant(variant)?;
+        match self.draid {
+            Some(d) => g.with_draid(d.data, d.spares),
+            None => Ok(g),
+        }
     }
 
     /// Absolute byte offset on every member just past the volume's area.

@@ -5,7 +5,7 @@
 use super::*;
 
 fn volume(name: &str, level: u32, chunk: u64, start: u64, size: u64) -> VolumeEntry {
-    VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_lost: false, journal_region: None, layout: 0 }
+    VolumeEntry { name: name.into(), uuid: new_uuid(), level, chunk, member_start: start, member_size: size, cache_mode: 0, cache_size_mib: 0, dirty_limit_mib: 0, journal_uuid: [0; 16], journal_lost: false, journal_region: None, layout: 0, draid: None }
 }
 
 fn sample() -> Superblock {
@@ -257,4 +257,38 @@ fn names_and_uuids() {
     let u = new_uuid();
     assert_eq!(fmt_uuid(&u).len(), 36);
     assert_eq!(u[6] >> 4, 4);
+}
+
+/// Issue 33: a declustered volume's D, S and layout version round-trip
+/// (as version 3, bytes 120..123 of its entry); a superblock without one
+/// keeps version 2 and zeros there; impossible declustered fields are
+/// refused by name.
+#[test]
+fn a_declustered_volume_roundtrips_as_version_3() {
+    let mut s = sample();
+    assert_eq!(u32_at(&s.encode(), 8), VERSION);
+    assert!(s.encode()[VOLUMES_AT + VOLUME_SIZE + 120..VOLUMES_AT + VOLUME_SIZE + 128].iter().all(|&b| b == 0));
+    s.member_count = 4;
+    s.slots.insert(3, Slot { uuid: [3; 16], state: MemberState::Active, resync_from_bitmap: false, recovery_offset: None });
+    s.volumes[1].level = 105;
+    s.volumes[1].draid = Some(DraidEntry { version: 1, data: 2, spares: 1 });
+    let b = s.encode();
+    assert_eq!(u32_at(&b, 8), VERSION_RESHAPE);
+    assert_eq!(&b[VOLUMES_AT + VOLUME_SIZE + 120..VOLUMES_AT + VOLUME_SIZE + 123], &[1, 2, 1]);
+    let d = Superblock::decode(&b).unwrap();
+    assert_eq!(d, s);
+    assert_eq!(d.volumes[1].geometry(4).unwrap().layout().unwrap().draid().unwrap().data(), 2);
+    for bad in [
+        Some(DraidEntry { version: 2, data: 2, spares: 1 }),
+        Some(DraidEntry { version: 1, data: 0, spares: 1 }),
+        Some(DraidEntry { version: 1, data: 3, spares: 1 }),
+        None,
+    ] {
+        s.volumes[1].draid = bad;
+        let e = Superblock::decode(&s.encode()).unwrap_err();
+        assert!(matches!(&e, DecodeError::Invalid(w) if w.contains("declustered layout")), "{bad:?}: {e:?}");
+    }
+    s.volumes[1].level = 5;
+    s.volumes[1].draid = Some(DraidEntry { version: 1, data: 2, spares: 1 });
+    assert!(matches!(Superblock::decode(&s.encode()), Err(DecodeError::Invalid(_))), "RAID 5 with a declustered shape");
 }

@@ -72,12 +72,22 @@ pub enum RedundantLevel {
     Raid5 = Level::Raid5 as isize,
     /// Striping with two rotating parity chunks (P and Q) per stripe.
     Raid6 = Level::Raid6 as isize,
+    /// Declustered parity, one parity chunk per group.
+    Draid5 = Level::Draid5 as isize,
+    /// Declustered parity, P and Q per group.
+    Draid6 = Level::Draid6 as isize,
 }
 
 impl RedundantLevel {
-    /// Every redundant level: RAID 1, 10, 5 and 6.
-    pub const ALL: [RedundantLevel; 4] =
-        [RedundantLevel::Raid1, RedundantLevel::Raid10, RedundantLevel::Raid5, RedundantLevel::Raid6];
+    /// Every redundant level: RAID 1, 10, 5 and 6, draid5 and draid6.
+    pub const ALL: [RedundantLevel; 6] = [
+        RedundantLevel::Raid1,
+        RedundantLevel::Raid10,
+        RedundantLevel::Raid5,
+        RedundantLevel::Raid6,
+        RedundantLevel::Draid5,
+        RedundantLevel::Draid6,
+    ];
 
     /// The level.
     #[inline]
@@ -147,7 +157,7 @@ impl RedundantLevel {
 
 impl std::fmt::Display for RedundantLevel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "raid{}", self.number())
+        write!(f, "{}", self.level())
     }
 }
 
@@ -346,8 +356,40 @@ impl Layout {
             variant: Variant::Standard,
             data_chunks: data_chunks as u32,
             stripes,
+            draid: None,
         };
-        Ok(Layout { level, shape })
+        let l = Layout { level, shape };
+        if level.level().declustered() {
+            let p = level.parity_chunks() as u32;
+            let spares = crate::raid::level::default_spares(members as u32, p);
+            return l.with_draid(crate::raid::level::default_data(members as u32, p, spares), spares);
+        }
+        Ok(l)
+    }
+
+    /// This declustered layout with groups of `data` data chunks (D) and
+    /// `spares` distributed spares (S), layout version
+    /// [`LAYOUT_VERSION`](crate::raid::level::LAYOUT_VERSION).
+    ///
+    /// Errors: `InvalidInput` at a level that is not declustered, for
+    /// D = 0, or when D + P + S exceeds the member count (the message
+    /// says what fits).
+    pub fn with_draid(mut self, data: u32, spares: u32) -> Result<Layout> {
+        if !self.level.level().declustered() {
+            bail!(InvalidInput, "--data and --spares are for the declustered levels (draid5, draid6), not {}", self.level);
+        }
+        let p = self.level.parity_chunks() as u32;
+        let seed = crate::raid::level::SEED;
+        let map = crate::raid::level::DraidMap::new(self.shape.members, data, p, spares, seed)?;
+        self.shape.data_chunks = data;
+        self.shape.stripes = map.groups(self.shape.member_size / self.shape.chunk);
+        self.shape.draid = Some(map);
+        Ok(self)
+    }
+
+    /// The declustered map (D, P, S); `None` at the other levels.
+    pub fn draid(&self) -> Option<&crate::raid::level::DraidMap> {
+        self.shape.draid.as_ref()
     }
 
     /// This layout with parity placed as `variant` says. Errors:
@@ -453,7 +495,7 @@ impl Layout {
     #[inline]
     pub fn stripe_offset(&self, stripe: u64) -> u64 {
         self.assert_parity("stripe_offset");
-        stripe * self.shape.chunk
+        per_level!(self.level.level(), L => L::stripe_row(&self.shape, stripe)) * self.shape.chunk
     }
 
     /// The member holding P of stripe `stripe`: `n - 1 - stripe % n`

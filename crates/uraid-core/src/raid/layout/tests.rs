@@ -9,7 +9,7 @@ const CHUNKS: [u64; 3] = [4 << 10, 64 << 10, 1 << 20];
 
 /// Every (level, members) from the level's minimum to 8.
 fn configs() -> impl Iterator<Item = (RedundantLevel, usize)> {
-    RedundantLevel::ALL.into_iter().flat_map(|l| (l.min_members()..=8).map(move |n| (l, n)))
+    RedundantLevel::ALL.into_iter().filter(|l| !l.level().declustered()).flat_map(|l| (l.min_members()..=8).map(move |n| (l, n)))
 }
 
 /// Member size for exhaustive tests: enough rows for two full parity
@@ -113,6 +113,7 @@ fn capacity_per_level() {
                 Raid10 => n64 * rows / 2 * chunk,
                 Raid5 => (n64 - 1) * ms,
                 Raid6 => (n64 - 2) * ms,
+                Draid5 | Draid6 => unreachable!("configs() has no declustered level"),
             };
             assert_eq!(l.capacity(), want, "{l:?}");
             assert_eq!(l.capacity() % l.stripe_data_width(), 0);
@@ -642,4 +643,46 @@ fn the_parity_last_variant_keeps_the_data_where_the_level_below_had_it() {
         }
     }
     assert!(Layout::new(Raid10, 4, 4096, 1 << 20).unwrap().with_variant(Variant::ParityLast).is_err());
+}
+
+/// Issue 33: the declustered layouts map every byte to one place and
+/// back (groups sharing a row, or leaving part of it unused); each
+/// stripe's chunks lie in its one row (`stripe_offset`) on distinct
+/// members, data in order then P (and Q); the row and stripe ranges
+/// agree.
+#[test]
+fn declustered_layouts_map_every_byte_and_keep_groups_in_one_row() {
+    let shapes = [(Draid5, 3, 2, 0), (Draid5, 8, 4, 1), (Draid5, 12, 4, 2), (Draid6, 8, 3, 1), (Draid6, 14, 4, 2), (Draid6, 32, 8, 2)];
+    for (level, n, d, s) in shapes {
+        let chunk = 4096;
+        let rows = 41;
+        let l = Layout::new(level, n, chunk, rows * chunk).unwrap().with_draid(d, s).unwrap();
+        let m = *l.draid().unwrap();
+        let g = ((n as u32 - s) / (d + m.parity())) as u64;
+        assert_eq!(l.stripes(), rows * g, "{level} {n} {d}+{s}");
+        assert_eq!(l.capacity(), rows * g * d as u64 * chunk);
+        check_mapping(&l, &[0, 1, chunk - 1]);
+        for stripe in 0..l.stripes() {
+            let off = l.stripe_offset(stripe);
+            assert_eq!(off / chunk, stripe / g);
+            assert!(l.stripes_of_rows(off / chunk, off / chunk + 1).contains(&stripe));
+            assert_eq!(l.rows_of_stripes(stripe, stripe + 1), off / chunk..off / chunk + 1);
+            let mut all: BTreeSet<u32> = BTreeSet::new();
+            for i in 0..d {
+                let dm = l.data_member(stripe, i);
+                assert_eq!(l.role(dm, off), Role::Data(stripe * l.stripe_data_width() + i as u64 * chunk), "{level} {n}: stripe {stripe} data {i}");
+                all.insert(dm);
+            }
+            assert_eq!(l.role(l.parity_member(stripe), off), Role::P);
+            all.insert(l.parity_member(stripe));
+            if let Some(q) = l.q_member(stripe) {
+                assert_eq!(l.role(q, off), Role::Q);
+                all.insert(q);
+            }
+            assert_eq!(all.len() as u32, d + m.parity(), "{level} {n}: stripe {stripe} has two chunks on one member");
+        }
+    }
+    let e = Layout::new(Draid5, 6, 4096, 1 << 20).unwrap().with_draid(5, 1).unwrap_err();
+    assert!(e.to_string().contains("need at least 7 members, not 6"), "{e}");
+    assert!(Layout::new(Raid5, 6, 4096, 1 << 20).unwrap().with_draid(4, 1).is_err());
 }

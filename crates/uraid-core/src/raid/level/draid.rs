@@ -1,15 +1,17 @@
 //! Declustered parity's map (issue 33's `draid5`/`draid6`; ZFS dRAID's
 //! layout, `module/zfs/vdev_draid.c`): where each chunk of a volume of
 //! redundancy groups (D data + P parity chunks) and distributed spare
-//! chunks lives on N members. Pure arithmetic, no table, no allocation;
-//! not yet a [`Level`](super::Level) (the engine, superblock and rebuild
-//! into spare space come next: issue 33).
+//! chunks lives on N members. Pure arithmetic, no table, no allocation.
+//! The levels built on it ([`Draid5`], [`Draid6`]) are at the end.
 //!
-//! The layout, as dRAID's: each member row (`chunk` bytes of every
-//! member) is a permuted order of the N members; its first
-//! `active = N - S` positions hold consecutive group chunks (parity first,
-//! then data; a group may continue on the next row, as in dRAID), its last
-//! S positions are the row's spare chunks. A failed member's chunks are
+//! The layout (version [`LAYOUT_VERSION`]): each member row (`chunk` bytes
+//! of every member) is a permuted order of the N members; its first
+//! `G (D + P)` positions hold `G = (N - S) / (D + P)` whole groups (parity
+//! first, then data; unlike dRAID a group never continues on the next
+//! row, so every chunk of a stripe sits at the same member offset and the
+//! stripe engine works on it as on a RAID 5/6 row), the positions up to
+//! `N - S` are unused (none when D + P divides N - S), and the last S
+//! positions are the row's spare chunks. A failed member's chunks are
 //! rebuilt into the spare chunks of their rows, which every survivor holds
 //! in turn, so a rebuild reads and writes on every survivor.
 //!
@@ -19,13 +21,21 @@
 //! demand (a 4-round Feistel network over the smallest even bit width that
 //! holds N, walked in cycles until it lands below N; Black and Rogaway,
 //! "Ciphers with arbitrary finite domains", 2002), keyed by the seed
-//! recorded for the volume and the permutation's number. Rows are taken in
-//! a fixed order of (rotation, base permutation, row of the group
-//! pattern), so that over one [`DraidMap::period`] of rows every member
-//! holds every position of every row pattern the same number of times:
-//! exactly the same number of data, parity and spare chunks.
+//! of layout version 1 ([`SEED`]) and the permutation's number. Rows are
+//! taken in a fixed order of (rotation, base permutation), so that over
+//! one [`DraidMap::period`] of rows every member holds every position the
+//! same number of times: exactly the same number of data, parity and
+//! spare chunks.
 
+use super::{Copies, Descriptor, Level, Loses, Place, Placement, Places, Redundancy, Role, Shape, StripePlaces};
 use crate::{bail, Result};
+
+/// The layout version a superblock records for a declustered volume: 1 is
+/// the one described above, permuted by [`SEED`].
+pub const LAYOUT_VERSION: u8 = 1;
+
+/// The permutations' seed of layout version 1.
+pub const SEED: u64 = 0x7572_6169_6433_3301;
 
 /// Base permutations before the rotation repeats them (dRAID's `nperms`
 /// for its larger maps).
@@ -71,7 +81,8 @@ pub struct DraidMap {
     parity: u32,
     spares: u32,
     seed: u64,
-    /// Rows in one cycle of the group pattern: lcm(D + P, N - S) / (N - S).
+    /// Rows in one cycle of the group pattern: 1 (groups never cross a
+    /// row).
     cycle: u64,
     /// Feistel half width, bits.
     half: u32,
@@ -101,9 +112,7 @@ impl DraidMap {
                  give fewer --data or --spares, or more members"
             );
         }
-        let width = (data + parity) as u64;
-        let active = (children - spares) as u64;
-        let cycle = width / gcd(width, active);
+        let cycle = 1;
         let bits = (32 - (children.max(2) - 1).leading_zeros()).max(2);
         Ok(DraidMap { children, data, parity, spares, seed, cycle, half: bits.div_ceil(2) })
     }
@@ -123,15 +132,36 @@ impl DraidMap {
         self.children - self.spares
     }
 
-    /// Rows after which every member has held every position of every row
-    /// pattern equally often: cycle x `PERMUTATIONS` x N.
+    /// Data chunks per group (D).
+    pub fn data(&self) -> u32 {
+        self.data
+    }
+
+    /// Parity chunks per group (P: 1 or 2).
+    pub fn parity(&self) -> u32 {
+        self.parity
+    }
+
+    /// Distributed spares (S: spare chunks per row).
+    pub fn spares(&self) -> u32 {
+        self.spares
+    }
+
+    /// Whole groups in one row: G = (N - S) / (D + P), at least 1.
+    #[inline]
+    pub fn per_row(&self) -> u32 {
+        self.active() / self.width()
+    }
+
+    /// Rows after which every member has held every position equally
+    /// often: `PERMUTATIONS` x N.
     pub fn period(&self) -> u64 {
         self.cycle * PERMUTATIONS * self.children as u64
     }
 
-    /// Whole groups in the first `rows` rows.
+    /// Groups in the first `rows` rows.
     pub fn groups(&self, rows: u64) -> u64 {
-        rows * self.active() as u64 / self.width() as u64
+        rows * self.per_row() as u64
     }
 
     /// (Feistel key, rotation) of `row`'s permutation.
@@ -201,9 +231,9 @@ impl DraidMap {
     #[inline]
     pub fn place(&self, group: u64, col: u32) -> (u64, u32) {
         debug_assert!(col < self.width());
-        let slot = group * self.width() as u64 + col as u64;
-        let row = slot / self.active() as u64;
-        (row, self.child(row, (slot % self.active() as u64) as u32))
+        let g = self.per_row() as u64;
+        let row = group / g;
+        (row, self.child(row, (group % g) as u32 * self.width() + col))
     }
 
     /// Where data chunk `chunk` of the volume (its logical chunk number)
@@ -228,8 +258,10 @@ impl DraidMap {
         if pos >= self.active() {
             return DraidRole::Spare { which: pos - self.active() };
         }
-        let slot = row * self.active() as u64 + pos as u64;
-        let (group, col) = (slot / self.width() as u64, (slot % self.width() as u64) as u32);
+        if pos >= self.per_row() * self.width() {
+            return DraidRole::Unused;
+        }
+        let (group, col) = (row * self.per_row() as u64 + (pos / self.width()) as u64, pos % self.width());
         if group >= self.groups(rows) {
             DraidRole::Unused
         } else if col < self.parity {
@@ -240,11 +272,137 @@ impl DraidMap {
     }
 }
 
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
+/// draid5's descriptor: groups of D data chunks and P; it loses any one
+/// member (more once a lost member is rebuilt into the spare space).
+pub(super) static DRAID5: Descriptor = Descriptor {
+    level: Level::Draid5,
+    number: 105,
+    min_members: 3,
+    loses: Loses::Any(1),
+    parity: 1,
+    copies: Copies::One,
+};
+
+/// draid6's descriptor: groups of D data chunks, P and Q; it loses any two
+/// members.
+pub(super) static DRAID6: Descriptor = Descriptor {
+    level: Level::Draid6,
+    number: 106,
+    min_members: 4,
+    loses: Loses::Any(2),
+    parity: 2,
+    copies: Copies::One,
+};
+
+/// The default data chunks per group over `members` members with `spares`
+/// distributed spares and `parity` parity chunks: the largest D from 2 to
+/// 8 whose group fills the rows exactly (D + P divides N - S), else
+/// `min(8, N - S - P)` (some positions of each row then stay unused).
+pub fn default_data(members: u32, parity: u32, spares: u32) -> u32 {
+    let active = members.saturating_sub(spares);
+    let most = active.saturating_sub(parity).clamp(1, 8);
+    (2..=most).rev().find(|d| active % (d + parity) == 0).unwrap_or(most)
+}
+
+/// The default distributed spares over `members` members: 1 when a group
+/// of 2 data chunks and its parity still fit beside it, else 0.
+pub fn default_spares(members: u32, parity: u32) -> u32 {
+    u32::from(members > parity + 2)
+}
+
+/// The map of a declustered shape (set by the layout for every draid
+/// volume).
+#[inline]
+fn map(s: &Shape) -> &DraidMap {
+    s.draid.as_ref().expect("a declustered volume's shape carries its map")
+}
+
+/// Declustered placement for P parity chunks per group (`Draid5` 1,
+/// `Draid6` 2): a stripe is a group, in one row (see the module docs).
+pub struct Declustered<const P: u32>;
+
+/// draid5's placement.
+pub type Draid5 = Declustered<1>;
+/// draid6's placement.
+pub type Draid6 = Declustered<2>;
+
+impl<const P: u32> Placement for Declustered<P> {
+    #[inline]
+    fn places(s: &Shape, offset: u64) -> Places {
+        let (row, member) = map(s).data_place(offset / s.chunk);
+        Places::one(Place { member, member_offset: row * s.chunk + offset % s.chunk })
+    }
+
+    #[inline]
+    fn role(s: &Shape, member: u32, member_offset: u64) -> Role {
+        let (row, within) = (member_offset / s.chunk, member_offset % s.chunk);
+        match map(s).role(s.member_size / s.chunk, row, member) {
+            DraidRole::Data { group, index } if group < s.stripes => {
+                Role::Data((group * s.data_chunks as u64 + index as u64) * s.chunk + within)
+            }
+            DraidRole::Parity { group, which: 0 } if group < s.stripes => Role::P,
+            DraidRole::Parity { group, .. } if group < s.stripes => Role::Q,
+            _ => Role::Unused,
+        }
+    }
+
+    fn redundancy(s: &Shape, stripe: u64) -> Redundancy {
+        let m = map(s);
+        let mut places = StripePlaces::new();
+        for col in (P..m.width()).chain(0..P) {
+            let (row, member) = m.place(stripe, col);
+            places.push(Place { member, member_offset: row * s.chunk });
+        }
+        Redundancy::Parity { places, parity: P as usize }
+    }
+
+    fn stripe_at(s: &Shape, member: u32, row: u64) -> Option<u64> {
+        match map(s).role(s.member_size / s.chunk, row, member) {
+            DraidRole::Data { group, .. } | DraidRole::Parity { group, .. } => (group < s.stripes).then_some(group),
+            DraidRole::Spare { .. } | DraidRole::Unused => None,
+        }
+    }
+
+    #[inline]
+    fn parity_member(s: &Shape, stripe: u64) -> Option<u32> {
+        Some(map(s).place(stripe, 0).1)
+    }
+
+    #[inline]
+    fn q_member(s: &Shape, stripe: u64) -> Option<u32> {
+        (P == 2).then(|| map(s).place(stripe, 1).1)
+    }
+
+    #[inline]
+    fn data_member(s: &Shape, stripe: u64, i: u32) -> u32 {
+        map(s).place(stripe, P + i).1
+    }
+
+    #[inline]
+    fn stripe_row(s: &Shape, stripe: u64) -> u64 {
+        stripe / map(s).per_row() as u64
+    }
+
+    #[inline]
+    fn stripes_of_rows(s: &Shape, ra: u64, rb: u64) -> std::ops::Range<u64> {
+        let g = map(s).per_row() as u64;
+        (ra * g).min(s.stripes)..(rb * g).min(s.stripes)
+    }
+
+    #[inline]
+    fn rows_of_stripes(s: &Shape, s0: u64, s1: u64) -> std::ops::Range<u64> {
+        let g = map(s).per_row() as u64;
+        s0 / g..(s1 - 1) / g + 1
+    }
+
+    #[inline]
+    fn stripes_per_row(s: &Shape) -> u64 {
+        map(s).per_row() as u64
+    }
+
+    #[inline]
+    fn stripes_in_rows(s: &Shape, rows: u64) -> u64 {
+        rows * map(s).per_row() as u64
     }
 }
 
@@ -301,14 +459,14 @@ mod tests {
         for &(n, d, p, s) in SHAPES {
             let m = DraidMap::new(n, d, p, s, 7).unwrap();
             let rows = m.period();
-            let mut count = vec![[0u64; 3]; n as usize];
+            let mut count = vec![[0u64; 4]; n as usize];
             for row in 0..rows {
                 for c in 0..n {
                     let k = match m.role(u64::MAX / 64, row, c) {
                         DraidRole::Data { .. } => 0,
                         DraidRole::Parity { .. } => 1,
                         DraidRole::Spare { .. } => 2,
-                        DraidRole::Unused => unreachable!(),
+                        DraidRole::Unused => 3,
                     };
                     count[c as usize][k] += 1;
                 }

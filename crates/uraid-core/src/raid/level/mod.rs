@@ -43,7 +43,7 @@ use std::ops::Range;
 
 use crate::{bail, Result};
 
-pub use draid::{DraidMap, DraidRole};
+pub use draid::{default_data, default_spares, Declustered, Draid5, Draid6, DraidMap, DraidRole, LAYOUT_VERSION, SEED};
 pub use place::{Place, Places, PlacesIter, Role, Shape, Variant};
 pub(crate) use redundancy::row_redundancy;
 pub use redundancy::{Recover, Redundancy, StripePlaces};
@@ -66,6 +66,11 @@ pub enum Level {
     Raid5 = 3,
     /// Striping with rotating P and Q, left-symmetric.
     Raid6 = 4,
+    /// Declustered parity: groups of D data chunks and P, with distributed
+    /// spare chunks, permuted over every member (issue 33, ZFS's draid1).
+    Draid5 = 5,
+    /// Declustered parity with P and Q per group (ZFS's draid2).
+    Draid6 = 6,
 }
 
 /// Where a level puts each byte of a volume of [`Shape`] `s`, and how it
@@ -146,6 +151,14 @@ pub trait Placement: Sized {
     #[inline]
     fn stripes_of_rows(_s: &Shape, ra: u64, rb: u64) -> Range<u64> {
         ra..rb
+    }
+
+    /// The member row that holds every chunk of parity stripe `stripe`
+    /// (its member offset over the chunk): the stripe itself for RAID 5
+    /// and 6, its group's row for the declustered levels.
+    #[inline]
+    fn stripe_row(_s: &Shape, stripe: u64) -> u64 {
+        stripe
     }
 
     /// The member rows holding stripes `[s0, s1)` (`s0 < s1`).
@@ -236,6 +249,14 @@ macro_rules! per_level {
                 type $L = $crate::raid::level::Raid6;
                 $body
             }
+            $crate::raid::level::Level::Draid5 => {
+                type $L = $crate::raid::level::Draid5;
+                $body
+            }
+            $crate::raid::level::Level::Draid6 => {
+                type $L = $crate::raid::level::Draid6;
+                $body
+            }
         }
     };
 }
@@ -243,12 +264,14 @@ pub(crate) use per_level;
 
 /// Every level's descriptor, indexed by `Level as usize` (one line per
 /// level; the order is the CLI's).
-pub static REGISTRY: [&Descriptor; 5] = [
+pub static REGISTRY: [&Descriptor; 7] = [
     &raid0::RAID0,
     &raid1::RAID1,
     &raid10::RAID10,
     &raid5::RAID5,
     &raid6::RAID6,
+    &draid::DRAID5,
+    &draid::DRAID6,
 ];
 
 /// How many members a level may lose, as data (SPDK's
@@ -377,6 +400,9 @@ impl Descriptor {
     /// chunk). `members` is at least [`min_members`](Self::min_members).
     #[inline]
     pub fn data_chunks(&self, members: usize) -> usize {
+        if let Some((d, _)) = self.declustered(members) {
+            return d as usize;
+        }
         match self.copies {
             Copies::One => members - self.parity,
             Copies::All | Copies::Fixed(_) => 1,
@@ -389,6 +415,9 @@ impl Descriptor {
     /// `raid10_size`). `members` is at least
     /// [`min_members`](Self::min_members).
     pub fn chunks(&self, members: usize, rows: u64) -> u64 {
+        if let Some((d, g)) = self.declustered(members) {
+            return rows * g as u64 * d as u64;
+        }
         rows * (members - self.parity) as u64 / self.copies(members) as u64
     }
 
@@ -397,6 +426,9 @@ impl Descriptor {
     /// `None` when the count overflows or `members` is below the level's
     /// parity.
     pub fn rows_for(&self, members: usize, chunks: u64) -> Option<u64> {
+        if let Some((d, g)) = self.declustered(members) {
+            return Some(chunks.div_ceil(g as u64 * d as u64));
+        }
         let data = members.checked_sub(self.parity).filter(|&d| d > 0)? as u64;
         Some(chunks.checked_mul(self.copies(members) as u64)?.div_ceil(data))
     }
@@ -405,11 +437,29 @@ impl Descriptor {
     /// members: 1, or 2 for RAID 10 over an odd count (whose copy pairs
     /// straddle rows).
     pub fn unit_rows(&self, members: usize) -> u64 {
+        if self.level.declustered() {
+            return 1;
+        }
         let (mut a, mut b) = ((members - self.parity) as u64, self.copies(members) as u64);
         while b != 0 {
             (a, b) = (b, a % b);
         }
         self.copies(members) as u64 / a
+    }
+
+    /// A declustered level's default D and groups per row over `members`
+    /// members ([`default_data`], [`default_spares`]): what the sizes
+    /// above assume (a volume records its own D and S, which its
+    /// [`Layout`](crate::raid::layout::Layout) uses); `None` at the other
+    /// levels.
+    fn declustered(&self, members: usize) -> Option<(u32, u32)> {
+        if !self.level.declustered() {
+            return None;
+        }
+        let (n, p) = (members as u32, self.parity as u32);
+        let s = default_spares(n, p);
+        let d = default_data(n, p, s);
+        Some((d, (n.saturating_sub(s) / (d + p)).max(1)))
     }
 
     /// True when the level lays its data out in stripes a reshape can
@@ -427,7 +477,31 @@ impl Descriptor {
 
 impl Level {
     /// Every level, in the order the CLI lists them.
-    pub const ALL: [Level; 5] = [Level::Raid0, Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6];
+    pub const ALL: [Level; 7] = [Level::Raid0, Level::Raid1, Level::Raid10, Level::Raid5, Level::Raid6, Level::Draid5, Level::Draid6];
+
+    /// True for the declustered levels (draid5, draid6), whose volumes
+    /// record D and S and neither grow nor change level.
+    #[inline]
+    pub fn declustered(self) -> bool {
+        matches!(self, Level::Draid5 | Level::Draid6)
+    }
+
+    /// Parses a level as the CLI takes it: a number (0, 1, 10, 5, 6, 105,
+    /// 106), `raidN`, `draid5`/`draid6`, or ZFS's `draid1`/`draid2`.
+    ///
+    /// Errors: `InvalidInput` naming the levels uraid knows.
+    pub fn parse(name: &str) -> Result<Level> {
+        let n = name.trim().to_ascii_lowercase();
+        match n.as_str() {
+            "draid5" | "draid1" | "draid" => return Ok(Level::Draid5),
+            "draid6" | "draid2" => return Ok(Level::Draid6),
+            _ => {}
+        }
+        match n.strip_prefix("raid").unwrap_or(&n).parse::<u32>() {
+            Ok(v) => Level::from_number(v),
+            Err(_) => bail!(InvalidInput, "unknown RAID level '{name}'; uraid knows levels {} and draid5, draid6 (ZFS's draid1, draid2)", known_numbers()),
+        }
+    }
 
     /// This level's descriptor.
     #[inline]
@@ -446,7 +520,7 @@ impl Level {
     pub fn from_number(n: u32) -> Result<Level> {
         match REGISTRY.iter().find(|d| d.number == n) {
             Some(d) => Ok(d.level),
-            None => bail!(InvalidInput, "unknown RAID level {n}; uraid knows levels {}", known_numbers()),
+            None => bail!(InvalidInput, "unknown RAID level {n}; uraid knows levels {}, and draid5 (105) and draid6 (106)", known_numbers()),
         }
     }
 
@@ -462,9 +536,10 @@ impl Level {
     }
 }
 
-/// The level numbers uraid knows, as a sentence: "0, 1, 10, 5 and 6".
+/// The md level numbers uraid knows, as a sentence: "0, 1, 10, 5 and 6"
+/// (the declustered levels go by name).
 pub fn known_numbers() -> String {
-    let n: Vec<String> = REGISTRY.iter().map(|d| d.number.to_string()).collect();
+    let n: Vec<String> = REGISTRY.iter().filter(|d| !d.level.declustered()).map(|d| d.number.to_string()).collect();
     match n.split_last() {
         Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
         _ => n.join(""),
@@ -473,6 +548,11 @@ pub fn known_numbers() -> String {
 
 impl std::fmt::Display for Level {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Level::Draid5 => return write!(f, "draid5"),
+            Level::Draid6 => return write!(f, "draid6"),
+            _ => {}
+        }
         write!(f, "raid{}", self.number())
     }
 }

@@ -182,6 +182,10 @@ pub struct Shape {
     /// Data chunks per stripe ([`Descriptor::data_chunks`](super::Descriptor::data_chunks)).
     pub data_chunks: u32,
     /// Stripes of the volume (see [`layout`](crate::raid::layout): RAID 5
-    /// and 6 rows, RAID 1 and 10 logical chunks, RAID 0 rows).
+    /// and 6 rows, RAID 1 and 10 logical chunks, RAID 0 rows, the
+    /// declustered levels' groups).
     pub stripes: u64,
+    /// The declustered levels' map (D, P, S and the permutations); `None`
+    /// at every other level.
+    pub draid: Option<super::DraidMap>,
 }

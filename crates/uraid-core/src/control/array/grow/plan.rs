@@ -67,6 +67,15 @@ pub(super) enum Takeover {
 /// more than [`MAX_MEMBERS`], or a chunk that does not fit.
 pub(super) fn plan(sb: &Superblock, opts: &GrowOptions) -> Result<Change> {
     let name = &sb.name;
+    if let Some(v) = sb.volumes.iter().find(|v| Level::from_number(v.level).is_ok_and(|l| l.declustered())) {
+        bail!(
+            InvalidInput,
+            "volume '{}' is declustered ({}): its groups and spare chunks are permuted over a fixed member count, so it \
+             neither grows nor changes level or chunk; create a new array and copy the data. Nothing was written",
+            v.name,
+            Level::from_number(v.level)?
+        );
+    }
     if sb.volumes.len() > 1 {
         return plan_matrix(sb, opts);
     }

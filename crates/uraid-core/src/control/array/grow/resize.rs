@@ -8,7 +8,7 @@ use crate::control::array::{open, Array};
 use crate::control::superblock::{State, DATA_OFFSET};
 use crate::io::member::{Member, MemberSpec};
 use crate::raid::bitmap::Bitmap;
-use crate::raid::geometry::{Geometry, Level};
+use crate::raid::geometry::Level;
 use crate::raid::health::MemberState;
 use crate::units::fmt_size;
 use crate::{bail, Error, IoBuf, Result};
@@ -104,7 +104,7 @@ impl Array {
         }
         let i = sb.volumes.len() - 1;
         let v = sb.volumes[i].clone();
-        let level = Level::from_number(v.level)?;
+        Level::from_number(v.level)?;
         let n = sb.member_count as usize;
         if let Some(r) = sb.volumes.iter().filter_map(|v| v.journal_region).next() {
             bail!(
@@ -119,7 +119,7 @@ impl Array {
         // The room: the smallest device held.
         let smallest = self.meta().devices.iter().flatten().map(Member::size).min().unwrap_or(0);
         let room = smallest.saturating_sub(v.member_start) / v.chunk * v.chunk;
-        let cap = |m: u64| Geometry::new(level, n, v.chunk, m).map(|g| g.capacity()).unwrap_or(0);
+        let cap = |m: u64| crate::control::superblock::VolumeEntry { member_size: m, ..v.clone() }.geometry(n).map(|g| g.capacity()).unwrap_or(0);
         let new_size = match size {
             NewSize::Max => room,
             NewSize::Bytes(want) => {
