@@ -76,7 +76,7 @@ pub(super) async fn create(State(src): S, h: HeaderMap, body: String) -> Respons
     if let Err(e) = may_use_all(&src, req.members.clone(), false).await {
         return fail(e);
     }
-    let opts = CreateOptions { level: req.level, chunk, name: req.name, force: false, bitmap_region: None, volumes: Vec::new(), journal_reserve: 0 };
+    let opts = CreateOptions { level: req.level, chunk, name: req.name, force: false, bitmap_region: None, volumes: Vec::new(), journal_reserve: 0, data: None, spares: None };
     let (members, confirm) = (req.members, req.confirm);
     let r = tokio::task::spawn_blocking(move || -> Result<serde_json::Value, ErrorBody> {
         let plan = array::check_create(&specs, &opts)?;
