@@ -182,8 +182,8 @@ impl Setup {
         match self.level {
             Level::Raid0 => 0,
             Level::Raid1 => self.members - 1,
-            Level::Raid10 | Level::Raid5 => 1,
-            Level::Raid6 => 2,
+            Level::Raid10 | Level::Raid5 | Level::Draid5 => 1,
+            Level::Raid6 | Level::Draid6 => 2,
         }
     }
 
