@@ -13,8 +13,8 @@ use crate::common::specs;
 #[derive(Args)]
 pub(crate) struct CreateArgs {
     /// RAID level: 0, 1, 10, 5, 6, or declustered parity draid5 / draid6 (ZFS's draid1 / draid2) (of the one volume, or of volumes that name none).
-    #[arg(long, default_value = "0", value_parser = parse_level)]
-    level: u32,
+    #[arg(long, default_value = "0")]
+    level: String,
     /// Declustered levels: data chunks per group, D (default: the largest D up to 8 whose group of D + parity fills
     /// the members less the spares exactly, else the most up to 8 that fit).
     #[arg(long, value_name = "D")]
@@ -75,11 +75,6 @@ pub(crate) struct AssembleArgs {
     members: Vec<String>,
 }
 
-/// `--level`: a number or a level's name (`draid5`, ...), as its number.
-fn parse_level(s: &str) -> std::result::Result<u32, String> {
-    uraid_core::Level::parse(s).map(|l| l.number()).map_err(|e| e.to_string())
-}
-
 pub(crate) fn cmd_create(a: CreateArgs) -> Result<()> {
     let chunk = parse_size(&a.chunk, "chunk size")?;
     let bitmap_region = match (&a.bitmap_region, a.no_bitmap) {
@@ -108,7 +103,10 @@ pub(crate) fn cmd_create(a: CreateArgs) -> Result<()> {
             drop(array::open_journal_device(&j.parse()?, a.force)?);
         }
     }
-    let opts = CreateOptions { level: a.level, chunk, name: a.name, force: a.force, bitmap_region, volumes, journal_reserve, data: a.data, spares: a.spares };
+    // A number or a level's name (`draid5`, ...); parsed here, not by clap,
+    // so that a bad level fails as every other bad argument does (status 1).
+    let level = uraid_core::Level::parse(&a.level)?.number();
+    let opts = CreateOptions { level, chunk, name: a.name, force: a.force, bitmap_region, volumes, journal_reserve, data: a.data, spares: a.spares };
     let mut arr = array::create(&specs, &opts)?;
     if let Some(cfg) = &cache {
         let names = a.cache.apply(&mut arr, None, cfg, a.force)?;
@@ -334,7 +332,7 @@ pub(crate) fn cmd_assemble(a: AssembleArgs) -> Result<()> {
         }
         if st.volumes.len() > 1 {
             for vs in &st.volumes {
-                println!("  volume '{}': raid{} {} bytes, chunk {}, {}", vs.name, vs.level, vs.capacity, fmt_size(vs.chunk), vs.state);
+                println!("  volume '{}': {} {} bytes, chunk {}, {}", vs.name, crate::common::level_name(vs.level), vs.capacity, fmt_size(vs.chunk), vs.state);
             }
         }
         let pending = arr.rebuilding();

@@ -14,6 +14,12 @@ pub(crate) fn specs(names: &[String]) -> Result<Vec<MemberSpec>> {
 }
 
 
+/// A level's name from its superblock number, as status prints it:
+/// `raid5`, `draid5` (`raidN` for a number uraid does not know).
+pub(crate) fn level_name(n: u32) -> String {
+    uraid_core::Level::from_number(n).map(|l| l.to_string()).unwrap_or_else(|_| format!("raid{n}"))
+}
+
 /// `unix_s` (seconds since 1970 UTC) as local time in ISO 8601 with the
 /// offset from UTC, as `date --iso-8601=seconds` prints it:
 /// `2026-11-27T00:15:03+01:00` (TZ and /etc/localtime decide the zone).

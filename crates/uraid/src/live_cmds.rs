@@ -373,7 +373,8 @@ pub(crate) fn check(c: Client, a: &CheckArgs, repair: bool) -> Result<()> {
     }
     for r in v.as_array().into_iter().flatten() {
         let report = r["report"].as_object().map(|o| o.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "));
-        println!("volume '{}' (raid{}): {}", r["volume"].as_str().unwrap_or(""), r["level"], report.unwrap_or_default());
+        let level = r["level"].as_u64().map_or_else(|| r["level"].to_string(), |n| crate::common::level_name(n as u32));
+        println!("volume '{}' ({level}): {}", r["volume"].as_str().unwrap_or(""), report.unwrap_or_default());
     }
     Ok(())
 }

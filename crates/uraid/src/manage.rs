@@ -165,7 +165,14 @@ pub(crate) fn parse_volume(s: &str) -> Result<VolumeSpec> {
         };
         match k.trim() {
             "level" => {
-                level = Some(uraid_core::Level::parse(v).map_err(|_| anyhow!("level '{v}' in --volume '{s}' is not a level; use 0, 1, 10, 5, 6, draid5 or draid6"))?.number())
+                // A number goes to create as it is (which names the levels
+                // it knows); a name must be one of the levels.
+                level = Some(match v.trim().parse::<u32>() {
+                    Ok(n) => n,
+                    Err(_) => uraid_core::Level::parse(v)
+                        .map_err(|_| anyhow!("level '{v}' in --volume '{s}' is not a level; use 0, 1, 10, 5, 6, draid5 or draid6"))?
+                        .number(),
+                })
             }
             "size" => size = Some(parse_size(v, "volume size")?),
             "chunk" => chunk = Some(parse_size(v, "chunk size")?),
@@ -372,9 +379,9 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
     }
     for v in &st.volumes {
         println!(
-            "  volume '{}': raid{} {} ({} bytes), chunk {}{}, {} [{n}/{up}] [{map}]",
+            "  volume '{}': {} {} ({} bytes), chunk {}{}, {} [{n}/{up}] [{map}]",
             v.name,
-            v.level,
+            crate::common::level_name(v.level),
             fmt_size(v.capacity),
             v.capacity,
             fmt_size(v.chunk),
@@ -607,7 +614,7 @@ pub(crate) fn cmd_check(a: CheckArgs, repair: bool) -> Result<()> {
         };
         let report = serde_json::to_value(r)?;
         if !a.json {
-            println!("volume '{}' (raid{}): {}", entries[i].name, entries[i].level, compact(&report));
+            println!("volume '{}' ({}): {}", entries[i].name, crate::common::level_name(entries[i].level), compact(&report));
         }
         out.push(serde_json::json!({"volume": entries[i].name, "level": entries[i].level, "repair": repair, "report": report}));
     }

@@ -470,7 +470,7 @@ fn summary(st: &ArrayStatus) -> String {
     let map: String = st.members.iter().take(n).map(|m| if m.state == "active" { 'U' } else { '_' }).collect();
     st.volumes
         .iter()
-        .map(|v| format!("volume '{}' raid{} [{n}/{up}] [{map}] {}", v.name, v.level, v.state))
+        .map(|v| format!("volume '{}' {} [{n}/{up}] [{map}] {}", v.name, crate::common::level_name(v.level), v.state))
         .collect::<Vec<_>>()
         .join("; ")
 }
