@@ -111,7 +111,7 @@ impl StripeLocks {
     /// stripes of the range share it, so a batch never waits for itself.
     ///
     /// It never holds some of the range's locks for long while it waits
-    /// for another: after [`RANGE_PATIENCE_NS`] it releases those it holds
+    /// for another: after `RANGE_PATIENCE_NS` (20 ms) it releases those it holds
     /// and starts again. A data-path queue never waits while it holds a
     /// lock, but one thread may drive two queues (the write-back cache's
     /// flusher writes lines through one and reads for its journal records

@@ -21,7 +21,7 @@
 //! of the whole for any run long enough to matter. Counts, bytes and
 //! errors are exact.
 //!
-//! The hooks: the queue asks its [`QueueCounters`] whether to time a piece
+//! The hooks: the queue asks its `QueueCounters` whether to time a piece
 //! it pushes for the first time (`time_this`), starts each reap pass with
 //! `new_pass`, and `piece::progress`, which every member I/O's completion
 //! goes through (plain and stripe pieces alike), is handed the queue's
