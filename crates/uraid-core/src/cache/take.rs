@@ -435,20 +435,16 @@ impl Cache {
 
     /// What a writer held for room does now: fail with the flusher's error
     /// once a pass lost writes (the members refuse them; waiting would be
-    /// for ever when they always will), try again once there is room
-    /// (`Some(Ok)`), or wait (`None`).
+    /// for ever when they always will; a dead flusher, or one stopped by a
+    /// failed volume below, sets that error too), try again once there is
+    /// room under the dirty limit and the journal's pressure (`Some(Ok)`),
+    /// or wait (`None`).
     pub(crate) fn room(&self) -> Option<crate::Result<()>> {
         if let Some(e) = lock(&self.failed).clone() {
             return Some(Err(e));
         }
-        self.has_room().then_some(Ok(()))
-    }
-
-    /// True when a writer held for room may try again.
-    pub(crate) fn has_room(&self) -> bool {
-        // A dead flusher (or one stopped by a failed volume below) makes
-        // no room: held writers go on to fail.
-        self.dead.load(Ordering::Acquire) || self.lines.dirty_bytes() < self.cfg.dirty_limit && self.live_journal().is_none_or(|j| j.pressure() * 2 < j.log_size())
+        let room = self.lines.dirty_bytes() < self.cfg.dirty_limit && self.live_journal().is_none_or(|j| j.pressure() * 2 < j.log_size());
+        room.then_some(Ok(()))
     }
 
     /// When a loss of the journal waits to be recorded and every write
