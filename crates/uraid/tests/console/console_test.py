@@ -97,11 +97,47 @@ step(f"the server's history (before any page): {len(h['t'])} points, {len(busy)}
      f"{h['bytes_per_point']} bytes a point, {h['kept_seconds'] * h['bytes_per_point']} bytes for the hour")
 
 
-def click(el):
-    """Clicks `el` in the middle of the window, with the last message
-    (the toast, which sits at the bottom) out of the way."""
-    el.parent.execute_script("document.getElementById('toast').hidden = true; arguments[0].scrollIntoView({block: 'center'});", el)
-    el.click()
+def click(find):
+    """Clicks the element `find()` returns in the middle of the window, with
+    the last message (the toast, which sits at the bottom) out of the way.
+    Finds it again when a refresh redrew it in between (see `press`)."""
+    deadline = time.time() + 10
+    while True:
+        try:
+            el = find()
+            el.parent.execute_script("document.getElementById('toast').hidden = true; arguments[0].scrollIntoView({block: 'center'});", el)
+            el.click()
+            return
+        except StaleElementReferenceException:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def press(d, by, sel):
+    """Finds the element and clicks it. The page re-renders its tables on
+    every refresh (each second), so an element found just before a refresh
+    is stale when clicked: selenium raises before any click reaches the page,
+    so finding it again and clicking is safe. Gives up after 10 s."""
+    deadline = time.time() + 10
+    while True:
+        try:
+            d.find_element(by, sel).click()
+            return
+        except StaleElementReferenceException:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def fresh(f):
+    """`f()`, read again when a refresh redrew the element it read (see `press`)."""
+    for _ in range(200):
+        try:
+            return f()
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    return f()
 
 
 def backing(dev):
@@ -168,7 +204,7 @@ try:
     d.set_page_load_timeout(300)
     step("eight reloads each show the array")
     # What the members are: model, size, logical sector size, what they sit on.
-    d.find_element(By.CSS_SELECTOR, "#member-details summary").click()
+    press(d, By.CSS_SELECTOR, "#member-details summary")
     rows = d.find_elements(By.CSS_SELECTOR, "#details tbody tr")
     assert len(rows) == 4 and all("/dev/loop" in r.text and re.search(r"\b(512|4096) B\b", r.text) for r in rows), [r.text for r in rows]
     step("the members' details show: " + rows[0].text)
@@ -217,11 +253,11 @@ try:
     step(f"member 0's counters: {shown[0]} reads, {shown[1]} writes, {shown[2]} errors (uraid status: {io['writes']} writes)")
 
     # Fail member 1, with its confirmation.
-    d.find_element(By.ID, "fail-1").click()
+    press(d, By.ID, "fail-1")
     dialog = d.find_element(By.ID, "confirm")
     assert dialog.is_displayed() and "marked faulty" in d.find_element(By.ID, "confirm-text").text
     d.save_screenshot(os.path.join(SHOTS, "2-confirm-fail.png"))
-    d.find_element(By.ID, "confirm-ok").click()
+    press(d, By.ID, "confirm-ok")
     wait.until(lambda d: d.find_element(By.ID, "array-state").text == "degraded")
     st = status()
     assert st["members"][1]["state"] == "faulty", f"uraid status after the page's fail: {st['members']}"
@@ -238,8 +274,8 @@ try:
     step(f"the failed member's row: {member_row(failed)!r}")
 
     # A refusal from the engine is shown as the CLI shows it.
-    d.find_element(By.ID, "fail-2").click()
-    d.find_element(By.ID, "confirm-ok").click()
+    press(d, By.ID, "fail-2")
+    press(d, By.ID, "confirm-ok")
     wait.until(lambda d: d.find_element(By.ID, "toast").is_displayed())
     assert "lose the data" in d.find_element(By.ID, "toast").text, d.find_element(By.ID, "toast").text
     assert status()["members"][2]["state"] == "active"
@@ -247,7 +283,7 @@ try:
 
     # The drives panel: the members by role (role 1 faulty), the spare-to-be free. Add it as
     # a spare from its row: it takes over role 1; the rebuild's bar reaches 100%.
-    d.find_element(By.CSS_SELECTOR, "#drives-panel summary").click()
+    press(d, By.CSS_SELECTOR, "#drives-panel summary")
     row = lambda dev: d.find_element(By.CSS_SELECTOR, f'#drives tbody tr[data-device="{dev}"]')
 
     def row_text(dev):
@@ -257,22 +293,22 @@ try:
         except (StaleElementReferenceException, NoSuchElementException):
             return ""
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, f'#drives tbody tr[data-device="{SPARE}"]')) == 1)
-    assert "free" in row(SPARE).text, row(SPARE).text
+    assert "free" in fresh(lambda: row(SPARE).text), fresh(lambda: row(SPARE).text)
     members = [m["device"] for m in st["members"]]
-    assert "role 0 of this array (active)" in row(members[0]).text, row(members[0]).text
-    assert "role 1 of this array (faulty)" in row(members[1]).text, row(members[1]).text
-    assert not row(members[0]).find_elements(By.TAG_NAME, "button"), "a member row offers an action"
-    step(f"the drives panel: {row(SPARE).text!r}; {row(members[1]).text!r}")
+    assert "role 0 of this array (active)" in fresh(lambda: row(members[0]).text), fresh(lambda: row(members[0]).text)
+    assert "role 1 of this array (faulty)" in fresh(lambda: row(members[1]).text), fresh(lambda: row(members[1]).text)
+    assert not fresh(lambda: row(members[0]).find_elements(By.TAG_NAME, "button")), "a member row offers an action"
+    step(f"the drives panel: {fresh(lambda: row(SPARE).text)!r}; {fresh(lambda: row(members[1]).text)!r}")
     # The drives panel's Health column says what the member rows say.
     for r, txt in shown_health.items():
-        cell = row(members[r]).find_elements(By.TAG_NAME, "td")[5].text
+        cell = fresh(lambda: row(members[r]).find_elements(By.TAG_NAME, "td")[5].text)
         assert cell == txt, f"role {r}: drives panel {cell!r}, member row {txt!r}"
     d.save_screenshot(os.path.join(SHOTS, "3b-drives.png"))
     step("the drives panel shows the same health as the member rows")
 
     # The create wizard: a new array from free drives, checked as `uraid create` checks it.
     newname = f"made{os.getpid()}"
-    click(d.find_element(By.ID, "create-open"))
+    click(lambda: d.find_element(By.ID, "create-open"))
     wait.until(lambda d: d.find_element(By.ID, "create-wizard").is_displayed())
     wait.until(lambda d: all(len(d.find_elements(By.CSS_SELECTOR, f'#create-drives input[value="{c}"]')) == 1 for c in CREATE))
     assert not d.find_elements(By.CSS_SELECTOR, f'#create-drives input[value="{members[0]}"]'), "a member is offered for a new array"
@@ -283,15 +319,15 @@ try:
     chunk.send_keys("64K")
 
     def create_error(needle):
-        d.find_element(By.ID, "create-next").click()
+        press(d, By.ID, "create-next")
         wait.until(lambda d: needle in d.find_element(By.ID, "create-error").text, f"the wizard says {needle!r}")
         assert d.find_element(By.ID, "create-wizard").is_displayed()
         return d.find_element(By.ID, "create-error").text
-    d.find_element(By.CSS_SELECTOR, f'#create-drives input[value="{CREATE[0]}"]').click()
+    press(d, By.CSS_SELECTOR, f'#create-drives input[value="{CREATE[0]}"]')
     few = create_error("RAID 5 needs at least 3 members, 1 given")
     d.save_screenshot(os.path.join(SHOTS, "11a-create-too-few.png"))
     for c in CREATE[1:]:
-        d.find_element(By.CSS_SELECTOR, f'#create-drives input[value="{c}"]').click()
+        press(d, By.CSS_SELECTOR, f'#create-drives input[value="{c}"]')
     chunk.clear()
     chunk.send_keys("96K")
     odd = create_error("power of two")
@@ -308,16 +344,16 @@ try:
     assert all("superblock" not in examine(c) for c in CREATE), f"a refused create wrote: {[examine(c) for c in CREATE]}"
     # RAID 1 over two of them: the cost and each target's identity first.
     Select(d.find_element(By.ID, "create-level")).select_by_value("1")
-    d.find_element(By.CSS_SELECTOR, f'#create-drives input[value="{CREATE[2]}"]').click()
+    press(d, By.CSS_SELECTOR, f'#create-drives input[value="{CREATE[2]}"]')
     d.save_screenshot(os.path.join(SHOTS, "11b-create-wizard.png"))
-    d.find_element(By.ID, "create-next").click()
+    press(d, By.ID, "create-next")
     wait.until(lambda d: d.find_element(By.ID, "confirm").is_displayed())
     ctext = d.find_element(By.ID, "confirm-text").text
     assert "WRITES OVER" in ctext and all(c in ctext and backing(c) in ctext for c in CREATE[:2]) and CREATE[2] not in ctext, ctext
     assert re.search(r"No initial sync .*zeroes [\d.]+ GB on each of the 2 members", ctext), ctext
     step(f"create asks first: {ctext!r}")
     d.save_screenshot(os.path.join(SHOTS, "11c-create-confirm.png"))
-    d.find_element(By.ID, "confirm-ok").click()
+    press(d, By.ID, "confirm-ok")
     wait.until(lambda d: "Created array" in d.find_element(By.ID, "create-done").text)
     done_text = d.find_element(By.ID, "create-done").text
     assert f"uraid serve {newname} {CREATE[0]} {CREATE[1]}" in done_text and f"uraid@{newname}.service" in done_text, done_text
@@ -327,13 +363,13 @@ try:
         assert sb.get("name") == newname and [v["level"] for v in sb.get("volumes", [])] == [1], examine(c)
     wait.until(lambda d: "another array" in row_text(CREATE[0]) or newname in row_text(CREATE[0]), "the drives panel names the new array's member")
     step(f"the create wizard made {newname}: {done_text!r}; uraid examine reads it; the panel: {row_text(CREATE[0])!r}")
-    click(row(SPARE).find_element(By.TAG_NAME, "button"))
+    click(lambda: row(SPARE).find_element(By.TAG_NAME, "button"))
     wait.until(lambda d: d.find_element(By.ID, "confirm").is_displayed())
     ctext = d.find_element(By.ID, "confirm-text").text
     assert SPARE in ctext and "WRITES OVER" in ctext and re.search(r"rebuilds [\d.]+ GB at \d+ MB/s: about \d+ s", ctext), ctext
     step(f"add spare asks first: {ctext!r}")
     d.save_screenshot(os.path.join(SHOTS, "3c-add-spare-confirm.png"))
-    d.find_element(By.ID, "confirm-ok").click()
+    press(d, By.ID, "confirm-ok")
     try:
         wait.until(lambda d: d.find_element(By.ID, "progress-box").is_displayed())
     except TimeoutException:
@@ -353,21 +389,21 @@ try:
     wait.until(lambda d: d.find_element(By.ID, "array-state").text == "clean")
     wait.until(lambda d: any(li.get_attribute("data-event") == "RebuildFinished" for li in d.find_elements(By.CSS_SELECTOR, "#events li")))
     step(f"add spare rebuilds in the background; the bar went {min(seen):.0f}% .. {max(seen):.0f}%, RebuildFinished shown")
-    d.find_element(By.ID, "drives-refresh").click()
+    press(d, By.ID, "drives-refresh")
     wait.until(lambda d: "role 1 of this array (active)" in row_text(SPARE))
     step(f"the drives panel after the rebuild: {row_text(SPARE)!r}")
     d.save_screenshot(os.path.join(SHOTS, "4-rebuilt.png"))
     # The failed member stays, with who it is, until removed.
     assert "faulty" in member_row(failed) and backing(failed) in member_row(failed), member_row(failed)
-    click(d.find_element(By.CSS_SELECTOR, f'#members tbody tr[data-device="{failed}"] button'))
-    d.find_element(By.ID, "confirm-ok").click()
+    click(lambda: d.find_element(By.CSS_SELECTOR, f'#members tbody tr[data-device="{failed}"] button'))
+    press(d, By.ID, "confirm-ok")
     wait.until(lambda d: member_row(failed) == "")
     assert all(m["device"] != failed for m in status()["members"]), status()["members"]
     step("the failed member stayed shown with its identity until removed from the page")
 
     # The replace wizard: role 2 for REPLACEMENT, its cost and identity shown first.
     old2 = status()["members"][2]["device"]
-    click(d.find_element(By.ID, "replace-open"))
+    click(lambda: d.find_element(By.ID, "replace-open"))
     wait.until(lambda d: d.find_element(By.ID, "replace-wizard").is_displayed())
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, f'#replace-new option[value="{REPL}"]')) == 1)
     assert not d.find_elements(By.CSS_SELECTOR, f'#replace-new option[value="{SPARE}"]'), "a member is offered as a free drive"
@@ -376,12 +412,12 @@ try:
     cost = d.find_element(By.ID, "replace-cost").text
     assert REPL in cost and re.search(r"rebuilds [\d.]+ GB at \d+ MB/s: about \d+ s", cost), cost
     d.save_screenshot(os.path.join(SHOTS, "8-replace-wizard.png"))
-    d.find_element(By.ID, "replace-next").click()
+    press(d, By.ID, "replace-next")
     wait.until(lambda d: d.find_element(By.ID, "confirm").is_displayed())
     ctext = d.find_element(By.ID, "confirm-text").text
     assert "WRITES OVER" in ctext and REPL in ctext and backing(REPL) in ctext, ctext
     d.save_screenshot(os.path.join(SHOTS, "8b-replace-confirm.png"))
-    d.find_element(By.ID, "confirm-ok").click()
+    press(d, By.ID, "confirm-ok")
     WebDriverWait(d, 180, poll_frequency=0.5).until(
         lambda d: any(m["role"] == 2 and m["device"] == REPL and m["state"] == "active" for m in status()["members"]))
     wait.until(lambda d: d.find_element(By.ID, "array-state").text == "clean")
@@ -391,20 +427,20 @@ try:
 
     # The grow wizard: add GROW, its cost and identity shown first; the reshape runs.
     st0 = status()
-    click(d.find_element(By.ID, "grow-open"))
+    click(lambda: d.find_element(By.ID, "grow-open"))
     wait.until(lambda d: d.find_element(By.ID, "grow-wizard").is_displayed())
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, f'#grow-drives input[value="{GROW}"]')) == 1)
     assert d.find_element(By.ID, "grow-next").get_attribute("disabled") is not None, "grow offered with nothing picked"
-    click(d.find_element(By.CSS_SELECTOR, f'#grow-drives input[value="{GROW}"]'))
+    click(lambda: d.find_element(By.CSS_SELECTOR, f'#grow-drives input[value="{GROW}"]'))
     cost = d.find_element(By.ID, "grow-cost").text
     assert GROW in cost and re.search(r"reshapes [\d.]+ GB \(volume [^)]+\) at \d+ MB/s: about \d+ s", cost), cost
     d.save_screenshot(os.path.join(SHOTS, "10-grow-wizard.png"))
-    d.find_element(By.ID, "grow-next").click()
+    press(d, By.ID, "grow-next")
     wait.until(lambda d: d.find_element(By.ID, "confirm").is_displayed())
     ctext = d.find_element(By.ID, "confirm-text").text
     assert "WRITES OVER" in ctext and GROW in ctext and backing(GROW) in ctext, ctext
     d.save_screenshot(os.path.join(SHOTS, "10b-grow-confirm.png"))
-    d.find_element(By.ID, "confirm-ok").click()
+    press(d, By.ID, "confirm-ok")
     WebDriverWait(d, 180, poll_frequency=0.5).until(
         lambda d: (lambda st: st["member_count"] == st0["member_count"] + 1 and not st.get("progress")
                    and st["volumes"][0]["capacity"] > st0["volumes"][0]["capacity"])(status()))
@@ -412,8 +448,8 @@ try:
     step(f"the grow wizard: {cost!r}; {st0['member_count']} -> {status()['member_count']} members")
 
     # A scrub started from the page: 0 mismatches.
-    d.find_element(By.ID, "start-check").click()
-    d.find_element(By.ID, "confirm-ok").click()
+    press(d, By.ID, "start-check")
+    press(d, By.ID, "confirm-ok")
     WebDriverWait(d, 180, poll_frequency=0.3).until(lambda d: "mismatches" in d.find_element(By.ID, "check-result").text)
     res = d.find_element(By.ID, "check-result").text
     assert "0 mismatches" in res and "0 stripes checked" not in res, res
@@ -422,7 +458,7 @@ try:
     # The write-back toggle shows its warning, after a confirmation that says so.
     Select(d.find_element(By.ID, f"cache-{ARRAY}")).select_by_value("writeback")
     assert "LOST on power loss" in d.find_element(By.ID, "confirm-text").text
-    d.find_element(By.ID, "confirm-ok").click()
+    press(d, By.ID, "confirm-ok")
     wait.until(lambda d: any("lost on power loss" in w.text for w in d.find_elements(By.CSS_SELECTOR, ".warning")))
     assert status()["volumes"][0]["cache"]["mode"] == "writeback"
     step("the write-back cache toggle shows its warning")
@@ -431,13 +467,13 @@ try:
     # A benchmark on a target that holds no live data, started from the
     # page; a member is refused; the report is kept and listed.
     d.find_element(By.ID, "bench-target").send_keys(SPARE)
-    d.find_element(By.ID, "bench-start").click()
-    d.find_element(By.ID, "confirm-ok").click()
+    press(d, By.ID, "bench-start")
+    press(d, By.ID, "confirm-ok")
     wait.until(lambda d: d.find_element(By.ID, "toast").is_displayed() and "member of array" in d.find_element(By.ID, "toast").text)
     d.find_element(By.ID, "bench-target").clear()
     d.find_element(By.ID, "bench-target").send_keys("mem:512M,bw=200M,iops=20000")
-    d.find_element(By.ID, "bench-start").click()
-    d.find_element(By.ID, "confirm-ok").click()
+    press(d, By.ID, "bench-start")
+    press(d, By.ID, "confirm-ok")
     wait.until(lambda d: "running" in d.find_element(By.ID, "bench-state").text)
     WebDriverWait(d, 240, poll_frequency=1).until(lambda d: "done" in d.find_element(By.ID, "bench-state").text or "failed" in d.find_element(By.ID, "bench-state").text)
     assert "done" in d.find_element(By.ID, "bench-state").text, d.find_element(By.ID, "bench-state").text
