@@ -50,7 +50,10 @@ pub(crate) fn local_iso8601(unix_s: i64) -> String {
 /// Waits for `child` to exit, at most `limit` (checking every 20 ms);
 /// past that, or if it cannot be waited for, kills and reaps it. Returns
 /// whether it exited by itself: how a helper program that may hang (on a
-/// device that does not answer) is run without hanging its caller.
+/// device that does not answer) is run without hanging its caller. A child
+/// spawned as the leader of its own process group
+/// (`CommandExt::process_group(0)`) is killed with its whole group, so a
+/// wrapper script's own children cannot keep its output pipe open.
 pub(crate) fn wait_or_kill(child: &mut std::process::Child, limit: std::time::Duration) -> bool {
     let t0 = std::time::Instant::now();
     loop {
@@ -59,6 +62,13 @@ pub(crate) fn wait_or_kill(child: &mut std::process::Child, limit: std::time::Du
             Ok(None) if t0.elapsed() < limit => std::thread::sleep(std::time::Duration::from_millis(20)),
             _ => break,
         }
+    }
+    if let Ok(pid) = i32::try_from(child.id()) {
+        // SAFETY: kill(2) touches no memory. The child is not reaped yet,
+        // so its pid (and the group of the same number, if it leads one)
+        // still names it; where it leads no group the call fails with
+        // ESRCH and changes nothing.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
     }
     let _ = child.kill();
     let _ = child.wait();

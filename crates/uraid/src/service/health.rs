@@ -176,8 +176,17 @@ pub(crate) fn polled_anyway(device: &str) -> bool {
 /// [`SMARTCTL_TIMEOUT`], or its output is no JSON, or it could not open or
 /// query the device (exit status bits 1 and 2).
 pub(crate) fn read(smartctl: &Path, device: &str) -> Result<Health, String> {
+    read_within(smartctl, device, SMARTCTL_TIMEOUT)
+}
+
+/// [`read`] with `limit` in place of [`SMARTCTL_TIMEOUT`]. smartctl runs
+/// in a process group of its own, killed whole at the limit, so that
+/// nothing it started (a wrapper script's `sleep`) holds its output open.
+fn read_within(smartctl: &Path, device: &str, limit: Duration) -> Result<Health, String> {
+    use std::os::unix::process::CommandExt;
     let mut child = Command::new(smartctl)
         .args(["--json", "-a", device])
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -191,8 +200,8 @@ pub(crate) fn read(smartctl: &Path, device: &str) -> Result<Health, String> {
         let _ = std::io::Read::read_to_end(&mut std::io::Read::take(&mut out, 4 << 20), &mut buf);
         buf
     });
-    if !crate::common::wait_or_kill(&mut child, SMARTCTL_TIMEOUT) {
-        return Err(format!("smartctl did not answer within {} s (the drive does not answer admin commands?)", SMARTCTL_TIMEOUT.as_secs()));
+    if !crate::common::wait_or_kill(&mut child, limit) {
+        return Err(format!("smartctl did not answer within {} s (the drive does not answer admin commands?)", limit.as_secs()));
     }
     let bytes = reader.join().unwrap_or_default();
     let v: Value = serde_json::from_slice(&bytes).map_err(|e| format!("smartctl's output is not JSON ({e}); smartmontools 7.0 or later is needed"))?;
@@ -403,5 +412,38 @@ mod tests {
             assert_eq!(names(&w.take(Err(e.clone()), &Limits::default())), ["HealthWarning"]);
             assert!(w.take(Err(e), &Limits::default()).is_empty());
         }
+    }
+
+    /// A smartctl that hangs is killed at the limit with what it started,
+    /// and the poll says so: here a wrapper script whose `sleep` (its
+    /// child) would otherwise live on, holding the output pipe and a
+    /// reader thread, at every poll.
+    #[test]
+    fn a_hung_smartctl_is_killed_with_its_children() {
+        let dir = std::env::temp_dir().join(format!("uraid-hung-smartctl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("smartctl");
+        let pidfile = dir.join("sleep.pid");
+        std::fs::write(&fake, format!("#!/bin/sh\nsleep 600 &\necho $! > {}\nwait\n", pidfile.display())).unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let e = read_within(&fake, "/dev/x", Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("did not answer within 1 s"), "{e}");
+        let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_string();
+        // Killed: gone, or a zombie until its new parent reaps it.
+        let alive = || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'));
+        let t0 = std::time::Instant::now();
+        while alive() && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let left = alive();
+        match pid.parse::<i32>() {
+            Ok(p) if left && p > 0 => {
+                // SAFETY: kill(2) touches no memory; cleans up what the test started.
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+            _ => {}
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!left, "smartctl's child {pid} outlived the kill");
     }
 }
