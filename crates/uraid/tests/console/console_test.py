@@ -447,6 +447,50 @@ try:
     wait.until(lambda d: d.find_element(By.ID, "array-state").text == "clean")
     step(f"the grow wizard: {cost!r}; {st0['member_count']} -> {status()['member_count']} members")
 
+    # The same wizard changes the chunk alone: a restripe, nothing written over.
+    chunk0 = status()["volumes"][0]["chunk"]
+    new_chunk = chunk0 * 2
+    click(lambda: d.find_element(By.ID, "grow-open"))
+    wait.until(lambda d: d.find_element(By.ID, "grow-wizard").is_displayed())
+    Select(d.find_element(By.ID, "grow-chunk")).select_by_value(str(new_chunk))
+    cost = d.find_element(By.ID, "grow-cost").text
+    assert "restripes to a" in cost and "adds" not in cost and re.search(r"about \d+ s", cost), cost
+    press(d, By.ID, "grow-next")
+    wait.until(lambda d: d.find_element(By.ID, "confirm").is_displayed())
+    ctext = d.find_element(By.ID, "confirm-text").text
+    assert "WRITES OVER" not in ctext and "restripes to a" in ctext, ctext
+    d.save_screenshot(os.path.join(SHOTS, "10c-chunk-confirm.png"))
+    press(d, By.ID, "confirm-ok")
+    WebDriverWait(d, 240, poll_frequency=0.5).until(
+        lambda d: (lambda st: st["volumes"][0]["chunk"] == new_chunk and not st.get("progress"))(status()))
+    wait.until(lambda d: d.find_element(By.ID, "array-state").text == "clean")
+    wait.until(lambda d: f"chunk {new_chunk // 1024}K" in d.find_element(By.ID, "volumes").text)
+    step(f"the grow wizard changes the chunk: {cost!r}; chunk {chunk0} -> {status()['volumes'][0]['chunk']} bytes")
+
+    # And migrates the level: RAID 5 -> 6 with one new member for the second parity
+    # (the create wizard's third drive, free again).
+    members0, cap0 = status()["member_count"], status()["volumes"][0]["capacity"]
+    click(lambda: d.find_element(By.ID, "grow-open"))
+    wait.until(lambda d: d.find_element(By.ID, "grow-wizard").is_displayed())
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, f'#grow-drives input[value="{CREATE[2]}"]')) == 1)
+    click(lambda: d.find_element(By.CSS_SELECTOR, f'#grow-drives input[value="{CREATE[2]}"]'))
+    Select(d.find_element(By.ID, "grow-level")).select_by_value("6")
+    cost = d.find_element(By.ID, "grow-cost").text
+    assert "converts RAID 5 to RAID 6" in cost and CREATE[2] in cost, cost
+    press(d, By.ID, "grow-next")
+    wait.until(lambda d: d.find_element(By.ID, "confirm").is_displayed())
+    ctext = d.find_element(By.ID, "confirm-text").text
+    assert "WRITES OVER" in ctext and CREATE[2] in ctext and backing(CREATE[2]) in ctext, ctext
+    d.save_screenshot(os.path.join(SHOTS, "10d-level-confirm.png"))
+    press(d, By.ID, "confirm-ok")
+    WebDriverWait(d, 240, poll_frequency=0.5).until(
+        lambda d: (lambda st: st["volumes"][0]["level"] == 6 and st["member_count"] == members0 + 1 and not st.get("progress"))(status()))
+    wait.until(lambda d: d.find_element(By.ID, "array-state").text == "clean")
+    wait.until(lambda d: "RAID 6" in d.find_element(By.ID, "volumes").text)
+    assert status()["volumes"][0]["capacity"] == cap0, (cap0, status()["volumes"][0])
+    d.save_screenshot(os.path.join(SHOTS, "10e-raid6.png"))
+    step(f"the grow wizard migrates the level: {cost!r}; RAID 5 x{members0} -> RAID 6 x{status()['member_count']}, same capacity")
+
     # A scrub started from the page: 0 mismatches.
     press(d, By.ID, "start-check")
     press(d, By.ID, "confirm-ok")
