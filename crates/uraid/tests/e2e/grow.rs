@@ -270,8 +270,16 @@ fn interrupted_with(seed: u64, level: &str, crash: Option<&str>, kill_after: Opt
         // superblock yet (they are written first), and status says so.
         assert!(o.status.success() || all.contains("is not a uraid member"), "{what}: status: {all}");
         if !all.contains("in the middle of a reshape") {
-            // Killed before the reshape was recorded: the array is as it was.
             assert!(kill_after.is_some(), "{what}: status does not name the reshape: {all}");
+            // Killed after the reshape finished but before the process
+            // exited: the array is the new one, every member in it.
+            let done = o.status.success()
+                && after_a_crash(&with(&["status", "--json"], &strs(&m))).stdout.parse::<serde_json::Value>().is_ok_and(|st| st["member_count"].as_u64() == Some(m.len() as u64) && st["state"] != "reshaping");
+            if done && k > 0 {
+                verify(d.path(), "gc", &m, &data, &what);
+                return;
+            }
+            // Killed before the reshape was recorded: the array is as it was.
             let before: Vec<PathBuf> = m[..n].to_vec();
             verify(d.path(), "gc", &before, &data, &what);
             return;
