@@ -97,17 +97,16 @@ step(f"the server's history (before any page): {len(h['t'])} points, {len(busy)}
      f"{h['bytes_per_point']} bytes a point, {h['kept_seconds'] * h['bytes_per_point']} bytes for the hour")
 
 
-def click(find):
-    """Clicks the element `find()` returns in the middle of the window, with
-    the last message (the toast, which sits at the bottom) out of the way.
-    Finds it again when a refresh redrew it in between (see `press`)."""
+def fresh(f):
+    """`f()`, again when a refresh redrew an element it used. The page
+    re-renders its tables on every refresh (each second), so an element
+    found just before one is stale when used; selenium raises before a
+    click reaches the page, so finding it again and retrying is safe.
+    Gives up after 10 s."""
     deadline = time.time() + 10
     while True:
         try:
-            el = find()
-            el.parent.execute_script("document.getElementById('toast').hidden = true; arguments[0].scrollIntoView({block: 'center'});", el)
-            el.click()
-            return
+            return f()
         except StaleElementReferenceException:
             if time.time() > deadline:
                 raise
@@ -115,29 +114,19 @@ def click(find):
 
 
 def press(d, by, sel):
-    """Finds the element and clicks it. The page re-renders its tables on
-    every refresh (each second), so an element found just before a refresh
-    is stale when clicked: selenium raises before any click reaches the page,
-    so finding it again and clicking is safe. Gives up after 10 s."""
-    deadline = time.time() + 10
-    while True:
-        try:
-            d.find_element(by, sel).click()
-            return
-        except StaleElementReferenceException:
-            if time.time() > deadline:
-                raise
-            time.sleep(0.05)
+    """Finds the element and clicks it (see `fresh`)."""
+    fresh(lambda: d.find_element(by, sel).click())
 
 
-def fresh(f):
-    """`f()`, read again when a refresh redrew the element it read (see `press`)."""
-    for _ in range(200):
-        try:
-            return f()
-        except StaleElementReferenceException:
-            time.sleep(0.05)
-    return f()
+def click(find):
+    """Clicks the element `find()` returns in the middle of the window, with
+    the last message (the toast, which sits at the bottom) out of the way
+    (see `fresh`)."""
+    def go():
+        el = find()
+        el.parent.execute_script("document.getElementById('toast').hidden = true; arguments[0].scrollIntoView({block: 'center'});", el)
+        el.click()
+    fresh(go)
 
 
 def backing(dev):
