@@ -593,6 +593,74 @@ fn degraded_unclean_parity_array_needs_force() {
     assert_eq!(check_mismatches(&f), 0, "parity was not recomputed at assemble");
 }
 
+/// A parity-last RAID 5 (what a RAID 0 -> 5 takeover makes) left
+/// unclean with only its parity member gone has no write hole: no chunk
+/// is reconstructed from parity, the parity is recomputed from the data
+/// (md's `dirty_parity_disks`). So assemble goes on without --force, the
+/// data reads back, and once the parity member is back and rebuilt,
+/// check finds nothing. (Before, this was refused, and a grow killed
+/// while it rebuilt the new parity member needed --force.)
+#[test]
+fn unclean_parity_last_raid5_without_its_parity_member_needs_no_force() {
+    let _g = shared();
+    let mut rng = rng("unclean_parity_last_raid5_without_its_parity_member_needs_no_force");
+    let dir = tmpdir();
+    let files = sparse_files(dir.path(), "p", 3, 8 * MIB);
+    let f = strs(&files);
+    uraid_ok(&with(&["create", "--level", "0", "--chunk", "64K", "--name", "plast"], &f[..2]));
+    uraid_ok(&with(&["grow", "--level", "5", "--add", f[2]], &f[..2]));
+    assert_contains(&uraid_ok(&with(&["status"], &f)).stdout, &["raid5", "parity-last", "[3/3] [UUU]"], "after the takeover");
+    // A write of the users that reached the data members but not the
+    // parity member when the "crash" came; the array is left active.
+    let arr = array::assemble(&specs(&files)).unwrap();
+    let cap = arr.volume().capacity() as usize;
+    let model = arr.volume().read_at(0, cap).unwrap();
+    let mut data = vec![0u8; 128 << 10];
+    rng.fill_bytes(&mut data);
+    for (i, m) in arr.volume().raid().members().iter().take(2).enumerate() {
+        let mut buf = uraid_core::IoBuf::new(64 << 10);
+        buf.copy_from_slice(&data[i * (64 << 10)..(i + 1) * (64 << 10)]);
+        m.write_all_at(&buf, MIB).unwrap();
+    }
+    arr.release();
+    assert_eq!(raw_superblock(&files[0]).state, 1, "the array was left active");
+    let o = uraid_ok(&with(&["assemble"], &f[..2]));
+    assert!(!o.stderr.contains("--force"), "assemble asked for --force: {}", o.stderr);
+    let arr = array::assemble(&specs(&files[..2])).unwrap();
+    let back = arr.volume().read_at(0, cap).unwrap();
+    let changed = back.iter().zip(&model).filter(|(a, b)| a != b).count();
+    assert!(changed > 0 && changed <= data.len(), "{changed} bytes changed: only the write's may have");
+    let found = back.chunks(64 << 10).filter(|c| *c == &data[..64 << 10] || *c == &data[64 << 10..]).count();
+    assert_eq!(found, 2, "the write on the data members reads back as written");
+    arr.stop().unwrap();
+    uraid_ok(&with(&["add", "--spare", f[2]], &f[..2]));
+    uraid_ok(&with(&["rebuild"], &f));
+    assert_eq!(check_mismatches(&f), 0, "the parity member was rebuilt from the data");
+}
+
+/// Activating an array for a rebuild alone (`uraid rebuild`, a grow's
+/// new members) writes the superblocks once, clean: there is no moment
+/// at which a kill leaves a degraded parity array marked active, which
+/// the next assemble would refuse as a write hole no user opened. (It
+/// wrote them active, then clean: a kill between the two did that, seen
+/// as a CI failure of `grow::a_takeover_killed_at_random_moments_keeps_its_data`.)
+#[test]
+fn activate_for_rebuild_writes_the_superblocks_once_and_clean() {
+    let _g = shared();
+    let dir = tmpdir();
+    let files = sparse_files(dir.path(), "r", 4, 8 * MIB);
+    let f = strs(&files);
+    uraid_ok(&with(&["create", "--level", "5", "--chunk", "64K", "--name", "ar"], &f[..3]));
+    uraid_ok(&with(&["fail", "--member", "1"], &f[..3]));
+    uraid_ok(&with(&["add", "--spare", f[3]], &[f[0], f[2]]));
+    let mut arr = array::assemble(&specs(&[files[0].clone(), files[2].clone(), files[3].clone()])).unwrap();
+    let before = raw_superblock(&files[0]).events;
+    arr.activate_for_rebuild().unwrap();
+    let sb = raw_superblock(&files[0]);
+    assert_eq!((sb.state, sb.events), (0, before + 1), "one superblock write, clean");
+    arr.release();
+}
+
 /// Needs the rebuild and scrub of `uraid_core::control::maint`.
 #[test]
 fn add_rebuilds_and_check_finds_nothing() {

@@ -544,7 +544,12 @@ impl WriteHole<'_> {
         let auth = self.auth;
         let dirty = dirty_ranges(auth, bitmap);
         for v in auth.volumes.iter().filter(|v| has_parity(v)) {
-            let degraded = self.down.iter().any(|&d| d);
+            // A role holding only parity (parity-last, after a takeover
+            // adds it) is recomputed from the data whole: no write hole
+            // (md's `dirty_parity_disks`).
+            let geometry = v.geometry(auth.member_count as usize).ok();
+            let parity_only = |r: usize| geometry.as_ref().and_then(|g| g.layout()).is_some_and(|l| l.parity_only(r as u32));
+            let degraded = self.down.iter().enumerate().any(|(r, &d)| d && !parity_only(r));
             let touched = dirty.iter().any(|r| r.start < v.member_end() && r.end > v.member_start);
             let id = journal_id(auth.array_uuid, v);
             let journaled = v.cache_mode == crate::cache::CacheMode::Journal.to_u8()

@@ -33,6 +33,11 @@ impl Array {
     /// Errors: `Membership` for an array opened with `inspect` (it may be
     /// past its tolerance); `Io` from the resync or a superblock write.
     pub fn activate(&mut self) -> Result<()> {
+        self.activate_as(State::Active)
+    }
+
+    /// [`activate`](Self::activate), with the superblocks' state `state`.
+    fn activate_as(&mut self, state: State) -> Result<()> {
         if self.inspect {
             bail!(Membership, "array '{}' was opened for inspection only and cannot be activated", self.name());
         }
@@ -93,7 +98,7 @@ impl Array {
                 b.clear_all()?;
             }
         }
-        self.meta().sb.state = State::Active;
+        self.meta().sb.state = state;
         self.promote_spares()?;
         self.persist()?;
         if self.daemon.is_none() {
@@ -104,7 +109,7 @@ impl Array {
 
     /// For a stopped array that only a rebuild writes (no users: `uraid
     /// rebuild`, the new members of `uraid grow`): [`activate`](Self::activate),
-    /// then the superblocks say clean again (event counter + 1), as md
+    /// but the superblocks say clean (one write, event counter + 1), as md
     /// marks an array clean while no write of its users is in flight. A
     /// crash during the rebuild then leaves nothing to resync: the rebuild
     /// writes only the members it rebuilds, past their recorded recovery
@@ -114,9 +119,10 @@ impl Array {
     ///
     /// Errors: as [`activate`](Self::activate); `Io` from the superblock writes.
     pub fn activate_for_rebuild(&mut self) -> Result<()> {
-        self.activate()?;
-        self.meta().sb.state = State::Clean;
-        self.persist()
+        // One superblock write, clean: a crash at any moment of it leaves
+        // nothing to resync (writing active first, then clean, left a
+        // window where a kill made the array look unclean).
+        self.activate_as(State::Clean)
     }
 
     /// Lets go of the members without writing anything.

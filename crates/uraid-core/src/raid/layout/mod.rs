@@ -515,6 +515,12 @@ impl Layout {
         per_level!(self.level.level(), L => L::q_member(&self.shape, stripe))
     }
 
+    /// Whether `member` holds only parity, in every stripe (see
+    /// [`Placement::parity_only`]).
+    pub fn parity_only(&self, member: u32) -> bool {
+        member < self.shape.members && per_level!(self.level.level(), L => L::parity_only(&self.shape, member))
+    }
+
     /// The member holding data chunk `i` (0 .. [`data_chunks`](Self::data_chunks))
     /// of stripe `stripe`: the `i`-th member after P (RAID 5) or after Q
     /// (RAID 6), wrapping.

@@ -142,6 +142,17 @@ pub trait Placement: Sized {
         None
     }
 
+    /// Whether `member` holds parity (P or Q) in every stripe and no
+    /// data: the last member of RAID 5/6's parity-last layout (md's
+    /// `ALGORITHM_PARITY_N`, which md's `raid5.c` counts as
+    /// `dirty_parity_disks`). Losing only such members costs no data
+    /// even after an interrupted write (no write hole: nothing is
+    /// reconstructed from parity, the parity is recomputed from the data).
+    #[inline]
+    fn parity_only(_s: &Shape, _member: u32) -> bool {
+        false
+    }
+
     /// The member holding data chunk `i` (below `s.data_chunks`) of
     /// `stripe` (for the mirrors: the first copy's member).
     fn data_member(s: &Shape, stripe: u64, i: u32) -> u32;

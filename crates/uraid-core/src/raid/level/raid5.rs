@@ -39,6 +39,11 @@ impl Placement for Raid5 {
     }
 
     #[inline]
+    fn parity_only(s: &Shape, member: u32) -> bool {
+        s.variant == Variant::ParityLast && member == s.members - 1
+    }
+
+    #[inline]
     fn data_member(s: &Shape, stripe: u64, i: u32) -> u32 {
         (Self::p(s, stripe) + 1 + i) % s.members
     }

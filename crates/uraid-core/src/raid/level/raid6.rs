@@ -71,6 +71,11 @@ impl Placement for Raid6 {
     }
 
     #[inline]
+    fn parity_only(s: &Shape, member: u32) -> bool {
+        s.variant == Variant::ParityLast && member == s.members - 1
+    }
+
+    #[inline]
     fn data_member(s: &Shape, stripe: u64, i: u32) -> u32 {
         match s.variant {
             Variant::ParityLast => (Self::p(s, stripe) + 1 + i) % Self::rotation(s),
