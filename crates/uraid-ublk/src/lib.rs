@@ -213,6 +213,8 @@ struct Inner {
     bdev: String,
     /// The driver takes UPDATE_SIZE.
     can_resize: bool,
+    /// The device was made with UBLK_F_USER_COPY (see `queue.rs`).
+    user_copy: bool,
     /// The user was told the device keeps its size.
     resize_told: AtomicBool,
     /// The array's name, for what the user is told.
@@ -263,7 +265,7 @@ impl UblkExport {
     pub fn start(vol: Arc<Volume>, opts: &UblkOptions) -> Result<UblkExport, Error> {
         let features = support::check()?;
         ctrl_ring()?;
-        let ctrl = new_ctrl(opts, features.ioctl_encode())?;
+        let ctrl = new_ctrl(opts, features.ioctl_encode(), features.user_copy() && user_copy_wanted())?;
         // This code deletes the device itself (stop), never libublk's drop.
         ctrl.disown();
         let info = ctrl.dev_info();
@@ -295,6 +297,7 @@ impl UblkExport {
         )
         .map_err(|e| delete_new(Error(format!("ublk: cannot open /dev/ublkc{dev_id}: {}", ublk_error(&e)))))?;
         let dev = Arc::new(dev);
+        let user_copy = dev.dev_info.flags & sys::UBLK_F_USER_COPY as u64 != 0;
         let live = Live::new(&vol);
         let (threads, tids) = match spawn_queues(&dev, &live, opts.read_only, dev_id) {
             Ok(q) => q,
@@ -319,6 +322,7 @@ impl UblkExport {
                 dev_id,
                 bdev: format!("/dev/ublkb{dev_id}"),
                 can_resize: features.update_size(),
+                user_copy,
                 resize_told: AtomicBool::new(false),
                 name: opts.name.clone(),
                 device: Mutex::new(Some(device)),
@@ -339,6 +343,13 @@ impl UblkExport {
     /// The block device, `/dev/ublkbN`.
     pub fn bdev(&self) -> &str {
         &self.inner.bdev
+    }
+
+    /// Whether uraid copies the requests' data itself, by io_uring's
+    /// workers off the queue threads (the device was made with
+    /// UBLK_F_USER_COPY), rather than the kernel on the queue threads.
+    pub fn user_copy(&self) -> bool {
+        self.inner.user_copy
     }
 
     /// Stops the device (its users see it go: a mounted filesystem gets
@@ -465,12 +476,22 @@ fn check_recover(ctrl: &UblkCtrl, vol: &Volume, opts: &UblkOptions) -> Result<()
     Ok(())
 }
 
+/// Whether a new device copies its requests' data itself
+/// (UBLK_F_USER_COPY, where the driver has it): yes, unless the
+/// environment sets `URAID_UBLK_USER_COPY=0` (to measure the kernel's
+/// copy against it). A re-attached device keeps what it was made with.
+fn user_copy_wanted() -> bool {
+    std::env::var("URAID_UBLK_USER_COPY").map_or(true, |v| v != "0")
+}
+
 /// The control device of a new device (`opts.attach` New) or of the one
-/// to recover; `ioctl_encode`: the kernel takes the encoded commands.
+/// to recover; `ioctl_encode`: the kernel takes the encoded commands;
+/// `user_copy`: a new device is made with UBLK_F_USER_COPY.
 /// Errors: the id is taken, or the device cannot be added or opened.
-fn new_ctrl(opts: &UblkOptions, ioctl_encode: bool) -> Result<UblkCtrl, Error> {
+fn new_ctrl(opts: &UblkOptions, ioctl_encode: bool, user_copy: bool) -> Result<UblkCtrl, Error> {
     let recovery = if opts.uuid.is_empty() { 0 } else { support::RECOVERY };
     let encode = if ioctl_encode { sys::UBLK_F_CMD_IOCTL_ENCODE as u64 } else { 0 };
+    let encode = encode | if user_copy && matches!(opts.attach, Attach::New(_)) { sys::UBLK_F_USER_COPY as u64 } else { 0 };
     let (id, dev_flags) = match opts.attach {
         Attach::New(id) => (id.map_or(-1, |i| i as i32), UblkFlags::UBLK_DEV_F_ADD_DEV),
         Attach::Recover(id) => (id as i32, UblkFlags::UBLK_DEV_F_RECOVER_DEV),
@@ -530,6 +551,8 @@ fn spawn_queues(dev: &Arc<UblkDev>, live: &Arc<Live>, read_only: bool, dev_id: u
             buf_bytes: dev.dev_info.max_io_buf_bytes as usize,
             read_only,
             ioctl_encode: dev.dev_info.flags & sys::UBLK_F_CMD_IOCTL_ENCODE as u64 != 0,
+            user_copy: dev.dev_info.flags & sys::UBLK_F_USER_COPY as u64 != 0,
+            cdev_fd: dev.tgt.fds[0],
         };
         let (dev, live, tx) = (dev.clone(), live.clone(), tx.clone());
         let t = std::thread::Builder::new()

@@ -3,10 +3,22 @@
 //! The kernel hands each request of `/dev/ublkbN` to the queue as the
 //! completion of an io_uring command (FETCH_REQ, then COMMIT_AND_FETCH_REQ
 //! which answers one request and asks for the next of the same tag) on
-//! the queue's ring. Every tag has one engine [`IoBuf`], given to the
-//! kernel as that tag's buffer: the kernel copies a WRITE's data into it
-//! before the request arrives, and a READ's data out of it when the
-//! answer is committed, so uraid copies nothing.
+//! the queue's ring. Every tag has one engine [`IoBuf`]. Without user
+//! copy it is given to the kernel as that tag's buffer: the kernel copies
+//! a WRITE's data into it before the request arrives, and a READ's data
+//! out of it when the answer is committed, both on this thread (the
+//! commit's task work runs here), which then holds the queue's speed
+//! when it is copy-bound (bench/md.py's SEQ1M reads under TCG: the
+//! thread at 93% of a CPU). With user copy (UBLK_F_USER_COPY, Linux
+//! 6.5+; the default where the driver has it) uraid moves the data
+//! itself, as reads and writes of `/dev/ublkcN` at the tag's offset
+//! (`ublk_user_copy_pos` of the kernel's uapi), sent to the ublk ring
+//! with IOSQE_ASYNC: io_uring's worker threads do the copies, on any
+//! CPU, and the queue thread only plans and answers (requests under
+//! 64 KiB are copied by the queue thread itself, one pread or pwrite:
+//! there the hand-over costs more than the copy). A WRITE is copied in
+//! before it goes to the engine; a READ is copied out before its
+//! commit.
 //!
 //! One wait covers both rings: the engine's wait
 //! ([`BlockQueue::wait_event`]) also returns when the ublk ring's fd is
@@ -49,6 +61,9 @@ enum State {
     Waiting,
     /// Its request is in the engine.
     Engine,
+    /// User copy: its data is being copied (a WRITE's into the tag's
+    /// buffer, a READ's out of it).
+    Copying,
     /// The kernel ended its command (the device stops): no more requests.
     Ended,
 }
@@ -63,6 +78,22 @@ struct Slot {
     at: u64,
     kind: Kind,
     bytes: u32,
+    /// User copy: the WRITE's data is in `buf` (copied in).
+    copied: bool,
+}
+
+/// User copies of fewer bytes are done by this thread, with one pread or
+/// pwrite: handing them to io_uring's workers costs more than the copy.
+const ASYNC_COPY_MIN: usize = 64 << 10;
+
+/// The bit of an SQE's user data that marks a user copy of the tag in
+/// the low 16 bits (the io commands' user data is the tag alone).
+const COPY: u64 = 1 << 32;
+
+/// Where the data of `tag` of queue `qid` is read or written in
+/// `/dev/ublkcN` under UBLK_F_USER_COPY (the uapi's `ublk_user_copy_pos`).
+fn user_copy_pos(qid: u16, tag: u16) -> u64 {
+    sys::UBLKSRV_IO_BUF_OFFSET as u64 + ((qid as u64) << sys::UBLK_QID_OFF) + ((tag as u64) << sys::UBLK_TAG_OFF)
 }
 
 /// Settings of a queue thread.
@@ -74,6 +105,11 @@ pub(crate) struct QueueConfig {
     pub read_only: bool,
     /// Commands are ioctl-encoded (UBLK_F_CMD_IOCTL_ENCODE).
     pub ioctl_encode: bool,
+    /// The device was made with UBLK_F_USER_COPY: the queue copies the
+    /// data (see the module doc).
+    pub user_copy: bool,
+    /// `/dev/ublkcN`, which user copies read and write.
+    pub cdev_fd: std::os::fd::RawFd,
 }
 
 /// What a queue thread reports once it has fetched every tag: its
@@ -169,7 +205,7 @@ pub(crate) fn serve(cfg: QueueConfig, dev: &UblkDev, live: &Live, ready: Ready) 
         generation,
         eq,
         slots: (0..cfg.depth)
-            .map(|_| Slot { buf: Some(IoBuf::new(cfg.buf_bytes)), state: State::Fetching, at: 0, kind: Kind::Other, bytes: 0 })
+            .map(|_| Slot { buf: Some(IoBuf::new(cfg.buf_bytes)), state: State::Fetching, at: 0, kind: Kind::Other, bytes: 0, copied: false })
             .collect(),
         waiting: VecDeque::with_capacity(cfg.depth as usize),
         ended: 0,
@@ -233,14 +269,73 @@ impl Server<'_> {
     fn command(&mut self, tag: u16, op: u32, result: i32) {
         let slot = &mut self.slots[tag as usize];
         let buf = slot.buf.get_or_insert_with(|| IoBuf::new(self.cfg.buf_bytes));
-        let sqe = io_cmd(self.cfg.qid, tag, op, result, buf.as_mut_ptr() as u64);
+        // Under user copy the kernel is given no buffer (it wants 0).
+        let addr = if self.cfg.user_copy { 0 } else { buf.as_mut_ptr() as u64 };
+        let sqe = io_cmd(self.cfg.qid, tag, op, result, addr);
         slot.state = State::Fetching;
-        // SAFETY: the command names the tag's buffer, which stays in its
-        // slot (never freed or used by us) until the kernel answers this
-        // command: the kernel writes a WRITE's data into it before that
-        // answer and reads a READ's data from it while taking the commit.
+        slot.copied = false;
+        // SAFETY: the command names the tag's buffer (or none, under user
+        // copy), which stays in its slot (never freed or used by us)
+        // until the kernel answers this command: the kernel writes a
+        // WRITE's data into it before that answer and reads a READ's data
+        // from it while taking the commit.
         unsafe { push_ublk(&sqe) };
         self.pending_sqes += 1;
+    }
+
+    /// User copy: has io_uring's workers copy `len` bytes of `tag`'s
+    /// request between `/dev/ublkcN` (fixed file 0 of the ublk ring) and
+    /// the tag's buffer: into it for a WRITE (`into`), out of it for a
+    /// READ. Its completion comes back to [`arrived`](Self::arrived)
+    /// with the [`COPY`] bit.
+    fn copy(&mut self, tag: u16, len: usize, into: bool) {
+        let pos = user_copy_pos(self.cfg.qid, tag);
+        let fd = self.cfg.cdev_fd;
+        let slot = &mut self.slots[tag as usize];
+        let buf = slot.buf.as_mut().expect("a tag being copied holds its buffer");
+        debug_assert!(len <= buf.len());
+        if len < ASYNC_COPY_MIN {
+            let r = if into {
+                // SAFETY: `buf` holds at least `len` bytes, ours alone.
+                unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), len, pos as libc::off_t) }
+            } else {
+                // SAFETY: as above, read only.
+                unsafe { libc::pwrite(fd, buf.as_ptr().cast(), len, pos as libc::off_t) }
+            };
+            let res = if r < 0 { -std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) } else { r as i32 };
+            slot.state = State::Copying;
+            return self.copied(tag, res);
+        }
+        let sqe = if into {
+            opcode::Read::new(types::Fixed(0), buf.as_mut_ptr(), len as u32).offset(pos).build()
+        } else {
+            opcode::Write::new(types::Fixed(0), buf.as_ptr(), len as u32).offset(pos).build()
+        };
+        let sqe = sqe.flags(squeue::Flags::ASYNC).user_data(COPY | tag as u64);
+        slot.state = State::Copying;
+        // SAFETY: the buffer stays in the tag's slot, untouched, until
+        // the copy's completion (state Copying: neither the engine nor a
+        // command gets it before `copied`).
+        unsafe { push_ublk(&sqe) };
+        self.pending_sqes += 1;
+    }
+
+    /// User copy: the copy of `tag` ended with `res` (bytes, or -errno).
+    fn copied(&mut self, tag: u16, res: i32) {
+        let Some(slot) = self.slots.get_mut(tag as usize) else { return };
+        if slot.state != State::Copying {
+            return;
+        }
+        let res = if res >= 0 && res as u32 != slot.bytes { -libc::EIO } else { res };
+        match slot.kind {
+            Kind::Write if res >= 0 => {
+                // In the buffer now: to the engine, in turn.
+                slot.copied = true;
+                slot.state = State::Waiting;
+                self.waiting.push_front(tag);
+            }
+            _ => self.answer(tag, res),
+        }
     }
 
     /// Submits the commands queued in the ublk ring.
@@ -265,7 +360,11 @@ impl Server<'_> {
         loop {
             libublk::io::with_task_io_ring_mut(|r| cqes.extend(r.completion().map(|c| (c.user_data(), c.result()))));
             for (ud, res) in cqes.drain(..) {
-                self.arrived(ud as u16, res);
+                if ud & COPY != 0 {
+                    self.copied(ud as u16, res);
+                } else {
+                    self.arrived(ud as u16, res);
+                }
             }
             // The export moved to another volume, or is paused: finish
             // what is in flight here, then move (or park) before taking
@@ -369,6 +468,7 @@ impl Server<'_> {
             Kind::Read | Kind::Write if len == 0 => return self.answer(tag, 0),
             Kind::Read | Kind::Write if len > buf_len => return self.answer(tag, -libc::EINVAL),
             Kind::Read => (Op::Read, slot.buf.take()),
+            Kind::Write if self.cfg.user_copy && !slot.copied => return self.copy(tag, len, true),
             Kind::Write => (Op::Write, slot.buf.take()),
             Kind::Flush => (Op::Flush, None),
             // A discard is a hint: once a member refused one, the engine
@@ -400,6 +500,10 @@ impl Server<'_> {
         }
         if c.buf.is_some() {
             slot.buf = c.buf;
+        }
+        if self.cfg.user_copy && slot.kind == Kind::Read && c.result.is_ok() {
+            let len = slot.bytes as usize;
+            return self.copy(tag, len, false);
         }
         let res = match c.result {
             Ok(_) if matches!(slot.kind, Kind::Read | Kind::Write) => slot.bytes as i32,

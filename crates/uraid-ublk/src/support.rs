@@ -28,6 +28,13 @@ impl Features {
     pub fn ioctl_encode(&self) -> bool {
         self.bits & sys::UBLK_F_CMD_IOCTL_ENCODE as u64 != 0
     }
+    /// Whether the driver lets the server copy a request's data itself
+    /// (UBLK_F_USER_COPY, Linux 6.5+): reads and writes of `/dev/ublkcN`
+    /// at the tag's offset, which uraid has done by io_uring's workers,
+    /// off the queue thread (see `queue.rs`).
+    pub fn user_copy(&self) -> bool {
+        self.bits & sys::UBLK_F_USER_COPY as u64 != 0
+    }
 }
 
 /// The running kernel's release (`uname -r`), or "?".

@@ -7,7 +7,11 @@
 //! "volume":"<first volume's name>","volume_uuid":"<its UUID>"}`, the
 //! first volume's device; a Matrix array (one device per volume) adds
 //! `"volumes":[{"volume":NAME,"uuid":"<volume uuid>","dev_id":M,
-//! "bdev":"/dev/ublkbM"}]` for the volumes after the first. It is written like the other state files (through the run directory's
+//! "bdev":"/dev/ublkbM"}]` for the volumes after the first;
+//! `"user_copy":true` when the devices were made with UBLK_F_USER_COPY
+//! (uraid moves the data, off the queue threads: the default where the
+//! driver has it; `URAID_UBLK_USER_COPY=0` in serve's environment
+//! leaves the copy to the kernel). It is written like the other state files (through the run directory's
 //! descriptor, never through a symbolic link) once the device serves, and
 //! removed by a clean stop, which also deletes the device. When `serve`
 //! dies instead (kill -9, a crash), the device stays, its I/O waiting,
@@ -71,6 +75,9 @@ pub(crate) struct Record {
     /// the order of the volume table.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<VolumeRecord>,
+    /// The first device was made with UBLK_F_USER_COPY.
+    #[serde(default)]
+    pub user_copy: bool,
 }
 
 /// The device of a volume after the first, in a [`Record`].
@@ -175,6 +182,7 @@ pub(crate) fn start_all(name: &str, uuid: &str, targets: &[Target], read_only: b
         volume: if targets.len() > 1 { t0.volume.clone() } else { String::new() },
         volume_uuid: if targets.len() > 1 { t0.uuid.clone() } else { String::new() },
         volumes: more,
+        user_copy: first.user_copy(),
     };
     if let Err(e) = crate::runstate::write_json(&path, &rec, me) {
         abandon(started);
