@@ -271,7 +271,7 @@ fn a_declustered_volume_roundtrips_as_version_3() {
     s.member_count = 4;
     s.slots.insert(3, Slot { uuid: [3; 16], state: MemberState::Active, resync_from_bitmap: false, recovery_offset: None });
     s.volumes[1].level = 105;
-    s.volumes[1].draid = Some(DraidEntry { version: 1, data: 2, spares: 1 });
+    s.volumes[1].draid = Some(DraidEntry { version: 1, data: 2, spares: 1, held: [0; 5] });
     let b = s.encode();
     assert_eq!(u32_at(&b, 8), VERSION_RESHAPE);
     assert_eq!(&b[VOLUMES_AT + VOLUME_SIZE + 120..VOLUMES_AT + VOLUME_SIZE + 123], &[1, 2, 1]);
@@ -279,9 +279,9 @@ fn a_declustered_volume_roundtrips_as_version_3() {
     assert_eq!(d, s);
     assert_eq!(d.volumes[1].geometry(4).unwrap().layout().unwrap().draid().unwrap().data(), 2);
     for bad in [
-        Some(DraidEntry { version: 2, data: 2, spares: 1 }),
-        Some(DraidEntry { version: 1, data: 0, spares: 1 }),
-        Some(DraidEntry { version: 1, data: 3, spares: 1 }),
+        Some(DraidEntry { version: 2, data: 2, spares: 1, held: [0; 5] }),
+        Some(DraidEntry { version: 1, data: 0, spares: 1, held: [0; 5] }),
+        Some(DraidEntry { version: 1, data: 3, spares: 1, held: [0; 5] }),
         None,
     ] {
         s.volumes[1].draid = bad;
@@ -289,6 +289,6 @@ fn a_declustered_volume_roundtrips_as_version_3() {
         assert!(matches!(&e, DecodeError::Invalid(w) if w.contains("declustered layout")), "{bad:?}: {e:?}");
     }
     s.volumes[1].level = 5;
-    s.volumes[1].draid = Some(DraidEntry { version: 1, data: 2, spares: 1 });
+    s.volumes[1].draid = Some(DraidEntry { version: 1, data: 2, spares: 1, held: [0; 5] });
     assert!(matches!(Superblock::decode(&s.encode()), Err(DecodeError::Invalid(_))), "RAID 5 with a declustered shape");
 }
