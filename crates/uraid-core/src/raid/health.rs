@@ -342,4 +342,32 @@ mod tests {
         assert!(h.writable(2));
         assert_eq!(h.states(), vec![MemberState::Active, MemberState::Faulty, MemberState::Rebuilding]);
     }
+
+    /// Issue 33: a role a distributed spare holds reads below its
+    /// recovery offset where the row's spare chunk is on a member in
+    /// service, is always written, and its I/O goes to that member; the
+    /// flag the data path tests is set only while some role is held.
+    #[test]
+    fn a_spared_role_reads_from_its_rows_spare_chunks() {
+        let map = crate::raid::level::DraidMap::new(8, 4, 1, 1, 9).unwrap();
+        let (chunk, base) = (65536u64, 1u64 << 20);
+        let sm = Arc::new(SpareMap::new(map, chunk, base, 64 * chunk));
+        let h = Health::new(8);
+        h.set_spare_map(sm.clone());
+        assert!(!h.spared());
+        h.set_state(3, MemberState::Faulty);
+        sm.set(3, Some(0));
+        h.set_state(3, MemberState::Spared);
+        assert!(h.spared() && h.writable(3));
+        h.set_recovery(3, base + 10 * chunk);
+        let row = (0..10).find(|&r| map.spare(r, 0) != 3).unwrap();
+        let at = base + row * chunk;
+        assert!(h.readable(3, at, chunk), "below the recovery offset");
+        assert!(!h.readable(3, base + 10 * chunk, chunk), "above it");
+        assert_eq!(h.physical(3, at), map.spare(row, 0));
+        h.set_state(map.spare(row, 0), MemberState::Faulty);
+        assert!(!h.readable(3, at, chunk), "the spare chunk's member failed");
+        h.set_state(3, MemberState::Faulty);
+        assert!(!h.spared(), "no role held: the data path pays nothing");
+    }
 }
