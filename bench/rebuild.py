@@ -79,6 +79,8 @@ def main():
     if args.quick:
         args.size = "256M"
     prepare("loop devices and blkio throttling")
+    if sh(DRIVES, "list", check=False).strip():
+        sys.exit("the testbed's drives are up (another benchmark uses them?); run 'drives down' first")
     testbed_down()
     try:
         drives = sh(DRIVES, "up", "13", "--size", args.size).split()

@@ -239,6 +239,15 @@ impl Health {
         matches!(self.state(m), MemberState::Active | MemberState::Rebuilding | MemberState::Spared)
     }
 
+    /// True when role `m`'s own device is in service (active or
+    /// rebuilding): what gets its flushes and its copy of the bitmap. A
+    /// role a distributed spare holds has none in service (its chunks are
+    /// on the others).
+    #[inline]
+    pub fn device_in_service(&self, m: u32) -> bool {
+        matches!(self.state(m), MemberState::Active | MemberState::Rebuilding)
+    }
+
     /// Bumped on every state change; lets a reader notice one cheaply.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
