@@ -51,10 +51,10 @@ def raid5(drives, n):
     r5, spare = drives[:n - 1], drives[n - 1]
     sh(URAID, "create", "--name", f"r5x{n}", "--level", "5", "--chunk", "64K", "--no-bitmap", "--force", *r5)
     sh(URAID, "add", "--spare", spare, "--force", *r5)
-    sh(URAID, "fail", "--member", "3", *r5)
-    secs, member = rebuild(r5 + [spare])
-    members = r5[:3] + [spare] + r5[4:]
-    return secs, member, mismatches(members)
+    sh(URAID, "fail", "--no-rebuild", "--member", "3", *r5, spare)
+    # The failed drive is left out: the spare takes its role.
+    secs, member = rebuild(r5[:3] + r5[4:] + [spare])
+    return secs, member, mismatches(r5[:3] + [spare] + r5[4:])
 
 
 def draid5(drives, n):
@@ -63,6 +63,8 @@ def draid5(drives, n):
     out = sh(URAID, "create", "--name", f"d5x{n}", "--level", "draid5", "--data", str(D), "--spares", "1",
              "--chunk", "64K", "--no-bitmap", "--force", *m)
     sh(URAID, "fail", "--member", "3", *m)
+    # The failed drive is left out: the distributed spare takes its role.
+    m = m[:3] + m[4:]
     secs, member = rebuild(m)
     # The failed member's chunks that hold data or parity: G groups of
     # D + 1 chunks in each row of n positions.
