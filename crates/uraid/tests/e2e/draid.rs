@@ -3,7 +3,10 @@
 //! data written and read back across assembles, degraded reads with a
 //! member failed, a rebuild onto a replacement member (then a second
 //! failure still reads right), check, and the refusals (grow, `--data`
-//! at another level, a shape that does not fit).
+//! at another level, a shape that does not fit); the distributed spare
+//! space: a failed member rebuilt into it (stopped and served), a second
+//! failure after it, draid6 taking two in a row, the rebalance onto a
+//! replacement, and kill -9 during the rebuild and the rebalance.
 
 use serde_json::Value;
 use rand::RngCore;

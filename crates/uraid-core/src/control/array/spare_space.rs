@@ -110,7 +110,7 @@ impl Array {
         Ok(taken)
     }
 
-    /// Ends distributed spare `role`'s hold on `role` when a device takes
+    /// Ends the hold of a distributed spare on `role` when a device takes
     /// the role (a replacement, a dedicated spare: the rebalance, which
     /// rebuilds the role onto it): its spare chunks are free again. The
     /// caller persists the change (with the role's new state).
