@@ -192,7 +192,7 @@ impl Writer<'_> {
         for job in job_rx {
             let len = job.range.end - job.range.start;
             if !job.keep {
-                self.target.write(self.health, self.member, job.data.as_deref().map(|b| &b[..]), job.range.start, len)?;
+                self.target.write(self.health, self.member, job.data.as_deref(), job.range.start, len)?;
             }
             let count = match job.data {
                 Some(buf) => {
