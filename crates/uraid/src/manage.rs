@@ -544,13 +544,14 @@ pub(crate) fn cmd_replace(a: ReplaceArgs) -> Result<()> {
 pub(crate) fn cmd_rebuild(a: RebuildArgs) -> Result<()> {
     let rate = rate(&a.run.rate)?;
     let mut arr = open(&a.array.members)?;
-    if arr.rebuilding().is_empty() && arr.superblock().spares().is_empty() {
+    if arr.rebuilding().is_empty() && arr.superblock().spares().is_empty() && !arr.distributed_spare_due() {
         println!("array '{}': nothing to rebuild", arr.name());
         print_status(&arr.status());
         arr.release();
         return Ok(());
     }
-    // Activation also moves spares into failed roles.
+    // Activation also moves spares into failed roles (dedicated ones
+    // first, then a declustered volume's distributed spares).
     arr.activate_for_rebuild()?;
     if a.json {
         let done = rebuild_reports(&mut arr, rate, true);

@@ -70,34 +70,79 @@ pub(crate) fn zero_member(m: &Member, offset: u64, len: u64) -> Result<()> {
 }
 
 /// One member read of a batch: `len` bytes at absolute `offset` of
-/// `member`, into the start of buffer `into`.
+/// `member`, into buffer `into` from byte `at` on (a member's reads of one
+/// batch share its buffer, each at its own place).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Read {
     pub(crate) member: u32,
     pub(crate) offset: u64,
     pub(crate) len: usize,
     pub(crate) into: usize,
+    pub(crate) at: usize,
 }
 
 /// Runs `reads` (at most one per buffer) in parallel, one thread per read;
 /// returns the members whose read failed, with the error.
-pub(crate) fn read_all(members: &[Member], reads: &[Read], bufs: &mut [IoBuf]) -> Vec<(u32, Error)> {
+pub(crate) fn read_all(members: &[Member], health: &Health, reads: &[Read], bufs: &mut [IoBuf]) -> Vec<(u32, Error)> {
     let one = |r: &Read, buf: &mut IoBuf| {
+        if health.spared() && health.state(r.member) == crate::raid::health::MemberState::Spared {
+            return read_spared(members, health, r, buf);
+        }
         let m = &members[r.member as usize];
-        throttled(m, false, r.len as u64, || m.read_exact_at(&mut buf[..r.len], r.offset)).err().map(|e| (r.member, e))
+        throttled(m, false, r.len as u64, || m.read_exact_at(&mut buf[r.at..r.at + r.len], r.offset)).err().map(|e| (r.member, e))
     };
+    // Each buffer's reads in order, on one thread per buffer.
+    let all = |i: usize, buf: &mut IoBuf| reads.iter().filter(|r| r.into == i).find_map(|r| one(r, buf));
     if reads.len() == 1 {
-        return one(&reads[0], &mut bufs[reads[0].into]).into_iter().collect();
+        return all(reads[0].into, &mut bufs[reads[0].into]).into_iter().collect();
     }
     std::thread::scope(|s| {
         let mut handles = Vec::new();
         for (i, buf) in bufs.iter_mut().enumerate() {
-            if let Some(r) = reads.iter().find(|r| r.into == i) {
-                handles.push(s.spawn(move || one(r, buf)));
+            if reads.iter().any(|r| r.into == i) {
+                handles.push(s.spawn(move || all(i, buf)));
             }
         }
         handles.into_iter().filter_map(|h| h.join().expect("member read thread panicked")).collect()
     })
+}
+
+/// [`read_all`]'s read of a role a distributed spare holds: row by row
+/// from the spare chunks' members (a failure is theirs).
+fn read_spared(members: &[Member], health: &Health, r: &Read, buf: &mut IoBuf) -> Option<(u32, Error)> {
+    let sm = health.spare_map()?;
+    let (mut at, end) = (r.offset, r.offset + r.len as u64);
+    while at < end {
+        let stop = sm.row_end(at).min(end);
+        let x = sm.holder(r.member, at).unwrap_or(r.member);
+        let m = &members[x as usize];
+        let o = (at - r.offset) as usize;
+        let len = (stop - at) as usize;
+        if let Err(e) = throttled(m, false, len as u64, || m.read_exact_at(&mut buf[r.at + o..r.at + o + len], at)) {
+            return Some((x, e));
+        }
+        at = stop;
+    }
+    None
+}
+
+/// Writes `buf` at absolute `offset` of role `role` of `vol`: to the
+/// role's device, or row by row to the spare chunks' members when a
+/// distributed spare holds it. Errors: the first write's, with the member
+/// that failed it.
+pub(crate) fn write_role(members: &[Member], health: &Health, role: u32, buf: &[u8], offset: u64) -> std::result::Result<(), (u32, Error)> {
+    let Some(sm) = health.spare_map().filter(|_| health.state(role) == crate::raid::health::MemberState::Spared) else {
+        return write_member(&members[role as usize], buf, offset).map_err(|e| (role, e));
+    };
+    let (mut at, end) = (offset, offset + buf.len() as u64);
+    while at < end {
+        let stop = sm.row_end(at).min(end);
+        let x = sm.holder(role, at).unwrap_or(role);
+        let o = (at - offset) as usize;
+        write_member(&members[x as usize], &buf[o..o + (stop - at) as usize], at).map_err(|e| (x, e))?;
+        at = stop;
+    }
+    Ok(())
 }
 
 /// Fails every member of `errors` in `health` (the data path's rule for an

@@ -15,7 +15,9 @@
 //! treat it as missing above that offset.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::raid::spare::SpareMap;
 
 use crate::Result;
 
@@ -33,6 +35,12 @@ pub enum MemberState {
     Spare = 3,
     /// No device in this role (removed, or missing at assemble).
     Missing = 4,
+    /// Held by a distributed spare of its declustered volume (issue 33):
+    /// its chunks live in the rows' spare chunks on the other members
+    /// ([`SpareMap`]); read below its recovery offset (the distributed
+    /// rebuild's progress) where the spare chunk's member is readable,
+    /// written always.
+    Spared = 5,
 }
 
 impl MemberState {
@@ -44,6 +52,7 @@ impl MemberState {
             1 => MemberState::Faulty,
             2 => MemberState::Rebuilding,
             3 => MemberState::Spare,
+            5 => MemberState::Spared,
             _ => MemberState::Missing,
         }
     }
@@ -56,6 +65,7 @@ impl MemberState {
             MemberState::Rebuilding => "rebuilding",
             MemberState::Spare => "spare",
             MemberState::Missing => "missing",
+            MemberState::Spared => "spared",
         }
     }
 }
@@ -76,6 +86,12 @@ pub struct Health {
     notify: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     /// The members' read errors and their limit.
     read_errors: crate::raid::read_errors::ReadErrors,
+    /// The declustered volume's distributed spares (set at assemble when
+    /// the array's one volume is declustered).
+    spare: OnceLock<Arc<SpareMap>>,
+    /// Some role is [`Spared`](MemberState::Spared): the data path remaps
+    /// its pieces (tested once per request).
+    spared: AtomicBool,
 }
 
 impl std::fmt::Debug for Health {
@@ -96,6 +112,61 @@ impl Health {
             on_change: Mutex::new(None),
             notify: Mutex::new(None),
             read_errors: crate::raid::read_errors::ReadErrors::new(members),
+            spare: OnceLock::new(),
+            spared: AtomicBool::new(false),
+        }
+    }
+
+    /// Sets the declustered volume's distributed spare map (once; later
+    /// calls are ignored).
+    pub fn set_spare_map(&self, map: Arc<SpareMap>) {
+        let _ = self.spare.set(map);
+    }
+
+    /// The distributed spare map, when the array's volume is declustered.
+    #[inline]
+    pub fn spare_map(&self) -> Option<&Arc<SpareMap>> {
+        self.spare.get()
+    }
+
+    /// True when some role is held by a distributed spare (its I/O goes to
+    /// the spare chunks: see [`SpareMap::holder`]).
+    #[inline]
+    pub fn spared(&self) -> bool {
+        self.spared.load(Ordering::Acquire)
+    }
+
+    /// Where role `m`'s I/O at absolute member offset `abs` goes: the
+    /// spare chunk's member when a distributed spare holds `m`, else `m`.
+    #[inline]
+    pub fn physical(&self, m: u32, abs: u64) -> u32 {
+        match self.spare.get() {
+            Some(s) if self.state(m) == MemberState::Spared => s.holder(m, abs).unwrap_or(m),
+            _ => m,
+        }
+    }
+
+    /// True when `[offset, offset+len)` of spared role `m` can be read:
+    /// below its recovery offset, and in each chunk row the spare chunk's
+    /// member holds valid data.
+    fn spared_readable(&self, m: u32, offset: u64, len: u64) -> bool {
+        let end = offset.saturating_add(len);
+        if end > self.recovery(m) {
+            return false;
+        }
+        let Some(sm) = self.spare.get() else { return false };
+        let mut at = offset;
+        loop {
+            let Some(x) = sm.holder(m, at) else { return false };
+            let ok = match self.state(x) {
+                MemberState::Active => true,
+                MemberState::Rebuilding => end.min(sm.row_end(at)) <= self.recovery(x),
+                _ => false,
+            };
+            at = sm.row_end(at);
+            if !ok || at >= end {
+                return ok;
+            }
         }
     }
 
@@ -124,13 +195,20 @@ impl Health {
     /// `Rebuilding` member starts with recovery offset 0 unless
     /// [`set_recovery`](Self::set_recovery) says otherwise.
     pub fn set_state(&self, m: u32, s: MemberState) {
-        if s == MemberState::Rebuilding {
+        if matches!(s, MemberState::Rebuilding | MemberState::Spared) {
             self.recovery[m as usize].store(0, Ordering::Release);
         } else {
             self.recovery[m as usize].store(u64::MAX, Ordering::Release);
         }
         self.states[m as usize].store(s as u8, Ordering::Release);
+        self.note_spared();
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Sets the flag [`spared`](Self::spared) from the states.
+    fn note_spared(&self) {
+        let any = self.states.iter().any(|s| s.load(Ordering::Acquire) == MemberState::Spared as u8);
+        self.spared.store(any, Ordering::Release);
     }
 
     /// Absolute byte offset on role `m` below which a rebuilding member
@@ -150,12 +228,23 @@ impl Health {
         match self.state(m) {
             MemberState::Active => true,
             MemberState::Rebuilding => offset.saturating_add(len) <= self.recovery(m),
+            MemberState::Spared => self.spared_readable(m, offset, len),
             _ => false,
         }
     }
 
-    /// True when writes go to role `m` (active or rebuilding).
+    /// True when writes go to role `m` (active, rebuilding, or held by a
+    /// distributed spare).
     pub fn writable(&self, m: u32) -> bool {
+        matches!(self.state(m), MemberState::Active | MemberState::Rebuilding | MemberState::Spared)
+    }
+
+    /// True when role `m`'s own device is in service (active or
+    /// rebuilding): what gets its flushes and its copy of the bitmap. A
+    /// role a distributed spare holds has none in service (its chunks are
+    /// on the others).
+    #[inline]
+    pub fn device_in_service(&self, m: u32) -> bool {
         matches!(self.state(m), MemberState::Active | MemberState::Rebuilding)
     }
 
@@ -180,6 +269,7 @@ impl Health {
             return Ok(false);
         }
         self.recovery[m as usize].store(u64::MAX, Ordering::Release);
+        self.note_spared();
         self.generation.fetch_add(1, Ordering::AcqRel);
         let hook = self.on_change.lock().unwrap_or_else(|e| e.into_inner());
         let persisted = match hook.as_ref() {
@@ -260,5 +350,33 @@ mod tests {
         assert!(!h.readable(2, 4096, 1 << 20));
         assert!(h.writable(2));
         assert_eq!(h.states(), vec![MemberState::Active, MemberState::Faulty, MemberState::Rebuilding]);
+    }
+
+    /// Issue 33: a role a distributed spare holds reads below its
+    /// recovery offset where the row's spare chunk is on a member in
+    /// service, is always written, and its I/O goes to that member; the
+    /// flag the data path tests is set only while some role is held.
+    #[test]
+    fn a_spared_role_reads_from_its_rows_spare_chunks() {
+        let map = crate::raid::level::DraidMap::new(8, 4, 1, 1, 9).unwrap();
+        let (chunk, base) = (65536u64, 1u64 << 20);
+        let sm = Arc::new(SpareMap::new(map, chunk, base, 64 * chunk));
+        let h = Health::new(8);
+        h.set_spare_map(sm.clone());
+        assert!(!h.spared());
+        h.set_state(3, MemberState::Faulty);
+        sm.set(3, Some(0));
+        h.set_state(3, MemberState::Spared);
+        assert!(h.spared() && h.writable(3));
+        h.set_recovery(3, base + 10 * chunk);
+        let row = (0..10).find(|&r| map.spare(r, 0) != 3).unwrap();
+        let at = base + row * chunk;
+        assert!(h.readable(3, at, chunk), "below the recovery offset");
+        assert!(!h.readable(3, base + 10 * chunk, chunk), "above it");
+        assert_eq!(h.physical(3, at), map.spare(row, 0));
+        h.set_state(map.spare(row, 0), MemberState::Faulty);
+        assert!(!h.readable(3, at, chunk), "the spare chunk's member failed");
+        h.set_state(3, MemberState::Faulty);
+        assert!(!h.spared(), "no role held: the data path pays nothing");
     }
 }

@@ -20,6 +20,7 @@ pub mod locks;
 pub mod parity;
 pub mod read_errors;
 pub mod reshape;
+pub mod spare;
 
 /// Where each member's data area starts (1 MiB): the member layout's,
 /// below every layer that uses it ([`crate::io::member::DATA_OFFSET`]);

@@ -123,7 +123,11 @@ impl Manager {
                             rep.bytes_written, rep.bytes_skipped, rep.bytes_in_sync, rep.seconds
                         ),
                     );
-                    self.events.emit("SpareActive", Some(dev), format!("role {role} is active"));
+                    let held = self.arr.spare_space().into_iter().find(|u| u.role == *role);
+                    match held {
+                        Some(u) => self.events.emit("SpareActive", Some(dev), format!("role {role} is active in distributed spare {}", u.spare)),
+                        None => self.events.emit("SpareActive", Some(dev), format!("role {role} is active")),
+                    }
                     self.announced.retain(|&(a, _)| a != *role);
                 }
             }

@@ -404,6 +404,19 @@ impl Manager {
     fn take_over(&mut self) {
         let down = (0..self.arr.member_count())
             .any(|r| matches!(self.arr.health().state(r), MemberState::Faulty | MemberState::Missing));
+        if down && self.arr.superblock().spares().is_empty() && self.arr.distributed_spare_due() {
+            // A declustered volume's distributed spare: the volumes stay,
+            // the data path sends the role's I/O to the spare chunks.
+            match self.arr.take_distributed_spares() {
+                Ok(roles) if !roles.is_empty() => {
+                    self.log(format!("distributed spare space takes over role(s) {roles:?}; rebuilding into it"));
+                    self.seen = self.arr.health().states();
+                }
+                Ok(_) => {}
+                Err(e) => self.log(format!("a distributed spare could not take over: {e}")),
+            }
+            return;
+        }
         if !down || self.arr.superblock().spares().is_empty() {
             return;
         }

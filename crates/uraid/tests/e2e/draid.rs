@@ -3,7 +3,10 @@
 //! data written and read back across assembles, degraded reads with a
 //! member failed, a rebuild onto a replacement member (then a second
 //! failure still reads right), check, and the refusals (grow, `--data`
-//! at another level, a shape that does not fit).
+//! at another level, a shape that does not fit); the distributed spare
+//! space: a failed member rebuilt into it (stopped and served), a second
+//! failure after it, draid6 taking two in a row, the rebalance onto a
+//! replacement, and kill -9 during the rebuild and the rebalance.
 
 use serde_json::Value;
 use rand::RngCore;
@@ -123,4 +126,264 @@ fn draid6_defaults_two_failures_and_refused_shapes() {
     // A level clap refuses (its usage error, exit status 2).
     let o = uraid(&with(&["create", "--level", "draid9", "--name", "x"], &g));
     assert_contains(&o.stderr, &["unknown RAID level 'draid9'", "draid5, draid6"], "draid9");
+}
+
+/// The volume's status entry and the distributed spares in use.
+fn spare_status(files: &[&str]) -> Value {
+    serde_json::from_str(&uraid_ok(&with(&["status", "--json"], files)).stdout).unwrap()
+}
+
+/// Issue 33: a failed member of a draid5 volume is rebuilt into the
+/// distributed spare space by `uraid rebuild` (no replacement drive): the
+/// spare chunks hold its role (status says which), parity agrees, the
+/// data reads back without the failed device at all, writes land in the
+/// spare chunks, and a second failure still reads right.
+#[test]
+fn draid5_rebuilds_into_distributed_spare_then_survives_a_second_failure() {
+    let _g = shared();
+    let mut rng = rng("draid5_rebuilds_into_distributed_spare_then_survives_a_second_failure");
+    let dir = tmpdir();
+    let files = sparse_files(dir.path(), "d", 8, 16 * MIB);
+    let f = strs(&files);
+    uraid_ok(&with(&["create", "--level", "draid5", "--data", "4", "--spares", "1", "--chunk", "64K", "--name", "ds", "--bitmap-region", "1M"], &f));
+    let arr = array::assemble(&specs(&files)).unwrap();
+    let cap = arr.volume().capacity() as usize;
+    let mut model = vec![0u8; cap];
+    rng.fill_bytes(&mut model);
+    arr.volume().write_at(0, &model).unwrap();
+    arr.stop().unwrap();
+
+    uraid_ok(&with(&["fail", "--member", "3"], &f));
+    let o = uraid_ok(&with(&["rebuild"], &f));
+    assert_contains(&o.stdout, &["rebuilt role 3"], "rebuild into the distributed spare");
+    let st = spare_status(&f);
+    assert_eq!(st["distributed_spares"], serde_json::json!([{"spare": 0, "role": 3, "recovery_offset": null}]), "{st}");
+    assert_eq!(st["members"][3]["state"], "spared", "{st}");
+    assert_eq!(st["volumes"][0]["state"], "clean", "the volume is redundant again: {st}");
+    assert_eq!(check_mismatches(&f), 0, "parity agrees with the spare chunks");
+
+    // The failed device holds nothing the volume needs: garbage on it and
+    // left out, the data reads back from the spare chunks.
+    let junk = vec![0xa5u8; 15 * MIB as usize];
+    std::fs::write(&files[3], [&std::fs::read(&files[3]).unwrap()[..MIB as usize], &junk[..]].concat()).unwrap();
+    let mut rest = f.clone();
+    rest.remove(3);
+    let arr = array::assemble(&specs(&rest)).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "read from the distributed spare differs");
+    rng.fill_bytes(&mut model[MIB as usize..5 * MIB as usize + 4096]);
+    arr.volume().write_at(MIB, &model[MIB as usize..5 * MIB as usize + 4096]).unwrap();
+    for at in [7 * MIB as usize + 512, 9 * MIB as usize + 65536 * 5 - 4096] {
+        rng.fill_bytes(&mut model[at..at + 12288]);
+        arr.volume().write_at(at as u64, &model[at..at + 12288]).unwrap();
+    }
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "read after writes into the spare chunks differs");
+    arr.stop().unwrap();
+    assert_eq!(check_mismatches(&rest), 0, "parity agrees after writes into the spare chunks");
+
+    // A second failure: every group still has all but one chunk.
+    uraid_ok(&with(&["fail", "--member", "6"], &rest));
+    let arr = array::assemble(&specs(&rest)).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "read after a second failure differs");
+    arr.release();
+}
+
+/// Issue 33: draid6 with two distributed spares takes two failures in a
+/// row into them, each by `uraid rebuild`; the data reads back with both
+/// failed devices gone.
+#[test]
+fn draid6_takes_two_failures_in_a_row_into_distributed_spares() {
+    let _g = shared();
+    let mut rng = rng("draid6_takes_two_failures_in_a_row_into_distributed_spares");
+    let dir = tmpdir();
+    let files = sparse_files(dir.path(), "e", 8, 12 * MIB);
+    let f = strs(&files);
+    uraid_ok(&with(&["create", "--level", "draid6", "--data", "4", "--spares", "2", "--chunk", "64K", "--name", "d6s"], &f));
+    let arr = array::assemble(&specs(&files)).unwrap();
+    let cap = arr.volume().capacity() as usize;
+    let mut model = vec![0u8; cap];
+    rng.fill_bytes(&mut model);
+    arr.volume().write_at(0, &model).unwrap();
+    arr.stop().unwrap();
+
+    uraid_ok(&with(&["fail", "--member", "0"], &f));
+    assert_contains(&uraid_ok(&with(&["rebuild"], &f)).stdout, &["rebuilt role 0"], "first rebuild");
+    uraid_ok(&with(&["fail", "--member", "5"], &f));
+    assert_contains(&uraid_ok(&with(&["rebuild"], &f)).stdout, &["rebuilt role 5"], "second rebuild");
+    let st = spare_status(&f);
+    assert_eq!(
+        st["distributed_spares"],
+        serde_json::json!([{"spare": 0, "role": 0, "recovery_offset": null}, {"spare": 1, "role": 5, "recovery_offset": null}]),
+        "{st}"
+    );
+    let rest = [f[1], f[2], f[3], f[4], f[6], f[7]];
+    let arr = array::assemble(&specs(&rest)).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "draid6 with two roles in spares reads wrong");
+    rng.fill_bytes(&mut model[..3 * MIB as usize]);
+    arr.volume().write_at(0, &model[..3 * MIB as usize]).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "draid6 read after writes differs");
+    arr.stop().unwrap();
+    assert_eq!(check_mismatches(&rest), 0);
+}
+
+/// Issue 33: a replacement drive for a role a distributed spare holds
+/// takes the role back (`uraid remove` of the old device, then `uraid
+/// add`): the role is rebuilt onto it, the spare is free again (status
+/// lists none), parity agrees, and the next failure goes into the spare
+/// again.
+#[test]
+fn draid5_replacement_rebalances_and_frees_the_spare() {
+    let _g = shared();
+    let mut rng = rng("draid5_replacement_rebalances_and_frees_the_spare");
+    let dir = tmpdir();
+    let files = sparse_files(dir.path(), "r", 8, 12 * MIB);
+    let f = strs(&files);
+    uraid_ok(&with(&["create", "--level", "draid5", "--data", "4", "--spares", "1", "--chunk", "64K", "--name", "rb"], &f));
+    let arr = array::assemble(&specs(&files)).unwrap();
+    let cap = arr.volume().capacity() as usize;
+    let mut model = vec![0u8; cap];
+    rng.fill_bytes(&mut model);
+    arr.volume().write_at(0, &model).unwrap();
+    arr.stop().unwrap();
+    uraid_ok(&with(&["fail", "--member", "2"], &f));
+    uraid_ok(&with(&["rebuild"], &f));
+    assert_eq!(spare_status(&f)["distributed_spares"][0]["role"], 2);
+
+    uraid_ok(&with(&["remove", "--member", "2"], &f));
+    let mut rest = f.clone();
+    rest.remove(2);
+    let new = sparse_file(dir.path(), "new", 12 * MIB);
+    let o = uraid_ok(&with(&["add", "--spare", s(&new)], &rest));
+    assert_contains(&o.stdout, &["rebuilt role 2"], "rebalance onto the replacement");
+    let mut all = f.clone();
+    all[2] = s(&new);
+    let st = spare_status(&all);
+    assert_eq!(st["distributed_spares"], serde_json::json!([]), "the spare is free again: {st}");
+    assert_eq!(st["members"][2]["state"], "active", "{st}");
+    assert_eq!(check_mismatches(&all), 0);
+    let arr = array::assemble(&specs(&all)).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "read after the rebalance differs");
+    arr.stop().unwrap();
+    // The freed spare takes the next failure.
+    uraid_ok(&with(&["fail", "--member", "5"], &all));
+    uraid_ok(&with(&["rebuild"], &all));
+    assert_eq!(spare_status(&all)["distributed_spares"], serde_json::json!([{"spare": 0, "role": 5, "recovery_offset": null}]));
+    assert_eq!(check_mismatches(&all), 0);
+}
+
+/// Runs `uraid ARGS` for `ms` milliseconds, then SIGKILLs it.
+fn kill_after(args: &[&str], ms: u64) {
+    use std::process::{Command, Stdio};
+    let mut c = Command::new(URAID).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("uraid");
+    std::thread::sleep(std::time::Duration::from_millis(ms));
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// Issue 33: kill -9 during the rebuild into the distributed spare and
+/// during the rebalance onto a replacement; the next `uraid rebuild`
+/// finishes each, and the data and parity are right.
+#[test]
+fn kill_9_during_the_distributed_rebuild_and_the_rebalance_keeps_the_data() {
+    let _g = shared();
+    let mut rng = rng("kill_9_during_the_distributed_rebuild_and_the_rebalance_keeps_the_data");
+    let dir = tmpdir();
+    let files = sparse_files(dir.path(), "k", 8, 16 * MIB);
+    let f = strs(&files);
+    uraid_ok(&with(&["create", "--level", "draid5", "--data", "4", "--spares", "1", "--chunk", "64K", "--name", "kd"], &f));
+    let arr = array::assemble(&specs(&files)).unwrap();
+    let cap = arr.volume().capacity() as usize;
+    let mut model = vec![0u8; cap];
+    rng.fill_bytes(&mut model);
+    arr.volume().write_at(0, &model).unwrap();
+    arr.stop().unwrap();
+    uraid_ok(&with(&["fail", "--member", "4"], &f));
+    kill_after(&with(&["rebuild", "--rate", "3"], &f), 1500);
+    let st = spare_status(&f);
+    assert_eq!(st["members"][4]["state"], "spared", "killed mid-rebuild, the role stays in the spare: {st}");
+    assert_contains(&uraid_ok(&with(&["rebuild"], &f)).stdout, &["rebuilt role 4"], "resumed rebuild");
+    assert_eq!(check_mismatches(&f), 0, "after the killed distributed rebuild");
+    let mut rest = f.clone();
+    rest.remove(4);
+    let arr = array::assemble(&specs(&rest)).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "data after the killed distributed rebuild");
+    arr.stop().unwrap();
+
+    let new = sparse_file(dir.path(), "new", 16 * MIB);
+    uraid_ok(&with(&["add", "--no-rebuild", "--spare", s(&new)], &rest));
+    let mut all = f.clone();
+    all[4] = s(&new);
+    kill_after(&with(&["rebuild", "--rate", "3"], &all), 1500);
+    assert_contains(&uraid_ok(&with(&["rebuild"], &all)).stdout, &["rebuilt role 4"], "resumed rebalance");
+    let st = spare_status(&all);
+    assert_eq!(st["distributed_spares"], serde_json::json!([]), "{st}");
+    assert_eq!(check_mismatches(&all), 0, "after the killed rebalance");
+    let arr = array::assemble(&specs(&all)).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "data after the killed rebalance");
+    arr.release();
+}
+
+/// Issue 33: a served draid5 array does it by itself: `uraid fail` of a
+/// member through the control socket, and the service's maintenance puts
+/// the role into the distributed spare and rebuilds it in the background;
+/// through NBD the data reads back, and a live check finds no mismatch.
+#[test]
+fn a_served_draid5_rebuilds_a_failed_member_into_its_distributed_spare() {
+    use std::ffi::OsStr;
+    use uraid_core::{BlockDevice, BlockQueue};
+    let _g = shared();
+    let mut rng = rng("a_served_draid5_rebuilds_a_failed_member_into_its_distributed_spare");
+    let d = tmpdir();
+    let (run_dir, conf) = (d.path().join("run"), d.path().join("uraid.conf"));
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let env: [(&str, &OsStr); 2] = [("URAID_RUN_DIR", run_dir.as_os_str()), ("URAID_CONFIG", conf.as_os_str())];
+    let name = format!("sd{}", std::process::id());
+    let files = sparse_files(d.path(), "m", 8, 16 * MIB);
+    let f = strs(&files);
+    let ok = |args: &[&str]| {
+        let o = uraid_env(args, &env);
+        assert!(o.status.success(), "{}: {}{}", o.cmdline, o.stdout, o.stderr);
+        o.stdout
+    };
+    ok(&with(&["create", "--level", "draid5", "--data", "4", "--spares", "1", "--chunk", "64K", "--name", &name], &f));
+    let log = d.path().join("serve.log");
+    let (_srv, port) = serve_logged(&with(&["serve", "--tcp", "127.0.0.1:0"], &f), &env, &log);
+    let ctl = run_dir.join(format!("{name}.ctl"));
+    let t0 = std::time::Instant::now();
+    while std::os::unix::net::UnixStream::connect(&ctl).is_err() {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(30), "no control socket at {}", ctl.display());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let dev = uraid_nbd::client::NbdDevice::connect(&format!("nbd://127.0.0.1:{port}/{name}").parse().unwrap()).unwrap();
+    let mut q = dev.open_queue(1).unwrap();
+    let cap = dev.info().size as usize;
+    let mut model = vec![0u8; cap];
+    rng.fill_bytes(&mut model);
+    for at in (0..cap).step_by(MIB as usize) {
+        q.write_at(at as u64, &model[at..(at + MIB as usize).min(cap)]).unwrap();
+    }
+    dev.flush().unwrap();
+
+    ok(&["fail", &name, "--member", "3"]);
+    let t0 = std::time::Instant::now();
+    loop {
+        let st: Value = serde_json::from_str(&ok(&["status", "--json", &name])).unwrap();
+        if st["distributed_spares"] == serde_json::json!([{"spare": 0, "role": 3, "recovery_offset": null}]) {
+            assert_eq!((st["members"][3]["state"].as_str(), st["volumes"][0]["state"].as_str()), (Some("spared"), Some("clean")), "{st}");
+            break;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(120), "the served rebuild into the spare did not end: {st}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for at in (0..cap).step_by(MIB as usize) {
+        let back = q.read_at(at as u64, (cap - at).min(MIB as usize)).unwrap();
+        assert!(back[..] == model[at..at + back.len()], "MiB at {at} reads back wrong through NBD");
+    }
+    rng.fill_bytes(&mut model[..2 * MIB as usize]);
+    q.write_at(0, &model[..2 * MIB as usize]).unwrap();
+    assert!(q.read_at(0, 2 * MIB as usize).unwrap()[..] == model[..2 * MIB as usize], "write into the spare chunks through NBD");
+    let out = ok(&["check", "--json", &name]);
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r[0]["report"]["mismatches"].as_u64(), Some(0), "{out}");
+    let e = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_contains(&e, &["distributed spare space takes over role(s) [3]"], "the service's log");
 }

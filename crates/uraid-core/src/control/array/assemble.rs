@@ -79,7 +79,8 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     let Placed { mut slots, devices, specs: dev_specs, stale } = place_members(members, &sbs, &member_specs, &auth, opts, &mut warnings)?;
     let n = auth.member_count as usize;
     let missing = mark_missing(&mut slots, &devices, n);
-    let down: Vec<bool> = slots[..n].iter().map(|s| s.state != MemberState::Active).collect();
+    // A role a distributed spare holds in sync is not down.
+    let down: Vec<bool> = slots[..n].iter().map(|s| !(s.state == MemberState::Active || (s.state == MemberState::Spared && s.recovery_offset.is_none()))).collect();
     let lost = lost_volumes(&auth, &down);
     if !lost.is_empty() {
         let msg = lost_message(&auth, &slots, &devices, &missing, &down, &lost);
@@ -97,8 +98,11 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     let health = Arc::new(Health::new(n));
     for (r, s) in slots[..n].iter().enumerate() {
         health.set_state(r as u32, s.state);
-        if let (MemberState::Rebuilding, Some(o)) = (s.state, s.recovery_offset) {
-            health.set_recovery(r as u32, o);
+        match (s.state, s.recovery_offset) {
+            (MemberState::Rebuilding | MemberState::Spared, Some(o)) => health.set_recovery(r as u32, o),
+            // A role held by a distributed spare, in sync.
+            (MemberState::Spared, None) => health.set_recovery(r as u32, u64::MAX),
+            _ => {}
         }
     }
     let renamed = open_member_journals(&auth, &slots, &devices, &health, opts, &mut journals, &mut warnings)?;

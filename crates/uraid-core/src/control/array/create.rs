@@ -97,7 +97,7 @@ fn draid_geometry(opts: &CreateOptions, level: Level, n: usize, chunk: u64, memb
     let spares = opts.spares.unwrap_or(map.spares());
     let data = opts.data.unwrap_or_else(|| crate::raid::level::default_data(n as u32, map.parity(), spares));
     let g = g.with_draid(data, spares)?;
-    Ok((g, Some(DraidEntry { version: crate::raid::level::LAYOUT_VERSION, data, spares })))
+    Ok((g, Some(DraidEntry { version: crate::raid::level::LAYOUT_VERSION, data, spares, held: [0; crate::raid::spare::MAX_HELD] })))
 }
 
 /// Bytes of every member that a declustered volume of `capacity` bytes

@@ -100,6 +100,7 @@ impl Array {
         }
         self.meta().sb.state = state;
         self.promote_spares()?;
+        self.take_distributed_spares()?;
         self.persist()?;
         if self.daemon.is_none() {
             self.start_daemon();
@@ -167,9 +168,16 @@ impl Array {
         self.persist()
     }
 
-    /// Roles being rebuilt.
+    /// Roles being rebuilt: onto a device, or into distributed spare
+    /// space (held by a spare and not yet in sync).
     pub fn rebuilding(&self) -> Vec<u32> {
-        (0..self.member_count()).filter(|&r| self.health.state(r) == MemberState::Rebuilding).collect()
+        (0..self.member_count())
+            .filter(|&r| match self.health.state(r) {
+                MemberState::Rebuilding => true,
+                MemberState::Spared => self.health.recovery(r) != u64::MAX,
+                _ => false,
+            })
+            .collect()
     }
 
     /// Rebuilds every rebuilding role in turn with `maint::rebuild` (over
@@ -215,7 +223,9 @@ impl Array {
             let only_dirty = self.meta().sb.slots[role as usize].resync_from_bitmap && self.bitmap.is_some();
             let opts = crate::control::maint::RebuildOptions { rate, checkpoint: &checkpoint, only_dirty };
             let report = crate::control::maint::rebuild(self.vols.all(), role, &opts, &mut |d, t| progress(role, d, t))?;
-            self.health.set_state(role, MemberState::Active);
+            if self.health.state(role) != MemberState::Spared {
+                self.health.set_state(role, MemberState::Active);
+            }
             self.persist()?;
             reports.push(report);
         }

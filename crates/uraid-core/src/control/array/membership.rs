@@ -58,6 +58,8 @@ pub(super) struct Slots {
     pub(super) states: Vec<MemberState>,
     /// Spare slots, numbered after the roles.
     pub(super) spares: u32,
+    /// Whether each role holds a device.
+    pub(super) held: Vec<bool>,
 }
 
 impl Slots {
@@ -87,6 +89,9 @@ pub(super) enum Removal {
     Spare,
     /// A faulty role's device: the role becomes missing.
     Role,
+    /// The old device of a role a distributed spare holds: the role stays
+    /// held.
+    SparedDevice,
 }
 
 /// The array's membership rules and the faulty devices released from
@@ -141,7 +146,8 @@ impl Membership {
     }
 
     /// Checks that `role` may be failed: a role (not a spare's slot)
-    /// that is active or rebuilding. Errors: `InvalidInput`.
+    /// that is active, rebuilding, or held by a distributed spare (which
+    /// it then loses). Errors: `InvalidInput`.
     pub(super) fn check_fail(s: &Slots, role: u32) -> Result<()> {
         if role >= s.roles() && role < s.total() {
             bail!(
@@ -152,7 +158,7 @@ impl Membership {
         }
         Self::check_role(s, role)?;
         match s.state(role) {
-            MemberState::Active | MemberState::Rebuilding => Ok(()),
+            MemberState::Active | MemberState::Rebuilding | MemberState::Spared => Ok(()),
             st => bail!(InvalidInput, "role {role} of array '{}' is already {}; nothing to fail", s.name, st.name()),
         }
     }
@@ -182,6 +188,7 @@ impl Membership {
         }
         match s.state(slot) {
             MemberState::Faulty => Ok(Removal::Role),
+            MemberState::Spared if s.held.get(slot as usize).copied().unwrap_or(false) => Ok(Removal::SparedDevice),
             MemberState::Missing => bail!(InvalidInput, "role {slot} of array '{}' has no member to remove", s.name),
             st => bail!(
                 InvalidInput,
@@ -199,9 +206,11 @@ impl Membership {
     }
 
     /// The role a new device goes into: the first without a member
-    /// (missing); `None`: it becomes a spare.
+    /// (missing), else the first a distributed spare holds (its chunks
+    /// move back: the rebalance); `None`: it becomes a spare.
     pub(super) fn role_for_new(s: &Slots) -> Option<u32> {
-        s.states.iter().position(|&st| st == MemberState::Missing).map(|r| r as u32)
+        let first = |want: MemberState| s.states.iter().position(|&st| st == want).map(|r| r as u32);
+        first(MemberState::Missing).or_else(|| first(MemberState::Spared))
     }
 
     /// Checks that the array has room for one more spare. Errors:
@@ -217,7 +226,8 @@ impl Membership {
     /// left: the faulty and missing roles, as long as spares last.
     pub(super) fn spare_moves(s: &Slots) -> Vec<u32> {
         let down = (0..s.roles()).filter(|&r| matches!(s.state(r), MemberState::Faulty | MemberState::Missing));
-        down.take(s.spares as usize).collect()
+        let spared = (0..s.roles()).filter(|&r| s.state(r) == MemberState::Spared);
+        down.chain(spared).take(s.spares as usize).collect()
     }
 
     /// Checks that `role` may be replaced `how`: a role (not a spare's
@@ -235,7 +245,8 @@ impl Array {
     /// The slot table now, for the membership rules.
     pub(super) fn slots(&self) -> Slots {
         let m = self.meta();
-        Slots { name: m.sb.name.clone(), states: self.health.states(), spares: (m.sb.slots.len() - m.n()) as u32 }
+        let held = (0..m.n()).map(|r| m.devices[r].is_some()).collect();
+        Slots { name: m.sb.name.clone(), states: self.health.states(), spares: (m.sb.slots.len() - m.n()) as u32, held }
     }
 
     /// Checks that `role` is a role of the array. Errors: `InvalidInput`.
@@ -313,6 +324,14 @@ impl Array {
                 return self.persist();
             }
             Removal::Role => {}
+            Removal::SparedDevice => {
+                let mut m = self.meta();
+                m.devices[slot as usize] = None;
+                m.specs[slot as usize] = None;
+                drop(m);
+                self.rebuild_after_membership_change()?;
+                return self.persist();
+            }
         }
         {
             let mut m = self.meta();
@@ -417,6 +436,7 @@ impl Array {
             g.sb.slots[role as usize].resync_from_bitmap = returning;
         }
         self.rebuild_after_membership_change()?;
+        self.retire_spare(role);
         self.health.set_state(role, MemberState::Rebuilding);
         if let Some(b) = &self.bitmap {
             b.write_to(role)?;
@@ -623,6 +643,7 @@ impl Array {
         for &r in roles {
             self.check_role(r)?;
             self.lose_journals_on(r)?;
+            self.retire_spare(r);
             self.health.set_state(r, MemberState::Rebuilding);
         }
         if let Some(b) = &self.bitmap {
@@ -643,7 +664,7 @@ mod tests {
     use MemberState::{Active, Faulty, Missing, Rebuilding};
 
     fn slots(states: &[MemberState], spares: u32) -> Slots {
-        Slots { name: "a".into(), states: states.to_vec(), spares }
+        Slots { name: "a".into(), states: states.to_vec(), spares, held: vec![true; states.len()] }
     }
 
     fn released(m: &Membership, role: u32) {

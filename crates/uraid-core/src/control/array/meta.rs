@@ -67,8 +67,9 @@ impl Meta {
             for r in 0..self.n() {
                 let state = health.state(r as u32);
                 self.sb.slots[r].state = state;
-                self.sb.slots[r].recovery_offset =
-                    (state == MemberState::Rebuilding).then(|| health.recovery(r as u32)).filter(|&o| o != u64::MAX);
+                self.sb.slots[r].recovery_offset = matches!(state, MemberState::Rebuilding | MemberState::Spared)
+                    .then(|| health.recovery(r as u32))
+                    .filter(|&o| o != u64::MAX);
                 if state != MemberState::Rebuilding {
                     self.sb.slots[r].resync_from_bitmap = false;
                 }
@@ -79,7 +80,7 @@ impl Meta {
             let mut failed_role = false;
             for (slot, dev) in self.devices.iter().enumerate() {
                 let Some(m) = dev else { continue };
-                if slot < self.n() && matches!(self.sb.slots[slot].state, MemberState::Faulty | MemberState::Missing) {
+                if slot < self.n() && matches!(self.sb.slots[slot].state, MemberState::Faulty | MemberState::Missing | MemberState::Spared) {
                     continue;
                 }
                 let mut sb = self.sb.clone();

@@ -51,6 +51,7 @@ mod grow;
 mod maintenance;
 mod membership;
 mod meta;
+mod spare_space;
 mod status;
 mod survival;
 mod volumes;
@@ -61,6 +62,7 @@ pub use create::*;
 pub use examine::*;
 pub use membership::Replacement;
 pub use grow::{grow, resize, GrowOptions, GrowReport, LiveChange, LiveGrow, NewSize, ResizePlan, ResizeReport};
+pub use spare_space::SpareUse;
 pub use status::*;
 use meta::{placeholder, read_superblock, write_superblock, Meta};
 use volumes::VolumeSet;
@@ -241,6 +243,7 @@ impl Array {
             a.watch_journal(j);
         }
         a.build_volumes()?;
+        a.load_spare_space();
         Ok(a)
     }
 

@@ -168,9 +168,13 @@ pub(super) fn volume_status(
 pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> ArrayStatus {
     let n = sb.member_count as usize;
     let roles = &sb.slots[..n.min(sb.slots.len())];
-    let down: Vec<bool> = roles.iter().map(|s| s.state != MemberState::Active).collect();
-    let rebuilding: Vec<u64> =
-        roles.iter().filter(|s| s.state == MemberState::Rebuilding).map(|s| s.recovery_offset.unwrap_or(0)).collect();
+    let down: Vec<bool> =
+        roles.iter().map(|s| !(s.state == MemberState::Active || (s.state == MemberState::Spared && s.recovery_offset.is_none()))).collect();
+    let rebuilding: Vec<u64> = roles
+        .iter()
+        .filter(|s| s.state == MemberState::Rebuilding || (s.state == MemberState::Spared && s.recovery_offset.is_some()))
+        .map(|s| s.recovery_offset.unwrap_or(0))
+        .collect();
     let volumes = sb
         .volumes
         .iter()
@@ -189,7 +193,7 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
             device: devices.iter().find(|(_, uuid)| !slot.is_empty() && *uuid == slot.uuid).map(|(name, _)| name.clone()),
             uuid: fmt_uuid(&slot.uuid),
             state: slot.state.name().to_string(),
-            recovery_offset: if slot.state == MemberState::Rebuilding { slot.recovery_offset } else { None },
+            recovery_offset: if matches!(slot.state, MemberState::Rebuilding | MemberState::Spared) { slot.recovery_offset } else { None },
             former_role: None,
             io: None,
             read_errors_corrected: 0,
@@ -211,6 +215,20 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
         volumes,
         members,
         stale_members: Vec::new(),
+        distributed_spares: sb
+            .volumes
+            .first()
+            .and_then(|v| v.draid)
+            .map(|d| {
+                (0..d.spares)
+                    .filter_map(|k| {
+                        let role = d.role_of(k)?;
+                        let rec = roles.get(role as usize)?.recovery_offset;
+                        Some(super::SpareUse { spare: k, role, recovery_offset: rec })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 
@@ -239,6 +257,10 @@ pub struct ArrayStatus {
     /// replaced: their superblock is older than the array's), left out.
     #[serde(default)]
     pub stale_members: Vec<String>,
+    /// A declustered volume's distributed spares in use: which role each
+    /// holds and how far the rebuild into it has come.
+    #[serde(default)]
+    pub distributed_spares: Vec<super::SpareUse>,
 }
 
 /// What [`Array::status`] reads, held apart from the [`Array`]: for a
@@ -335,8 +357,10 @@ impl StatusSource {
             Some(b) => b.dirty(),
             None => Vec::new(),
         };
-        let rebuilding: Vec<u64> =
-            (0..n as u32).filter(|&r| states[r as usize] == MemberState::Rebuilding).map(|r| self.health.recovery(r)).collect();
+        let rebuilding: Vec<u64> = (0..n as u32)
+            .filter(|&r| states[r as usize] == MemberState::Rebuilding || (states[r as usize] == MemberState::Spared && self.health.recovery(r) != u64::MAX))
+            .map(|r| self.health.recovery(r))
+            .collect();
         let volumes = m
             .sb
             .volumes
@@ -367,7 +391,9 @@ impl StatusSource {
                     device: m.devices[s].as_ref().map(|d| d.name().to_string()),
                     uuid: fmt_uuid(&slot.uuid),
                     state: state.name().to_string(),
-                    recovery_offset: (state == MemberState::Rebuilding).then(|| self.health.recovery(s as u32)),
+                    recovery_offset: matches!(state, MemberState::Rebuilding | MemberState::Spared)
+                        .then(|| self.health.recovery(s as u32))
+                        .filter(|&o| o != u64::MAX),
                     former_role: None,
                     io: if s < n { io.get(s).cloned() } else { None },
                     read_errors_corrected: if s < n { self.health.read_errors().corrected(s as u32) } else { 0 },
@@ -404,6 +430,7 @@ impl StatusSource {
             volumes,
             members,
             stale_members: self.stale.clone(),
+            distributed_spares: super::spare_space::spare_uses(&self.health),
         }
     }
 }

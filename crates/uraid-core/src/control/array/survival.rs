@@ -9,7 +9,14 @@ use crate::raid::health::{Health, MemberState};
 /// Roles that do not hold valid data everywhere (faulty, missing,
 /// rebuilding, spare), as a flag per role.
 pub(super) fn down_roles(health: &Health) -> Vec<bool> {
-    health.states().into_iter().map(|s| s != MemberState::Active).collect()
+    // A role a distributed spare holds in sync is not down.
+    (0..health.members() as u32)
+        .map(|r| match health.state(r) {
+            MemberState::Active => false,
+            MemberState::Spared => health.recovery(r) != u64::MAX,
+            _ => true,
+        })
+        .collect()
 }
 
 /// True when volume `v` over `n` members still has every logical byte with

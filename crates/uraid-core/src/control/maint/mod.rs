@@ -72,6 +72,7 @@ use crate::raid::parity::Kernel;
 use crate::{Error, ErrorKind, IoBuf, Result};
 
 
+mod draid_spare;
 mod rebuild;
 mod scrub;
 
@@ -245,9 +246,9 @@ fn read_sources(
         let reads = plan_sources(health, l, base, target, ra, rb).map_err(|e| at(&e))?;
         for r in &reads {
             let cap = bufs[r.into].len();
-            assert!(r.len <= cap, "{} reads {} bytes of member {} for a buffer of {cap}: straddle_rows too small", l.level(), r.len, r.member);
+            assert!(r.at + r.len <= cap, "{} reads {} bytes of member {} for a buffer of {cap}: straddle_rows too small", l.level(), r.len, r.member);
         }
-        let errors = read_all(vol.raid().members(), &reads, bufs);
+        let errors = read_all(vol.raid().members(), health, &reads, bufs);
         if errors.is_empty() {
             return Ok(reads);
         }
@@ -258,19 +259,18 @@ fn read_sources(
 /// The member reads that rebuild `target`'s chunks in member rows
 /// `[ra, rb)` of a volume at data offset `base`, as its level says
 /// ([`Layout::recover`]): for each row, the first other readable copy,
-/// or every other readable chunk of the stripe; one read per member over
-/// the span of the chunks it gives (a member readable at a chunk is
-/// readable below it: the span is). The error says why some row cannot be
+/// or every other readable chunk of the stripe; one read per run of
+/// adjacent chunks a member gives (one for a RAID 5 batch; a declustered
+/// volume reads only the chunks of the groups the target is in), each into
+/// the member's buffer at its place from the member's first chunk on. The
+/// error says why some row cannot be
 /// rebuilt (no copy readable, more chunks of a stripe lost than it has
 /// parity for, no redundancy).
 fn plan_sources(health: &Health, l: &Layout, base: u64, target: u32, ra: u64, rb: u64) -> std::result::Result<Vec<Read>, String> {
     let chunk = l.chunk();
     let readable = |p: Place| health.readable(p.member, base + p.member_offset, chunk);
-    let mut span: Vec<Option<(u64, u64)>> = vec![None; l.members()];
-    let mut take = |p: Place| {
-        let e = span[p.member as usize].get_or_insert((p.member_offset, p.member_offset + chunk));
-        *e = (e.0.min(p.member_offset), e.1.max(p.member_offset + chunk));
-    };
+    let mut given: Vec<Vec<u64>> = vec![Vec::new(); l.members()];
+    let mut take = |p: Place| given[p.member as usize].push(p.member_offset);
     for r in ra..rb {
         match l.recover(target, r) {
             Recover::Zero => {}
@@ -294,10 +294,22 @@ fn plan_sources(health: &Health, l: &Layout, base: u64, target: u32, ra: u64, rb
             Recover::Lost => return Err(format!("{} keeps no copy or parity", l.level())),
         }
     }
-    let reads = span.iter().enumerate().filter_map(|(m, s)| {
-        s.map(|(lo, hi)| Read { member: m as u32, offset: base + lo, len: (hi - lo) as usize, into: m })
-    });
-    Ok(reads.collect())
+    let mut reads = Vec::new();
+    for (m, offs) in given.iter_mut().enumerate() {
+        offs.sort_unstable();
+        offs.dedup();
+        let Some(&first) = offs.first() else { continue };
+        let mut run = (first, first + chunk);
+        for &o in &offs[1..] {
+            if o != run.1 {
+                reads.push(Read { member: m as u32, offset: base + run.0, len: (run.1 - run.0) as usize, into: m, at: (run.0 - first) as usize });
+                run.0 = o;
+            }
+            run.1 = o + chunk;
+        }
+        reads.push(Read { member: m as u32, offset: base + run.0, len: (run.1 - run.0) as usize, into: m, at: (run.0 - first) as usize });
+    }
+    Ok(reads)
 }
 
 /// Computes `target`'s chunks in member rows `[ra, rb)` into
@@ -315,7 +327,7 @@ fn reconstruct(l: &Layout, base: u64, target: u32, ra: u64, rb: u64, reads: &[Re
     let read_at = |p: Place| {
         let (lo, hi) = (base + p.member_offset, base + p.member_offset + chunk);
         let x = reads.iter().find(|x| x.member == p.member && x.offset <= lo && hi <= x.offset + x.len as u64)?;
-        Some((x.into, (lo - x.offset) as usize))
+        Some((x.into, x.at + (lo - x.offset) as usize))
     };
     let mut scratch = IoBuf::new(c * l.level().parity_chunks().max(1));
     for r in ra..rb {

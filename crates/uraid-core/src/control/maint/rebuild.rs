@@ -9,7 +9,8 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 
 use super::{batch_rows, pace, read_sources, reconstruct, RebuildOptions, RebuildReport, CHECKPOINT_BYTES};
-use crate::raid::access::{lock_stripes, sync, write_member, zero_member, Read};
+use super::draid_spare::Target;
+use crate::raid::access::{lock_stripes, Read};
 use crate::raid::health::{Health, MemberState};
 use crate::raid::layout::Layout;
 use crate::raid::locks::StripeGuard;
@@ -78,7 +79,7 @@ pub fn rebuild(
     let health = check_rebuild(vols, member, opts)?;
     let first = &vols[0];
     let t0 = crate::clock::now();
-    let target = &first.raid().members()[member as usize];
+    let target = Target::of(first.raid().members(), &health, member);
     let kernel = Kernel::detect();
     let start = health.recovery(member);
     let total: u64 = vols.iter().map(|v| v.raid().geometry().member_size()).sum();
@@ -94,7 +95,7 @@ pub fn rebuild(
         let (job_tx, job_rx) = mpsc::sync_channel::<Job<'_>>(0);
         let (set_tx, set_rx) = mpsc::channel::<Vec<IoBuf>>();
         let (out_tx, out_rx) = mpsc::channel::<IoBuf>();
-        let writer = Writer { target, health: &health, member, opts, counts: &counts, done: &done };
+        let writer = Writer { target: &target, health: &health, member, opts, counts: &counts, done: &done };
         let writer = s.spawn(move || writer.run(job_rx, out_tx));
         let computer = s.spawn(move || compute(read_rx, job_tx, set_tx, out_rx, member, cap, kernel));
         let mut reader = Reader { vols, member, opts, t0, start, sent_bytes: 0, sets: Vec::new(), set_rx };
@@ -108,15 +109,21 @@ pub fn rebuild(
     report.bytes_skipped = counts.skipped.load(Ordering::Relaxed);
     report.bytes_in_sync = counts.kept.load(Ordering::Relaxed);
     if let Err(e) = result {
-        if health.state(member) == MemberState::Rebuilding && sync(target, &health, member).is_ok() {
+        if matches!(health.state(member), MemberState::Rebuilding | MemberState::Spared) && target.sync(&health, member).is_ok() {
             let _ = (opts.checkpoint)(health.recovery(member));
         }
         return Err(e);
     }
-    sync(target, &health, member)?;
-    health.set_recovery(member, final_end);
-    (opts.checkpoint)(final_end)?;
-    health.set_state(member, MemberState::Active);
+    target.sync(&health, member)?;
+    if target.spread() {
+        // The role stays held by its spare, now in sync.
+        health.set_recovery(member, u64::MAX);
+        (opts.checkpoint)(u64::MAX)?;
+    } else {
+        health.set_recovery(member, final_end);
+        (opts.checkpoint)(final_end)?;
+        health.set_state(member, MemberState::Active);
+    }
     progress(total, total);
     report.seconds = crate::clock::since(t0).as_secs_f64();
     Ok(report)
@@ -142,7 +149,7 @@ fn check_rebuild(vols: &[Arc<Volume>], member: u32, opts: &RebuildOptions<'_>) -
         bail!(InvalidInput, "member role {member} is out of range: the array has {n} roles (0 to {})", n - 1);
     }
     let state = health.state(member);
-    if state != MemberState::Rebuilding {
+    if !matches!(state, MemberState::Rebuilding | MemberState::Spared) || health.recovery(member) == u64::MAX {
         bail!(
             InvalidInput,
             "member {member} is {}, not rebuilding; add a spare or replace the member to start a rebuild",
@@ -169,7 +176,7 @@ struct Counts {
 /// Stage 3 of a rebuild: writes to the member, moves the recovery
 /// offset, releases the locks, checkpoints.
 struct Writer<'a> {
-    target: &'a crate::io::member::Member,
+    target: &'a Target<'a>,
     health: &'a Health,
     member: u32,
     opts: &'a RebuildOptions<'a>,
@@ -184,14 +191,8 @@ impl Writer<'_> {
         let mut since = 0u64;
         for job in job_rx {
             let len = job.range.end - job.range.start;
-            let r = match &job.data {
-                _ if job.keep => Ok(()),
-                Some(buf) => write_member(self.target, &buf[..len as usize], job.range.start),
-                None => zero_member(self.target, job.range.start, len),
-            };
-            if let Err(e) = r {
-                self.health.fail(self.member)?;
-                return Err(e);
+            if !job.keep {
+                self.target.write(self.health, self.member, job.data.as_deref(), job.range.start, len)?;
             }
             let count = match job.data {
                 Some(buf) => {
@@ -209,7 +210,7 @@ impl Writer<'_> {
             since += len;
             if since >= CHECKPOINT_BYTES {
                 since = 0;
-                sync(self.target, self.health, self.member)?;
+                self.target.sync(self.health, self.member)?;
                 (self.opts.checkpoint)(job.range.end)?;
             }
         }

@@ -9,7 +9,7 @@ use super::{
     batch_rows, buf_len, pace, CheckReport, Mismatch, MismatchKind, MismatchPlace, MAX_BATCH_STRIPES,
     MAX_LOCATIONS,
 };
-use crate::raid::access::{fail_all, lock_stripes, read_all, sync, write_member, Read};
+use crate::raid::access::{fail_all, lock_stripes, read_all, sync, write_role, Read};
 use crate::raid::layout::{Layout, Place, Places};
 use crate::raid::level::{Redundancy, StripePlaces};
 use crate::raid::parity::Kernel;
@@ -239,9 +239,9 @@ impl<'v> Scanner<'v> {
             let readable: Vec<bool> = (0..l.members() as u32).map(|m| health.readable(m, abs, len)).collect();
             let reads: Vec<Read> = (0..l.members())
                 .filter(|&m| readable[m])
-                .map(|m| Read { member: m as u32, offset: abs, len: len as usize, into: m })
+                .map(|m| Read { member: m as u32, offset: abs, len: len as usize, into: m, at: 0 })
                 .collect();
-            let errors = read_all(vol.raid().members(), &reads, &mut self.bufs);
+            let errors = read_all(self.vol.raid().members(), self.vol.raid().health(), &reads, &mut self.bufs);
             if errors.is_empty() {
                 return Ok(readable);
             }
@@ -323,12 +323,13 @@ impl<'v> Scanner<'v> {
                 (MismatchKind::Q, _) => &self.q,
                 (MismatchKind::Copy, None) => unreachable!("a copy mismatch has a reference copy"),
             };
-            let m = &self.vol.raid().members()[p.member as usize];
-            if write_member(m, src, p.offset).is_ok() {
-                self.dirty[p.member as usize] = true;
-            } else {
-                ok = false;
-                self.vol.raid().health().fail(p.member)?;
+            let (members, health) = (self.vol.raid().members(), self.vol.raid().health());
+            match write_role(members, health, p.member, src, p.offset) {
+                Ok(()) => self.dirty[p.member as usize] = true,
+                Err((x, _)) => {
+                    ok = false;
+                    health.fail(x)?;
+                }
             }
         }
         Ok(ok)

@@ -100,6 +100,7 @@ impl Superblock {
                 b[o + 120] = d.version;
                 b[o + 121] = d.data as u8;
                 b[o + 122] = d.spares as u8;
+                b[o + 123..o + 128].copy_from_slice(&d.held);
             }
             b[o + 76..o + 80].copy_from_slice(&v.cache_size_mib.to_le_bytes());
             b[o + 80..o + 84].copy_from_slice(&v.dirty_limit_mib.to_le_bytes());
@@ -212,7 +213,7 @@ fn decode_slots(b: &[u8], h: &Header) -> Decoded<Vec<Slot>> {
     for i in 0..h.slot_count as usize {
         let o = SLOTS_AT + SLOT_SIZE * i;
         let raw = b[o + 16];
-        if raw > MemberState::Missing as u8 {
+        if raw > MemberState::Spared as u8 {
             return inv(format!("state {raw} of slot {i}"));
         }
         let state = MemberState::from_u8(raw);
@@ -229,6 +230,14 @@ fn decode_slots(b: &[u8], h: &Header) -> Decoded<Vec<Slot>> {
         });
     }
     Ok(slots)
+}
+
+/// True when the spare assignments of `d` name roles below `member_count`,
+/// each at most once, on spares below S only.
+fn held_ok(d: &super::DraidEntry, member_count: u32) -> bool {
+    d.held.iter().enumerate().all(|(k, &h)| {
+        h == 0 || ((k as u32) < d.spares && (h as u32) <= member_count && !d.held[..k].contains(&h))
+    })
 }
 
 /// Volume entry `i`, which must start at or past `prev_end` (the end of
@@ -253,7 +262,12 @@ fn decode_volume(b: &[u8], i: usize, h: &Header, prev_end: u64) -> Decoded<Volum
             r => Some(JournalRegion { role: r - 1, start: u64_at(b, o + 104), size: u64_at(b, o + 112) }),
         },
         layout: b[o + 74],
-        draid: (b[o + 120] != 0).then(|| super::DraidEntry { version: b[o + 120], data: b[o + 121] as u32, spares: b[o + 122] as u32 }),
+        draid: (b[o + 120] != 0).then(|| super::DraidEntry {
+            version: b[o + 120],
+            data: b[o + 121] as u32,
+            spares: b[o + 122] as u32,
+            held: b[o + 123..o + 128].try_into().expect("5 bytes"),
+        }),
     };
     if v.layout != 0 && (h.version != VERSION_RESHAPE || !matches!(v.level, 5 | 6) || crate::raid::layout::Variant::from_u8(v.layout).is_none()) {
         return inv(format!("layout {} of volume {i} (RAID {})", v.layout, v.level));
@@ -267,6 +281,7 @@ fn decode_volume(b: &[u8], i: usize, h: &Header, prev_end: u64) -> Decoded<Volum
                 && d.version == crate::raid::level::LAYOUT_VERSION
                 && d.data > 0
                 && (d.data + d.spares + crate::raid::geometry::Level::from_number(v.level).map_or(0, |l| l.desc().parity as u32)) <= member_count
+                && held_ok(&d, member_count)
         }
     };
     if !draid_ok {

@@ -201,8 +201,10 @@ pub struct VolumeEntry {
     pub draid: Option<DraidEntry>,
 }
 
-/// What a declustered volume's entry records (bytes 120..123 of its
-/// entry): how its groups and spares are laid out.
+/// What a declustered volume's entry records (bytes 120..128 of its
+/// entry): how its groups and spares are laid out (120..123), and which
+/// role each of its first [`MAX_HELD`](crate::raid::spare::MAX_HELD)
+/// distributed spares holds (123..128; zero in older superblocks: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct DraidEntry {
     /// Layout version ([`crate::raid::level::LAYOUT_VERSION`]).
@@ -211,6 +213,28 @@ pub struct DraidEntry {
     pub data: u32,
     /// Distributed spares (S).
     pub spares: u32,
+    /// Per distributed spare `k` (below S and
+    /// [`MAX_HELD`](crate::raid::spare::MAX_HELD)): 0 when free, else the
+    /// role it holds plus 1 (that role is
+    /// [`Spared`](crate::raid::health::MemberState::Spared)).
+    pub held: [u8; crate::raid::spare::MAX_HELD],
+}
+
+impl DraidEntry {
+    /// The role distributed spare `k` holds, if any.
+    pub fn role_of(&self, k: u32) -> Option<u32> {
+        self.held.get(k as usize).and_then(|&h| h.checked_sub(1)).map(u32::from)
+    }
+
+    /// The distributed spare holding `role`, if any.
+    pub fn spare_of(&self, role: u32) -> Option<u32> {
+        self.held.iter().position(|&h| h as u32 == role + 1).map(|k| k as u32)
+    }
+
+    /// The lowest free distributed spare with room in the entry, if any.
+    pub fn free_spare(&self) -> Option<u32> {
+        (0..self.spares.min(crate::raid::spare::MAX_HELD as u32)).find(|&k| self.held[k as usize] == 0)
+    }
 }
 
 /// Where a volume's journal lies on a member (see [`crate::cache::journal`]).

@@ -271,7 +271,7 @@ fn a_declustered_volume_roundtrips_as_version_3() {
     s.member_count = 4;
     s.slots.insert(3, Slot { uuid: [3; 16], state: MemberState::Active, resync_from_bitmap: false, recovery_offset: None });
     s.volumes[1].level = 105;
-    s.volumes[1].draid = Some(DraidEntry { version: 1, data: 2, spares: 1 });
+    s.volumes[1].draid = Some(DraidEntry { version: 1, data: 2, spares: 1, held: [0; 5] });
     let b = s.encode();
     assert_eq!(u32_at(&b, 8), VERSION_RESHAPE);
     assert_eq!(&b[VOLUMES_AT + VOLUME_SIZE + 120..VOLUMES_AT + VOLUME_SIZE + 123], &[1, 2, 1]);
@@ -279,9 +279,9 @@ fn a_declustered_volume_roundtrips_as_version_3() {
     assert_eq!(d, s);
     assert_eq!(d.volumes[1].geometry(4).unwrap().layout().unwrap().draid().unwrap().data(), 2);
     for bad in [
-        Some(DraidEntry { version: 2, data: 2, spares: 1 }),
-        Some(DraidEntry { version: 1, data: 0, spares: 1 }),
-        Some(DraidEntry { version: 1, data: 3, spares: 1 }),
+        Some(DraidEntry { version: 2, data: 2, spares: 1, held: [0; 5] }),
+        Some(DraidEntry { version: 1, data: 0, spares: 1, held: [0; 5] }),
+        Some(DraidEntry { version: 1, data: 3, spares: 1, held: [0; 5] }),
         None,
     ] {
         s.volumes[1].draid = bad;
@@ -289,6 +289,46 @@ fn a_declustered_volume_roundtrips_as_version_3() {
         assert!(matches!(&e, DecodeError::Invalid(w) if w.contains("declustered layout")), "{bad:?}: {e:?}");
     }
     s.volumes[1].level = 5;
-    s.volumes[1].draid = Some(DraidEntry { version: 1, data: 2, spares: 1 });
+    s.volumes[1].draid = Some(DraidEntry { version: 1, data: 2, spares: 1, held: [0; 5] });
     assert!(matches!(Superblock::decode(&s.encode()), Err(DecodeError::Invalid(_))), "RAID 5 with a declustered shape");
+}
+
+/// Issue 33: which role each distributed spare holds round-trips (bytes
+/// 123..128 of the volume's entry) with the role's Spared state (5) and
+/// its recovery offset; hostile bytes there (a role past the members, a
+/// spare past S, a role held twice) and a spared spare slot are refused
+/// by name, never a panic.
+#[test]
+fn distributed_spare_assignments_roundtrip_and_hostile_ones_are_refused() {
+    let mut s = sample();
+    s.member_count = 4;
+    s.slots.insert(3, Slot { uuid: [3; 16], state: MemberState::Active, resync_from_bitmap: false, recovery_offset: None });
+    s.volumes[1].level = 105;
+    s.volumes[1].draid = Some(DraidEntry { version: 1, data: 1, spares: 2, held: [3, 0, 0, 0, 0] });
+    s.slots[2].state = MemberState::Spared;
+    s.slots[2].recovery_offset = Some(7 << 20);
+    let b = s.encode();
+    assert_eq!(&b[VOLUMES_AT + VOLUME_SIZE + 123..VOLUMES_AT + VOLUME_SIZE + 128], &[3, 0, 0, 0, 0]);
+    assert_eq!(b[SLOTS_AT + SLOT_SIZE * 2 + 16], 5, "the Spared state's byte");
+    let d = Superblock::decode(&b).unwrap();
+    assert_eq!(d, s);
+    let e = d.volumes[1].draid.unwrap();
+    assert_eq!((e.role_of(0), e.spare_of(2), e.free_spare()), (Some(2), Some(0), Some(1)));
+    for held in [[5, 0, 0, 0, 0], [0, 0, 1, 0, 0], [1, 1, 0, 0, 0], [255, 255, 255, 255, 255]] {
+        s.volumes[1].draid = Some(DraidEntry { version: 1, data: 1, spares: 2, held });
+        let e = Superblock::decode(&s.encode()).unwrap_err();
+        assert!(matches!(&e, DecodeError::Invalid(w) if w.contains("declustered layout")), "{held:?}: {e:?}");
+    }
+    // Every byte of the assignments and every state byte: an answer, never a panic.
+    s.volumes[1].draid = Some(DraidEntry { version: 1, data: 1, spares: 2, held: [0; 5] });
+    let good = s.encode();
+    for at in (VOLUMES_AT + VOLUME_SIZE + 123..VOLUMES_AT + VOLUME_SIZE + 128).chain((0..4).map(|i| SLOTS_AT + SLOT_SIZE * i + 16)) {
+        for v in 0..=255u8 {
+            let mut b = good.clone();
+            b[at] = v;
+            let crc = crc32c::crc32c(&b[..CRC_AT]);
+            b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+            let _ = Superblock::decode(&b);
+        }
+    }
 }

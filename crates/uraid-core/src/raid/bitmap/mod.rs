@@ -321,7 +321,7 @@ impl Bitmap {
         let mut buf = IoBuf::new(len);
         for (m, member) in b.members.iter().enumerate() {
             let m = m as u32;
-            if !b.health.writable(m) {
+            if !b.health.device_in_service(m) {
                 continue;
             }
             if member.read_exact_at(&mut buf, BITMAP_OFFSET).is_err() {

@@ -53,7 +53,7 @@ impl Bitmap {
         let mut ok = 0;
         let mut last: Option<Error> = None;
         for (m, member) in self.members.iter().enumerate() {
-            if !self.health.writable(m as u32) {
+            if !self.health.device_in_service(m as u32) {
                 continue;
             }
             match member.file().sync_data() {
@@ -78,7 +78,7 @@ impl Bitmap {
     pub(super) fn write_members(&self, io: &mut Io, at: usize, len: usize, only: Option<u32>) -> Result<()> {
         let targets: Vec<u32> = match only {
             Some(m) => vec![m],
-            None => (0..self.members.len() as u32).filter(|&m| self.health.writable(m)).collect(),
+            None => (0..self.members.len() as u32).filter(|&m| self.health.device_in_service(m)).collect(),
         };
         if targets.is_empty() {
             bail!(Io, "no writable member is left to hold the write-intent bitmap");

@@ -291,7 +291,9 @@ impl RaidQueue {
                     self.slots[si].error = Some(Error::new(ErrorKind::Io, msg));
                     return;
                 }
-                None => (0..n).filter(|&m| self.vol.health().writable(m)).collect(),
+                // (A role a distributed spare holds has no device to
+                // flush: the members holding its chunks are flushed.)
+                None => (0..n).filter(|&m| self.vol.health().device_in_service(m)).collect(),
             },
         };
         let slot = &mut self.slots[si];

@@ -45,6 +45,7 @@ mod compute;
 mod op;
 mod repair;
 mod rows;
+mod spare;
 #[cfg(test)]
 mod tests;
 
@@ -413,6 +414,9 @@ impl RaidQueue {
                 Op::Write => self.plan_write(si, &l, false),
                 Op::Discard | Op::WriteZeroes { .. } => self.plan_write(si, &l, true),
             }
+        }
+        if self.vol.health().spared() {
+            self.remap_slot(si);
         }
         let started = std::mem::take(&mut self.raid.started);
         let npieces = self.slots[si].npieces;

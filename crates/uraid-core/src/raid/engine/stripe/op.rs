@@ -80,6 +80,9 @@ impl RaidQueue {
             self.sop_phase_done(idx, out);
             return;
         }
+        if self.vol.health().spared() {
+            self.remap_sop(idx);
+        }
         let now = self.vol.throttle_clock();
         let torn = phase == Phase::Write && n > 1 && torn_stripe_failpoint();
         for pi in 0..n {
