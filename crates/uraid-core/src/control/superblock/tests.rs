@@ -20,6 +20,7 @@ fn sample() -> Superblock {
         events: 3,
         state: State::Active,
         bitmap_region: 64 << 20,
+        live_map: false,
         slots: vec![
             Slot { uuid: [1; 16], state: MemberState::Active, resync_from_bitmap: false, recovery_offset: None },
             Slot { uuid: [7; 16], state: MemberState::Rebuilding, resync_from_bitmap: true, recovery_offset: Some(5 << 20) },
