@@ -49,7 +49,8 @@ impl Bitmap {
     }
 
     /// Live bytes of absolute member bytes `[start, end)`: the parts of
-    /// live regions inside it (all of it without the live map).
+    /// live regions inside it, and the parts outside the covered bytes
+    /// (all of it without the live map). One step per region.
     pub fn live_bytes(&self, start: u64, end: u64) -> u64 {
         if end <= start {
             return 0;
@@ -57,12 +58,13 @@ impl Bitmap {
         if !self.live_map {
             return end - start;
         }
+        let (a, e) = (start.clamp(DATA_OFFSET, self.data_end), end.clamp(DATA_OFFSET, self.data_end));
+        // Outside the covered bytes nothing is known: live.
+        let mut n = (end - start) - (e - a);
         let size = self.region_size();
-        let mut n = 0;
-        let mut at = start;
-        while at < end {
-            let next = if at < DATA_OFFSET { DATA_OFFSET } else { (DATA_OFFSET + ((at - DATA_OFFSET) / size + 1) * size).min(end) };
-            let next = next.min(end);
+        let mut at = a;
+        while at < e {
+            let next = (DATA_OFFSET + ((at - DATA_OFFSET) / size + 1) * size).min(e);
             if self.live(at) {
                 n += next - at;
             }

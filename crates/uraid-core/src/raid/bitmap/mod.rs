@@ -760,3 +760,5 @@ impl Bitmap {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod live_tests;
