@@ -87,7 +87,7 @@ fn a_quarter_written_raid5_rebuilds_a_quarter_and_reads_zeros_elsewhere() {
         // In pieces of random sizes (sub-stripe writes too).
         let mut o = at;
         while o < at + logical_region as usize {
-            let n = (rng.gen_range(1..=64usize) * 4096).min(at + logical_region as usize - o);
+            let n = (rng.random_range(1..=64usize) * 4096).min(at + logical_region as usize - o);
             vol.write_at(o as u64, &model[o..o + n]).unwrap();
             o += n;
         }
@@ -158,8 +158,8 @@ fn sigkill_during_writes_leaves_no_acknowledged_write_in_a_region_not_live() {
     let _g = shared();
     let mut rng = rng("sigkill_during_writes_leaves_no_acknowledged_write_in_a_region_not_live");
     for _ in 0..3 {
-        let seed = rng.gen::<u64>();
-        let kill = rng.gen_range(100..1500);
+        let seed = rng.random::<u64>();
+        let kill = rng.random_range(100..1500);
         crate::crash::one(5, 4, "off", seed, kill).unwrap_or_else(|e| panic!("seed {seed}, kill after {kill} ms: {e}"));
     }
 }

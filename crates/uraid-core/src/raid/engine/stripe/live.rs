@@ -64,7 +64,8 @@ impl RaidQueue {
         let rows = l.rows_of_stripes(s0, s1);
         // Rows at either end may hold chunks of stripes outside the range
         // (RAID 10 with an odd member count): left out.
-        let (ra, rb) = (rows.start + 1, rows.end.saturating_sub(1));
+        let k = l.straddle_rows();
+        let (ra, rb) = (rows.start + k, rows.end.saturating_sub(k));
         if rb > ra {
             let d = self.vol.data_offset();
             bm.discarding(d + ra * l.chunk(), d + rb * l.chunk());
