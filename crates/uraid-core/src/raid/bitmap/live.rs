@@ -27,6 +27,16 @@ impl Bitmap {
         self
     }
 
+    /// The live-data map as the superblock `sb` says (its feature bit),
+    /// zeroing only the areas of its redundant volumes: a RAID 0 volume of
+    /// a Matrix array may share a region with them, and its data is not in
+    /// the map.
+    pub fn with_live_map_of(mut self, sb: &crate::control::superblock::Superblock) -> Bitmap {
+        self.live_map = sb.live_map;
+        self.live_areas = sb.volumes.iter().filter(|v| v.redundant()).map(|v| (v.member_start, v.member_end())).collect();
+        self
+    }
+
     /// True when the written bits are a live-data map (see the module).
     pub fn live_map(&self) -> bool {
         self.live_map
@@ -84,12 +94,21 @@ impl Bitmap {
         }
         let size = self.region_size();
         let mut ranges: Vec<(u64, u64)> = Vec::new();
+        let whole = [(DATA_OFFSET, self.data_end)];
+        let areas: &[(u64, u64)] = if self.live_areas.is_empty() { &whole } else { &self.live_areas };
         for r in (r0..r1).filter(|&r| !self.is_written(r)) {
             let start = DATA_OFFSET + r as u64 * size;
             let end = (start + size).min(self.data_end);
-            match ranges.last_mut() {
-                Some(last) if last.1 == start => last.1 = end,
-                _ => ranges.push((start, end)),
+            // Only the redundant volumes' parts of the region.
+            for &(a, e) in areas {
+                let (s, t) = (start.max(a), end.min(e));
+                if s >= t {
+                    continue;
+                }
+                match ranges.last_mut() {
+                    Some(last) if last.1 == s => last.1 = t,
+                    _ => ranges.push((s, t)),
+                }
             }
         }
         if ranges.is_empty() {

@@ -169,6 +169,9 @@ pub struct Bitmap {
     inflight: Box<[AtomicU32]>,
     /// The written bits are a live-data map (the superblock's feature).
     live_map: bool,
+    /// Absolute member ranges a first write may zero (the redundant
+    /// volumes'); empty: the whole covered area.
+    live_areas: Vec<(u64, u64)>,
     /// 1 bit per region: a discard covering the region whole was started
     /// and no write came since (see `live.rs`).
     discarded: Box<[AtomicU64]>,
@@ -283,6 +286,7 @@ impl Bitmap {
             clearing: (0..regions.div_ceil(64) as usize).map(|_| AtomicU64::new(0)).collect(),
             inflight: (0..regions as usize).map(|_| AtomicU32::new(0)).collect(),
             live_map: false,
+            live_areas: Vec::new(),
             discarded: (0..live::bit_words(regions)).map(|_| AtomicU64::new(0)).collect(),
             zeroed: AtomicU64::new(0),
             forgotten: AtomicU64::new(0),

@@ -217,10 +217,10 @@ impl Array {
             b.start_write(DATA_OFFSET, b.data_end() - DATA_OFFSET)?;
             b.end_write(DATA_OFFSET, b.data_end() - DATA_OFFSET);
         }
-        let (name, v, region, live_map) = {
+        let (name, v, region, sb) = {
             let mut m = self.meta();
             m.sb.volumes[plan.volume].member_size = plan.member_size.1;
-            (m.sb.name.clone(), m.sb.volumes[plan.volume].clone(), m.sb.bitmap_region, m.sb.live_map)
+            (m.sb.name.clone(), m.sb.volumes[plan.volume].clone(), m.sb.bitmap_region, m.sb.clone())
         };
         self.persist()?;
         if region > 0 {
@@ -231,7 +231,7 @@ impl Array {
             // and the old bitmap's record of them is gone with it.
             b.start_write(DATA_OFFSET, end - DATA_OFFSET)?;
             b.end_write(DATA_OFFSET, end - DATA_OFFSET);
-            self.bitmap = Some(Arc::new(b.with_live_map(live_map)));
+            self.bitmap = Some(Arc::new(b.with_live_map_of(&sb)));
             if self.daemon.take().is_some() {
                 self.start_daemon();
             }
