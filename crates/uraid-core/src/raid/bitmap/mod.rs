@@ -39,7 +39,8 @@
 //! significant first) = **dirty** (a write may be under way or not yet
 //! flushed: copies/parity may disagree) and bit `2 * (r % 4) + 1` =
 //! **written** (some write has touched the region since the array was
-//! created; never cleared). Bits past the last region are zero. The bits
+//! created; with the live-data map, `live.rs`, it reads "may hold data"
+//! and is cleared again after a discard of the whole region). Bits past the last region are zero. The bits
 //! have no checksum, on purpose: a 4 KiB block write torn between its old
 //! and new contents leaves each region's bits either old or new, and both
 //! are safe (bits are only set before a write starts, and only cleared for
@@ -624,9 +625,10 @@ impl Bitmap {
     }
 
     /// True once any write touched the region holding absolute member byte
-    /// `offset` (the written bit is never cleared). A region never written
-    /// holds zeros on every member (array creation zeroes the data area),
-    /// so a rebuild may zero it instead of reconstructing it. Offsets
+    /// `offset`. Without the live-data map (older arrays) a region never
+    /// written holds zeros on every member (their creation zeroed the data
+    /// area), so a rebuild may zero it instead of reconstructing it; with
+    /// it, see [`live`](Self::live). Offsets
     /// outside the covered range answer true (nothing is known there).
     pub fn written(&self, offset: u64) -> bool {
         match self.regions_of(offset, 1) {
