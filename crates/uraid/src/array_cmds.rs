@@ -175,7 +175,8 @@ fn print_superblock(name: &str, sb: &Superblock) {
     if sb.bitmap_region == 0 {
         println!("         bitmap : none");
     } else {
-        println!("         bitmap : {} regions", fmt_size(sb.bitmap_region));
+        let map = if sb.live_map { ", with the live-data map" } else { "" };
+        println!("         bitmap : {} regions{map}", fmt_size(sb.bitmap_region));
     }
     println!("      data ends : byte {} of every member", sb.data_end());
     for (i, v) in sb.volumes.iter().enumerate() {

@@ -391,6 +391,9 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
         if let Some(p) = v.rebuild_percent {
             println!("      rebuild = {p:.1}%");
         }
+        if let Some(b) = v.live_bytes.filter(|&b| v.redundant() && b < v.capacity) {
+            println!("      live data {} ({b} bytes): the rest was never written (reads as zeros, skipped by rebuild and check)", fmt_size(b));
+        }
         if v.cache.mode != uraid_core::cache::CacheMode::Off {
             println!("      cache {} {}, dirty limit {}", v.cache.mode.name(), fmt_size(v.cache.size), fmt_size(v.cache.dirty_limit));
             if let Some(r) = &v.journal_region {

@@ -59,6 +59,10 @@ mod nbd_stall;
 #[path = "e2e/http_limits.rs"]
 mod http_limits;
 
+// The live-data map: rebuild and check skip regions never written.
+#[path = "e2e/live_map.rs"]
+mod live_map;
+
 // The run directory (symbolic links, permissions, squatters, slow control
 // clients) and the bounds of inputs (cache size, event counter, escaped
 // device paths, duplicate keys, the configuration file's size).

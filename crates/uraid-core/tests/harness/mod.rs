@@ -303,6 +303,7 @@ pub fn superblock_with(volumes: Vec<VolumeEntry>) -> Superblock {
         events: 3,
         state: State::Clean,
         bitmap_region: 64 << 20,
+        live_map: false,
         slots: vec![
             slot(1, MemberState::Active),
             slot(2, MemberState::Active),

@@ -119,7 +119,7 @@ impl Manager {
                         "RebuildFinished",
                         Some(dev),
                         format!(
-                            "role {role} rebuilt: {} bytes written, {} zeroed, {} already in sync, in {:.1} s",
+                            "role {role} rebuilt: {} bytes written, {} skipped (no data there), {} already in sync, in {:.1} s",
                             rep.bytes_written, rep.bytes_skipped, rep.bytes_in_sync, rep.seconds
                         ),
                     );

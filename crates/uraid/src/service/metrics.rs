@@ -25,6 +25,7 @@
 //!   (read, write, vanished, timeout, other) and
 //!   `uraid_member_latency_seconds{op}` (a histogram, log2 buckets);
 //! - per volume: `uraid_volume_state`, `uraid_volume_size_bytes`,
+//!   `uraid_volume_live_bytes` (what may hold data: the live-data map),
 //!   `uraid_volume_{reads,writes,flushes,trims,write_zeroes}_completed_total`,
 //!   `uraid_volume_{read,written}_bytes_total`, `uraid_volume_errors_total`,
 //!   `uraid_volume_requests_in_flight`,
@@ -501,6 +502,12 @@ impl Source {
             "uraid_volume_size_bytes",
             "Usable bytes of each volume.",
             &st.volumes.iter().map(|v| (vol(&v.name), ConstGauge::new(v.capacity as i64))).collect::<Vec<_>>(),
+        )?;
+        family(
+            enc,
+            "uraid_volume_live_bytes",
+            "Bytes of each volume that may hold data (live-data map); the rest reads as zeros and rebuilds skip it.",
+            &st.volumes.iter().map(|v| (vol(&v.name), ConstGauge::new(v.live_bytes.unwrap_or(v.capacity) as i64))).collect::<Vec<_>>(),
         )?;
         Ok(())
     }

@@ -190,6 +190,11 @@ fn a_failed_member_stays_listed_as_faulty_until_removed() {
     let line = samples(&scrape, "uraid_member_state").into_iter().find(|l| l.contains(&format!("device=\"{}\"", f[1])));
     assert!(line.is_some_and(|l| l.contains("state=\"faulty\"")), "metrics list no faulty {}:\n{scrape}", f[1]);
     assert!(samples(&scrape, "uraid_md_disks").iter().any(|l| l.contains("state=\"failed\"") && l.ends_with(" 1")), "{scrape}");
+    // Nothing was written: no live data (the live-data map), in status and
+    // in the metrics.
+    assert_eq!(st["volumes"][0]["live_bytes"].as_u64(), Some(0), "{st}");
+    let live = samples(&scrape, "uraid_volume_live_bytes");
+    assert!(live.len() == 1 && live[0].contains("volume=\"faultyview\"") && live[0].ends_with(" 0"), "{scrape}");
     let api: Value = serde_json::from_str(&get(console, "/api/status")).unwrap();
     assert_eq!(member(&api, f[1]).map(|m| m["state"].clone()), Some(Value::from("faulty")), "console /api/status: {api}");
     println!("listed as faulty: slot {slot}, {}", line.unwrap());

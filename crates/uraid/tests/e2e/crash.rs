@@ -34,7 +34,7 @@ fn seeds_per_level() -> usize {
 
 /// One crash case; returns how many zeroings and discards the workload
 /// issued.
-fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64, String> {
+pub(crate) fn one(level: u32, n: usize, mode: &str, seed: u64, kill_ms: u64) -> Result<u64, String> {
     one_with(level, n, mode, seed, kill_ms, 0)
 }
 

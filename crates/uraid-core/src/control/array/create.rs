@@ -14,7 +14,7 @@ use crate::raid::bitmap::Bitmap;
 use crate::raid::geometry::{check_chunk, Geometry, Level, MAX_MEMBERS};
 use crate::raid::health::{Health, MemberState};
 use crate::units::fmt_size;
-use crate::{bail, Error, ErrorKind, IoBuf, Result, Volume};
+use crate::{bail, Error, ErrorKind, Result, Volume};
 
 /// Builds an array that lives only in this process (no superblock is
 /// written): RAID 0 over `members` with `chunk`, data from 1 MiB on, as a
@@ -112,40 +112,17 @@ fn draid_member_size_for(opts: &CreateOptions, level: Level, n: usize, chunk: u6
     }
 }
 
-/// Zeroes `[start, start+len)` of `m` (absolute bytes), so that a new
-/// volume reads as zeros everywhere and its parity agrees from the start.
-/// Tries `fallocate(PUNCH_HOLE | KEEP_SIZE)` (files, memfds, block devices
-/// that discard with zeroing), then `fallocate(ZERO_RANGE)` (block devices:
-/// BLKZEROOUT), then writes zeros; makes the result durable.
-pub(super) fn zero_range(m: &Member, start: u64, len: u64) -> Result<()> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::FileExt;
-    if len == 0 {
-        return Ok(());
+/// Zeroes the areas of `volumes` on `m` that need it (durably): every
+/// volume's without a live-data map, so that it reads as zeros and its
+/// parity agrees from the start; with the map (`live_map`) only the
+/// RAID 0 volumes', since a redundant volume's regions not live read as
+/// zeros without member I/O and are zeroed at their first write (see
+/// `raid::bitmap`). Errors: `Io` from the zeroing.
+pub(super) fn zero_volumes(m: &Member, volumes: &[VolumeEntry], live_map: bool) -> Result<()> {
+    for v in volumes.iter().filter(|v| !(live_map && v.redundant())) {
+        crate::raid::bitmap::zero_range(m, v.member_start, v.member_size)?;
     }
-    let fd = m.file().as_raw_fd();
-    let path = std::path::Path::new(m.name());
-    let (Ok(off), Ok(l)) = (libc::off_t::try_from(start), libc::off_t::try_from(len)) else {
-        bail!(InvalidInput, "range {start}+{len} of {} does not fit an off_t", m.name());
-    };
-    for mode in [libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_ZERO_RANGE] {
-        // SAFETY: fallocate on a valid open descriptor with plain integer
-        // arguments; no memory is passed.
-        if unsafe { libc::fallocate(fd, mode, off, l) } == 0 {
-            return m.file().sync_data().map_err(|e| Error::io("cannot flush", path, e));
-        }
-    }
-    const STEP: u64 = 1 << 20;
-    let zeros = IoBuf::new(STEP as usize);
-    let mut pos = start;
-    while pos < start + len {
-        let n = STEP.min(start + len - pos) as usize;
-        m.file()
-            .write_all_at(&zeros[..n], pos)
-            .map_err(|e| Error::io(&format!("cannot zero {n} bytes at offset {pos} of"), path, e))?;
-        pos += n as u64;
-    }
-    m.file().sync_data().map_err(|e| Error::io("cannot flush", path, e))
+    Ok(())
 }
 
 /// Opens the device `spec` names to make it a member (of a new array, a
@@ -383,9 +360,9 @@ pub fn check_create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Vec<Vo
 /// Creates an array on `specs` (in role order) and returns it assembled
 /// and active (call [`Array::stop`] to mark it clean).
 ///
-/// Every new volume's area is zeroed on every member (so that parity and
-/// copies agree from the start and never-written regions read as zeros),
-/// the write-intent bitmap is created when a volume is redundant, then the
+/// The write-intent bitmap is created when a volume is redundant, with
+/// the live-data map (every region not live: nothing to sync, reads give
+/// zeros); the RAID 0 volumes' areas are zeroed on every member; then the
 /// superblocks are written (event counter 1).
 ///
 /// Errors, all before anything is written: `InvalidInput` (chunk, level,
@@ -410,14 +387,12 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
     // First write: the bitmap area (it checks the region size against the
     // room it has before writing).
     let bitmap = if bitmap_region > 0 {
-        Some(Arc::new(Bitmap::create(meta.roles.clone(), health.clone(), bitmap_region, end)?))
+        Some(Arc::new(Bitmap::create(meta.roles.clone(), health.clone(), bitmap_region, end)?.with_live_map_of(&meta.sb)))
     } else {
         None
     };
     for m in meta.roles.iter() {
-        for v in &meta.sb.volumes {
-            zero_range(m, v.member_start, v.member_size)?;
-        }
+        zero_volumes(m, &meta.sb.volumes, meta.sb.live_map)?;
     }
     meta.persist(&health)?;
     let mut arr = Array::new(meta, health, bitmap, warnings, Vec::new(), false)?;
@@ -526,6 +501,8 @@ fn first_superblock(opts: &CreateOptions, n: usize, bitmap_region: u64, volumes:
         events: 0,
         state: State::Active,
         bitmap_region,
+        // Every array with a bitmap gets the live-data map.
+        live_map: bitmap_region > 0,
         slots,
         volumes,
         reshape: None,

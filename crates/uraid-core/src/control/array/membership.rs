@@ -10,7 +10,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::create::{open_free, refuse_signature, zero_range};
+use super::create::{open_free, refuse_signature, zero_volumes};
 use super::meta::read_superblock;
 use super::survival::{describe_volume, down_roles, level_tolerance, lost_volumes};
 use super::{Added, Array};
@@ -421,9 +421,8 @@ impl Array {
     /// by the simulation, seed 5635165694676429584).
     pub(super) fn install(&mut self, role: u32, m: Member, spec: &MemberSpec, returning: bool) -> Result<()> {
         if !returning {
-            for v in &self.volume_entries() {
-                zero_range(&m, v.member_start, v.member_size)?;
-            }
+            let live_map = self.meta().sb.live_map;
+            zero_volumes(&m, &self.volume_entries(), live_map)?;
         }
         self.lose_journals_on(role)?;
         {
@@ -487,14 +486,13 @@ impl Array {
         Ok(slot)
     }
 
-    /// Zeroes the volume areas of a checked new device and appends it as
+    /// Zeroes the volume areas (see `create::zero_volumes`) of a checked new device and appends it as
     /// a spare slot (not persisted). Errors: `InvalidInput` when the array
     /// holds the most spares it can; `Io` from the zeroing.
     fn push_spare(&mut self, m: Member, spec: &MemberSpec) -> Result<u32> {
         Membership::check_spare_room(&self.slots())?;
-        for v in &self.volume_entries() {
-            zero_range(&m, v.member_start, v.member_size)?;
-        }
+        let live_map = self.meta().sb.live_map;
+        zero_volumes(&m, &self.volume_entries(), live_map)?;
         let mut g = self.meta();
         g.sb.slots.push(Slot { uuid: superblock::new_uuid(), state: MemberState::Spare, resync_from_bitmap: false, recovery_offset: None });
         g.devices.push(Some(m));

@@ -78,6 +78,13 @@ pub struct VolumeStatus {
     /// Rebuild progress in percent of the volume's member area (the least
     /// advanced rebuilding member), when rebuilding.
     pub rebuild_percent: Option<f64>,
+    /// Logical bytes of the volume that may hold data (its regions live
+    /// in the live-data map, see `raid::bitmap`): what a rebuild, resync
+    /// or check goes through; the rest reads as zeros and is skipped. The
+    /// capacity without a map (RAID 0, `--no-bitmap`, older arrays);
+    /// `None` when not known (status read from the superblock alone).
+    #[serde(default)]
+    pub live_bytes: Option<u64>,
     /// Cache mode (off, writethrough, writeback), size and dirty limit in
     /// bytes as the volume table says.
     pub cache: crate::cache::CacheConfig,
@@ -148,6 +155,7 @@ pub(super) fn volume_status(
         state: state.to_string(),
         tolerance: level_tolerance(v, n),
         rebuild_percent,
+        live_bytes: None,
         cache,
         cache_warning: match cache.mode {
             crate::cache::CacheMode::WriteBack => Some(WRITEBACK_WARNING.to_string()),
@@ -374,7 +382,9 @@ impl StatusSource {
                     unclean && (self.bitmap.is_none() || dirty.iter().any(|r| r.start < v.member_end() && r.end > v.member_start));
                 let stats = vol.cache().map(|c| c.stats()).filter(|c| c.writes + c.read_hits + c.read_misses > 0);
                 let lost = vol.cache().and_then(|c| c.journal()).is_some_and(|j| j.is_lost());
-                volume_status(v, n, &down, &rebuilding, resyncing, vol.capacity(), stats, lost)
+                let mut st = volume_status(v, n, &down, &rebuilding, resyncing, vol.capacity(), stats, lost);
+                st.live_bytes = Some(live_bytes(self.bitmap.as_deref(), v, vol.capacity()));
+                st
             })
             .collect();
         let io = self.member_io();
@@ -432,6 +442,19 @@ impl StatusSource {
             stale_members: self.stale.clone(),
             distributed_spares: super::spare_space::spare_uses(&self.health),
         }
+    }
+}
+
+/// Logical bytes of volume `v` (of `capacity` bytes) in live regions of
+/// `bitmap`'s live-data map: its live member bytes scaled to the volume
+/// (every member holds the same share); `capacity` without a map.
+fn live_bytes(bitmap: Option<&Bitmap>, v: &VolumeEntry, capacity: u64) -> u64 {
+    match bitmap {
+        Some(b) if b.live_map() && is_redundant(v) && v.member_size > 0 => {
+            let live = b.live_bytes(v.member_start, v.member_end());
+            (live as u128 * capacity as u128 / v.member_size as u128) as u64
+        }
+        _ => capacity,
     }
 }
 

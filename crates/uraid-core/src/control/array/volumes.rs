@@ -105,14 +105,14 @@ impl Array {
     /// (reloaded over the new members) and volumes.
     pub(super) fn rebuild_after_membership_change(&mut self) -> Result<()> {
         let running = self.daemon.take().is_some();
-        let (roles, region, end) = {
+        let (roles, region, end, sb) = {
             let mut m = self.meta();
             m.rebuild_roles()?;
-            (m.roles.clone(), m.sb.bitmap_region, m.sb.data_end())
+            (m.roles.clone(), m.sb.bitmap_region, m.sb.data_end(), m.sb.clone())
         };
         if region > 0 {
             self.bitmap = None;
-            self.bitmap = Some(Arc::new(Bitmap::load(roles, self.health.clone(), region, end)?));
+            self.bitmap = Some(Arc::new(Bitmap::load(roles, self.health.clone(), region, end)?.with_live_map_of(&sb)));
         }
         self.build_volumes()?;
         if running {

@@ -26,7 +26,8 @@
 //!   offset, moves it forward after every batch, and hands it to a
 //!   checkpoint callback every 64 MiB so a stopped rebuild resumes where it
 //!   was. Regions the write-intent bitmap says were never written are
-//!   zeroed instead of reconstructed.
+//!   skipped: with a live-data map nothing is written there, without one
+//!   (older arrays) they are zeroed. `check` and `repair` skip them too.
 //! - [`check`]: md's `check` / `repair` sync actions: every stripe's copies
 //!   (RAID 1, 10) or parity (RAID 5, 6) are compared; `repair` rewrites the
 //!   copies from the first readable copy, or P and Q from the data.
@@ -126,7 +127,8 @@ pub struct RebuildOptions<'a> {
 pub struct RebuildReport {
     /// Bytes reconstructed and written to the member.
     pub bytes_written: u64,
-    /// Bytes of never-written regions, zeroed instead of reconstructed.
+    /// Bytes of regions not live (never written, or discarded whole),
+    /// not reconstructed: left alone with a live-data map, zeroed without.
     pub bytes_skipped: u64,
     /// Bytes left as they were by a resync from the bitmap (regions not
     /// dirty: the member already holds them).
@@ -185,6 +187,10 @@ pub struct CheckReport {
     pub stripes_unchecked: u64,
     /// Stripes whose copies or parity disagreed.
     pub mismatches: u64,
+    /// Logical bytes of the stripes skipped because their regions are not
+    /// live (live-data map): they hold no data, nothing to compare.
+    #[serde(default)]
+    pub bytes_skipped: u64,
     /// Mismatching stripes rewritten (repair).
     pub repaired: u64,
     /// The first [`MAX_LOCATIONS`] mismatches, in stripe order.

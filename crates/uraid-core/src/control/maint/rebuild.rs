@@ -52,7 +52,9 @@ pub(super) struct Job<'v> {
 /// member by a third, so the reads of one batch overlap the reconstruction
 /// and the write of the two before it; after the write the recovery offset
 /// moves to the batch's end and its locks are released. Regions the volume's bitmap says were never written are
-/// zeroed instead (they are zeros on every member); with
+/// skipped: nothing is written there with a live-data map (their bytes
+/// may be anything; their first write zeroes them on every member), and
+/// without one (older arrays) they are zeroed (zeros on every member); with
 /// [`RebuildOptions::only_dirty`] only the bitmap's dirty regions are
 /// reconstructed and the rest is left as it is. RAID 0 volumes cannot
 /// be rebuilt and are listed as lost. `progress(done, total)` is called
@@ -95,7 +97,8 @@ pub fn rebuild(
         let (job_tx, job_rx) = mpsc::sync_channel::<Job<'_>>(0);
         let (set_tx, set_rx) = mpsc::channel::<Vec<IoBuf>>();
         let (out_tx, out_rx) = mpsc::channel::<IoBuf>();
-        let writer = Writer { target: &target, health: &health, member, opts, counts: &counts, done: &done };
+        let skip_dead = first.raid().bitmap().is_some_and(|b| b.live_map());
+        let writer = Writer { target: &target, health: &health, member, opts, counts: &counts, done: &done, skip_dead };
         let writer = s.spawn(move || writer.run(job_rx, out_tx));
         let computer = s.spawn(move || compute(read_rx, job_tx, set_tx, out_rx, member, cap, kernel));
         let mut reader = Reader { vols, member, opts, t0, start, sent_bytes: 0, sets: Vec::new(), set_rx };
@@ -182,6 +185,8 @@ struct Writer<'a> {
     opts: &'a RebuildOptions<'a>,
     counts: &'a Counts,
     done: &'a AtomicU64,
+    /// The array has a live-data map: regions not live get no write.
+    skip_dead: bool,
 }
 
 impl Writer<'_> {
@@ -191,7 +196,10 @@ impl Writer<'_> {
         let mut since = 0u64;
         for job in job_rx {
             let len = job.range.end - job.range.start;
-            if !job.keep {
+            // A region the live-data map says was never written is
+            // left as it is (reads of it return zeros; its first write
+            // zeroes it on every member).
+            if !job.keep && !(job.data.is_none() && self.skip_dead) {
                 self.target.write(self.health, self.member, job.data.as_deref(), job.range.start, len)?;
             }
             let count = match job.data {

@@ -7,7 +7,7 @@
 use super::{
     check_name, check_name_of, name_at, put_name, u32_at, u64_at, uuid_at, DecodeError, JournalRegion, Reshape,
     ReshapeBackup, Slot, State, Superblock, VolumeEntry, CRC_AT, DATA_OFFSET, IN_SYNC, MAGIC, MAX_SLOTS, MAX_SPARES,
-    MAX_VOLUMES, NAME_MAX, SB_SIZE, SLOTS_AT, SLOT_SIZE, VERSION, VERSION_RESHAPE, VOLUMES_AT, VOLUME_SIZE,
+    MAX_VOLUMES, NAME_MAX, SB_SIZE, SLOTS_AT, SLOT_SIZE, VERSION, VERSION_LIVE_MAP, VERSION_RESHAPE, FEATURE_LIVE_MAP, VOLUMES_AT, VOLUME_SIZE,
 };
 use crate::raid::health::MemberState;
 
@@ -27,6 +27,7 @@ struct Header {
     volume_count: u32,
     state: State,
     bitmap_region: u64,
+    live_map: bool,
 }
 
 impl Superblock {
@@ -58,6 +59,9 @@ impl Superblock {
         };
         b[120..124].copy_from_slice(&st.to_le_bytes());
         b[128..136].copy_from_slice(&self.bitmap_region.to_le_bytes());
+        if self.live_map {
+            b[124..128].copy_from_slice(&FEATURE_LIVE_MAP.to_le_bytes());
+        }
         if self.volumes.iter().any(|v| v.layout != 0 || v.draid.is_some()) {
             b[8..12].copy_from_slice(&VERSION_RESHAPE.to_le_bytes());
         }
@@ -111,6 +115,10 @@ impl Superblock {
                 b[o + 112..o + 120].copy_from_slice(&r.size.to_le_bytes());
             }
         }
+        if self.live_map {
+            // Also with a reshape or a parity-last volume: 4 implies 3.
+            b[8..12].copy_from_slice(&VERSION_LIVE_MAP.to_le_bytes());
+        }
         let crc = crc32c::crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -154,6 +162,7 @@ impl Superblock {
             events: u64_at(b, 112),
             state: h.state,
             bitmap_region: h.bitmap_region,
+            live_map: h.live_map,
             slots,
             volumes,
             reshape,
@@ -173,7 +182,7 @@ fn decode_header(b: &[u8]) -> Decoded<Header> {
         return Err(DecodeError::BadCrc { stored, computed });
     }
     let version = u32_at(b, 8);
-    if version != VERSION && version != VERSION_RESHAPE {
+    if version != VERSION && version != VERSION_RESHAPE && version != VERSION_LIVE_MAP {
         return Err(DecodeError::Version(version));
     }
     if u32_at(b, 12) as usize != SB_SIZE {
@@ -204,7 +213,15 @@ fn decode_header(b: &[u8]) -> Decoded<Header> {
     if bitmap_region != 0 && (!bitmap_region.is_power_of_two() || bitmap_region < 4096) {
         return inv(format!("bitmap region size {bitmap_region}"));
     }
-    Ok(Header { version, member_count, slot_count, slot, volume_count, state, bitmap_region })
+    let features = u32_at(b, 124);
+    if features & !FEATURE_LIVE_MAP != 0 {
+        return inv(format!("feature flags {features:#x} (bits this uraid does not know)"));
+    }
+    let live_map = features & FEATURE_LIVE_MAP != 0;
+    if live_map && (bitmap_region == 0 || version != VERSION_LIVE_MAP) {
+        return inv(format!("a live-data map in a version {version} superblock with bitmap region {bitmap_region}"));
+    }
+    Ok(Header { version, member_count, slot_count, slot, volume_count, state, bitmap_region, live_map })
 }
 
 /// The slot table: roles first (not spares), then spares.
@@ -269,7 +286,7 @@ fn decode_volume(b: &[u8], i: usize, h: &Header, prev_end: u64) -> Decoded<Volum
             held: b[o + 123..o + 128].try_into().expect("5 bytes"),
         }),
     };
-    if v.layout != 0 && (h.version != VERSION_RESHAPE || !matches!(v.level, 5 | 6) || crate::raid::layout::Variant::from_u8(v.layout).is_none()) {
+    if v.layout != 0 && (h.version < VERSION_RESHAPE || !matches!(v.level, 5 | 6) || crate::raid::layout::Variant::from_u8(v.layout).is_none()) {
         return inv(format!("layout {} of volume {i} (RAID {})", v.layout, v.level));
     }
     let declustered = crate::raid::geometry::Level::from_number(v.level).is_ok_and(|l| l.declustered());
@@ -277,7 +294,7 @@ fn decode_volume(b: &[u8], i: usize, h: &Header, prev_end: u64) -> Decoded<Volum
         None => !declustered,
         Some(d) => {
             declustered
-                && h.version == VERSION_RESHAPE
+                && h.version >= VERSION_RESHAPE
                 && d.version == crate::raid::level::LAYOUT_VERSION
                 && d.data > 0
                 && (d.data + d.spares + crate::raid::geometry::Level::from_number(v.level).map_or(0, |l| l.desc().parity as u32)) <= member_count
@@ -339,7 +356,7 @@ fn check_journal_regions(volumes: &[VolumeEntry], member_count: u32) -> Decoded<
 /// progress).
 fn decode_reshape(b: &[u8], h: &Header) -> Decoded<Option<Reshape>> {
     let (member_count, volume_count) = (h.member_count, h.volume_count);
-    if h.version != VERSION_RESHAPE || u32_at(b, 136) == 0 {
+    if h.version < VERSION_RESHAPE || u32_at(b, 136) == 0 {
         return Ok(None);
     }
     let flags = u32_at(b, 136);

@@ -24,6 +24,7 @@
 //! | 104 | 8 | update time, seconds since the Unix epoch |
 //! | 112 | 8 | event counter (bumped on every assemble, stop and state change) |
 //! | 120 | 4 | state (0 clean, 1 active) |
+//! | 124 | 4 | feature flags: bit 0 = the write-intent bitmap's written bits are a live-data map (see `raid::bitmap`: a region whose bit is clear holds no data, reads as zeros, and may hold anything on the members; written as version 4, which an older uraid refuses); other bits must be zero |
 //! | 128 | 8 | write-intent bitmap region size in bytes (0: no bitmap) |
 //! | 136 | 48 | the reshape record (version 3 only, see below) |
 //! | 256 | 40 x 32 | slot table, one entry per slot, roles first, then spares |
@@ -106,6 +107,12 @@ pub const MAGIC: &[u8; 8] = b"URAIDSB\x01";
 pub const VERSION: u32 = 2;
 /// The version of a superblock that records a reshape in progress.
 pub const VERSION_RESHAPE: u32 = 3;
+/// The version of a superblock whose array has a live-data map (feature
+/// bit 0 at byte 124): a uraid that does not know the map would read the
+/// regions it marks dead as data, so it must refuse the array.
+pub const VERSION_LIVE_MAP: u32 = 4;
+/// Feature bit (byte 124): the bitmap's written bits are a live-data map.
+pub const FEATURE_LIVE_MAP: u32 = 1;
 /// Bytes the superblock occupies on each member.
 pub const SB_SIZE: usize = 4096;
 /// Data offset of new arrays, in bytes: the first volume starts 1 MiB in.
@@ -338,6 +345,14 @@ pub struct Superblock {
     /// Write-intent bitmap region size in bytes; 0 when the array has no
     /// bitmap.
     pub bitmap_region: u64,
+    /// The bitmap's written bits are a live-data map (feature bit 0):
+    /// regions never written (or discarded whole) hold no data, read as
+    /// zeros and are skipped by rebuild, resync and check. False for
+    /// arrays without a bitmap and arrays made before the map (their
+    /// volume areas were zeroed at create, every region counts as live
+    /// for reads and writes).
+    #[serde(default)]
+    pub live_map: bool,
     /// The slot table: `member_count` roles, then the spares.
     pub slots: Vec<Slot>,
     /// The volume table, in member-offset order.
@@ -432,6 +447,7 @@ impl Superblock {
             && self.member_count == other.member_count
             && self.volumes == other.volumes
             && self.bitmap_region == other.bitmap_region
+            && self.live_map == other.live_map
     }
 }
 
@@ -467,7 +483,7 @@ impl std::fmt::Display for DecodeError {
                  to copy the data off, then create the array again"
             ),
             DecodeError::Version(v) => {
-                write!(f, "superblock format version {v} is newer than this uraid knows ({VERSION}, and {VERSION_RESHAPE} during a reshape or with a parity-last volume); use a newer uraid")
+                write!(f, "superblock format version {v} is newer than this uraid knows ({VERSION}, {VERSION_RESHAPE} during a reshape or with a parity-last volume, {VERSION_LIVE_MAP} with a live-data map); use a newer uraid")
             }
             DecodeError::Invalid(s) => write!(f, "superblock field out of range: {s}"),
         }

@@ -20,6 +20,7 @@ fn sample() -> Superblock {
         events: 3,
         state: State::Active,
         bitmap_region: 64 << 20,
+        live_map: false,
         slots: vec![
             Slot { uuid: [1; 16], state: MemberState::Active, resync_from_bitmap: false, recovery_offset: None },
             Slot { uuid: [7; 16], state: MemberState::Rebuilding, resync_from_bitmap: true, recovery_offset: Some(5 << 20) },
@@ -102,9 +103,31 @@ fn version_1_is_refused_clearly() {
     assert_eq!(e, DecodeError::Version(1));
     let msg = e.to_string();
     assert!(msg.contains("version 1") && msg.contains("older uraid") && msg.contains("create the array again"), "{msg}");
-    b[8..12].copy_from_slice(&4u32.to_le_bytes());
+    b[8..12].copy_from_slice(&5u32.to_le_bytes());
     reseal(&mut b);
     assert!(Superblock::decode(&b).unwrap_err().to_string().contains("newer"));
+}
+
+#[test]
+fn the_live_map_feature_round_trips_as_version_4_and_bad_bits_are_refused() {
+    let mut sb = sample();
+    sb.live_map = true;
+    let b = sb.encode();
+    assert_eq!((u32_at(&b, 8), u32_at(&b, 124)), (super::VERSION_LIVE_MAP, 1));
+    assert_eq!(Superblock::decode(&b).unwrap(), sb);
+    // Unknown feature bits, the map without a bitmap or in a version 3
+    // superblock: refused, named.
+    for (at, v, what) in [(124, 3u32, "feature flags"), (8, 3, "live-data map")] {
+        let mut c = b;
+        c[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        reseal(&mut c);
+        let e = Superblock::decode(&c).unwrap_err().to_string();
+        assert!(e.contains(what), "{e}");
+    }
+    let mut c = b;
+    c[128..136].copy_from_slice(&0u64.to_le_bytes());
+    reseal(&mut c);
+    assert!(Superblock::decode(&c).unwrap_err().to_string().contains("live-data map"));
 }
 
 type Damage = Box<dyn Fn(&mut [u8; SB_SIZE])>;

@@ -39,7 +39,8 @@
 //! significant first) = **dirty** (a write may be under way or not yet
 //! flushed: copies/parity may disagree) and bit `2 * (r % 4) + 1` =
 //! **written** (some write has touched the region since the array was
-//! created; never cleared). Bits past the last region are zero. The bits
+//! created; with the live-data map, `live.rs`, it reads "may hold data"
+//! and is cleared again after a discard of the whole region). Bits past the last region are zero. The bits
 //! have no checksum, on purpose: a 4 KiB block write torn between its old
 //! and new contents leaves each region's bits either old or new, and both
 //! are safe (bits are only set before a write starts, and only cleared for
@@ -81,7 +82,10 @@ use crate::io::member::{now_ns, Member, DATA_OFFSET};
 use crate::{bail, Error, ErrorKind, IoBuf, Result};
 
 mod daemon;
+mod live;
 mod write;
+
+pub(crate) use live::zero_range;
 
 pub use daemon::BitmapDaemon;
 
@@ -126,6 +130,16 @@ pub struct BitmapStats {
     pub dirty: u64,
     /// Regions ever written since the array was created.
     pub written: u64,
+    /// Regions that may hold data (the written bits): with the live-data
+    /// map, the rest read as zeros and are skipped by maintenance.
+    pub live: u64,
+    /// The written bits are a live-data map (see `live.rs`).
+    pub live_map: bool,
+    /// Member bytes zeroed (per member) before first writes into regions
+    /// not live, since this bitmap was created or loaded.
+    pub zeroed_bytes: u64,
+    /// Regions made not live again by whole-region discards since then.
+    pub forgotten: u64,
     /// Bitmap writes made to set bits (each one 4 KiB-block write to every
     /// writable member) since this bitmap was created or loaded.
     pub set_writes: u64,
@@ -154,6 +168,16 @@ pub struct Bitmap {
     clearing: Box<[AtomicU64]>,
     /// Writes in flight per region.
     inflight: Box<[AtomicU32]>,
+    /// The written bits are a live-data map (the superblock's feature).
+    live_map: bool,
+    /// Absolute member ranges a first write may zero (the redundant
+    /// volumes'); empty: the whole covered area.
+    live_areas: Vec<(u64, u64)>,
+    /// 1 bit per region: a discard covering the region whole was started
+    /// and no write came since (see `live.rs`).
+    discarded: Box<[AtomicU64]>,
+    zeroed: AtomicU64,
+    forgotten: AtomicU64,
     /// Serializes every bitmap write (setters, clearing, copies).
     io: Mutex<Io>,
     set_writes: AtomicU64,
@@ -262,6 +286,11 @@ impl Bitmap {
             touched: (0..regions.div_ceil(64) as usize).map(|_| AtomicU64::new(0)).collect(),
             clearing: (0..regions.div_ceil(64) as usize).map(|_| AtomicU64::new(0)).collect(),
             inflight: (0..regions as usize).map(|_| AtomicU32::new(0)).collect(),
+            live_map: false,
+            live_areas: Vec::new(),
+            discarded: (0..live::bit_words(regions)).map(|_| AtomicU64::new(0)).collect(),
+            zeroed: AtomicU64::new(0),
+            forgotten: AtomicU64::new(0),
             io: Mutex::new(Io { ring: new_ring()?, buf }),
             set_writes: AtomicU64::new(0),
             cleared: AtomicU64::new(0),
@@ -453,7 +482,22 @@ impl Bitmap {
     /// Errors (and then nothing is counted in flight): `OutOfRange` when
     /// the range is outside `[DATA_OFFSET, data_end)`; `Io` when no member
     /// took the bitmap write.
+    ///
+    /// With the live-data map, the slow path first zeroes the regions not
+    /// yet live on every writable member (see `live.rs`).
+    #[inline]
     pub fn start_write(&self, offset: u64, len: u64) -> Result<()> {
+        self.start(offset, len, false)
+    }
+
+    /// [`start_write`](Self::start_write) for a discard or zeroing
+    /// (`discard` true): it does not take its regions back from a
+    /// [`discarding`](Self::discarding) mark.
+    pub fn start_mark(&self, offset: u64, len: u64, discard: bool) -> Result<()> {
+        self.start(offset, len, discard)
+    }
+
+    fn start(&self, offset: u64, len: u64, discard: bool) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
@@ -473,7 +517,7 @@ impl Bitmap {
         if !need {
             return Ok(());
         }
-        let r = self.set_bits(r0, r1);
+        let r = self.set_bits(r0, r1, discard);
         if r.is_err() {
             self.end_regions(r0, r1);
         }
@@ -482,11 +526,17 @@ impl Bitmap {
 
     /// Slow path of `start_write`: sets the dirty and written bits of
     /// regions `[r0, r1)` on the members, then in memory.
-    fn set_bits(&self, r0: usize, r1: usize) -> Result<()> {
+    fn set_bits(&self, r0: usize, r1: usize, discard: bool) -> Result<()> {
         let mut io = self.lock_io();
+        if self.live_map && !discard {
+            self.undiscard(r0, r1);
+        }
         if (r0..r1).all(|r| self.is_dirty(r)) {
             return Ok(()); // another setter did it while we waited
         }
+        // Data and parity agree in a region before its bit says it holds
+        // data: zeros everywhere, durably, then the bit.
+        self.zero_dead(r0, r1)?;
         let b0 = r0 / REGIONS_PER_BLOCK as usize;
         let b1 = (r1 - 1) / REGIONS_PER_BLOCK as usize + 1;
         self.fill_blocks(&mut io, b0, b1);
@@ -575,9 +625,10 @@ impl Bitmap {
     }
 
     /// True once any write touched the region holding absolute member byte
-    /// `offset` (the written bit is never cleared). A region never written
-    /// holds zeros on every member (array creation zeroes the data area),
-    /// so a rebuild may zero it instead of reconstructing it. Offsets
+    /// `offset`. Without the live-data map (older arrays) a region never
+    /// written holds zeros on every member (their creation zeroed the data
+    /// area), so a rebuild may zero it instead of reconstructing it; with
+    /// it, see [`live`](Self::live). Offsets
     /// outside the covered range answer true (nothing is known there).
     pub fn written(&self, offset: u64) -> bool {
         match self.regions_of(offset, 1) {
@@ -650,6 +701,9 @@ impl Bitmap {
             self.clearing[tw].fetch_or(tbit, Ordering::SeqCst);
             if self.inflight[r].load(Ordering::SeqCst) == 0 && self.touched[tw].load(Ordering::SeqCst) & tbit == 0 {
                 self.image[w].fetch_and(!bit, Ordering::SeqCst);
+                if self.live_map && self.is_discarded(r) {
+                    self.forget(r);
+                }
                 cleared.push(r);
             }
             self.clearing[tw].fetch_and(!tbit, Ordering::SeqCst);
@@ -699,6 +753,10 @@ impl Bitmap {
             regions: self.regions,
             dirty,
             written,
+            live: self.live_regions(),
+            live_map: self.live_map,
+            zeroed_bytes: self.zeroed.load(Ordering::Relaxed),
+            forgotten: self.forgotten.load(Ordering::Relaxed),
             set_writes: self.set_writes.load(Ordering::Relaxed),
             cleared: self.cleared.load(Ordering::Relaxed),
             clear_errors: self.clear_errors.load(Ordering::Relaxed),
@@ -708,3 +766,5 @@ impl Bitmap {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod live_tests;

@@ -210,10 +210,17 @@ impl Array {
     ///
     /// Errors: `Io` from the superblock or bitmap writes.
     pub fn apply_resize(&mut self, plan: &ResizePlan) -> Result<ResizeReport> {
-        let (name, v, region) = {
+        // With a live-data map, the regions not live may hold anything:
+        // zero them (marking them live) before the new bitmap counts every
+        // region as written.
+        if let Some(b) = self.bitmap.as_ref().filter(|b| b.live_map()) {
+            b.start_write(DATA_OFFSET, b.data_end() - DATA_OFFSET)?;
+            b.end_write(DATA_OFFSET, b.data_end() - DATA_OFFSET);
+        }
+        let (name, v, region, sb) = {
             let mut m = self.meta();
             m.sb.volumes[plan.volume].member_size = plan.member_size.1;
-            (m.sb.name.clone(), m.sb.volumes[plan.volume].clone(), m.sb.bitmap_region)
+            (m.sb.name.clone(), m.sb.volumes[plan.volume].clone(), m.sb.bitmap_region, m.sb.clone())
         };
         self.persist()?;
         if region > 0 {
@@ -224,7 +231,7 @@ impl Array {
             // and the old bitmap's record of them is gone with it.
             b.start_write(DATA_OFFSET, end - DATA_OFFSET)?;
             b.end_write(DATA_OFFSET, end - DATA_OFFSET);
-            self.bitmap = Some(Arc::new(b));
+            self.bitmap = Some(Arc::new(b.with_live_map_of(&sb)));
             if self.daemon.take().is_some() {
                 self.start_daemon();
             }

@@ -42,6 +42,7 @@ use crate::raid::parity::Kernel;
 use crate::{Error, ErrorKind, IoBuf};
 
 mod compute;
+mod live;
 mod op;
 mod repair;
 mod rows;
@@ -412,7 +413,7 @@ impl RaidQueue {
                 Op::Read => self.plan_read(si, &l),
                 Op::Write if self.slots[si].rows.is_some() => self.plan_rows(si, &l),
                 Op::Write => self.plan_write(si, &l, false),
-                Op::Discard | Op::WriteZeroes { .. } => self.plan_write(si, &l, true),
+                Op::Discard | Op::WriteZeroes { .. } => { self.note_discard(si, &l); self.plan_write(si, &l, true) }
             }
         }
         if self.vol.health().spared() {
@@ -439,6 +440,7 @@ impl RaidQueue {
         let mut lp = std::mem::take(&mut self.raid.lpieces);
         lp.clear();
         l.for_each_segment(offset, len, |p| lp.push(p));
+        self.skip_dead(si, &mut lp);
         let data_offset = self.vol.data_offset();
         let mirror = !l.level().has_parity();
         let base = self.slots[si].buf.as_mut().expect("checked").as_mut_ptr();

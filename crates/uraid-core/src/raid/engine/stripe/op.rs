@@ -184,7 +184,7 @@ impl RaidQueue {
         };
         if kind != Kind::Read && self.raid.sops[idx].nmarks == 0 {
             if let Some(bm) = self.vol.bitmap() {
-                if let Err(e) = bm.start_write(abs, rows as u64) {
+                if let Err(e) = bm.start_mark(abs, rows as u64, kind == Kind::Zero) {
                     self.raid.sops[idx].error = Some(e);
                     return self.sop_finish(idx, out);
                 }
@@ -317,7 +317,7 @@ impl RaidQueue {
                 for pl in places.iter() {
                     let r = (data_offset + pl.member_offset, rows as u64);
                     if !marks[..n].contains(&r) && n < 2 {
-                        if let Err(e) = bm.start_write(r.0, r.1) {
+                        if let Err(e) = bm.start_mark(r.0, r.1, kind == Kind::Zero) {
                             for &(o, l) in &marks[..n] {
                                 bm.end_write(o, l);
                             }
