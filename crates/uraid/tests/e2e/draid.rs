@@ -37,7 +37,7 @@ fn draid5_create_write_degraded_rebuild_and_second_failure() {
     let o = uraid_ok(&with(&["examine"], &f[..1]));
     assert_contains(&o.stdout, &["'d5' draid5 (4d+1p, 1 distributed spare, layout 1)"], "examine");
     let raw = std::fs::read(&files[0]).unwrap();
-    assert_eq!(u32::from_le_bytes(raw[8..12].try_into().unwrap()), 3, "a declustered volume is written as version 3");
+    assert_eq!(u32::from_le_bytes(raw[8..12].try_into().unwrap()), 4, "a declustered volume (3) with a live-data map (4) is written as version 4");
     assert_eq!(&raw[1536 + 120..1536 + 123], &[1, 4, 1], "layout version, D, S at bytes 120..123 of the entry");
 
     let arr = array::assemble(&specs(&files)).unwrap();
