@@ -149,6 +149,8 @@ impl Health {
     /// True when `[offset, offset+len)` of spared role `m` can be read:
     /// below its recovery offset, and in each chunk row the spare chunk's
     /// member holds valid data.
+    #[cold]
+    #[inline(never)]
     fn spared_readable(&self, m: u32, offset: u64, len: u64) -> bool {
         let end = offset.saturating_add(len);
         if end > self.recovery(m) {
@@ -182,6 +184,7 @@ impl Health {
     }
 
     /// State of role `m`.
+    #[inline]
     pub fn state(&self, m: u32) -> MemberState {
         MemberState::from_u8(self.states[m as usize].load(Ordering::Acquire))
     }
@@ -224,7 +227,17 @@ impl Health {
 
     /// True when role `m` holds valid data over `[offset, offset+len)`
     /// (absolute member bytes): active, or rebuilding and already past it.
+    /// The data path asks this per member piece: the active case is one
+    /// load and one compare, the rest out of line.
+    #[inline]
     pub fn readable(&self, m: u32, offset: u64, len: u64) -> bool {
+        self.states[m as usize].load(Ordering::Acquire) == MemberState::Active as u8 || self.readable_slow(m, offset, len)
+    }
+
+    /// [`readable`](Self::readable) for a role not active.
+    #[cold]
+    #[inline(never)]
+    fn readable_slow(&self, m: u32, offset: u64, len: u64) -> bool {
         match self.state(m) {
             MemberState::Active => true,
             MemberState::Rebuilding => offset.saturating_add(len) <= self.recovery(m),
@@ -235,8 +248,12 @@ impl Health {
 
     /// True when writes go to role `m` (active, rebuilding, or held by a
     /// distributed spare).
+    #[inline]
     pub fn writable(&self, m: u32) -> bool {
-        matches!(self.state(m), MemberState::Active | MemberState::Rebuilding | MemberState::Spared)
+        // One load and a mask test (the data path asks per member).
+        const WRITABLE: u32 = 1 << MemberState::Active as u32 | 1 << MemberState::Rebuilding as u32 | 1 << MemberState::Spared as u32;
+        let s = self.states[m as usize].load(Ordering::Acquire) as u32;
+        s < 32 && (1 << s) & WRITABLE != 0
     }
 
     /// True when role `m`'s own device is in service (active or

@@ -129,6 +129,7 @@ impl RaidVolume {
 
     /// When member `m`'s emulated drive would finish an I/O `op` of `len`
     /// bytes admitted at `now` (ns); 0 for a member without ceilings.
+    #[inline]
     pub(super) fn deadline(&self, m: u32, op: crate::io::request::Op, len: usize, now: u64) -> u64 {
         match self.members[m as usize].throttle() {
             Some(t) => t.admit(op != crate::io::request::Op::Read, len as u64, now),

@@ -19,7 +19,7 @@ impl RaidQueue {
     /// buffer whose pieces (`lp`) lie in regions not live, and drops those
     /// pieces (no member reads them). One check per request when the first
     /// and last pieces are live and at most one region apart.
-    #[inline]
+    #[inline(never)]
     pub(super) fn skip_dead(&mut self, si: usize, lp: &mut Vec<Piece>) {
         let Some(bm) = self.vol.bitmap() else { return };
         let d = self.vol.data_offset();

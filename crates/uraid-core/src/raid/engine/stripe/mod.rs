@@ -440,7 +440,9 @@ impl RaidQueue {
         let mut lp = std::mem::take(&mut self.raid.lpieces);
         lp.clear();
         l.for_each_segment(offset, len, |p| lp.push(p));
-        self.skip_dead(si, &mut lp);
+        if self.vol.bitmap().is_some() {
+            self.skip_dead(si, &mut lp);
+        }
         let data_offset = self.vol.data_offset();
         let mirror = !l.level().has_parity();
         let base = self.slots[si].buf.as_mut().expect("checked").as_mut_ptr();

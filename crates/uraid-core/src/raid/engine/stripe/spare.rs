@@ -17,6 +17,7 @@ impl RaidQueue {
     /// Sends slot `si`'s pieces on spared roles to the spare chunks'
     /// members, splitting a piece that spans two chunk rows (a read merged
     /// across rows: each row's spare chunk is on another member).
+    #[cold]
     pub(super) fn remap_slot(&mut self, si: usize) {
         let health = self.vol.health().clone();
         let Some(sm) = health.spare_map() else { return };
@@ -38,6 +39,7 @@ impl RaidQueue {
 
     /// Sends stripe operation `idx`'s pieces on spared roles to the spare
     /// chunks' members (a stripe operation's pieces are in one row).
+    #[cold]
     pub(super) fn remap_sop(&mut self, idx: usize) {
         let health = self.vol.health().clone();
         let Some(sm) = health.spare_map() else { return };
