@@ -114,7 +114,7 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     let mut meta = Meta { sb, devices, specs: dev_specs, roles: Arc::new(Vec::new()) };
     meta.rebuild_roles()?;
     let bitmap = if auth.bitmap_region > 0 {
-        Some(Arc::new(Bitmap::load(meta.roles.clone(), health.clone(), auth.bitmap_region, auth.data_end())?.with_live_map_of(&auth)))
+        Some(Arc::new(Bitmap::load(meta.roles.clone(), health.clone(), auth.bitmap_region, auth.data_end())?.with_live_map_areas(auth.live_map, auth.redundant_areas())))
     } else {
         None
     };

@@ -387,7 +387,7 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
     // First write: the bitmap area (it checks the region size against the
     // room it has before writing).
     let bitmap = if bitmap_region > 0 {
-        Some(Arc::new(Bitmap::create(meta.roles.clone(), health.clone(), bitmap_region, end)?.with_live_map_of(&meta.sb)))
+        Some(Arc::new(Bitmap::create(meta.roles.clone(), health.clone(), bitmap_region, end)?.with_live_map_areas(meta.sb.live_map, meta.sb.redundant_areas())))
     } else {
         None
     };

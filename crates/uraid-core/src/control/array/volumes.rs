@@ -112,7 +112,7 @@ impl Array {
         };
         if region > 0 {
             self.bitmap = None;
-            self.bitmap = Some(Arc::new(Bitmap::load(roles, self.health.clone(), region, end)?.with_live_map_of(&sb)));
+            self.bitmap = Some(Arc::new(Bitmap::load(roles, self.health.clone(), region, end)?.with_live_map_areas(sb.live_map, sb.redundant_areas())));
         }
         self.build_volumes()?;
         if running {

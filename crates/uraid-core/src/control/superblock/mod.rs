@@ -417,6 +417,13 @@ impl Superblock {
         self.slot >= self.member_count
     }
 
+    /// The absolute member byte ranges `[start, end)` of the redundant
+    /// volumes: what the live-data map's first writes may zero (see
+    /// `Bitmap::with_live_map_areas`).
+    pub fn redundant_areas(&self) -> Vec<(u64, u64)> {
+        self.volumes.iter().filter(|v| v.redundant()).map(|v| (v.member_start, v.member_end())).collect()
+    }
+
     /// Absolute byte offset on every member just past the last volume: the
     /// least size a member (or a new spare) must have.
     pub fn data_end(&self) -> u64 {

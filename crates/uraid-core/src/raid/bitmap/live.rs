@@ -27,13 +27,14 @@ impl Bitmap {
         self
     }
 
-    /// The live-data map as the superblock `sb` says (its feature bit),
-    /// zeroing only the areas of its redundant volumes: a RAID 0 volume of
-    /// a Matrix array may share a region with them, and its data is not in
-    /// the map.
-    pub fn with_live_map_of(mut self, sb: &crate::control::superblock::Superblock) -> Bitmap {
-        self.live_map = sb.live_map;
-        self.live_areas = sb.volumes.iter().filter(|v| v.redundant()).map(|v| (v.member_start, v.member_end())).collect();
+    /// The live-data map on or off (`on`: the superblock's feature bit),
+    /// zeroing only `areas`, the absolute member ranges `[start, end)` of
+    /// the redundant volumes (bytes; the control path passes
+    /// `Superblock::redundant_areas`): a RAID 0 volume of a Matrix array
+    /// may share a region with them, and its data is not in the map.
+    pub fn with_live_map_areas(mut self, on: bool, areas: Vec<(u64, u64)>) -> Bitmap {
+        self.live_map = on;
+        self.live_areas = areas;
         self
     }
 

@@ -184,7 +184,7 @@ pub(super) fn array_over(devs: &[Member], specs: Vec<Option<MemberSpec>>, sb: &S
     }
     let bitmap = match sb.bitmap_region {
         0 => None,
-        region => Some(Arc::new(Bitmap::load(meta.roles.clone(), health.clone(), region, sb.data_end())?.with_live_map_of(sb))),
+        region => Some(Arc::new(Bitmap::load(meta.roles.clone(), health.clone(), region, sb.data_end())?.with_live_map_areas(sb.live_map, sb.redundant_areas()))),
     };
     let mut fresh = Array::new(meta, health, bitmap, Vec::new(), Vec::new(), false)?;
     fresh.activate()?;

@@ -231,7 +231,7 @@ impl Array {
             // and the old bitmap's record of them is gone with it.
             b.start_write(DATA_OFFSET, end - DATA_OFFSET)?;
             b.end_write(DATA_OFFSET, end - DATA_OFFSET);
-            self.bitmap = Some(Arc::new(b.with_live_map_of(&sb)));
+            self.bitmap = Some(Arc::new(b.with_live_map_areas(sb.live_map, sb.redundant_areas())));
             if self.daemon.take().is_some() {
                 self.start_daemon();
             }
