@@ -22,6 +22,17 @@ fn check_mismatches(files: &[&str]) -> u64 {
     j[0]["report"]["mismatches"].as_u64().unwrap_or_else(|| panic!("no mismatch count: {j}"))
 }
 
+
+/// Assembles the array over `files`, writes random bytes (from `rng`)
+/// over its whole volume and stops it: the model to read back.
+fn filled_with_model(files: &[std::path::PathBuf], rng: &mut impl RngCore) -> Vec<u8> {
+    let arr = array::assemble(&specs(files)).unwrap();
+    let mut model = vec![0u8; arr.volume().capacity() as usize];
+    rng.fill_bytes(&mut model);
+    arr.volume().write_at(0, &model).unwrap();
+    arr.stop().unwrap();
+    model
+}
 #[test]
 fn draid5_create_write_degraded_rebuild_and_second_failure() {
     let _g = shared();
@@ -146,12 +157,8 @@ fn draid5_rebuilds_into_distributed_spare_then_survives_a_second_failure() {
     let files = sparse_files(dir.path(), "d", 8, 16 * MIB);
     let f = strs(&files);
     uraid_ok(&with(&["create", "--level", "draid5", "--data", "4", "--spares", "1", "--chunk", "64K", "--name", "ds", "--bitmap-region", "1M"], &f));
-    let arr = array::assemble(&specs(&files)).unwrap();
-    let cap = arr.volume().capacity() as usize;
-    let mut model = vec![0u8; cap];
-    rng.fill_bytes(&mut model);
-    arr.volume().write_at(0, &model).unwrap();
-    arr.stop().unwrap();
+    let mut model = filled_with_model(&files, &mut rng);
+    let cap = model.len();
 
     uraid_ok(&with(&["fail", "--member", "3"], &f));
     let o = uraid_ok(&with(&["rebuild"], &f));
@@ -198,12 +205,8 @@ fn draid6_takes_two_failures_in_a_row_into_distributed_spares() {
     let files = sparse_files(dir.path(), "e", 8, 12 * MIB);
     let f = strs(&files);
     uraid_ok(&with(&["create", "--level", "draid6", "--data", "4", "--spares", "2", "--chunk", "64K", "--name", "d6s"], &f));
-    let arr = array::assemble(&specs(&files)).unwrap();
-    let cap = arr.volume().capacity() as usize;
-    let mut model = vec![0u8; cap];
-    rng.fill_bytes(&mut model);
-    arr.volume().write_at(0, &model).unwrap();
-    arr.stop().unwrap();
+    let mut model = filled_with_model(&files, &mut rng);
+    let cap = model.len();
 
     uraid_ok(&with(&["fail", "--member", "0"], &f));
     assert_contains(&uraid_ok(&with(&["rebuild"], &f)).stdout, &["rebuilt role 0"], "first rebuild");
@@ -238,12 +241,8 @@ fn draid5_replacement_rebalances_and_frees_the_spare() {
     let files = sparse_files(dir.path(), "r", 8, 12 * MIB);
     let f = strs(&files);
     uraid_ok(&with(&["create", "--level", "draid5", "--data", "4", "--spares", "1", "--chunk", "64K", "--name", "rb"], &f));
-    let arr = array::assemble(&specs(&files)).unwrap();
-    let cap = arr.volume().capacity() as usize;
-    let mut model = vec![0u8; cap];
-    rng.fill_bytes(&mut model);
-    arr.volume().write_at(0, &model).unwrap();
-    arr.stop().unwrap();
+    let model = filled_with_model(&files, &mut rng);
+    let cap = model.len();
     uraid_ok(&with(&["fail", "--member", "2"], &f));
     uraid_ok(&with(&["rebuild"], &f));
     assert_eq!(spare_status(&f)["distributed_spares"][0]["role"], 2);
@@ -290,12 +289,8 @@ fn kill_9_during_the_distributed_rebuild_and_the_rebalance_keeps_the_data() {
     let files = sparse_files(dir.path(), "k", 8, 16 * MIB);
     let f = strs(&files);
     uraid_ok(&with(&["create", "--level", "draid5", "--data", "4", "--spares", "1", "--chunk", "64K", "--name", "kd"], &f));
-    let arr = array::assemble(&specs(&files)).unwrap();
-    let cap = arr.volume().capacity() as usize;
-    let mut model = vec![0u8; cap];
-    rng.fill_bytes(&mut model);
-    arr.volume().write_at(0, &model).unwrap();
-    arr.stop().unwrap();
+    let model = filled_with_model(&files, &mut rng);
+    let cap = model.len();
     uraid_ok(&with(&["fail", "--member", "4"], &f));
     kill_after(&with(&["rebuild", "--rate", "3"], &f), 1500);
     let st = spare_status(&f);
