@@ -33,18 +33,6 @@ fn blocks(p: &Path) -> u64 {
     std::fs::metadata(p).expect("stat backing file").blocks()
 }
 
-/// Runs one range request (`op` over `len` bytes at `offset`) on `vol`.
-fn range_op(vol: &std::sync::Arc<uraid_core::Volume>, op: Op, offset: u64, len: usize) {
-    use uraid_core::BlockQueue;
-    let mut q = vol.queue(4).expect("queue");
-    q.push(request(op, offset, len, None, 7)).map_err(|r| r.error).expect("push");
-    let mut out = Vec::new();
-    while out.is_empty() {
-        q.wait(1, &mut out);
-    }
-    out[0].result.as_ref().unwrap_or_else(|e| panic!("{op:?} of {len} bytes at {offset} failed: {e}"));
-}
-
 /// Writes `size` random bytes at the start of `vol` and flushes them; the
 /// data, the discard counters of `devs` and the blocks of `files` then.
 #[allow(clippy::type_complexity)]

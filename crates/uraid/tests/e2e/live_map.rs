@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore};
 use uraid_core::control::array::{self, Array, CreateOptions};
-use uraid_core::{BlockQueue, MemberSpec, Op, Volume};
+use uraid_core::{MemberSpec, Op, Volume};
 
 use crate::util::*;
 
@@ -20,16 +20,6 @@ const MIB: u64 = 1 << 20;
 /// Bitmap region (member bytes): a RAID 5 volume over 4 members holds
 /// three of them per logical region.
 const REGION: u64 = MIB;
-
-fn range_op(vol: &Arc<Volume>, op: Op, offset: u64, len: usize) {
-    let mut q = vol.queue(4).expect("queue");
-    q.push(request(op, offset, len, None, 7)).map_err(|r| r.error).expect("push");
-    let mut out = Vec::new();
-    while out.is_empty() {
-        q.wait(1, &mut out);
-    }
-    out[0].result.as_ref().unwrap_or_else(|e| panic!("{op:?} of {len} bytes at {offset} failed: {e}"));
-}
 
 /// Reads the whole volume and compares it with `model`.
 fn assert_reads(vol: &Arc<Volume>, model: &[u8], what: &str) {

@@ -503,6 +503,18 @@ pub fn request(op: uraid_core::Op, offset: u64, len: usize, buf: Option<uraid_co
     uraid_core::Request { op, offset, len, buf, tag, fua: false }
 }
 
+/// Runs one range request (`op` over `len` bytes at `offset`) on `vol`.
+pub fn range_op(vol: &std::sync::Arc<uraid_core::Volume>, op: uraid_core::Op, offset: u64, len: usize) {
+    use uraid_core::BlockQueue;
+    let mut q = vol.queue(4).expect("queue");
+    q.push(request(op, offset, len, None, 7)).map_err(|r| r.error).expect("push");
+    let mut out = Vec::new();
+    while out.is_empty() {
+        q.wait(1, &mut out);
+    }
+    out[0].result.as_ref().unwrap_or_else(|e| panic!("{op:?} of {len} bytes at {offset} failed: {e}"));
+}
+
 /// A file of `size` bytes written in full with random data (no holes).
 pub fn written_file(dir: &Path, name: &str, size: u64) -> std::path::PathBuf {
     let p = dir.join(name);
