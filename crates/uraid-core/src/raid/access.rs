@@ -114,10 +114,18 @@ fn read_spared(members: &[Member], health: &Health, r: &Read, buf: &mut IoBuf) -
     let (mut at, end) = (r.offset, r.offset + r.len as u64);
     while at < end {
         let stop = sm.row_end(at).min(end);
-        let x = sm.holder(r.member, at).unwrap_or(r.member);
+        let held = sm.holder(r.member, at);
+        let x = held.unwrap_or(r.member);
         let m = &members[x as usize];
         let o = (at - r.offset) as usize;
         let len = (stop - at) as usize;
+        if held == Some(r.member) {
+            // The row's spare chunk is the role's own place: it holds no
+            // data or parity there (a whole-row read, as check's, gets zeros).
+            buf[r.at + o..r.at + o + len].fill(0);
+            at = stop;
+            continue;
+        }
         if let Err(e) = throttled(m, false, len as u64, || m.read_exact_at(&mut buf[r.at + o..r.at + o + len], at)) {
             return Some((x, e));
         }
@@ -137,8 +145,13 @@ pub(crate) fn write_role(members: &[Member], health: &Health, role: u32, buf: &[
     let (mut at, end) = (offset, offset + buf.len() as u64);
     while at < end {
         let stop = sm.row_end(at).min(end);
-        let x = sm.holder(role, at).unwrap_or(role);
+        let held = sm.holder(role, at);
+        let x = held.unwrap_or(role);
         let o = (at - offset) as usize;
+        if held == Some(role) {
+            at = stop; // the role's own place is this row's spare chunk: nothing of it to keep
+            continue;
+        }
         write_member(&members[x as usize], &buf[o..o + (stop - at) as usize], at).map_err(|e| (x, e))?;
         at = stop;
     }

@@ -161,6 +161,9 @@ impl Health {
         loop {
             let Some(x) = sm.holder(m, at) else { return false };
             let ok = match self.state(x) {
+                // The row's spare chunk is the role's own place: the role
+                // holds no data or parity in this row, nothing to read.
+                _ if x == m => true,
                 MemberState::Active => true,
                 MemberState::Rebuilding => end.min(sm.row_end(at)) <= self.recovery(x),
                 _ => false,
