@@ -91,7 +91,9 @@ def main():
         for i in range(args.rounds):
             res["r5"].append(raid5(args, drives))
             res["d5"].append(draid5(args, drives))
-            print(f"  round {i + 1}: RAID 5 {res['r5'][-1][0]}, draid5 {res['d5'][-1][0]}", flush=True)
+            print(f"  round {i + 1} healthy (SEQ1M read, write MB/s; RND4K read, write IOPS): RAID 5 "
+                  + ", ".join(f"{res['r5'][-1][0][k]:.0f}" for k in TESTS) + "; draid5 "
+                  + ", ".join(f"{res['d5'][-1][0][k]:.0f}" for k in TESTS), flush=True)
         ok = []
 
         def med(k, which, key):
