@@ -162,6 +162,7 @@ fn too_few_members_and_bad_volumes_are_refused_writing_nothing() {
         (vec!["--volume", "a,level=1,speed=9"], vec!["unknown key 'speed'"]),
         (vec!["--volume", "a,level=1", "--volume", "b,level=0"], vec!["volume 'a' has no size", "only the last volume"]),
         (vec!["--volume", "a,level=1,size=1M", "--volume", "a,level=0"], vec!["two volumes are named 'a'"]),
+        (vec!["--volume", "a,level=1,size=1M", "--volume", "d,level=draid5"], vec!["volume 'd' is declustered", "its array's only volume"]),
         (vec!["--volume", "a b,level=1"], vec!["volume name 'a b' is not valid"]),
         (vec!["--volume", "a,level=1,size=100M"], vec!["too small", "the volumes asked for ('a')"]),
         (vec!["--volume", "a,level=1,size=1M,chunk=3K"], vec!["chunk size 3072 bytes is not valid"]),

@@ -246,7 +246,8 @@ fn holders_of(dev: &str) -> Vec<String> {
 /// Lays out the requested volumes over members of at least `min_size`
 /// bytes: the first at [`DATA_OFFSET`], each next one at the following
 /// 1 MiB boundary. Errors, naming the volume: `InvalidInput` (names,
-/// levels, chunks, sizes, member counts) and `TooSmall` (they do not fit;
+/// levels, a declustered volume beside others, chunks, sizes, member
+/// counts) and `TooSmall` (they do not fit;
 /// `members` names the member that is too small).
 pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<Vec<VolumeEntry>> {
     let n = members.len();
@@ -260,6 +261,11 @@ pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<V
     }
     if (opts.data.is_some() || opts.spares.is_some()) && !specs.iter().any(|v| Level::from_number(v.level).is_ok_and(|l| l.declustered())) {
         bail!(InvalidInput, "--data and --spares are for the declustered levels (draid5, draid6); give --level draid5 or draid6, or leave them out");
+    }
+    if specs.len() > 1 {
+        if let Some(v) = specs.iter().find(|v| Level::from_number(v.level).is_ok_and(|l| l.declustered())) {
+            bail!(InvalidInput, "{}", matrix_draid_refused(&v.name));
+        }
     }
     let mut plan = Vec::with_capacity(specs.len());
     let mut start = DATA_OFFSET;
@@ -278,8 +284,8 @@ pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<V
             let what = if opts.volumes.is_empty() { String::new() } else { format!(" (volume '{}')", s.name) };
             bail!(
                 InvalidInput,
-                "RAID {}{what} needs {} to {MAX_MEMBERS} members, {n} given; add members or choose another level",
-                level.number(),
+                "{}{what} needs {} to {MAX_MEMBERS} members, {n} given; add members or choose another level",
+                level.title(),
                 level.min_members()
             );
         }
@@ -401,6 +407,15 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
     Ok(arr)
 }
 
+/// Why declustered volume `name` cannot share its array with others.
+fn matrix_draid_refused(name: &str) -> String {
+    format!(
+        "volume '{name}' is declustered, and a declustered volume must be its array's only volume: its \
+         distributed spares take a failed member's whole role, which the other volumes' part of that \
+         member would need too; make the declustered volume an array of its own"
+    )
+}
+
 /// The checks of `create` that need no device: chunk, level, names, the
 /// member count and each volume's level against it. Errors:
 /// `InvalidInput`, as [`create`].
@@ -411,6 +426,11 @@ fn check_request(specs: &[MemberSpec], opts: &CreateOptions) -> Result<()> {
     if specs.is_empty() || specs.len() > MAX_MEMBERS {
         bail!(InvalidInput, "an array needs 1 to {MAX_MEMBERS} members, {} given", specs.len());
     }
+    if opts.volumes.len() > 1 {
+        if let Some(v) = opts.volumes.iter().find(|v| Level::from_number(v.level).is_ok_and(|l| l.declustered())) {
+            bail!(InvalidInput, "{}", matrix_draid_refused(&v.name));
+        }
+    }
     for v in &opts.volumes {
         superblock::check_name_of("volume", &v.name)?;
         let l = Level::from_number(v.level)?;
@@ -418,8 +438,8 @@ fn check_request(specs: &[MemberSpec], opts: &CreateOptions) -> Result<()> {
         if specs.len() < l.min_members() {
             bail!(
                 InvalidInput,
-                "RAID {} (volume '{}') needs at least {} members, {} given; add members or choose another level",
-                l.number(),
+                "{} (volume '{}') needs at least {} members, {} given; add members or choose another level",
+                l.title(),
                 v.name,
                 l.min_members(),
                 specs.len()
@@ -431,8 +451,8 @@ fn check_request(specs: &[MemberSpec], opts: &CreateOptions) -> Result<()> {
         if specs.len() < l.min_members() {
             bail!(
                 InvalidInput,
-                "RAID {} needs at least {} members, {} given; add members or choose another level",
-                l.number(),
+                "{} needs at least {} members, {} given; add members or choose another level",
+                l.title(),
                 l.min_members(),
                 specs.len()
             );

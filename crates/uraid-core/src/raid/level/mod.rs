@@ -557,6 +557,17 @@ pub fn known_numbers() -> String {
     }
 }
 
+impl Level {
+    /// The level as messages to users name it: "RAID 5", "draid5".
+    pub fn title(&self) -> String {
+        if self.declustered() {
+            self.to_string()
+        } else {
+            format!("RAID {}", self.number())
+        }
+    }
+}
+
 impl std::fmt::Display for Level {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
