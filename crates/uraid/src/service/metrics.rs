@@ -13,8 +13,9 @@
 //! - array and members: `uraid_md_disks`, `uraid_md_disks_required`,
 //!   `uraid_md_state`, `uraid_member_state` (1 per member, its state as a
 //!   label), `uraid_distributed_spare` (1 per distributed spare in use:
-//!   spare, role and whether it is rebuilt as labels), `uraid_member_info` (1 per member that is a drive: model,
-//!   serial, firmware, WWID and by-id name as labels, as
+//!   spare, role and whether it is rebuilt as labels), `uraid_member_info`
+//!   (1 per member that is a drive: model, serial, firmware, WWID and
+//!   by-id name as labels, as
 //!   smartctl_exporter's `smartctl_device`),
 //!   `uraid_member_read_errors_{corrected,uncorrected}_total` (read errors
 //!   repaired from redundancy, and those that failed a read), `uraid_events` (the
