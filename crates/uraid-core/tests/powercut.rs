@@ -1,6 +1,7 @@
 //! Power cuts with volatile drive caches (`fault::Faults::volatile_cache`):
 //! seeded workloads of writes, FUA writes and flushes on RAID 1, 10, 5 and
-//! 6 over `mem:` members with a write-intent bitmap, with the volume cache
+//! 6 and the declustered draid5 and draid6 (two groups in a row, a
+//! distributed spare) over `mem:` members with a write-intent bitmap, with the volume cache
 //! off, write-through and write-back; at a random moment the power goes:
 //! the volume cache's dirty lines are gone and every member loses a random
 //! subset of its writes not yet flushed. The array is then opened again as assemble does after a crash
@@ -162,6 +163,20 @@ fn power_cut(v: Arc<Volume>, plans: &[Arc<Faults>], members: &[Member], seed: u6
     lost
 }
 
+/// The geometry of `level` over `n` members of `size` data bytes each:
+/// the declustered levels with groups of 2 data chunks and one distributed
+/// spare, so that a row holds two groups (from 8 members for draid5, 9
+/// for draid6) and a bitmap region mixes stripes, as RAID 5/6 rows never
+/// do.
+fn geometry(level: Level, n: usize, chunk: u64, size: u64) -> Geometry {
+    let g = Geometry::new(level, n, chunk, size).unwrap();
+    if level.declustered() {
+        g.with_draid(2, 1).unwrap()
+    } else {
+        g
+    }
+}
+
 /// A volume with a bitmap over `members`, as assemble builds it.
 fn open(members: &Arc<Vec<Member>>, g: Geometry, fresh: bool) -> Arc<Volume> {
     let n = members.len();
@@ -218,7 +233,7 @@ fn run_with(level: Level, n: usize, chunk: u64, s: u64, mode: CacheMode, degrade
     let jstart = (DATA_OFFSET + rows * chunk).next_multiple_of(1 << 20);
     let size = if place == Place::Own { DATA_OFFSET + rows * chunk } else { jstart + JOURNAL_REGION };
     let (plans, members) = mem_members(n, size);
-    let g = Geometry::new(level, n, chunk, rows * chunk).unwrap();
+    let g = geometry(level, n, chunk, rows * chunk);
     let v = open(&members, g, true);
     // A small cache, so that the flusher writes while the workload runs.
     let cfg = CacheConfig { mode, size: 2 << 20, dirty_limit: 1 << 20 };
@@ -387,6 +402,8 @@ fn power_cuts_lose_only_unflushed_writes_and_leave_no_mismatch() {
             lost += run(Level::Raid10, 3, 64 << 10, s, mode, false);
             lost += run(Level::Raid5, 4, 64 << 10, s, mode, false);
             lost += run(Level::Raid6, 5, 32 << 10, s, mode, false);
+            lost += run(Level::Draid5, 8, 64 << 10, s, mode, false);
+            lost += run(Level::Draid6, 9, 32 << 10, s, mode, false);
         }
     }
     assert!(lost > 0, "no power cut lost a write: the model did nothing");
@@ -404,6 +421,8 @@ fn with_the_journal_every_acknowledged_write_survives_a_power_cut_even_degraded(
             lost += run(Level::Raid10, 3, 64 << 10, s, CacheMode::Journal, degrade);
             lost += run(Level::Raid5, 4, 64 << 10, s, CacheMode::Journal, degrade);
             lost += run(Level::Raid6, 5, 32 << 10, s, CacheMode::Journal, degrade);
+            lost += run(Level::Draid5, 8, 64 << 10, s, CacheMode::Journal, degrade);
+            lost += run(Level::Draid6, 9, 32 << 10, s, CacheMode::Journal, degrade);
         }
     }
     assert!(lost > 0, "no power cut lost a write: the model did nothing");
@@ -426,6 +445,8 @@ fn with_the_journal_on_a_member_every_acknowledged_write_survives_a_power_cut() 
             lost += run_with(Level::Raid1, 2, 64 << 10, s, CacheMode::Journal, degrade, Place::Member, false);
             lost += run_with(Level::Raid5, 4, 64 << 10, s, CacheMode::Journal, degrade, Place::Member, false);
             lost += run_with(Level::Raid6, 5, 32 << 10, s, CacheMode::Journal, degrade, Place::Member, false);
+            lost += run_with(Level::Draid5, 8, 64 << 10, s, CacheMode::Journal, degrade, Place::Member, false);
+            lost += run_with(Level::Draid6, 9, 32 << 10, s, CacheMode::Journal, degrade, Place::Member, false);
         }
     }
     assert!(lost > 0, "no power cut lost a write: the model did nothing");
@@ -442,6 +463,8 @@ fn when_the_journal_member_fails_writes_go_on_and_stay_durable() {
         lost += run_with(Level::Raid10, 3, 64 << 10, s, CacheMode::Journal, false, Place::MemberLost, false);
         lost += run_with(Level::Raid5, 4, 64 << 10, s, CacheMode::Journal, false, Place::MemberLost, false);
         lost += run_with(Level::Raid6, 5, 32 << 10, s, CacheMode::Journal, false, Place::MemberLost, false);
+        lost += run_with(Level::Draid5, 8, 64 << 10, s, CacheMode::Journal, false, Place::MemberLost, false);
+        lost += run_with(Level::Draid6, 9, 32 << 10, s, CacheMode::Journal, false, Place::MemberLost, false);
     }
     assert!(lost > 0, "no power cut lost a write: the model did nothing");
 }
@@ -464,7 +487,14 @@ fn write_zeroes_survive_power_cuts_in_every_mode() {
     for i in 0..3u64 {
         let s = base.wrapping_add(i * 1_000_003);
         for (mode, degrade) in [(CacheMode::Off, false), (CacheMode::WriteThrough, false), (CacheMode::WriteBack, false), (CacheMode::Journal, false), (CacheMode::Journal, true)] {
-            for (level, n, chunk) in [(Level::Raid1, 2, 64u64 << 10), (Level::Raid10, 3, 64 << 10), (Level::Raid5, 4, 64 << 10), (Level::Raid6, 5, 32 << 10)] {
+            for (level, n, chunk) in [
+                (Level::Raid1, 2, 64u64 << 10),
+                (Level::Raid10, 3, 64 << 10),
+                (Level::Raid5, 4, 64 << 10),
+                (Level::Raid6, 5, 32 << 10),
+                (Level::Draid5, 8, 64 << 10),
+                (Level::Draid6, 9, 32 << 10),
+            ] {
                 lost += run_with(level, n, chunk, s, mode, degrade, Place::Own, true);
             }
         }
@@ -480,7 +510,7 @@ fn write_zeroes_survive_power_cuts_in_every_mode() {
 fn flushed_pattern(level: Level, n: usize, chunk: u64, mode: CacheMode, len: usize) -> (Vec<Arc<Faults>>, Arc<Vec<Member>>, Geometry, Arc<Volume>, uraid_core::Queue) {
     let rows = (4 << 20) / chunk;
     let (plans, members) = mem_members(n, DATA_OFFSET + rows * chunk);
-    let g = Geometry::new(level, n, chunk, rows * chunk).unwrap();
+    let g = geometry(level, n, chunk, rows * chunk);
     let v = open(&members, g, true);
     if mode != CacheMode::Off {
         v.enable_cache(CacheConfig { mode, size: 2 << 20, dirty_limit: 1 << 20 }).unwrap();
@@ -507,7 +537,7 @@ fn flushed_pattern(level: Level, n: usize, chunk: u64, mode: CacheMode, len: usi
 #[test]
 fn a_flush_covers_zeroes_and_discards_sent_on_by_a_write_back_cache() {
     use uraid_core::io::request::Op;
-    for (level, n, chunk) in [(Level::Raid1, 2, 64u64 << 10), (Level::Raid5, 3, 64 << 10)] {
+    for (level, n, chunk) in [(Level::Raid1, 2, 64u64 << 10), (Level::Raid5, 3, 64 << 10), (Level::Draid5, 8, 64 << 10)] {
         for op in [Op::WriteZeroes { no_hole: false }, Op::Discard] {
             let what = format!("{level} x{n} {op:?}");
             let len = 256usize << 10;
@@ -533,7 +563,15 @@ fn a_flush_covers_zeroes_and_discards_sent_on_by_a_write_back_cache() {
 #[test]
 fn a_fua_zeroing_or_discard_is_durable_when_it_completes() {
     use uraid_core::io::request::Op;
-    for (level, n, chunk) in [(Level::Raid0, 2, 64u64 << 10), (Level::Raid1, 2, 64 << 10), (Level::Raid10, 3, 64 << 10), (Level::Raid5, 3, 64 << 10), (Level::Raid6, 4, 32 << 10)] {
+    for (level, n, chunk) in [
+        (Level::Raid0, 2, 64u64 << 10),
+        (Level::Raid1, 2, 64 << 10),
+        (Level::Raid10, 3, 64 << 10),
+        (Level::Raid5, 3, 64 << 10),
+        (Level::Raid6, 4, 32 << 10),
+        (Level::Draid5, 8, 64 << 10),
+        (Level::Draid6, 9, 32 << 10),
+    ] {
         for mode in [CacheMode::Off, CacheMode::WriteThrough, CacheMode::WriteBack] {
             for op in [Op::WriteZeroes { no_hole: false }, Op::WriteZeroes { no_hole: true }, Op::Discard] {
                 let what = format!("{level} x{n} cache {mode:?} {op:?}");

@@ -1,6 +1,6 @@
 //! The simulation test, in the manner of TigerBeetle's VOPR and
 //! FoundationDB's simulation: from one seed, an array (RAID 0, 1, 10, 5
-//! or 6, with the volume cache off, write-through, write-back or with its
+//! or 6, or draid5/draid6, with the volume cache off, write-through, write-back or with its
 //! journal) over simulated drives ([`uraid_core::io::sim`]: seeded
 //! latency, I/O errors, a volatile write cache that loses or tears
 //! unflushed writes at 512-byte sectors when the power goes), on a virtual
@@ -17,7 +17,8 @@
 //! between crashes return the last acknowledged write.
 //!
 //! `URAID_SIM_SEEDS=N` runs N seeds from a random base (printed);
-//! `URAID_SIM_SEED=S` replays seed S alone. Seeds that failed once are in
+//! `URAID_SIM_SEED=S` replays seed S alone; `URAID_SIM_DRAID=1` makes
+//! their RAID 5 and 6 the declustered draid5 and draid6. Seeds that failed once are in
 //! [`REGRESSIONS`] and run first. The test prints seeds per second.
 //!
 //! Not replayed exactly: the cache's flusher is a thread of its own,
@@ -177,6 +178,19 @@ impl Setup {
         }
     }
 
+    /// This setup on the declustered level of the same parity (issue 33):
+    /// RAID 5 as draid5 over 8 members, RAID 6 as draid6 over 9, in groups
+    /// of 2 data chunks with one distributed spare, so that two groups
+    /// share each row; the other levels as they are.
+    fn declustered(mut self) -> Setup {
+        (self.level, self.members) = match self.level {
+            Level::Raid5 => (Level::Draid5, 8),
+            Level::Raid6 => (Level::Draid6, 9),
+            l => (l, self.members),
+        };
+        self
+    }
+
     /// Members the level may lose (those the simulation fails).
     fn tolerance(&self) -> usize {
         match self.level {
@@ -296,17 +310,25 @@ fn cache_config(mode: CacheMode) -> CacheConfig {
 }
 
 impl World {
-    fn new(seed: u64) -> World {
+    /// The world of `seed`; `draid`: its RAID 5 or 6 made declustered
+    /// ([`Setup::declustered`]).
+    fn new(seed: u64, draid: bool) -> World {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut more = StdRng::seed_from_u64(seed ^ 0x6d6f_7265_5eed);
-        let setup = Setup::draw(&mut rng, &mut more);
-        let g = Geometry::new(
+        let mut setup = Setup::draw(&mut rng, &mut more);
+        if draid {
+            setup = setup.declustered();
+        }
+        let mut g = Geometry::new(
             setup.level,
             setup.members,
             setup.chunk,
             setup.rows * setup.chunk,
         )
         .unwrap();
+        if setup.level.declustered() {
+            g = g.with_draid(2, 1).unwrap();
+        }
         let size = DATA_OFFSET + g.member_size();
         // A member journal lies past the data area (it needs a log of 64
         // MiB: the memory is only taken where it is written).
@@ -373,9 +395,9 @@ impl World {
     fn what(&self) -> String {
         let s = self.setup;
         format!(
-            "seed {} ({} x{} chunk {} cache {:?}, journal on role {:?}, spare {}, lost roles {:?}, rebuilding {:?}; replay: URAID_SIM_SEED={} cargo test -p uraid-core --test sim)",
+            "seed {} ({} x{} chunk {} cache {:?}, journal on role {:?}, spare {}, lost roles {:?}, rebuilding {:?}; replay: {}URAID_SIM_SEED={} cargo test -p uraid-core --test sim)",
             self.seed, s.level, s.members, s.chunk, s.mode, s.journal_on, s.spare, self.doomed,
-            self.rebuilding.as_ref().map(|r| r.role), self.seed
+            self.rebuilding.as_ref().map(|r| r.role), replay_env(s), self.seed
         )
     }
 
@@ -857,7 +879,7 @@ impl World {
     /// `failed` roles missing (see [`crash`](Self::crash)).
     fn write_hole(&self, failed: &[usize]) -> Vec<bool> {
         let n = self.model.now.len();
-        let parity = matches!(self.setup.level, Level::Raid5 | Level::Raid6);
+        let parity = matches!(self.setup.level, Level::Raid5 | Level::Raid6 | Level::Draid5 | Level::Draid6);
         if failed.is_empty() || !parity || self.setup.mode == CacheMode::Journal {
             return vec![false; n];
         }
@@ -1041,9 +1063,20 @@ impl Drop for Watchdog {
     }
 }
 
-fn run_seed(seed: u64) -> Tally {
-    let _w = Watchdog::new(format!("seed {seed} (URAID_SIM_SEED={seed} replays it)"));
-    let w = World::new(seed);
+/// `URAID_SIM_DRAID=1 ` for a declustered setup (the variable that
+/// replays its seed so), else nothing.
+fn replay_env(s: Setup) -> &'static str {
+    if s.level.declustered() {
+        "URAID_SIM_DRAID=1 "
+    } else {
+        ""
+    }
+}
+
+/// Runs seed `seed` (`draid`: made declustered, see [`World::new`]).
+fn run_seed_with(seed: u64, draid: bool) -> Tally {
+    let _w = Watchdog::new(format!("seed {seed} ({}URAID_SIM_SEED={seed} replays it)", if draid { "URAID_SIM_DRAID=1 " } else { "" }));
+    let w = World::new(seed, draid);
     let setup = w.setup;
     if w.verbose {
         eprintln!("sim: {setup:?}");
@@ -1056,9 +1089,14 @@ fn run_seed(seed: u64) -> Tally {
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
-            panic!("seed {seed} ({setup:?}) failed: {msg}\nreplay: URAID_SIM_SEED={seed} cargo test -p uraid-core --test sim")
+            panic!("seed {seed} ({setup:?}) failed: {msg}\nreplay: {}URAID_SIM_SEED={seed} cargo test -p uraid-core --test sim", replay_env(setup))
         }
     }
+}
+
+/// Runs seed `seed` (declustered when `URAID_SIM_DRAID=1`).
+fn run_seed(seed: u64) -> Tally {
+    run_seed_with(seed, std::env::var_os("URAID_SIM_DRAID").is_some_and(|v| v == "1"))
 }
 
 #[test]
@@ -1143,14 +1181,19 @@ fn seeded_simulation_keeps_every_acknowledged_durable_write() {
 /// Runs the seeds from `base` on whose setup `fits` holds (at most
 /// `tries` of them) until one's tally passes `done`; false when none did.
 fn some_seed(base: u64, tries: usize, fits: impl Fn(&Setup) -> bool, done: impl Fn(&Tally) -> bool) -> bool {
+    some_seed_with(base, tries, false, fits, done)
+}
+
+/// [`some_seed`] with the setups made declustered when `draid`.
+fn some_seed_with(base: u64, tries: usize, draid: bool, fits: impl Fn(&Setup) -> bool, done: impl Fn(&Tally) -> bool) -> bool {
     let mut ran = 0;
     for seed in base.. {
-        let w = World::new(seed);
+        let w = World::new(seed, draid);
         if !fits(&w.setup) {
             continue;
         }
         drop(w);
-        let t = run_seed(seed);
+        let t = run_seed_with(seed, draid);
         if done(&t) {
             eprintln!("sim: seed {seed}: {t:?}");
             return true;
@@ -1188,6 +1231,19 @@ fn a_spare_is_rebuilt_while_writes_go_on_and_raid6_loses_a_second_member() {
         |t| t.rebuilds >= 1 && t.failed_while_rebuilding >= 1,
     );
     assert!(ok, "no RAID 6 seed rebuilt a spare through a second failure");
+}
+
+/// Issue 33: draid5 and draid6 (two groups to a row, a distributed
+/// spare) under the simulation: a member fails while writes go on, a
+/// spare takes its role and is rebuilt on the virtual clock, with power
+/// cuts and crashes at seeded points (during the rebuild too), in the
+/// cache modes the seeds draw; every acknowledged durable write survives.
+#[test]
+fn draid_rebuilds_and_power_cuts_keep_every_acknowledged_durable_write() {
+    for level in [Level::Draid5, Level::Draid6] {
+        let ok = some_seed_with(1, 6, true, |s| s.spare && s.level == level, |t| t.rebuilds >= 1 && t.cuts >= 1);
+        assert!(ok, "no {level} seed rebuilt a spare and cut the power");
+    }
 }
 
 /// A power cut fails every member while a RAID 6 stripe operation waits

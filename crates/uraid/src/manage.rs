@@ -436,9 +436,12 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
             (c, 0) => format!(", {c} read errors corrected"),
             (c, u) => format!(", {c} read errors corrected, {u} uncorrected"),
         };
+        // A role a declustered volume's distributed spare holds.
+        let held = m.role.and_then(|r| st.distributed_spares.iter().find(|u| u.role == r));
+        let state = held.map_or_else(|| m.state.clone(), |u| format!("{} in distributed spare {}", m.state, u.spare));
         match m.recovery_offset {
-            Some(o) => println!("  {what}: {dev} {} (rebuilt up to byte {o}{}){errs}{who}", m.state, rebuilt_share(st, o)),
-            None => println!("  {what}: {dev} {}{errs}{who}", m.state),
+            Some(o) => println!("  {what}: {dev} {state} (rebuilt up to byte {o}{}){errs}{who}", rebuilt_share(st, o)),
+            None => println!("  {what}: {dev} {state}{errs}{who}"),
         }
         if let Some(io) = &m.io {
             println!("      {}", crate::iostat::member_io_line(io));

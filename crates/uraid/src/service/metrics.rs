@@ -12,8 +12,10 @@
 //!
 //! - array and members: `uraid_md_disks`, `uraid_md_disks_required`,
 //!   `uraid_md_state`, `uraid_member_state` (1 per member, its state as a
-//!   label), `uraid_member_info` (1 per member that is a drive: model,
-//!   serial, firmware, WWID and by-id name as labels, as
+//!   label), `uraid_distributed_spare` (1 per distributed spare in use:
+//!   spare, role and whether it is rebuilt as labels), `uraid_member_info`
+//!   (1 per member that is a drive: model, serial, firmware, WWID and
+//!   by-id name as labels, as
 //!   smartctl_exporter's `smartctl_device`),
 //!   `uraid_member_read_errors_{corrected,uncorrected}_total` (read errors
 //!   repaired from redundancy, and those that failed a read), `uraid_events` (the
@@ -408,11 +410,12 @@ impl Source {
         Ok(())
     }
 
-    /// The array's members, states, events and volumes (from the
-    /// manager's last status `st`; `progress`: the rebuild or scrub running).
-    fn encode_array(&self, enc: &mut DescriptorEncoder, st: &ArrayStatus, progress: Option<&Progress>) -> std::result::Result<(), std::fmt::Error> {
+    /// The members by state (`uraid_md_disks`, node_exporter's
+    /// node_md_disks, plus `spared`: a role a declustered volume's
+    /// distributed spare holds, its device failed) and the roles
+    /// (`uraid_md_disks_required`), of the manager's last status `st`.
+    fn encode_disks(&self, enc: &mut DescriptorEncoder, st: &ArrayStatus) -> std::result::Result<(), std::fmt::Error> {
         let a = || ("array", self.array.clone());
-        let vol = |v: &str| vec![a(), ("volume", v.to_string())];
         let n = st.member_count as usize;
         let count = |f: &dyn Fn(&str, Option<u32>) -> bool| st.members.iter().filter(|m| f(&m.state, m.role)).count() as i64;
         let disks = [
@@ -421,14 +424,23 @@ impl Source {
             ("spare", count(&|s, _| s == "spare")),
             ("rebuilding", count(&|s, _| s == "rebuilding")),
             ("missing", count(&|s, _| s == "missing")),
+            ("spared", count(&|s, _| s == "spared")),
         ];
         family(
             enc,
             "uraid_md_disks",
-            "Members of the array by state (node_exporter's node_md_disks).",
+            "Members of the array by state (node_exporter's node_md_disks; spared: a role in a distributed spare).",
             &disks.iter().map(|(s, c)| (vec![a(), ("state", s.to_string())], ConstGauge::new(*c))).collect::<Vec<_>>(),
         )?;
-        family(enc, "uraid_md_disks_required", "Members the array is made of (roles).", &[(vec![a()], ConstGauge::new(n as i64))])?;
+        family(enc, "uraid_md_disks_required", "Members the array is made of (roles).", &[(vec![a()], ConstGauge::new(n as i64))])
+    }
+
+    /// The array's members, states, events and volumes (from the
+    /// manager's last status `st`; `progress`: the rebuild or scrub running).
+    fn encode_array(&self, enc: &mut DescriptorEncoder, st: &ArrayStatus, progress: Option<&Progress>) -> std::result::Result<(), std::fmt::Error> {
+        let a = || ("array", self.array.clone());
+        let vol = |v: &str| vec![a(), ("volume", v.to_string())];
+        self.encode_disks(enc, st)?;
         let worst = if st.volumes.iter().any(|v| v.state == "failed") {
             "failed"
         } else if st.volumes.iter().any(|v| v.state != "clean") {
@@ -524,6 +536,18 @@ impl Source {
             family(enc, "uraid_sync_total_bytes", "Bytes the running rebuild, check or repair covers.", &[(l.clone(), ConstGauge::new(p.total as i64))])?;
             family(enc, "uraid_sync_speed_bytes_per_second", "Rate of the running rebuild, check or repair.", &[(l, ConstGauge::new(p.mb_per_s * 1e6))])?;
         }
+        family(
+            enc,
+            "uraid_distributed_spare",
+            "1 for each distributed spare in use (draid5, draid6): the spare, the role it holds and whether it is rebuilt as labels.",
+            &st.distributed_spares
+                .iter()
+                .map(|u| {
+                    let state = if u.recovery_offset.is_some() { "rebuilding" } else { "rebuilt" };
+                    (vec![a(), ("spare", u.spare.to_string()), ("role", u.role.to_string()), ("state", state.to_string())], ConstGauge::new(1))
+                })
+                .collect::<Vec<_>>(),
+        )?;
         let checked = self.live.mismatches();
         family(
             enc,

@@ -383,3 +383,60 @@ fn serve_says_what_assemble_did_after_a_crash() {
     assert_contains(&err, &["not stopped cleanly and is degraded", "write hole", f[3], "being rebuilt", "--force"], "the refusal");
     assert!(!err.contains("Give the missing member"), "asks for a missing member that is present: {err}");
 }
+
+/// Issue 33: a served draid5 (4d+1p, one distributed spare) in every
+/// view: a member failed live goes into the distributed spare, rebuilt in
+/// the background; then `status --json` and the console's /api/status
+/// list the layout and the spare in use, `uraid status` the role as
+/// spared in distributed spare 0, and the metrics (promtool-clean) the
+/// member spared (`uraid_member_state`, `uraid_md_disks{state="spared"}`:
+/// the states add up to the roles), the spare in use
+/// (`uraid_distributed_spare`) and the volume clean; the program gets
+/// the SpareActive event.
+#[test]
+fn a_served_draid5_shows_its_distributed_spare_in_every_view() {
+    let _g = shared();
+    let d = tmpdir();
+    let env = Env::new(d.path());
+    let files = sparse_files(d.path(), "d", 8, 24 << 20);
+    let f = strs(&files);
+    env.ok(&with(&["create", "--level", "draid5", "--data", "4", "--spares", "1", "--chunk", "64K", "--name", "draidview"], &f));
+    let (prog, log) = event_program(d.path());
+    let mut srv = env.serve(
+        "draidview",
+        &with(&["--metrics", "127.0.0.1:0", "--console", "127.0.0.1:0", "--console-token", TOKEN, "--program", s(&prog)], &f),
+    );
+    let (metrics, console) = (srv.port("metrics: "), srv.port("console: "));
+    env.ok(&["fail", "draidview", "--member", "3"]);
+    let want = serde_json::json!([{"spare": 0, "role": 3, "recovery_offset": null}]);
+    wait_until(60, "role 3 rebuilt into the distributed spare", || env.status("draidview")["distributed_spares"] == want);
+
+    let layout = "draid5 4d+1p, 1 distributed spare, layout 1";
+    let st = env.status("draidview");
+    assert_eq!((st["volumes"][0]["layout"].as_str(), st["volumes"][0]["state"].as_str()), (Some(layout), Some("clean")), "{st}");
+    assert_eq!(st["members"][3]["state"], "spared", "{st}");
+    let api: Value = serde_json::from_str(&get(console, "/api/status")).unwrap();
+    assert_eq!(api["distributed_spares"], want, "console /api/status: {api}");
+    assert_eq!((api["volumes"][0]["layout"].as_str(), api["members"][3]["state"].as_str()), (Some(layout), Some("spared")), "{api}");
+    let (text, _) = env.ok(&["status", "draidview"]);
+    assert!(text.lines().any(|l| l.contains("role 3:") && l.contains("spared in distributed spare 0")), "status:\n{text}");
+    assert!(text.contains(layout), "status:\n{text}");
+
+    let scrape = get(metrics, "/metrics");
+    promtool_ok(&scrape);
+    let role3 = samples(&scrape, "uraid_member_state").into_iter().find(|l| l.contains("slot=\"role 3\""));
+    assert!(role3.is_some_and(|l| l.contains("state=\"spared\"")), "metrics: role 3 not spared:\n{scrape}");
+    let disks: Vec<&str> = samples(&scrape, "uraid_md_disks");
+    assert!(disks.iter().any(|l| l.contains("state=\"spared\"") && l.ends_with(" 1")), "{scrape}");
+    let total: i64 = disks.iter().filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok()).sum();
+    assert_eq!(total, 8, "uraid_md_disks add up to the 8 roles: {disks:?}");
+    let spares = samples(&scrape, "uraid_distributed_spare");
+    assert!(
+        spares.len() == 1 && spares[0].contains("spare=\"0\"") && spares[0].contains("role=\"3\"") && spares[0].contains("state=\"rebuilt\""),
+        "{scrape}"
+    );
+    assert!(samples(&scrape, "uraid_volume_state").iter().any(|l| l.contains("state=\"clean\"")), "{scrape}");
+    wait_until(10, "the SpareActive event", || std::fs::read_to_string(&log).is_ok_and(|e| e.contains("SpareActive")));
+    env.ok(&["stop", "draidview"]);
+    drop(srv.child);
+}

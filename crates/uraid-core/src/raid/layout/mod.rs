@@ -577,6 +577,24 @@ impl Layout {
         per_level!(self.level.level(), L => L::rows_of_stripes(&self.shape, s0, s1))
     }
 
+    /// The member rows every chunk of which belongs to one of stripes
+    /// `[s0, s1)` (`s0 < s1`; empty when there is none): the rows of
+    /// [`rows_of_stripes`](Self::rows_of_stripes) less those at either end
+    /// that may hold chunks of stripes outside (RAID 10 with an odd member
+    /// count: [`straddle_rows`](Self::straddle_rows); declustered levels:
+    /// a row holds whole groups, so a row shared with a stripe outside).
+    pub fn rows_only_of_stripes(&self, s0: u64, s1: u64) -> std::ops::Range<u64> {
+        if let Some(m) = self.draid() {
+            let g = m.per_row() as u64;
+            let (ra, rb) = (s0.div_ceil(g), s1 / g);
+            return ra..rb.max(ra);
+        }
+        let rows = self.rows_of_stripes(s0, s1);
+        let k = self.straddle_rows();
+        let (ra, rb) = (rows.start + k, rows.end.saturating_sub(k));
+        ra..rb.max(ra)
+    }
+
     /// Most stripes with a chunk in one member row (RAID 10: about half
     /// the members, plus the pairs straddling rows; 1 elsewhere).
     pub fn stripes_per_row(&self) -> u64 {

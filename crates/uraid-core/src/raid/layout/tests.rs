@@ -686,3 +686,41 @@ fn declustered_layouts_map_every_byte_and_keep_groups_in_one_row() {
     assert!(e.to_string().contains("need at least 7 members, not 6"), "{e}");
     assert!(Layout::new(Raid5, 6, 4096, 1 << 20).unwrap().with_draid(4, 1).is_err());
 }
+
+/// A discard of stripes `[s0, s1)` may have the live-data map forget the
+/// rows `rows_only_of_stripes` gives: no stripe outside has a chunk there
+/// (RAID 10 with an odd member count: its straddling rows are left out;
+/// declustered rows of two groups: a row half outside is left out), and
+/// on the declustered levels every row whose groups are all inside is in.
+#[test]
+fn rows_only_of_stripes_hold_no_stripe_outside() {
+    let layouts = [
+        Layout::new(Raid1, 2, 4096, 64 * 4096).unwrap(),
+        Layout::new(Raid10, 3, 4096, 64 * 4096).unwrap(),
+        Layout::new(Raid10, 4, 4096, 64 * 4096).unwrap(),
+        Layout::new(Raid5, 4, 4096, 64 * 4096).unwrap(),
+        Layout::new(Raid6, 5, 4096, 64 * 4096).unwrap(),
+        Layout::new(Draid5, 8, 4096, 64 * 4096).unwrap().with_draid(4, 1).unwrap(),
+        Layout::new(Draid5, 8, 4096, 64 * 4096).unwrap().with_draid(2, 1).unwrap(),
+        Layout::new(Draid6, 13, 4096, 64 * 4096).unwrap().with_draid(2, 1).unwrap(),
+    ];
+    for l in layouts {
+        let stripes = l.stripes().min(40);
+        for s0 in 0..stripes {
+            for s1 in s0 + 1..=stripes {
+                let rows = l.rows_only_of_stripes(s0, s1);
+                for r in rows.clone() {
+                    let held = l.stripes_of_rows(r, r + 1);
+                    assert!(s0 <= held.start && held.end <= s1, "{} x{}: stripes {s0}..{s1}: row {r} holds {held:?}", l.level(), l.members());
+                }
+                if l.draid().is_some() {
+                    let whole = (0..l.member_chunks()).filter(|&r| {
+                        let held = l.stripes_of_rows(r, r + 1);
+                        s0 <= held.start && held.end <= s1
+                    });
+                    assert_eq!(whole.collect::<Vec<_>>(), rows.collect::<Vec<_>>(), "{} x{}: stripes {s0}..{s1}", l.level(), l.members());
+                }
+            }
+        }
+    }
+}

@@ -47,28 +47,22 @@ impl RaidQueue {
     }
 
     /// With a live-data map: a discard or zeroing (slot `si`) about to be
-    /// planned marks the regions its whole stripes cover whole (see
-    /// [`Bitmap::discarding`]). Declustered levels are left out (their
-    /// rows mix stripes).
+    /// planned marks the member rows that hold only its whole stripes
+    /// (see [`Layout::rows_only_of_stripes`]; on a declustered level a row
+    /// holds several groups, all of which must be inside) for the bitmap
+    /// to forget the regions they cover whole (see [`Bitmap::discarding`]).
     pub(super) fn note_discard(&mut self, si: usize, l: &Layout) {
         let Some(bm) = self.vol.bitmap().filter(|b| b.live_map()) else { return };
-        if l.draid().is_some() {
-            return;
-        }
         let (offset, len) = (self.slots[si].offset, self.slots[si].len as u64);
         let w = l.stripe_data_width();
         let (s0, s1) = (offset.div_ceil(w), (offset + len) / w);
         if s1 <= s0 {
             return;
         }
-        let rows = l.rows_of_stripes(s0, s1);
-        // Rows at either end may hold chunks of stripes outside the range
-        // (RAID 10 with an odd member count): left out.
-        let k = l.straddle_rows();
-        let (ra, rb) = (rows.start + k, rows.end.saturating_sub(k));
-        if rb > ra {
+        let rows = l.rows_only_of_stripes(s0, s1);
+        if !rows.is_empty() {
             let d = self.vol.data_offset();
-            bm.discarding(d + ra * l.chunk(), d + rb * l.chunk());
+            bm.discarding(d + rows.start * l.chunk(), d + rows.end * l.chunk());
         }
     }
 }
