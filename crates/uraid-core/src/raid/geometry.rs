@@ -155,6 +155,9 @@ impl Geometry {
     /// of a RAID 0 volume, in logical order; each piece lies inside one
     /// chunk of one member. The caller has checked that the range is inside
     /// the volume. (Redundant levels: [`Layout::for_each_segment`].)
+    /// Inlined: the RAID 0 path's split, left out of line by some builds'
+    /// partition into codegen units (+2% instructions per I/O).
+    #[inline]
     pub fn for_each_segment(&self, offset: u64, len: usize, mut f: impl FnMut(Segment)) {
         let mut pos = offset;
         let end = offset + len as u64;
