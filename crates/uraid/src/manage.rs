@@ -496,6 +496,11 @@ pub(crate) fn cmd_fail(a: FailArgs) -> Result<()> {
     for r in &promoted {
         println!("a spare takes over role {r}");
     }
+    // A declustered volume's free distributed spare takes it at once, as a
+    // dedicated spare does (rebuilt now unless --no-rebuild).
+    for r in arr.take_distributed_spares()? {
+        println!("distributed spare space takes over role {r}");
+    }
     after_change(arr, Some(&a.rebuild))
 }
 

@@ -121,6 +121,7 @@ impl Health {
     /// calls are ignored).
     pub fn set_spare_map(&self, map: Arc<SpareMap>) {
         let _ = self.spare.set(map);
+        self.note_spared();
     }
 
     /// The distributed spare map, when the array's volume is declustered.
@@ -129,20 +130,56 @@ impl Health {
         self.spare.get()
     }
 
-    /// True when some role is held by a distributed spare (its I/O goes to
-    /// the spare chunks: see [`SpareMap::holder`]).
+    /// True when some role is [`held`](Self::held) by a distributed spare
+    /// (some of its I/O goes to the spare chunks: see
+    /// [`spare_home`](Self::spare_home)).
     #[inline]
     pub fn spared(&self) -> bool {
         self.spared.load(Ordering::Acquire)
     }
 
     /// Where role `m`'s I/O at absolute member offset `abs` goes: the
-    /// spare chunk's member when a distributed spare holds `m`, else `m`.
+    /// spare chunk's member when a distributed spare holds `m` there (see
+    /// [`spare_home`](Self::spare_home)), else `m`.
     #[inline]
     pub fn physical(&self, m: u32, abs: u64) -> u32 {
-        match self.spare.get() {
-            Some(s) if self.state(m) == MemberState::Spared => s.holder(m, abs).unwrap_or(m),
-            _ => m,
+        self.spare_home(m, abs).unwrap_or(m)
+    }
+
+    /// True when a distributed spare holds role `m`'s bytes somewhere:
+    /// the role is [`Spared`](MemberState::Spared), or it is being
+    /// rebalanced (rebuilding onto a device that took the role while the
+    /// spare still holds its bytes at and above the recovery offset).
+    #[inline]
+    pub fn held(&self, m: u32) -> bool {
+        match self.state(m) {
+            MemberState::Spared => true,
+            MemberState::Rebuilding => self.rebalancing(m),
+            _ => false,
+        }
+    }
+
+    /// True when role `m` is being rebalanced: rebuilding onto its device
+    /// (from recovery offset 0 up) while a distributed spare still holds
+    /// it; below the recovery offset its bytes are on the device, at and
+    /// above it in the spare chunks.
+    #[inline]
+    pub fn rebalancing(&self, m: u32) -> bool {
+        self.state(m) == MemberState::Rebuilding && self.spare.get().is_some_and(|s| s.spare_of(m).is_some())
+    }
+
+    /// The member holding role `m`'s byte at absolute member offset `abs`
+    /// in a spare chunk: the row's spare chunk's member when `m` is
+    /// [`Spared`](MemberState::Spared), or rebalancing and `abs` is at or
+    /// above its recovery offset; `None` when the role's own device holds
+    /// it (or nothing does).
+    #[inline]
+    pub fn spare_home(&self, m: u32, abs: u64) -> Option<u32> {
+        let sm = self.spare.get()?;
+        match self.state(m) {
+            MemberState::Spared => sm.holder(m, abs),
+            MemberState::Rebuilding if abs >= self.recovery(m) => sm.holder(m, abs),
+            _ => None,
         }
     }
 
@@ -152,10 +189,24 @@ impl Health {
     #[cold]
     #[inline(never)]
     fn spared_readable(&self, m: u32, offset: u64, len: u64) -> bool {
+        offset.saturating_add(len) <= self.recovery(m) && self.spare_rows_readable(m, offset, len)
+    }
+
+    /// True when `[offset, offset+len)` of rebuilding role `m` can be
+    /// read: below its recovery offset (on its device), or, while it is
+    /// rebalanced, at or above it where each row's spare chunk's member
+    /// holds valid data. A range across the recovery offset is not.
+    #[cold]
+    #[inline(never)]
+    fn rebuilding_readable(&self, m: u32, offset: u64, len: u64) -> bool {
+        let rec = self.recovery(m);
+        offset.saturating_add(len) <= rec || (offset >= rec && self.rebalancing(m) && self.spare_rows_readable(m, offset, len))
+    }
+
+    /// True when, in each chunk row of `[offset, offset+len)`, the member
+    /// holding role `m`'s spare chunk holds valid data there.
+    fn spare_rows_readable(&self, m: u32, offset: u64, len: u64) -> bool {
         let end = offset.saturating_add(len);
-        if end > self.recovery(m) {
-            return false;
-        }
         let Some(sm) = self.spare.get() else { return false };
         let mut at = offset;
         loop {
@@ -208,9 +259,11 @@ impl Health {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Sets the flag [`spared`](Self::spared) from the states.
-    fn note_spared(&self) {
-        let any = self.states.iter().any(|s| s.load(Ordering::Acquire) == MemberState::Spared as u8);
+    /// Sets the flag [`spared`](Self::spared) from the states and the
+    /// spare map: some role is [`held`](Self::held). The control path
+    /// calls it after it changes the spare map's assignments.
+    pub fn note_spared(&self) {
+        let any = (0..self.states.len() as u32).any(|m| self.held(m));
         self.spared.store(any, Ordering::Release);
     }
 
@@ -240,7 +293,7 @@ impl Health {
     fn readable_slow(&self, m: u32, offset: u64, len: u64) -> bool {
         match self.state(m) {
             MemberState::Active => true,
-            MemberState::Rebuilding => offset.saturating_add(len) <= self.recovery(m),
+            MemberState::Rebuilding => self.rebuilding_readable(m, offset, len),
             MemberState::Spared => self.spared_readable(m, offset, len),
             _ => false,
         }

@@ -100,6 +100,18 @@ const BATCH_BYTES: u64 = 4 << 20;
 pub const MAX_BATCH_STRIPES: u64 = 1024;
 /// Rebuild progress between two checkpoints, in member bytes.
 pub const CHECKPOINT_BYTES: u64 = 64 << 20;
+
+/// Bytes of rebuild progress between two checkpoints:
+/// [`CHECKPOINT_BYTES`], or with the `failpoints` feature the
+/// `URAID_FAILPOINT_CHECKPOINT_BYTES` variable's positive number (end-to-end
+/// tests of a kill -9 mid-rebuild on members of a few MiB).
+fn checkpoint_bytes() -> u64 {
+    #[cfg(feature = "failpoints")]
+    if let Some(n) = std::env::var("URAID_FAILPOINT_CHECKPOINT_BYTES").ok().and_then(|v| v.parse::<u64>().ok()).filter(|&n| n > 0) {
+        return n;
+    }
+    CHECKPOINT_BYTES
+}
 /// Most mismatch locations a [`CheckReport`] lists.
 pub const MAX_LOCATIONS: usize = 1000;
 
@@ -277,7 +289,12 @@ fn plan_sources(health: &Health, l: &Layout, base: u64, target: u32, ra: u64, rb
     let readable = |p: Place| health.readable(p.member, base + p.member_offset, chunk);
     let mut given: Vec<Vec<u64>> = vec![Vec::new(); l.members()];
     let mut take = |p: Place| given[p.member as usize].push(p.member_offset);
+    let rebalance = rebalanced(health, target);
     for r in ra..rb {
+        if let Some(x) = rebalance.and_then(|sm| copy_from(sm, health, target, base, r, chunk)) {
+            take(Place { member: x, member_offset: r * chunk });
+            continue;
+        }
         match l.recover(target, r) {
             Recover::Zero => {}
             Recover::Copy { from, lost } => match from.iter().find(|&p| p != lost && p.member != target && readable(p)) {
@@ -318,14 +335,41 @@ fn plan_sources(health: &Health, l: &Layout, base: u64, target: u32, ra: u64, rb
     Ok(reads)
 }
 
+/// The spare map when `target` is being rebalanced (rebuilt onto its
+/// device while a distributed spare still holds it): its rows are copied
+/// from their spare chunks where those can be read.
+fn rebalanced(health: &Health, target: u32) -> Option<&crate::raid::spare::SpareMap> {
+    health.spare_map().map(|sm| &**sm).filter(|_| health.rebalancing(target))
+}
+
+/// The member whose spare chunk of member row `r` holds rebalanced role
+/// `target`'s chunk and can be read (the member is active: a member
+/// rebuilt since holds no copy there), for a copy instead of a
+/// reconstruction; `None`: reconstruct the row.
+fn copy_from(sm: &crate::raid::spare::SpareMap, health: &Health, target: u32, base: u64, r: u64, chunk: u64) -> Option<u32> {
+    let x = sm.holder(target, base + r * chunk)?;
+    (x != target && health.state(x) == crate::raid::health::MemberState::Active).then_some(x)
+}
+
 /// Computes `target`'s chunks in member rows `[ra, rb)` into
 /// `bufs[target][..(rb - ra) * chunk]` from the sources `reads` read
 /// (see [`read_sources`]), as the level says ([`Layout::recover`]): a
 /// copy, zeros, or the stripe's parity arithmetic over the chunks read
 /// (a chunk not read is recomputed too, into scratch). `base` is the
-/// volume's data offset.
+/// volume's data offset. A rebalanced role's row whose spare chunk was
+/// read (`spare`, see [`copy_from`]) is copied from it.
 #[allow(clippy::too_many_arguments)]
-fn reconstruct(l: &Layout, base: u64, target: u32, ra: u64, rb: u64, reads: &[Read], bufs: &mut [IoBuf], kernel: Kernel) {
+fn reconstruct(
+    l: &Layout,
+    base: u64,
+    target: u32,
+    ra: u64,
+    rb: u64,
+    reads: &[Read],
+    bufs: &mut [IoBuf],
+    kernel: Kernel,
+    spare: Option<&crate::raid::spare::SpareMap>,
+) {
     let chunk = l.chunk();
     let c = chunk as usize;
     let t = target as usize;
@@ -338,6 +382,12 @@ fn reconstruct(l: &Layout, base: u64, target: u32, ra: u64, rb: u64, reads: &[Re
     let mut scratch = IoBuf::new(c * l.level().parity_chunks().max(1));
     for r in ra..rb {
         let o = ((r - ra) * chunk) as usize;
+        let copied = spare.and_then(|sm| sm.holder(target, base + r * chunk)).filter(|&x| x != target);
+        if let Some((b, at)) = copied.and_then(|x| read_at(Place { member: x, member_offset: r * chunk })) {
+            let (dst, src) = pair(bufs, t, b);
+            dst[o..o + c].copy_from_slice(&src[at..at + c]);
+            continue;
+        }
         match l.recover(target, r) {
             // `Lost` was refused by the planning.
             Recover::Zero | Recover::Lost => bufs[t][o..o + c].fill(0),

@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 
-use super::{batch_rows, pace, read_sources, reconstruct, RebuildOptions, RebuildReport, CHECKPOINT_BYTES};
+use super::{batch_rows, checkpoint_bytes, pace, read_sources, reconstruct, RebuildOptions, RebuildReport};
 use super::draid_spare::Target;
 use crate::raid::access::{lock_stripes, Read};
 use crate::raid::health::{Health, MemberState};
 use crate::raid::layout::Layout;
 use crate::raid::locks::StripeGuard;
+use crate::raid::spare::SpareMap;
 use crate::raid::parity::Kernel;
 use crate::volume::Volume;
 use crate::{bail, IoBuf, Result};
@@ -56,7 +57,14 @@ pub(super) struct Job<'v> {
 /// may be anything; their first write zeroes them on every member), and
 /// without one (older arrays) they are zeroed (zeros on every member); with
 /// [`RebuildOptions::only_dirty`] only the bitmap's dirty regions are
-/// reconstructed and the rest is left as it is. RAID 0 volumes cannot
+/// reconstructed and the rest is left as it is. A role a distributed
+/// spare still holds (the rebalance: a device took the role over, see
+/// [`Health::rebalancing`](crate::raid::health::Health::rebalancing)) is
+/// copied row by row from its spare chunks instead, and reconstructed
+/// only in the rows whose spare chunk's member is not active; the data
+/// path reads and writes its bytes at and above the recovery offset in
+/// the spare chunks until the end, when the caller frees the spare.
+/// RAID 0 volumes cannot
 /// be rebuilt and are listed as lost. `progress(done, total)` is called
 /// after every batch with member bytes. At the end the member is synced, the
 /// checkpoint is called with the end of the last volume, and the member is
@@ -98,9 +106,11 @@ pub fn rebuild(
         let (set_tx, set_rx) = mpsc::channel::<Vec<IoBuf>>();
         let (out_tx, out_rx) = mpsc::channel::<IoBuf>();
         let skip_dead = first.raid().bitmap().is_some_and(|b| b.live_map());
-        let writer = Writer { target: &target, health: &health, member, opts, counts: &counts, done: &done, skip_dead };
+        let every = checkpoint_bytes();
+        let writer = Writer { target: &target, health: &health, member, opts, counts: &counts, done: &done, skip_dead, every };
         let writer = s.spawn(move || writer.run(job_rx, out_tx));
-        let computer = s.spawn(move || compute(read_rx, job_tx, set_tx, out_rx, member, cap, kernel));
+        let spare = super::rebalanced(&health, member);
+        let computer = s.spawn(move || compute(read_rx, job_tx, set_tx, out_rx, member, cap, kernel, spare));
         let mut reader = Reader { vols, member, opts, t0, start, sent_bytes: 0, sets: Vec::new(), set_rx };
         reader.sets = (0..2).map(|_| (0..first.raid().members().len()).map(|_| IoBuf::new(cap)).collect()).collect();
         let read_result = reader.run(read_tx, &mut report, &mut |d| progress(d, total), &done);
@@ -187,6 +197,8 @@ struct Writer<'a> {
     done: &'a AtomicU64,
     /// The array has a live-data map: regions not live get no write.
     skip_dead: bool,
+    /// Bytes of progress between two checkpoints.
+    every: u64,
 }
 
 impl Writer<'_> {
@@ -216,7 +228,7 @@ impl Writer<'_> {
             drop(job.guards);
             self.done.fetch_add(len, Ordering::Relaxed);
             since += len;
-            if since >= CHECKPOINT_BYTES {
+            if since >= self.every {
                 since = 0;
                 self.target.sync(self.health, self.member)?;
                 (self.opts.checkpoint)(job.range.end)?;
@@ -226,8 +238,10 @@ impl Writer<'_> {
     }
 }
 
-/// Stage 2 of a rebuild: reconstructs; hands the source buffers back to
-/// stage 1 and the member's bytes to stage 3.
+/// Stage 2 of a rebuild: reconstructs (a rebalanced role's rows read
+/// from their spare chunks are copied: `spare`); hands the source
+/// buffers back to stage 1 and the member's bytes to stage 3.
+#[allow(clippy::too_many_arguments)]
 fn compute<'v>(
     read_rx: Receiver<ReadBatch<'v>>,
     job_tx: SyncSender<Job<'v>>,
@@ -236,12 +250,13 @@ fn compute<'v>(
     member: u32,
     cap: usize,
     kernel: Kernel,
+    spare: Option<&SpareMap>,
 ) {
     for b in read_rx {
         let (ra, rb) = (b.rows.start, b.rows.end);
         let range = b.base + ra * b.l.chunk()..b.base + rb * b.l.chunk();
         let data = b.read.map(|(reads, mut bufs)| {
-            reconstruct(b.l, b.base, member, ra, rb, &reads, &mut bufs, kernel);
+            reconstruct(b.l, b.base, member, ra, rb, &reads, &mut bufs, kernel, spare);
             let fresh = out_rx.try_recv().unwrap_or_else(|_| IoBuf::new(cap));
             let out = std::mem::replace(&mut bufs[member as usize], fresh);
             let _ = set_tx.send(bufs);
