@@ -449,4 +449,38 @@ mod tests {
         h.set_state(3, MemberState::Faulty);
         assert!(!h.spared(), "no role held: the data path pays nothing");
     }
+
+    /// Issue 33: a role that a device took while its distributed spare
+    /// holds it (the rebalance) reads and writes its device below the
+    /// recovery offset and its rows' spare chunks at and above it; a range
+    /// across the offset is not readable (reconstructed); when the
+    /// rebalance ends, nothing is held and the data path pays nothing.
+    #[test]
+    fn a_rebalanced_role_lives_on_its_device_below_the_checkpoint_and_in_the_spare_above() {
+        let map = crate::raid::level::DraidMap::new(8, 4, 1, 1, 9).unwrap();
+        let (chunk, base) = (65536u64, 1u64 << 20);
+        let sm = Arc::new(SpareMap::new(map, chunk, base, 64 * chunk));
+        let h = Health::new(8);
+        h.set_spare_map(sm.clone());
+        sm.set(3, Some(0));
+        h.set_state(3, MemberState::Spared);
+        h.set_recovery(3, u64::MAX);
+        h.set_state(3, MemberState::Rebuilding);
+        assert!(h.spared() && h.rebalancing(3) && h.held(3) && h.writable(3));
+        h.set_recovery(3, base + 10 * chunk);
+        let below = base + 2 * chunk;
+        assert!(h.readable(3, below, chunk));
+        assert_eq!(h.physical(3, below), 3, "below the checkpoint: the device");
+        let row = (10..64).find(|&r| map.spare(r, 0) != 3).unwrap();
+        let above = base + row * chunk;
+        assert!(h.readable(3, above, chunk), "above it: the spare chunk");
+        assert_eq!(h.physical(3, above), map.spare(row, 0));
+        assert!(!h.readable(3, base + 9 * chunk, 2 * chunk), "across the checkpoint");
+        h.set_state(map.spare(row, 0), MemberState::Faulty);
+        assert!(!h.readable(3, above, chunk), "the spare chunk's member failed");
+        assert!(h.readable(3, below, chunk));
+        sm.set(3, None);
+        h.set_state(3, MemberState::Active);
+        assert!(!h.spared(), "no role held: the data path pays nothing");
+    }
 }
