@@ -172,9 +172,21 @@ impl Health {
     /// in a spare chunk: the row's spare chunk's member when `m` is
     /// [`Spared`](MemberState::Spared), or rebalancing and `abs` is at or
     /// above its recovery offset; `None` when the role's own device holds
-    /// it (or nothing does).
+    /// it (or nothing does). When that member's own role is held too (its
+    /// device lost after it took the spare chunk: draid6 with two spares
+    /// in use), the byte lives where that role's byte of the row lives.
     #[inline]
     pub fn spare_home(&self, m: u32, abs: u64) -> Option<u32> {
+        let x = self.home_once(m, abs)?;
+        if x != m && self.held(x) {
+            return Some(self.home_once(x, abs).unwrap_or(x));
+        }
+        Some(x)
+    }
+
+    /// [`spare_home`](Self::spare_home) without following a held holder.
+    #[inline]
+    fn home_once(&self, m: u32, abs: u64) -> Option<u32> {
         let sm = self.spare.get()?;
         match self.state(m) {
             MemberState::Spared => sm.holder(m, abs),
@@ -204,18 +216,28 @@ impl Health {
     }
 
     /// True when, in each chunk row of `[offset, offset+len)`, the member
-    /// holding role `m`'s spare chunk holds valid data there.
+    /// holding role `m`'s spare chunk holds valid data there (followed
+    /// once when that member's own role is held: see
+    /// [`spare_home`](Self::spare_home); a held holder's rebuild into its
+    /// spare must have passed the row).
     fn spare_rows_readable(&self, m: u32, offset: u64, len: u64) -> bool {
         let end = offset.saturating_add(len);
         let Some(sm) = self.spare.get() else { return false };
         let mut at = offset;
         loop {
             let Some(x) = sm.holder(m, at) else { return false };
-            let ok = match self.state(x) {
-                MemberState::Active => true,
-                MemberState::Rebuilding => end.min(sm.row_end(at)) <= self.recovery(x),
-                _ => false,
+            let stop = end.min(sm.row_end(at));
+            let (y, hop_ok) = match x != m && self.held(x) {
+                true => (self.home_once(x, at).unwrap_or(x), self.state(x) != MemberState::Spared || stop <= self.recovery(x)),
+                false => (x, true),
             };
+            let ok = hop_ok
+                && y != m
+                && match self.state(y) {
+                    MemberState::Active => true,
+                    MemberState::Rebuilding => stop <= self.recovery(y),
+                    _ => false,
+                };
             at = sm.row_end(at);
             if !ok || at >= end {
                 return ok;

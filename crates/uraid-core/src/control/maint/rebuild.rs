@@ -8,13 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 
-use super::{batch_rows, checkpoint_bytes, pace, read_sources, reconstruct, RebuildOptions, RebuildReport};
+use super::{batch_rows, checkpoint_bytes, pace, read_sources, reconstruct, RebuildOptions, RebuildReport, RowSource};
 use super::draid_spare::Target;
 use crate::raid::access::{lock_stripes, Read};
 use crate::raid::health::{Health, MemberState};
 use crate::raid::layout::Layout;
 use crate::raid::locks::StripeGuard;
-use crate::raid::spare::SpareMap;
 use crate::raid::parity::Kernel;
 use crate::volume::Volume;
 use crate::{bail, IoBuf, Result};
@@ -26,7 +25,7 @@ pub(super) struct ReadBatch<'v> {
     rows: Range<u64>,
     /// The sources read into `bufs`, or `None` for a never-written batch
     /// (to be zeroed).
-    read: Option<(Vec<Read>, Vec<IoBuf>)>,
+    read: Option<(Vec<Read>, Vec<RowSource>, Vec<IoBuf>)>,
     /// Already in sync (a resync from the bitmap): nothing to write.
     keep: bool,
     guards: Vec<StripeGuard<'v>>,
@@ -109,8 +108,7 @@ pub fn rebuild(
         let every = checkpoint_bytes();
         let writer = Writer { target: &target, health: &health, member, opts, counts: &counts, done: &done, skip_dead, every };
         let writer = s.spawn(move || writer.run(job_rx, out_tx));
-        let spare = super::rebalanced(&health, member);
-        let computer = s.spawn(move || compute(read_rx, job_tx, set_tx, out_rx, member, cap, kernel, spare));
+        let computer = s.spawn(move || compute(read_rx, job_tx, set_tx, out_rx, member, cap, kernel));
         let mut reader = Reader { vols, member, opts, t0, start, sent_bytes: 0, sets: Vec::new(), set_rx };
         reader.sets = (0..2).map(|_| (0..first.raid().members().len()).map(|_| IoBuf::new(cap)).collect()).collect();
         let read_result = reader.run(read_tx, &mut report, &mut |d| progress(d, total), &done);
@@ -238,10 +236,9 @@ impl Writer<'_> {
     }
 }
 
-/// Stage 2 of a rebuild: reconstructs (a rebalanced role's rows read
-/// from their spare chunks are copied: `spare`); hands the source
-/// buffers back to stage 1 and the member's bytes to stage 3.
-#[allow(clippy::too_many_arguments)]
+/// Stage 2 of a rebuild: reconstructs (or copies a rebalanced role's
+/// rows read from their spare chunks); hands the source buffers back to
+/// stage 1 and the member's bytes to stage 3.
 fn compute<'v>(
     read_rx: Receiver<ReadBatch<'v>>,
     job_tx: SyncSender<Job<'v>>,
@@ -250,13 +247,12 @@ fn compute<'v>(
     member: u32,
     cap: usize,
     kernel: Kernel,
-    spare: Option<&SpareMap>,
 ) {
     for b in read_rx {
         let (ra, rb) = (b.rows.start, b.rows.end);
         let range = b.base + ra * b.l.chunk()..b.base + rb * b.l.chunk();
-        let data = b.read.map(|(reads, mut bufs)| {
-            reconstruct(b.l, b.base, member, ra, rb, &reads, &mut bufs, kernel, spare);
+        let data = b.read.map(|(reads, rows, mut bufs)| {
+            reconstruct(b.l, b.base, member, ra, rb, &reads, &rows, &mut bufs, kernel);
             let fresh = out_rx.try_recv().unwrap_or_else(|_| IoBuf::new(cap));
             let out = std::mem::replace(&mut bufs[member as usize], fresh);
             let _ = set_tx.send(bufs);
@@ -344,9 +340,9 @@ impl<'a> Reader<'a> {
             let Some(mut bufs) = self.sets.pop().or_else(|| self.set_rx.recv().ok()) else {
                 return Ok(None);
             };
-            let reads = read_sources(vol, vi, l, self.member, row, rb, &mut bufs)?;
+            let (reads, rows) = read_sources(vol, vi, l, self.member, row, rb, &mut bufs)?;
             self.sent_bytes += range.end - range.start;
-            Some((reads, bufs))
+            Some((reads, rows, bufs))
         } else {
             None
         };
