@@ -436,8 +436,16 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
             (c, 0) => format!(", {c} read errors corrected"),
             (c, u) => format!(", {c} read errors corrected, {u} uncorrected"),
         };
+        // A rebalance: the device is filled from the distributed spare
+        // that still holds the role.
+        let from = st
+            .distributed_spares
+            .iter()
+            .find(|u| Some(u.role) == m.role && u.rebalanced_to.is_some())
+            .map(|u| format!(", copied from distributed spare {} which holds the rest", u.spare))
+            .unwrap_or_default();
         match m.recovery_offset {
-            Some(o) => println!("  {what}: {dev} {} (rebuilt up to byte {o}{}){errs}{who}", m.state, rebuilt_share(st, o)),
+            Some(o) => println!("  {what}: {dev} {} (rebuilt up to byte {o}{}{from}){errs}{who}", m.state, rebuilt_share(st, o)),
             None => println!("  {what}: {dev} {}{errs}{who}", m.state),
         }
         if let Some(io) = &m.io {

@@ -439,6 +439,8 @@ fn a_second_failure_during_the_rebalance_loses_nothing() {
     all[2] = s(&new);
     let st = spare_status(&all);
     assert_eq!(st["distributed_spares"], serde_json::json!([{"spare": 0, "role": 2, "recovery_offset": null, "rebalanced_to": 0}]), "{st}");
+    let o = uraid_ok(&with(&["status"], &all));
+    assert_contains(&o.stdout, &["role 2: ", "rebuilding (rebuilt up to byte 0, 0.0%, copied from distributed spare 0 which holds the rest)"], "status text");
     kill_after(&with(&["rebuild", "--rate", "3"], &all), 2500);
     let st = spare_status(&all);
     let to = st["distributed_spares"][0]["rebalanced_to"].as_u64().unwrap_or_else(|| panic!("no rebalance under way: {st}"));

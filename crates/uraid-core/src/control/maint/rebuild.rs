@@ -105,7 +105,11 @@ pub fn rebuild(
         let (set_tx, set_rx) = mpsc::channel::<Vec<IoBuf>>();
         let (out_tx, out_rx) = mpsc::channel::<IoBuf>();
         let skip_dead = first.raid().bitmap().is_some_and(|b| b.live_map());
-        let every = checkpoint_bytes();
+        // A rebalance checkpoints every batch, under its locks: the data
+        // path writes the role's rows below the recovery offset to the
+        // device only, so after a crash the recorded offset must cover
+        // every row written there (its spare chunks did not get them).
+        let every = if health.rebalancing(member) { 1 } else { checkpoint_bytes() };
         let writer = Writer { target: &target, health: &health, member, opts, counts: &counts, done: &done, skip_dead, every };
         let writer = s.spawn(move || writer.run(job_rx, out_tx));
         let computer = s.spawn(move || compute(read_rx, job_tx, set_tx, out_rx, member, cap, kernel));
@@ -195,7 +199,7 @@ struct Writer<'a> {
     done: &'a AtomicU64,
     /// The array has a live-data map: regions not live get no write.
     skip_dead: bool,
-    /// Bytes of progress between two checkpoints.
+    /// Bytes of progress between two checkpoints (1: after every batch).
     every: u64,
 }
 
@@ -223,7 +227,6 @@ impl Writer<'_> {
             count.fetch_add(len, Ordering::Relaxed);
             debug_assert!(self.health.recovery(self.member) <= job.range.end, "the recovery offset moves back");
             self.health.set_recovery(self.member, job.range.end);
-            drop(job.guards);
             self.done.fetch_add(len, Ordering::Relaxed);
             since += len;
             if since >= self.every {
@@ -231,6 +234,9 @@ impl Writer<'_> {
                 self.target.sync(self.health, self.member)?;
                 (self.opts.checkpoint)(job.range.end)?;
             }
+            // Released after the checkpoint: a rebalanced role's writes
+            // past it go to its device only once the superblocks say so.
+            drop(job.guards);
         }
         Ok(())
     }
