@@ -32,7 +32,7 @@ pub(super) fn down_slots(sb: &Superblock, slots: &[Slot]) -> Vec<bool> {
         .map(|(r, s)| match s.state {
             MemberState::Active => false,
             MemberState::Spared => s.recovery_offset.is_some(),
-            MemberState::Rebuilding => !draid.is_some_and(|d| d.spare_of(r as u32).is_some()),
+            MemberState::Rebuilding => draid.is_none_or(|d| d.spare_of(r as u32).is_none()),
             _ => true,
         })
         .collect()
