@@ -436,11 +436,20 @@ fn print_status_from(st: &ArrayStatus, served: Option<&crate::runstate::RunState
             (c, 0) => format!(", {c} read errors corrected"),
             (c, u) => format!(", {c} read errors corrected, {u} uncorrected"),
         };
-        // A role a declustered volume's distributed spare holds.
+        // A role a declustered volume's distributed spare holds (spared),
+        // or whose device is filled from the spare that still holds the
+        // rest (a rebalance).
         let held = m.role.and_then(|r| st.distributed_spares.iter().find(|u| u.role == r));
-        let state = held.map_or_else(|| m.state.clone(), |u| format!("{} in distributed spare {}", m.state, u.spare));
+        let state = match held {
+            Some(u) if u.rebalanced_to.is_none() => format!("{} in distributed spare {}", m.state, u.spare),
+            _ => m.state.clone(),
+        };
+        let from = held
+            .filter(|u| u.rebalanced_to.is_some())
+            .map(|u| format!(", copied from distributed spare {} which holds the rest", u.spare))
+            .unwrap_or_default();
         match m.recovery_offset {
-            Some(o) => println!("  {what}: {dev} {state} (rebuilt up to byte {o}{}){errs}{who}", rebuilt_share(st, o)),
+            Some(o) => println!("  {what}: {dev} {state} (rebuilt up to byte {o}{}{from}){errs}{who}", rebuilt_share(st, o)),
             None => println!("  {what}: {dev} {state}{errs}{who}"),
         }
         if let Some(io) = &m.io {
@@ -498,6 +507,11 @@ pub(crate) fn cmd_fail(a: FailArgs) -> Result<()> {
     let promoted = arr.promote_spares()?;
     for r in &promoted {
         println!("a spare takes over role {r}");
+    }
+    // A declustered volume's free distributed spare takes it at once, as a
+    // dedicated spare does (rebuilt now unless --no-rebuild).
+    for r in arr.take_distributed_spares()? {
+        println!("distributed spare space takes over role {r}");
     }
     after_change(arr, Some(&a.rebuild))
 }

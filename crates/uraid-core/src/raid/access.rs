@@ -85,7 +85,7 @@ pub(crate) struct Read {
 /// returns the members whose read failed, with the error.
 pub(crate) fn read_all(members: &[Member], health: &Health, reads: &[Read], bufs: &mut [IoBuf]) -> Vec<(u32, Error)> {
     let one = |r: &Read, buf: &mut IoBuf| {
-        if health.spared() && health.state(r.member) == crate::raid::health::MemberState::Spared {
+        if health.spared() && health.held(r.member) {
             return read_spared(members, health, r, buf);
         }
         let m = &members[r.member as usize];
@@ -108,18 +108,19 @@ pub(crate) fn read_all(members: &[Member], health: &Health, reads: &[Read], bufs
 }
 
 /// [`read_all`]'s read of a role a distributed spare holds: row by row
-/// from the spare chunks' members (a failure is theirs).
+/// from where each row lives ([`Health::physical`]: the spare chunk's
+/// member, or a rebalanced role's device below its recovery offset; a
+/// failure is that member's).
 fn read_spared(members: &[Member], health: &Health, r: &Read, buf: &mut IoBuf) -> Option<(u32, Error)> {
     let sm = health.spare_map()?;
     let (mut at, end) = (r.offset, r.offset + r.len as u64);
     while at < end {
         let stop = sm.row_end(at).min(end);
-        let held = sm.holder(r.member, at);
-        let x = held.unwrap_or(r.member);
+        let x = health.physical(r.member, at);
         let m = &members[x as usize];
         let o = (at - r.offset) as usize;
         let len = (stop - at) as usize;
-        if held == Some(r.member) {
+        if sm.holder(r.member, at) == Some(r.member) {
             // The row's spare chunk is the role's own place: it holds no
             // data or parity there (a whole-row read, as check's, gets zeros).
             buf[r.at + o..r.at + o + len].fill(0);
@@ -135,20 +136,19 @@ fn read_spared(members: &[Member], health: &Health, r: &Read, buf: &mut IoBuf) -
 }
 
 /// Writes `buf` at absolute `offset` of role `role` of `vol`: to the
-/// role's device, or row by row to the spare chunks' members when a
-/// distributed spare holds it. Errors: the first write's, with the member
-/// that failed it.
+/// role's device, or row by row to where each row lives when a
+/// distributed spare holds it ([`Health::physical`]). Errors: the first
+/// write's, with the member that failed it.
 pub(crate) fn write_role(members: &[Member], health: &Health, role: u32, buf: &[u8], offset: u64) -> std::result::Result<(), (u32, Error)> {
-    let Some(sm) = health.spare_map().filter(|_| health.state(role) == crate::raid::health::MemberState::Spared) else {
+    let Some(sm) = health.spare_map().filter(|_| health.held(role)) else {
         return write_member(&members[role as usize], buf, offset).map_err(|e| (role, e));
     };
     let (mut at, end) = (offset, offset + buf.len() as u64);
     while at < end {
         let stop = sm.row_end(at).min(end);
-        let held = sm.holder(role, at);
-        let x = held.unwrap_or(role);
+        let x = health.physical(role, at);
         let o = (at - offset) as usize;
-        if held == Some(role) {
+        if sm.holder(role, at) == Some(role) {
             at = stop; // the role's own place is this row's spare chunk: nothing of it to keep
             continue;
         }

@@ -121,6 +121,7 @@ impl Health {
     /// calls are ignored).
     pub fn set_spare_map(&self, map: Arc<SpareMap>) {
         let _ = self.spare.set(map);
+        self.note_spared();
     }
 
     /// The distributed spare map, when the array's volume is declustered.
@@ -129,20 +130,68 @@ impl Health {
         self.spare.get()
     }
 
-    /// True when some role is held by a distributed spare (its I/O goes to
-    /// the spare chunks: see [`SpareMap::holder`]).
+    /// True when some role is [`held`](Self::held) by a distributed spare
+    /// (some of its I/O goes to the spare chunks: see
+    /// [`spare_home`](Self::spare_home)).
     #[inline]
     pub fn spared(&self) -> bool {
         self.spared.load(Ordering::Acquire)
     }
 
     /// Where role `m`'s I/O at absolute member offset `abs` goes: the
-    /// spare chunk's member when a distributed spare holds `m`, else `m`.
+    /// spare chunk's member when a distributed spare holds `m` there (see
+    /// [`spare_home`](Self::spare_home)), else `m`.
     #[inline]
     pub fn physical(&self, m: u32, abs: u64) -> u32 {
-        match self.spare.get() {
-            Some(s) if self.state(m) == MemberState::Spared => s.holder(m, abs).unwrap_or(m),
-            _ => m,
+        self.spare_home(m, abs).unwrap_or(m)
+    }
+
+    /// True when a distributed spare holds role `m`'s bytes somewhere:
+    /// the role is [`Spared`](MemberState::Spared), or it is being
+    /// rebalanced (rebuilding onto a device that took the role while the
+    /// spare still holds its bytes at and above the recovery offset).
+    #[inline]
+    pub fn held(&self, m: u32) -> bool {
+        match self.state(m) {
+            MemberState::Spared => true,
+            MemberState::Rebuilding => self.rebalancing(m),
+            _ => false,
+        }
+    }
+
+    /// True when role `m` is being rebalanced: rebuilding onto its device
+    /// (from recovery offset 0 up) while a distributed spare still holds
+    /// it; below the recovery offset its bytes are on the device, at and
+    /// above it in the spare chunks.
+    #[inline]
+    pub fn rebalancing(&self, m: u32) -> bool {
+        self.state(m) == MemberState::Rebuilding && self.spare.get().is_some_and(|s| s.spare_of(m).is_some())
+    }
+
+    /// The member holding role `m`'s byte at absolute member offset `abs`
+    /// in a spare chunk: the row's spare chunk's member when `m` is
+    /// [`Spared`](MemberState::Spared), or rebalancing and `abs` is at or
+    /// above its recovery offset; `None` when the role's own device holds
+    /// it (or nothing does). When that member's own role is held too (its
+    /// device lost after it took the spare chunk: draid6 with two spares
+    /// in use), the byte lives where that role's byte of the row lives.
+    #[inline]
+    pub fn spare_home(&self, m: u32, abs: u64) -> Option<u32> {
+        let x = self.home_once(m, abs)?;
+        if x != m && self.held(x) {
+            return Some(self.home_once(x, abs).unwrap_or(x));
+        }
+        Some(x)
+    }
+
+    /// [`spare_home`](Self::spare_home) without following a held holder.
+    #[inline]
+    fn home_once(&self, m: u32, abs: u64) -> Option<u32> {
+        let sm = self.spare.get()?;
+        match self.state(m) {
+            MemberState::Spared => sm.holder(m, abs),
+            MemberState::Rebuilding if abs >= self.recovery(m) => sm.holder(m, abs),
+            _ => None,
         }
     }
 
@@ -152,22 +201,46 @@ impl Health {
     #[cold]
     #[inline(never)]
     fn spared_readable(&self, m: u32, offset: u64, len: u64) -> bool {
+        offset.saturating_add(len) <= self.recovery(m) && self.spare_rows_readable(m, offset, len)
+    }
+
+    /// True when `[offset, offset+len)` of rebuilding role `m` can be
+    /// read: below its recovery offset (on its device), or, while it is
+    /// rebalanced, at or above it where each row's spare chunk's member
+    /// holds valid data. A range across the recovery offset is not.
+    #[cold]
+    #[inline(never)]
+    fn rebuilding_readable(&self, m: u32, offset: u64, len: u64) -> bool {
+        let rec = self.recovery(m);
+        offset.saturating_add(len) <= rec || (offset >= rec && self.rebalancing(m) && self.spare_rows_readable(m, offset, len))
+    }
+
+    /// True when, in each chunk row of `[offset, offset+len)`, the member
+    /// holding role `m`'s spare chunk holds valid data there (followed
+    /// once when that member's own role is held: see
+    /// [`spare_home`](Self::spare_home); a held holder's rebuild into its
+    /// spare must have passed the row).
+    fn spare_rows_readable(&self, m: u32, offset: u64, len: u64) -> bool {
         let end = offset.saturating_add(len);
-        if end > self.recovery(m) {
-            return false;
-        }
         let Some(sm) = self.spare.get() else { return false };
         let mut at = offset;
         loop {
             let Some(x) = sm.holder(m, at) else { return false };
-            let ok = match self.state(x) {
-                // The row's spare chunk is the role's own place: the role
-                // holds no data or parity in this row, nothing to read.
-                _ if x == m => true,
-                MemberState::Active => true,
-                MemberState::Rebuilding => end.min(sm.row_end(at)) <= self.recovery(x),
-                _ => false,
+            let stop = end.min(sm.row_end(at));
+            let (y, hop_ok) = match x != m && self.held(x) {
+                true => (self.home_once(x, at).unwrap_or(x), self.state(x) != MemberState::Spared || stop <= self.recovery(x)),
+                false => (x, true),
             };
+            // x == m: the row's spare chunk is the role's own place; the
+            // role holds no data or parity in this row, nothing to read.
+            let ok = x == m
+                || hop_ok
+                && y != m
+                && match self.state(y) {
+                    MemberState::Active => true,
+                    MemberState::Rebuilding => stop <= self.recovery(y),
+                    _ => false,
+                };
             at = sm.row_end(at);
             if !ok || at >= end {
                 return ok;
@@ -211,9 +284,11 @@ impl Health {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Sets the flag [`spared`](Self::spared) from the states.
-    fn note_spared(&self) {
-        let any = self.states.iter().any(|s| s.load(Ordering::Acquire) == MemberState::Spared as u8);
+    /// Sets the flag [`spared`](Self::spared) from the states and the
+    /// spare map: some role is [`held`](Self::held). The control path
+    /// calls it after it changes the spare map's assignments.
+    pub fn note_spared(&self) {
+        let any = (0..self.states.len() as u32).any(|m| self.held(m));
         self.spared.store(any, Ordering::Release);
     }
 
@@ -243,7 +318,7 @@ impl Health {
     fn readable_slow(&self, m: u32, offset: u64, len: u64) -> bool {
         match self.state(m) {
             MemberState::Active => true,
-            MemberState::Rebuilding => offset.saturating_add(len) <= self.recovery(m),
+            MemberState::Rebuilding => self.rebuilding_readable(m, offset, len),
             MemberState::Spared => self.spared_readable(m, offset, len),
             _ => false,
         }
@@ -397,6 +472,40 @@ mod tests {
         h.set_state(map.spare(row, 0), MemberState::Faulty);
         assert!(!h.readable(3, at, chunk), "the spare chunk's member failed");
         h.set_state(3, MemberState::Faulty);
+        assert!(!h.spared(), "no role held: the data path pays nothing");
+    }
+
+    /// Issue 33: a role that a device took while its distributed spare
+    /// holds it (the rebalance) reads and writes its device below the
+    /// recovery offset and its rows' spare chunks at and above it; a range
+    /// across the offset is not readable (reconstructed); when the
+    /// rebalance ends, nothing is held and the data path pays nothing.
+    #[test]
+    fn a_rebalanced_role_lives_on_its_device_below_the_checkpoint_and_in_the_spare_above() {
+        let map = crate::raid::level::DraidMap::new(8, 4, 1, 1, 9).unwrap();
+        let (chunk, base) = (65536u64, 1u64 << 20);
+        let sm = Arc::new(SpareMap::new(map, chunk, base, 64 * chunk));
+        let h = Health::new(8);
+        h.set_spare_map(sm.clone());
+        sm.set(3, Some(0));
+        h.set_state(3, MemberState::Spared);
+        h.set_recovery(3, u64::MAX);
+        h.set_state(3, MemberState::Rebuilding);
+        assert!(h.spared() && h.rebalancing(3) && h.held(3) && h.writable(3));
+        h.set_recovery(3, base + 10 * chunk);
+        let below = base + 2 * chunk;
+        assert!(h.readable(3, below, chunk));
+        assert_eq!(h.physical(3, below), 3, "below the checkpoint: the device");
+        let row = (10..64).find(|&r| map.spare(r, 0) != 3).unwrap();
+        let above = base + row * chunk;
+        assert!(h.readable(3, above, chunk), "above it: the spare chunk");
+        assert_eq!(h.physical(3, above), map.spare(row, 0));
+        assert!(!h.readable(3, base + 9 * chunk, 2 * chunk), "across the checkpoint");
+        h.set_state(map.spare(row, 0), MemberState::Faulty);
+        assert!(!h.readable(3, above, chunk), "the spare chunk's member failed");
+        assert!(h.readable(3, below, chunk));
+        sm.set(3, None);
+        h.set_state(3, MemberState::Active);
         assert!(!h.spared(), "no role held: the data path pays nothing");
     }
 }

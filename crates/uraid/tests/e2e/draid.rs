@@ -93,8 +93,10 @@ fn draid5_create_write_degraded_rebuild_and_second_failure() {
     assert!(arr.volume().read_at(0, cap as usize).unwrap() == model, "data differs after assemble");
     arr.stop().unwrap();
 
-    // Degraded: member 3 failed; every byte is reconstructed from the others, and writes go on.
-    uraid_ok(&with(&["fail", "--member", "3"], &f));
+    // Degraded: member 3 failed (its distributed spare taken, not
+    // rebuilt yet); every byte is reconstructed from the others, and
+    // writes go on.
+    uraid_ok(&with(&["fail", "--no-rebuild", "--member", "3"], &f));
     let arr = array::assemble(&specs(&files)).unwrap();
     assert!(arr.volume().read_at(0, cap as usize).unwrap() == model, "degraded read differs");
     rng.fill_bytes(&mut model[MIB as usize..3 * MIB as usize]);
@@ -137,8 +139,8 @@ fn draid6_defaults_two_failures_and_refused_shapes() {
     rng.fill_bytes(&mut model);
     arr.volume().write_at(0, &model).unwrap();
     arr.stop().unwrap();
-    uraid_ok(&with(&["fail", "--member", "0"], &f));
-    uraid_ok(&with(&["fail", "--member", "5"], &f));
+    uraid_ok(&with(&["fail", "--no-rebuild", "--member", "0"], &f));
+    uraid_ok(&with(&["fail", "--no-rebuild", "--member", "5"], &f));
     let arr = array::assemble(&specs(&[f[1], f[2], f[3], f[4], f[6]])).unwrap();
     assert!(arr.volume().read_at(0, cap).unwrap() == model, "draid6 with two members lost reads wrong");
     arr.release();
@@ -158,10 +160,11 @@ fn spare_status(files: &[&str]) -> Value {
 }
 
 /// Issue 33: a failed member of a draid5 volume is rebuilt into the
-/// distributed spare space by `uraid rebuild` (no replacement drive): the
-/// spare chunks hold its role (status says which), parity agrees, the
-/// data reads back without the failed device at all, writes land in the
-/// spare chunks, and a second failure still reads right.
+/// distributed spare space by `uraid fail` itself, as a dedicated spare
+/// takes a failed role (no replacement drive): the spare chunks hold its
+/// role (status says which), parity agrees, the data reads back without
+/// the failed device at all, writes land in the spare chunks, and a
+/// second failure still reads right.
 #[test]
 fn draid5_rebuilds_into_distributed_spare_then_survives_a_second_failure() {
     let _g = shared();
@@ -173,9 +176,8 @@ fn draid5_rebuilds_into_distributed_spare_then_survives_a_second_failure() {
     let mut model = filled_with_model(&files, &mut rng);
     let cap = model.len();
 
-    uraid_ok(&with(&["fail", "--member", "3"], &f));
-    let o = uraid_ok(&with(&["rebuild"], &f));
-    assert_contains(&o.stdout, &["rebuilt role 3"], "rebuild into the distributed spare");
+    let o = uraid_ok(&with(&["fail", "--member", "3"], &f));
+    assert_contains(&o.stdout, &["distributed spare space takes over role 3", "rebuilt role 3"], "fail rebuilds into the distributed spare");
     let st = spare_status(&f);
     assert_eq!(st["distributed_spares"], serde_json::json!([{"spare": 0, "role": 3, "recovery_offset": null}]), "{st}");
     assert_eq!(st["members"][3]["state"], "spared", "{st}");
@@ -221,10 +223,9 @@ fn draid6_takes_two_failures_in_a_row_into_distributed_spares() {
     let mut model = filled_with_model(&files, &mut rng);
     let cap = model.len();
 
-    uraid_ok(&with(&["fail", "--member", "0"], &f));
+    uraid_ok(&with(&["fail", "--no-rebuild", "--member", "0"], &f));
     assert_contains(&uraid_ok(&with(&["rebuild"], &f)).stdout, &["rebuilt role 0"], "first rebuild");
-    uraid_ok(&with(&["fail", "--member", "5"], &f));
-    assert_contains(&uraid_ok(&with(&["rebuild"], &f)).stdout, &["rebuilt role 5"], "second rebuild");
+    assert_contains(&uraid_ok(&with(&["fail", "--member", "5"], &f)).stdout, &["rebuilt role 5"], "second rebuild, by fail");
     let st = spare_status(&f);
     assert_eq!(
         st["distributed_spares"],
@@ -257,7 +258,6 @@ fn draid5_replacement_rebalances_and_frees_the_spare() {
     let model = filled_with_model(&files, &mut rng);
     let cap = model.len();
     uraid_ok(&with(&["fail", "--member", "2"], &f));
-    uraid_ok(&with(&["rebuild"], &f));
     assert_eq!(spare_status(&f)["distributed_spares"][0]["role"], 2);
 
     uraid_ok(&with(&["remove", "--member", "2"], &f));
@@ -277,15 +277,23 @@ fn draid5_replacement_rebalances_and_frees_the_spare() {
     arr.stop().unwrap();
     // The freed spare takes the next failure.
     uraid_ok(&with(&["fail", "--member", "5"], &all));
-    uraid_ok(&with(&["rebuild"], &all));
     assert_eq!(spare_status(&all)["distributed_spares"], serde_json::json!([{"spare": 0, "role": 5, "recovery_offset": null}]));
     assert_eq!(check_mismatches(&all), 0);
 }
 
-/// Runs `uraid ARGS` for `ms` milliseconds, then SIGKILLs it.
+/// Runs `uraid ARGS` for `ms` milliseconds, then SIGKILLs it. Its
+/// rebuilds checkpoint every MiB (so that a kill leaves progress behind
+/// on members of a few MiB).
 fn kill_after(args: &[&str], ms: u64) {
     use std::process::{Command, Stdio};
-    let mut c = Command::new(URAID).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("uraid");
+    let mut c = Command::new(URAID)
+        .args(args)
+        .env("URAID_FAILPOINT_CHECKPOINT_BYTES", "1048576")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("uraid");
     std::thread::sleep(std::time::Duration::from_millis(ms));
     let _ = c.kill();
     let _ = c.wait();
@@ -293,7 +301,9 @@ fn kill_after(args: &[&str], ms: u64) {
 
 /// Issue 33: kill -9 during the rebuild into the distributed spare and
 /// during the rebalance onto a replacement; the next `uraid rebuild`
-/// finishes each, and the data and parity are right.
+/// finishes each, and the data and parity are right. Killed mid-rebalance,
+/// the spare still holds the role (the volume stays redundant: with
+/// another member lost as well, the data still reads).
 #[test]
 fn kill_9_during_the_distributed_rebuild_and_the_rebalance_keeps_the_data() {
     let _g = shared();
@@ -304,7 +314,12 @@ fn kill_9_during_the_distributed_rebuild_and_the_rebalance_keeps_the_data() {
     uraid_ok(&with(&["create", "--level", "draid5", "--data", "4", "--spares", "1", "--chunk", "64K", "--name", "kd"], &f));
     let model = filled_with_model(&files, &mut rng);
     let cap = model.len();
-    uraid_ok(&with(&["fail", "--member", "4"], &f));
+    // --no-rebuild: the distributed spare takes the role at once (as a
+    // dedicated spare would), its rebuild waits.
+    let o = uraid_ok(&with(&["fail", "--no-rebuild", "--member", "4"], &f));
+    assert_contains(&o.stdout, &["distributed spare space takes over role 4", "need a rebuild"], "fail --no-rebuild");
+    let st = spare_status(&f);
+    assert_eq!(st["distributed_spares"], serde_json::json!([{"spare": 0, "role": 4, "recovery_offset": 0}]), "{st}");
     kill_after(&with(&["rebuild", "--rate", "3"], &f), 1500);
     let st = spare_status(&f);
     assert_eq!(st["members"][4]["state"], "spared", "killed mid-rebuild, the role stays in the spare: {st}");
@@ -320,7 +335,20 @@ fn kill_9_during_the_distributed_rebuild_and_the_rebalance_keeps_the_data() {
     uraid_ok(&with(&["add", "--no-rebuild", "--spare", s(&new)], &rest));
     let mut all = f.clone();
     all[4] = s(&new);
-    kill_after(&with(&["rebuild", "--rate", "3"], &all), 1500);
+    kill_after(&with(&["rebuild", "--rate", "3"], &all), 2500);
+    let st = spare_status(&all);
+    assert_eq!(st["members"][4]["state"], "rebuilding", "{st}");
+    assert_eq!(st["distributed_spares"][0]["role"], 4, "killed mid-rebalance, the spare still holds the role: {st}");
+    let to = st["distributed_spares"][0]["rebalanced_to"].as_u64().unwrap_or_else(|| panic!("no rebalance offset: {st}"));
+    eprintln!("rebalance killed at member byte {to}");
+    // Another member lost too (left out, nothing written): every byte
+    // still reads, from the device below the checkpoint and the spare
+    // chunks above it.
+    let mut two_down: Vec<&str> = all.clone();
+    two_down.remove(1);
+    let arr = array::open(&specs(&two_down)).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "data during the killed rebalance with another member lost");
+    arr.release();
     assert_contains(&uraid_ok(&with(&["rebuild"], &all)).stdout, &["rebuilt role 4"], "resumed rebalance");
     let st = spare_status(&all);
     assert_eq!(st["distributed_spares"], serde_json::json!([]), "{st}");
@@ -394,4 +422,152 @@ fn a_served_draid5_rebuilds_a_failed_member_into_its_distributed_spare() {
     assert_eq!(r[0]["report"]["mismatches"].as_u64(), Some(0), "{out}");
     let e = std::fs::read_to_string(&log).unwrap_or_default();
     assert_contains(&e, &["distributed spare space takes over role(s) [3]"], "the service's log");
+}
+
+/// Issue 33: a second member failing during the rebalance onto a
+/// replacement loses nothing. The rebalance copies the role from its
+/// distributed spare and keeps the spare until it ends, so the volume is
+/// redundant all along: killed mid-rebalance, `uraid fail` of another
+/// member is accepted without --force, the data reads back and takes
+/// writes (on both sides of the checkpoint), the resumed rebalance
+/// reconstructs the rows whose spare chunk was on the failed member, and
+/// the freed spare then takes the failed member.
+#[test]
+fn a_second_failure_during_the_rebalance_loses_nothing() {
+    let _g = shared();
+    let mut rng = rng("a_second_failure_during_the_rebalance_loses_nothing");
+    let dir = tmpdir();
+    let files = sparse_files(dir.path(), "b", 8, 16 * MIB);
+    let f = strs(&files);
+    uraid_ok(&with(&["create", "--level", "draid5", "--data", "4", "--spares", "1", "--chunk", "64K", "--name", "rb2"], &f));
+    let mut model = filled_with_model(&files, &mut rng);
+    let cap = model.len();
+    uraid_ok(&with(&["fail", "--member", "2"], &f));
+    uraid_ok(&with(&["remove", "--member", "2"], &f));
+    let mut rest = f.clone();
+    rest.remove(2);
+    let new = sparse_file(dir.path(), "new", 16 * MIB);
+    uraid_ok(&with(&["add", "--no-rebuild", "--spare", s(&new)], &rest));
+    let mut all = f.clone();
+    all[2] = s(&new);
+    let st = spare_status(&all);
+    assert_eq!(st["distributed_spares"], serde_json::json!([{"spare": 0, "role": 2, "recovery_offset": null, "rebalanced_to": 0}]), "{st}");
+    let o = uraid_ok(&with(&["status"], &all));
+    assert_contains(&o.stdout, &["role 2: ", "rebuilding (rebuilt up to byte 0, 0.0%, copied from distributed spare 0 which holds the rest)"], "status text");
+    kill_after(&with(&["rebuild", "--rate", "3"], &all), 2500);
+    let st = spare_status(&all);
+    let to = st["distributed_spares"][0]["rebalanced_to"].as_u64().unwrap_or_else(|| panic!("no rebalance under way: {st}"));
+    let span = 16 * MIB - MIB;
+    assert!(to > MIB && to < 16 * MIB, "the kill did not land mid-rebalance (member byte {to} of {span}): {st}");
+
+    let o = uraid_ok(&with(&["fail", "--no-rebuild", "--member", "6"], &all));
+    assert_contains(&o.stdout, &["role 6 of array 'rb2' marked faulty"], "a second failure mid-rebalance");
+    let arr = array::assemble(&specs(&all)).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "read with a second member failed mid-rebalance differs");
+    for at in [0usize, cap / 2 + 4096, cap - 3 * MIB as usize] {
+        rng.fill_bytes(&mut model[at..at + MIB as usize]);
+        arr.volume().write_at(at as u64, &model[at..at + MIB as usize]).unwrap();
+    }
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "read after writes mid-rebalance differs");
+    arr.stop().unwrap();
+
+    assert_contains(&uraid_ok(&with(&["rebuild"], &all)).stdout, &["rebuilt role 2"], "the resumed rebalance");
+    let st = spare_status(&all);
+    assert_eq!((st["members"][2]["state"].as_str(), st["members"][6]["state"].as_str()), (Some("active"), Some("faulty")), "{st}");
+    assert_eq!(st["distributed_spares"], serde_json::json!([]), "the spare is free again: {st}");
+    let arr = array::assemble(&specs(&all)).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "read after the rebalance, member 6 failed, differs");
+    arr.stop().unwrap();
+    assert_contains(&uraid_ok(&with(&["rebuild"], &all)).stdout, &["rebuilt role 6"], "the freed spare takes member 6");
+    assert_eq!(spare_status(&all)["distributed_spares"], serde_json::json!([{"spare": 0, "role": 6, "recovery_offset": null}]));
+    assert_eq!(check_mismatches(&all), 0);
+    let mut five = all.clone();
+    five.remove(6);
+    let arr = array::open(&specs(&five)).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "read without member 6's device differs");
+    arr.release();
+}
+
+/// Issue 33: draid6 with both distributed spares in use is doubly
+/// redundant again. The second failed member held spare chunks of the
+/// first role's rows (and the first one's device held the second spare's
+/// chunks of some rows): the second rebuild puts those rows where the
+/// other role now lives, so with two more members lost as well every
+/// byte still reads, and parity agrees.
+#[test]
+fn draid6_with_both_spares_in_use_survives_two_more_failures() {
+    let _g = shared();
+    let mut rng = rng("draid6_with_both_spares_in_use_survives_two_more_failures");
+    let dir = tmpdir();
+    let files = sparse_files(dir.path(), "w", 8, 12 * MIB);
+    let f = strs(&files);
+    uraid_ok(&with(&["create", "--level", "draid6", "--data", "4", "--spares", "2", "--chunk", "64K", "--name", "d6w"], &f));
+    let model = filled_with_model(&files, &mut rng);
+    let cap = model.len();
+    assert_contains(&uraid_ok(&with(&["fail", "--member", "0"], &f)).stdout, &["rebuilt role 0"], "first failure");
+    assert_contains(&uraid_ok(&with(&["fail", "--member", "5"], &f)).stdout, &["rebuilt role 5"], "second failure");
+    let st = spare_status(&f);
+    assert_eq!(st["volumes"][0]["state"], "clean", "{st}");
+    assert_eq!(check_mismatches(&f), 0);
+    let four = [f[3], f[4], f[6], f[7]];
+    let arr = array::open(&specs(&four)).unwrap();
+    let back = arr.volume().read_at(0, cap);
+    arr.release();
+    let back = back.unwrap_or_else(|e| panic!("draid6 with both spares in use and two more members lost: {e}"));
+    assert!(first_difference(&back, &model).is_none(), "draid6 with both spares in use and two more members lost reads wrong at {:?}", first_difference(&back, &model));
+}
+
+/// Issue 33: kill -9 of a served draid5 array mid-rebalance while a
+/// client rewrites the whole volume: no acknowledged write is lost. The
+/// data path writes the role's rows below the rebalance's offset to the
+/// new device only, so that offset is recorded before such a write can
+/// land there (the next run would otherwise read those rows from the
+/// spare chunks, which never got the writes).
+#[test]
+fn a_served_rebalance_killed_while_a_client_writes_keeps_every_write() {
+    use uraid_core::{BlockDevice, BlockQueue};
+    let _g = shared();
+    let mut rng = rng("a_served_rebalance_killed_while_a_client_writes_keeps_every_write");
+    let dir = tmpdir();
+    let files = sparse_files(dir.path(), "v", 8, 16 * MIB);
+    let f = strs(&files);
+    let name = format!("rv{}", std::process::id());
+    uraid_ok(&with(&["create", "--level", "draid5", "--data", "4", "--spares", "1", "--chunk", "64K", "--name", &name], &f));
+    let mut model = filled_with_model(&files, &mut rng);
+    let cap = model.len();
+    uraid_ok(&with(&["fail", "--member", "2"], &f));
+    uraid_ok(&with(&["remove", "--member", "2"], &f));
+    let mut rest = f.clone();
+    rest.remove(2);
+    let new = sparse_file(dir.path(), "new", 16 * MIB);
+    uraid_ok(&with(&["add", "--no-rebuild", "--spare", s(&new)], &rest));
+    let mut paths = files.clone();
+    paths[2] = new.clone();
+    let all = strs(&paths);
+
+    let (mut srv, port) = serve_tcp(&paths, &["--rebuild-rate", "2"]);
+    let dev = uraid_nbd::client::NbdDevice::connect(&format!("nbd://127.0.0.1:{port}/{name}").parse().unwrap()).unwrap();
+    let mut q = dev.open_queue(1).unwrap();
+    // The rebalance copies about 2 MB/s in the background: a few MiB in.
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    rng.fill_bytes(&mut model);
+    for at in (0..cap).step_by(MIB as usize) {
+        q.write_at(at as u64, &model[at..(at + MIB as usize).min(cap)]).unwrap();
+    }
+    dev.flush().unwrap();
+    drop(q);
+    drop(dev);
+    srv.kill_and_release(&paths);
+    let st = spare_status(&all);
+    assert!(st["distributed_spares"][0]["rebalanced_to"].as_u64().is_some(), "killed before the rebalance ended: {st}");
+
+    let arr = array::open(&specs(&paths)).unwrap();
+    let back = arr.volume().read_at(0, cap).unwrap();
+    arr.release();
+    assert!(first_difference(&back, &model).is_none(), "after the kill, acknowledged writes read back wrong at {:?}", first_difference(&back, &model));
+    assert_contains(&uraid_ok(&with(&["rebuild"], &all)).stdout, &["rebuilt role 2"], "the resumed rebalance");
+    assert_eq!(check_mismatches(&all), 0);
+    let arr = array::open(&specs(&paths)).unwrap();
+    assert!(arr.volume().read_at(0, cap).unwrap() == model, "after the resumed rebalance");
+    arr.release();
 }

@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::meta::{read_superblock, Meta};
-use super::survival::{describe_volume, has_parity, is_redundant, level_tolerance, lost_volumes};
+use super::survival::{describe_volume, down_slots, has_parity, is_redundant, level_tolerance, lost_volumes};
 use super::{open_member, open_members, probe, Array, AssembleOptions};
 use crate::cache::journal::{Journal, JournalId};
 use crate::control::superblock::{self, fmt_uuid, DecodeError, Reshape, Slot, State, Superblock, VolumeEntry};
@@ -79,8 +79,8 @@ pub fn open_with(specs: &[MemberSpec], opts: &AssembleOptions) -> Result<Array> 
     let Placed { mut slots, devices, specs: dev_specs, stale } = place_members(members, &sbs, &member_specs, &auth, opts, &mut warnings)?;
     let n = auth.member_count as usize;
     let missing = mark_missing(&mut slots, &devices, n);
-    // A role a distributed spare holds in sync is not down.
-    let down: Vec<bool> = slots[..n].iter().map(|s| !(s.state == MemberState::Active || (s.state == MemberState::Spared && s.recovery_offset.is_none()))).collect();
+    // A role a distributed spare holds in sync (or rebalances) is not down.
+    let down = down_slots(&auth, &slots[..n]);
     let lost = lost_volumes(&auth, &down);
     if !lost.is_empty() {
         let msg = lost_message(&auth, &slots, &devices, &missing, &down, &lost);

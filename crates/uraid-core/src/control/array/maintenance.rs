@@ -226,6 +226,8 @@ impl Array {
             if self.health.state(role) != MemberState::Spared {
                 self.health.set_state(role, MemberState::Active);
             }
+            // A rebalance's end: its distributed spare is free again.
+            self.end_rebalance(role);
             self.persist()?;
             reports.push(report);
         }

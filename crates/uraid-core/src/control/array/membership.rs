@@ -435,7 +435,7 @@ impl Array {
             g.sb.slots[role as usize].resync_from_bitmap = returning;
         }
         self.rebuild_after_membership_change()?;
-        self.retire_spare(role);
+        self.hand_over(role);
         self.health.set_state(role, MemberState::Rebuilding);
         if let Some(b) = &self.bitmap {
             b.write_to(role)?;
@@ -641,7 +641,7 @@ impl Array {
         for &r in roles {
             self.check_role(r)?;
             self.lose_journals_on(r)?;
-            self.retire_spare(r);
+            self.hand_over(r);
             self.health.set_state(r, MemberState::Rebuilding);
         }
         if let Some(b) = &self.bitmap {

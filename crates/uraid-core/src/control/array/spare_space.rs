@@ -8,6 +8,10 @@
 //! `uraid rebuild`, assemble; served: the maintenance pass). The rebuild
 //! itself is `control::maint`'s (`draid_spare.rs` writes the spare
 //! chunks); the data path reads and writes a held role through the map.
+//! When a device takes a held role, the spare keeps holding it while the
+//! role is rebuilt onto the device by copying the spare chunks (the
+//! rebalance: the role is rebuilding, its record kept), and is freed at
+//! the end ([`Array::end_rebalance`]).
 //!
 //! Distributed spares are taken only when the array's one volume is
 //! declustered: a Matrix array's other volumes would need the role's own
@@ -30,6 +34,11 @@ pub struct SpareUse {
     /// Absolute member byte the rebuild into it reached; `None` when in
     /// sync.
     pub recovery_offset: Option<u64>,
+    /// While a device that took the role is rebuilt from the spare (the
+    /// rebalance): the absolute member byte it reached (below it the
+    /// role's bytes are on the device, from it on in the spare chunks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalanced_to: Option<u64>,
 }
 
 impl Array {
@@ -44,7 +53,8 @@ impl Array {
             let Some(d) = m.sb.volumes.first_mut().and_then(|v| v.draid.as_mut()) else { return };
             for k in 0..d.held.len() as u32 {
                 if let Some(r) = d.role_of(k) {
-                    if !one || r as usize >= n || self.health.state(r) != MemberState::Spared {
+                    // A role rebuilding keeps its spare: the rebalance.
+                    if !one || r as usize >= n || !matches!(self.health.state(r), MemberState::Spared | MemberState::Rebuilding) {
                         d.held[k as usize] = 0;
                     }
                 }
@@ -110,14 +120,37 @@ impl Array {
         Ok(taken)
     }
 
-    /// Ends the hold of a distributed spare on `role` when a device takes
-    /// the role (a replacement, a dedicated spare: the rebalance, which
-    /// rebuilds the role onto it): its spare chunks are free again. The
-    /// caller persists the change (with the role's new state).
+    /// A device takes `role` (a replacement, a dedicated spare), which
+    /// the caller then makes rebuilding: when a distributed spare holds the
+    /// role in sync, it keeps holding it during the rebuild onto the device
+    /// (the rebalance copies its spare chunks, and the volume stays
+    /// redundant: see [`Health::rebalancing`](crate::raid::health::Health::rebalancing));
+    /// otherwise the spare (its rebuild unfinished) is freed at once and the
+    /// device is rebuilt from the others.
+    pub(super) fn hand_over(&mut self, role: u32) {
+        let in_sync = self.health.state(role) == MemberState::Spared && self.health.recovery(role) == u64::MAX;
+        if !in_sync {
+            self.retire_spare(role);
+        }
+    }
+
+    /// Frees the distributed spare of `role` once the rebalance onto its
+    /// device ended (the role is active): called after each rebuild; the
+    /// caller persists.
+    pub(super) fn end_rebalance(&mut self, role: u32) {
+        if self.health.state(role) == MemberState::Active && self.health.spare_map().is_some_and(|sm| sm.spare_of(role).is_some()) {
+            self.retire_spare(role);
+        }
+    }
+
+    /// Ends the hold of a distributed spare on `role`: its spare chunks
+    /// are free again. The caller persists the change (with the role's
+    /// new state).
     pub(super) fn retire_spare(&mut self, role: u32) {
         if let Some(sm) = self.health.spare_map() {
             sm.set(role, None);
         }
+        self.health.note_spared();
         let mut m = self.meta();
         if let Some(d) = m.sb.volumes.first_mut().and_then(|v| v.draid.as_mut()) {
             if let Some(k) = d.spare_of(role) {
@@ -151,7 +184,10 @@ pub(super) fn spare_uses(health: &crate::raid::health::Health) -> Vec<SpareUse> 
         .filter_map(|k| {
             let role = sm.role_of(k)?;
             let rec = health.recovery(role);
-            Some(SpareUse { spare: k, role, recovery_offset: (rec != u64::MAX).then_some(rec) })
+            if health.rebalancing(role) {
+                return Some(SpareUse { spare: k, role, recovery_offset: None, rebalanced_to: Some(rec) });
+            }
+            Some(SpareUse { spare: k, role, recovery_offset: (rec != u64::MAX).then_some(rec), rebalanced_to: None })
         })
         .collect()
 }

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::meta::Meta;
-use super::survival::{down_roles, is_redundant, level_tolerance, volume_survives};
+use super::survival::{down_roles, down_slots, is_redundant, level_tolerance, volume_survives};
 use super::{Array, Released, JOURNAL_LOST_WARNING, WRITEBACK_WARNING};
 use crate::control::superblock::{self, fmt_uuid, State, Superblock, VolumeEntry};
 use crate::raid::bitmap::Bitmap;
@@ -176,8 +176,7 @@ pub(super) fn volume_status(
 pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> ArrayStatus {
     let n = sb.member_count as usize;
     let roles = &sb.slots[..n.min(sb.slots.len())];
-    let down: Vec<bool> =
-        roles.iter().map(|s| !(s.state == MemberState::Active || (s.state == MemberState::Spared && s.recovery_offset.is_none()))).collect();
+    let down = down_slots(sb, roles);
     let rebuilding: Vec<u64> = roles
         .iter()
         .filter(|s| s.state == MemberState::Rebuilding || (s.state == MemberState::Spared && s.recovery_offset.is_some()))
@@ -231,8 +230,12 @@ pub fn recorded_status(sb: &Superblock, devices: &[(String, [u8; 16])]) -> Array
                 (0..d.spares)
                     .filter_map(|k| {
                         let role = d.role_of(k)?;
-                        let rec = roles.get(role as usize)?.recovery_offset;
-                        Some(super::SpareUse { spare: k, role, recovery_offset: rec })
+                        let slot = roles.get(role as usize)?;
+                        // A rebuilding role keeps its spare: the rebalance.
+                        Some(match slot.state {
+                            MemberState::Rebuilding => super::SpareUse { spare: k, role, recovery_offset: None, rebalanced_to: Some(slot.recovery_offset.unwrap_or(0)) },
+                            _ => super::SpareUse { spare: k, role, recovery_offset: slot.recovery_offset, rebalanced_to: None },
+                        })
                     })
                     .collect()
             })

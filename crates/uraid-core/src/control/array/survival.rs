@@ -2,18 +2,37 @@
 //! volume survives them (the level's rule, through [`Geometry::survival`]),
 //! and the level facts the control path names in its messages.
 
-use crate::control::superblock::{Superblock, VolumeEntry};
+use crate::control::superblock::{Slot, Superblock, VolumeEntry};
 use crate::raid::geometry::{Geometry, Level};
 use crate::raid::health::{Health, MemberState};
 
 /// Roles that do not hold valid data everywhere (faulty, missing,
 /// rebuilding, spare), as a flag per role.
 pub(super) fn down_roles(health: &Health) -> Vec<bool> {
-    // A role a distributed spare holds in sync is not down.
+    // A role a distributed spare holds in sync is not down, nor one being
+    // rebalanced onto a device (the spare holds what the device lacks).
     (0..health.members() as u32)
         .map(|r| match health.state(r) {
             MemberState::Active => false,
             MemberState::Spared => health.recovery(r) != u64::MAX,
+            MemberState::Rebuilding => !health.rebalancing(r),
+            _ => true,
+        })
+        .collect()
+}
+
+/// [`down_roles`] as superblock `sb` records them (its slots `slots`,
+/// one per role): a role rebuilding while its volume's entry records a
+/// distributed spare holding it is being rebalanced, and not down.
+pub(super) fn down_slots(sb: &Superblock, slots: &[Slot]) -> Vec<bool> {
+    let draid = sb.volumes.first().and_then(|v| v.draid);
+    slots
+        .iter()
+        .enumerate()
+        .map(|(r, s)| match s.state {
+            MemberState::Active => false,
+            MemberState::Spared => s.recovery_offset.is_some(),
+            MemberState::Rebuilding => draid.is_none_or(|d| d.spare_of(r as u32).is_none()),
             _ => true,
         })
         .collect()

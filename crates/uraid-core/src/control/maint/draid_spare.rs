@@ -41,18 +41,21 @@ impl<'a> Target<'a> {
 
     /// The runs of `[start, start + len)` of `role` by the member that
     /// holds them: (member, offset, len), one per chunk row in the spare
-    /// map's volume. Rows whose spare chunk is on a member that is not in
-    /// service (the role itself, or another lost one) are left out: they
-    /// stay degraded.
+    /// map's volume; a row whose spare chunk is on a member whose role
+    /// another spare holds goes where that role keeps its row
+    /// ([`Health::physical`]). Rows that land on no member in service are
+    /// left out: they stay degraded.
     fn runs(sm: &SpareMap, health: &Health, role: u32, start: u64, len: u64) -> Vec<(u32, u64, u64)> {
         let mut runs = Vec::new();
         let (mut at, end) = (start, start + len);
         while at < end {
             let stop = sm.row_end(at).min(end);
-            if let Some(x) = sm.holder(role, at) {
-                if x != role && matches!(health.state(x), MemberState::Active | MemberState::Rebuilding) {
-                    runs.push((x, at, stop - at));
-                }
+            // Where the row lives (the spare chunk, or where the role held
+            // in the spare chunk's member keeps its row: draid6's second
+            // spare).
+            let x = health.physical(role, at);
+            if x != role && matches!(health.state(x), MemberState::Active | MemberState::Rebuilding) {
+                runs.push((x, at, stop - at));
             }
             at = stop;
         }
@@ -127,4 +130,14 @@ impl<'a> Target<'a> {
             }
         }
     }
+}
+
+/// Whose chunk rebuild target `target`'s chunk in member row `r` holds:
+/// its own, or, when that chunk is a spare chunk of a distributed spare
+/// holding another role, that role's (rebuilt from that role's stripe:
+/// the target's device, or where it lives now, keeps the held role's row).
+pub(super) fn content_of(health: &Health, target: u32, r: u64) -> u32 {
+    let Some(sm) = health.spare_map() else { return target };
+    let d = sm.draid();
+    (0..d.spares()).find(|&k| d.spare(r, k) == target).and_then(|k| sm.role_of(k)).filter(|&x| x != target).unwrap_or(target)
 }

@@ -100,6 +100,18 @@ const BATCH_BYTES: u64 = 4 << 20;
 pub const MAX_BATCH_STRIPES: u64 = 1024;
 /// Rebuild progress between two checkpoints, in member bytes.
 pub const CHECKPOINT_BYTES: u64 = 64 << 20;
+
+/// Bytes of rebuild progress between two checkpoints:
+/// [`CHECKPOINT_BYTES`], or with the `failpoints` feature the
+/// `URAID_FAILPOINT_CHECKPOINT_BYTES` variable's positive number (end-to-end
+/// tests of a kill -9 mid-rebuild on members of a few MiB).
+fn checkpoint_bytes() -> u64 {
+    #[cfg(feature = "failpoints")]
+    if let Some(n) = std::env::var("URAID_FAILPOINT_CHECKPOINT_BYTES").ok().and_then(|v| v.parse::<u64>().ok()).filter(|&n| n > 0) {
+        return n;
+    }
+    CHECKPOINT_BYTES
+}
 /// Most mismatch locations a [`CheckReport`] lists.
 pub const MAX_LOCATIONS: usize = 1000;
 
@@ -231,7 +243,7 @@ fn lost_error(vol_index: usize, l: &Layout, target: u32, at: u64, why: &str) -> 
 /// Reads what the reconstruction of `target`'s chunks in member rows
 /// `[ra, rb)` of a volume needs from the other members, each into its own
 /// buffer in `bufs` (one thread per member), and returns the reads made
-/// (see [`plan_sources`]). A member whose read fails is failed in the
+/// and how each row is found (see [`plan_sources`]). A member whose read fails is failed in the
 /// health and the batch is planned again without it. Errors: `Io` when
 /// too few readable members are left (see [`lost_error`]), or the health
 /// hook's error.
@@ -244,19 +256,19 @@ fn read_sources(
     ra: u64,
     rb: u64,
     bufs: &mut [IoBuf],
-) -> Result<Vec<Read>> {
+) -> Result<(Vec<Read>, Vec<RowSource>)> {
     let health = vol.raid().health();
     let base = vol.raid().data_offset();
     loop {
         let at = |why: &str| lost_error(vol_index, l, target, base + ra * l.chunk(), why);
-        let reads = plan_sources(health, l, base, target, ra, rb).map_err(|e| at(&e))?;
+        let (reads, rows) = plan_sources(health, l, base, target, ra, rb).map_err(|e| at(&e))?;
         for r in &reads {
             let cap = bufs[r.into].len();
             assert!(r.at + r.len <= cap, "{} reads {} bytes of member {} for a buffer of {cap}: straddle_rows too small", l.level(), r.len, r.member);
         }
         let errors = read_all(vol.raid().members(), health, &reads, bufs);
         if errors.is_empty() {
-            return Ok(reads);
+            return Ok((reads, rows));
         }
         fail_all(health, errors)?;
     }
@@ -268,17 +280,30 @@ fn read_sources(
 /// or every other readable chunk of the stripe; one read per run of
 /// adjacent chunks a member gives (one for a RAID 5 batch; a declustered
 /// volume reads only the chunks of the groups the target is in), each into
-/// the member's buffer at its place from the member's first chunk on. The
+/// the member's buffer at its place from the member's first chunk on;
+/// and per row how [`reconstruct`] finds it ([`RowSource`]: a rebalanced
+/// role's row is copied from its spare chunk where that can be read, see
+/// [`copy_from`]; a row whose chunk is a spare chunk holding another role
+/// is that role's, see [`content_of`](draid_spare::content_of)). The
 /// error says why some row cannot be
 /// rebuilt (no copy readable, more chunks of a stripe lost than it has
 /// parity for, no redundancy).
-fn plan_sources(health: &Health, l: &Layout, base: u64, target: u32, ra: u64, rb: u64) -> std::result::Result<Vec<Read>, String> {
+fn plan_sources(health: &Health, l: &Layout, base: u64, target: u32, ra: u64, rb: u64) -> std::result::Result<(Vec<Read>, Vec<RowSource>), String> {
     let chunk = l.chunk();
     let readable = |p: Place| health.readable(p.member, base + p.member_offset, chunk);
     let mut given: Vec<Vec<u64>> = vec![Vec::new(); l.members()];
     let mut take = |p: Place| given[p.member as usize].push(p.member_offset);
+    let rebalance = rebalanced(health, target);
+    let mut rows = Vec::with_capacity((rb - ra) as usize);
     for r in ra..rb {
-        match l.recover(target, r) {
+        if let Some(x) = rebalance.and_then(|sm| copy_from(sm, health, target, base, r, chunk)) {
+            take(Place { member: x, member_offset: r * chunk });
+            rows.push(RowSource::Copy(x));
+            continue;
+        }
+        let whose = draid_spare::content_of(health, target, r);
+        rows.push(RowSource::Recover(whose));
+        match l.recover(whose, r) {
             Recover::Zero => {}
             Recover::Copy { from, lost } => match from.iter().find(|&p| p != lost && p.member != target && readable(p)) {
                 Some(p) => take(p),
@@ -315,7 +340,35 @@ fn plan_sources(health: &Health, l: &Layout, base: u64, target: u32, ra: u64, rb
         }
         reads.push(Read { member: m as u32, offset: base + run.0, len: (run.1 - run.0) as usize, into: m, at: (run.0 - first) as usize });
     }
-    Ok(reads)
+    Ok((reads, rows))
+}
+
+/// How a rebuild finds its target's chunk of one member row (planned by
+/// [`plan_sources`], followed by [`reconstruct`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RowSource {
+    /// As the level recovers this role's chunk of the row
+    /// ([`Layout::recover`]): the target's own, or the role a distributed
+    /// spare holds in the target's spare chunk of the row.
+    Recover(u32),
+    /// Copied from the spare chunk on this member (a rebalance).
+    Copy(u32),
+}
+
+/// The spare map when `target` is being rebalanced (rebuilt onto its
+/// device while a distributed spare still holds it): its rows are copied
+/// from their spare chunks where those can be read.
+fn rebalanced(health: &Health, target: u32) -> Option<&crate::raid::spare::SpareMap> {
+    health.spare_map().map(|sm| &**sm).filter(|_| health.rebalancing(target))
+}
+
+/// The member whose spare chunk of member row `r` holds rebalanced role
+/// `target`'s chunk and can be read (the member is active: a member
+/// rebuilt since holds no copy there), for a copy instead of a
+/// reconstruction; `None`: reconstruct the row.
+fn copy_from(sm: &crate::raid::spare::SpareMap, health: &Health, target: u32, base: u64, r: u64, chunk: u64) -> Option<u32> {
+    let x = sm.holder(target, base + r * chunk)?;
+    (x != target && health.state(x) == crate::raid::health::MemberState::Active).then_some(x)
 }
 
 /// Computes `target`'s chunks in member rows `[ra, rb)` into
@@ -323,9 +376,20 @@ fn plan_sources(health: &Health, l: &Layout, base: u64, target: u32, ra: u64, rb
 /// (see [`read_sources`]), as the level says ([`Layout::recover`]): a
 /// copy, zeros, or the stripe's parity arithmetic over the chunks read
 /// (a chunk not read is recomputed too, into scratch). `base` is the
-/// volume's data offset.
+/// volume's data offset. Each row as `rows` (one per row) says: a copy
+/// of the spare chunk read, or the level's recovery of that role's chunk.
 #[allow(clippy::too_many_arguments)]
-fn reconstruct(l: &Layout, base: u64, target: u32, ra: u64, rb: u64, reads: &[Read], bufs: &mut [IoBuf], kernel: Kernel) {
+fn reconstruct(
+    l: &Layout,
+    base: u64,
+    target: u32,
+    ra: u64,
+    rb: u64,
+    reads: &[Read],
+    rows: &[RowSource],
+    bufs: &mut [IoBuf],
+    kernel: Kernel,
+) {
     let chunk = l.chunk();
     let c = chunk as usize;
     let t = target as usize;
@@ -338,7 +402,16 @@ fn reconstruct(l: &Layout, base: u64, target: u32, ra: u64, rb: u64, reads: &[Re
     let mut scratch = IoBuf::new(c * l.level().parity_chunks().max(1));
     for r in ra..rb {
         let o = ((r - ra) * chunk) as usize;
-        match l.recover(target, r) {
+        let whose = match rows[(r - ra) as usize] {
+            RowSource::Copy(x) => {
+                let (b, at) = read_at(Place { member: x, member_offset: r * chunk }).expect("the spare chunk was read");
+                let (dst, src) = pair(bufs, t, b);
+                dst[o..o + c].copy_from_slice(&src[at..at + c]);
+                continue;
+            }
+            RowSource::Recover(whose) => whose,
+        };
+        match l.recover(whose, r) {
             // `Lost` was refused by the planning.
             Recover::Zero | Recover::Lost => bufs[t][o..o + c].fill(0),
             Recover::Copy { from, lost } => {

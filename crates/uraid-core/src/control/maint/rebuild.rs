@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 
-use super::{batch_rows, pace, read_sources, reconstruct, RebuildOptions, RebuildReport, CHECKPOINT_BYTES};
+use super::{batch_rows, checkpoint_bytes, pace, read_sources, reconstruct, RebuildOptions, RebuildReport, RowSource};
 use super::draid_spare::Target;
 use crate::raid::access::{lock_stripes, Read};
 use crate::raid::health::{Health, MemberState};
@@ -25,7 +25,7 @@ pub(super) struct ReadBatch<'v> {
     rows: Range<u64>,
     /// The sources read into `bufs`, or `None` for a never-written batch
     /// (to be zeroed).
-    read: Option<(Vec<Read>, Vec<IoBuf>)>,
+    read: Option<(Vec<Read>, Vec<RowSource>, Vec<IoBuf>)>,
     /// Already in sync (a resync from the bitmap): nothing to write.
     keep: bool,
     guards: Vec<StripeGuard<'v>>,
@@ -56,7 +56,14 @@ pub(super) struct Job<'v> {
 /// may be anything; their first write zeroes them on every member), and
 /// without one (older arrays) they are zeroed (zeros on every member); with
 /// [`RebuildOptions::only_dirty`] only the bitmap's dirty regions are
-/// reconstructed and the rest is left as it is. RAID 0 volumes cannot
+/// reconstructed and the rest is left as it is. A role a distributed
+/// spare still holds (the rebalance: a device took the role over, see
+/// [`Health::rebalancing`](crate::raid::health::Health::rebalancing)) is
+/// copied row by row from its spare chunks instead, and reconstructed
+/// only in the rows whose spare chunk's member is not active; the data
+/// path reads and writes its bytes at and above the recovery offset in
+/// the spare chunks until the end, when the caller frees the spare.
+/// RAID 0 volumes cannot
 /// be rebuilt and are listed as lost. `progress(done, total)` is called
 /// after every batch with member bytes. At the end the member is synced, the
 /// checkpoint is called with the end of the last volume, and the member is
@@ -98,7 +105,12 @@ pub fn rebuild(
         let (set_tx, set_rx) = mpsc::channel::<Vec<IoBuf>>();
         let (out_tx, out_rx) = mpsc::channel::<IoBuf>();
         let skip_dead = first.raid().bitmap().is_some_and(|b| b.live_map());
-        let writer = Writer { target: &target, health: &health, member, opts, counts: &counts, done: &done, skip_dead };
+        // A rebalance checkpoints every batch, under its locks: the data
+        // path writes the role's rows below the recovery offset to the
+        // device only, so after a crash the recorded offset must cover
+        // every row written there (its spare chunks did not get them).
+        let every = if health.rebalancing(member) { 1 } else { checkpoint_bytes() };
+        let writer = Writer { target: &target, health: &health, member, opts, counts: &counts, done: &done, skip_dead, every };
         let writer = s.spawn(move || writer.run(job_rx, out_tx));
         let computer = s.spawn(move || compute(read_rx, job_tx, set_tx, out_rx, member, cap, kernel));
         let mut reader = Reader { vols, member, opts, t0, start, sent_bytes: 0, sets: Vec::new(), set_rx };
@@ -187,6 +199,8 @@ struct Writer<'a> {
     done: &'a AtomicU64,
     /// The array has a live-data map: regions not live get no write.
     skip_dead: bool,
+    /// Bytes of progress between two checkpoints (1: after every batch).
+    every: u64,
 }
 
 impl Writer<'_> {
@@ -213,20 +227,23 @@ impl Writer<'_> {
             count.fetch_add(len, Ordering::Relaxed);
             debug_assert!(self.health.recovery(self.member) <= job.range.end, "the recovery offset moves back");
             self.health.set_recovery(self.member, job.range.end);
-            drop(job.guards);
             self.done.fetch_add(len, Ordering::Relaxed);
             since += len;
-            if since >= CHECKPOINT_BYTES {
+            if since >= self.every {
                 since = 0;
                 self.target.sync(self.health, self.member)?;
                 (self.opts.checkpoint)(job.range.end)?;
             }
+            // Released after the checkpoint: a rebalanced role's writes
+            // past it go to its device only once the superblocks say so.
+            drop(job.guards);
         }
         Ok(())
     }
 }
 
-/// Stage 2 of a rebuild: reconstructs; hands the source buffers back to
+/// Stage 2 of a rebuild: reconstructs (or copies a rebalanced role's
+/// rows read from their spare chunks); hands the source buffers back to
 /// stage 1 and the member's bytes to stage 3.
 fn compute<'v>(
     read_rx: Receiver<ReadBatch<'v>>,
@@ -240,8 +257,8 @@ fn compute<'v>(
     for b in read_rx {
         let (ra, rb) = (b.rows.start, b.rows.end);
         let range = b.base + ra * b.l.chunk()..b.base + rb * b.l.chunk();
-        let data = b.read.map(|(reads, mut bufs)| {
-            reconstruct(b.l, b.base, member, ra, rb, &reads, &mut bufs, kernel);
+        let data = b.read.map(|(reads, rows, mut bufs)| {
+            reconstruct(b.l, b.base, member, ra, rb, &reads, &rows, &mut bufs, kernel);
             let fresh = out_rx.try_recv().unwrap_or_else(|_| IoBuf::new(cap));
             let out = std::mem::replace(&mut bufs[member as usize], fresh);
             let _ = set_tx.send(bufs);
@@ -329,9 +346,9 @@ impl<'a> Reader<'a> {
             let Some(mut bufs) = self.sets.pop().or_else(|| self.set_rx.recv().ok()) else {
                 return Ok(None);
             };
-            let reads = read_sources(vol, vi, l, self.member, row, rb, &mut bufs)?;
+            let (reads, rows) = read_sources(vol, vi, l, self.member, row, rb, &mut bufs)?;
             self.sent_bytes += range.end - range.start;
-            Some((reads, bufs))
+            Some((reads, rows, bufs))
         } else {
             None
         };

@@ -1,8 +1,11 @@
 //! The data path's side of distributed spare space (issue 33): member
 //! pieces planned for a role that a distributed spare holds
-//! ([`Spared`](crate::raid::health::MemberState::Spared)) go to the spare
-//! chunk of their row, on the member [`SpareMap::holder`] names, at the
-//! same member offset. Run only when
+//! ([`Spared`](crate::raid::health::MemberState::Spared), or being
+//! rebalanced at and above its recovery offset: see
+//! [`Health::spare_home`](crate::raid::health::Health::spare_home)) go
+//! to the spare chunk of their row, on the member
+//! [`SpareMap::holder`](crate::raid::spare::SpareMap::holder) names, at
+//! the same member offset. Run only when
 //! [`Health::spared`](crate::raid::health::Health::spared) is set: once per
 //! request (after planning it) and once per stripe operation phase, so a
 //! volume with no role held pays one flag test per request.
@@ -10,13 +13,12 @@
 use super::super::slot::Slot;
 use super::RaidQueue;
 use crate::io::request::Op;
-use crate::raid::health::{Health, MemberState};
-use crate::raid::spare::SpareMap;
 
 impl RaidQueue {
-    /// Sends slot `si`'s pieces on spared roles to the spare chunks'
+    /// Sends slot `si`'s pieces on held roles to the spare chunks'
     /// members, splitting a piece that spans two chunk rows (a read merged
-    /// across rows: each row's spare chunk is on another member).
+    /// across rows: each row's spare chunk is on another member, and a
+    /// rebalanced role's recovery offset is at a row's end).
     #[cold]
     pub(super) fn remap_slot(&mut self, si: usize) {
         let health = self.vol.health().clone();
@@ -25,37 +27,34 @@ impl RaidQueue {
         let mut pi = 0;
         while pi < slot.npieces {
             let p = &slot.pieces[pi];
-            if p.op != Op::Flush && health.state(p.member) == MemberState::Spared {
+            if p.op != Op::Flush && health.held(p.member) {
                 let end = sm.row_end(p.offset);
                 if p.offset + p.len as u64 > end {
                     split_piece(slot, pi, (end - p.offset) as usize);
                 }
                 let p = &mut slot.pieces[pi];
-                p.member = physical(&health, sm, p.member, p.offset);
+                p.member = health.physical(p.member, p.offset);
             }
             pi += 1;
         }
     }
 
-    /// Sends stripe operation `idx`'s pieces on spared roles to the spare
-    /// chunks' members (a stripe operation's pieces are in one row).
+    /// Sends stripe operation `idx`'s pieces on held roles to the spare
+    /// chunks' members (a stripe operation's pieces are in one row; it
+    /// holds its stripe's lock, so a rebalance's recovery offset does not
+    /// cross that row until it is done).
     #[cold]
     pub(super) fn remap_sop(&mut self, idx: usize) {
         let health = self.vol.health().clone();
         let Some(sm) = health.spare_map() else { return };
         let sop = &mut self.raid.sops[idx];
         for p in sop.pieces[..sop.npieces].iter_mut() {
-            if health.state(p.member) == MemberState::Spared {
+            if health.held(p.member) {
                 debug_assert!(p.len == 0 || p.offset + p.len as u64 <= sm.row_end(p.offset), "a stripe piece spans two rows");
-                p.member = physical(&health, sm, p.member, p.offset);
+                p.member = health.physical(p.member, p.offset);
             }
         }
     }
-}
-
-/// The member that holds spared role `m`'s byte at absolute `abs`.
-fn physical(_health: &Health, sm: &SpareMap, m: u32, abs: u64) -> u32 {
-    sm.holder(m, abs).unwrap_or(m)
 }
 
 /// Splits piece `pi` of `slot` at byte `at` (0 < at < len): the piece
