@@ -166,11 +166,11 @@ fn run(level: Level, n: usize, chunk: u64, s: u64) -> (usize, u64) {
     let opts = RebuildOptions { rate: None, checkpoint: &checkpoint, only_dirty: false };
     // 3. The power goes after the batch that brings the rebuild past a
     // random point of the member (progress reports the member bytes done
-    // after each batch read; the writes lag behind): past the first
-    // checkpoint (64 MiB) most times.
-    let cut_past = rng.random_range(MEMBER_DATA / 2..MEMBER_DATA * 7 / 8);
+    // after each batch read; the writes lag behind), 70 to 98 MiB: past
+    // the first checkpoint (64 MiB) most times.
+    let cut_past = rng.random_range(MEMBER_DATA * 5 / 8..MEMBER_DATA * 7 / 8);
     let mut lost = 0;
-    let _ = rebuild(&[v.clone()], role, &opts, &mut |done, _| {
+    let _ = rebuild(std::slice::from_ref(&v), role, &opts, &mut |done, _| {
         if done >= cut_past && !cut.swap(true, Ordering::AcqRel) {
             for (i, (f, m)) in plans.iter().zip(members.iter()).enumerate() {
                 lost += f.power_cut(m, s.wrapping_add(i as u64 * 7919)).unwrap();
@@ -201,7 +201,7 @@ fn run(level: Level, n: usize, chunk: u64, s: u64) -> (usize, u64) {
     };
     let opts = RebuildOptions { rate: None, checkpoint: &record, only_dirty: false };
     assert_ne!(cp, u64::MAX, "{what}: the rebuild ended before the power cut");
-    rebuild(&[v.clone()], role, &opts, &mut |_, _| {}).unwrap_or_else(|e| panic!("{what}: the resumed rebuild failed: {e}"));
+    rebuild(std::slice::from_ref(&v), role, &opts, &mut |_, _| {}).unwrap_or_else(|e| panic!("{what}: the resumed rebuild failed: {e}"));
     assert_eq!(done.load(Ordering::Acquire), u64::MAX, "{what}: the resumed rebuild did not report the role in sync");
     model.check(&v, &format!("{what}: after the resumed rebuild of role {role}"));
     let second = (role + 1 + rng.random_range(0..n as u32 - 1)) % n as u32;
@@ -218,7 +218,7 @@ fn a_power_cut_during_a_rebuild_into_the_distributed_spare_loses_nothing() {
     let base = seed();
     eprintln!("seed {base} (URAID_SEED={base} replays it)");
     let (mut lost, mut resumed) = (0, 0);
-    for i in 0..3u64 {
+    for i in 0..2u64 {
         let s = base.wrapping_add(i * 1_000_003);
         for (level, n, chunk) in [(Level::Draid5, 8, 64u64 << 10), (Level::Draid6, 9, 32 << 10)] {
             let (l, cp) = run(level, n, chunk, s);
