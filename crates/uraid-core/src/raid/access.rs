@@ -9,7 +9,8 @@
 use std::ops::Range;
 
 use crate::io::buf::IoBuf;
-use crate::io::member::{now_ns, Member};
+use crate::io::member::{now_ns, Member, Verdict};
+use crate::io::request::Op;
 use crate::raid::bitmap::sleep_until;
 use crate::raid::health::Health;
 use crate::raid::locks::StripeGuard;
@@ -32,13 +33,30 @@ pub(crate) fn throttled<T>(m: &Member, write: bool, bytes: u64, f: impl FnOnce()
     r
 }
 
+/// The member's filters' verdict (fault injection) on a maintenance I/O,
+/// which is not durable until [`sync`]: `Err` for a failed one, else how
+/// many bytes of it to do (all of `len`, or the first part of a torn
+/// write, which then fails).
+fn filtered(m: &Member, op: Op, offset: u64, len: u64) -> std::result::Result<u64, i32> {
+    match m.filter_verdict(op, offset, len, false) {
+        Verdict::Pass => Ok(len),
+        Verdict::Fail(errno) => Err(errno),
+        Verdict::Tear(n) => Ok(n as u64),
+    }
+}
+
 /// Writes `buf` at absolute `offset` of `m` (not synced).
 pub(crate) fn write_member(m: &Member, buf: &[u8], offset: u64) -> Result<()> {
     use std::os::unix::fs::FileExt;
+    let what = || format!("cannot write {} bytes at offset {offset} of", buf.len());
     throttled(m, true, buf.len() as u64, || {
-        m.file().write_all_at(buf, offset).map_err(|e| {
-            Error::io(&format!("cannot write {} bytes at offset {offset} of", buf.len()), std::path::Path::new(m.name()), e)
-        })
+        let n = filtered(m, Op::Write, offset, buf.len() as u64)
+            .map_err(|errno| Error::io(&what(), std::path::Path::new(m.name()), std::io::Error::from_raw_os_error(errno)))?;
+        m.file().write_all_at(&buf[..n as usize], offset).map_err(|e| Error::io(&what(), std::path::Path::new(m.name()), e))?;
+        if n < buf.len() as u64 {
+            return Err(Error::io(&what(), std::path::Path::new(m.name()), std::io::Error::from_raw_os_error(libc::EIO)));
+        }
+        Ok(())
     })
 }
 
@@ -48,9 +66,19 @@ pub(crate) fn write_member(m: &Member, buf: &[u8], offset: u64) -> Result<()> {
 pub(crate) fn zero_member(m: &Member, offset: u64, len: u64) -> Result<()> {
     use std::os::fd::AsRawFd;
     let fd = m.file().as_raw_fd();
-    for mode in [libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE] {
+    let refused = match filtered(m, Op::WriteZeroes { no_hole: false }, offset, len) {
+        Ok(n) if n == len => false,
+        // Not supported: zeros are written instead, as below.
+        Err(libc::EOPNOTSUPP) => true,
+        r => {
+            let e = std::io::Error::from_raw_os_error(r.err().unwrap_or(libc::EIO));
+            return Err(Error::io(&format!("cannot zero {len} bytes at offset {offset} of"), std::path::Path::new(m.name()), e));
+        }
+    };
+    let modes = [libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE];
+    for mode in if refused { &modes[..0] } else { &modes[..] } {
         // SAFETY: fallocate on a valid open descriptor with plain integers.
-        let r = unsafe { libc::fallocate(fd, mode, offset as libc::off_t, len as libc::off_t) };
+        let r = unsafe { libc::fallocate(fd, *mode, offset as libc::off_t, len as libc::off_t) };
         if r == 0 {
             return Ok(());
         }
@@ -169,7 +197,11 @@ pub(crate) fn fail_all(health: &Health, errors: Vec<(u32, Error)>) -> Result<()>
 
 /// fdatasyncs the rebuilt member; on failure fails it.
 pub(crate) fn sync(target: &Member, health: &Health, member: u32) -> Result<()> {
-    if let Err(e) = target.file().sync_data() {
+    let r = match filtered(target, Op::Flush, 0, 0) {
+        Ok(_) => target.file().sync_data(),
+        Err(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+    };
+    if let Err(e) = r {
         health.fail(member)?;
         return Err(Error::io("cannot flush", std::path::Path::new(target.name()), e));
     }
