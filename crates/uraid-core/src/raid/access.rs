@@ -148,9 +148,10 @@ fn read_spared(members: &[Member], health: &Health, r: &Read, buf: &mut IoBuf) -
         let m = &members[x as usize];
         let o = (at - r.offset) as usize;
         let len = (stop - at) as usize;
-        if sm.holder(r.member, at) == Some(r.member) {
-            // The row's spare chunk is the role's own place: it holds no
-            // data or parity there (a whole-row read, as check's, gets zeros).
+        if sm.holds_nothing(r.member, at) {
+            // The role's place in this row is a spare chunk or unused: it
+            // holds no data or parity there (a whole-row read, as check's,
+            // gets zeros).
             buf[r.at + o..r.at + o + len].fill(0);
             at = stop;
             continue;
@@ -176,8 +177,8 @@ pub(crate) fn write_role(members: &[Member], health: &Health, role: u32, buf: &[
         let stop = sm.row_end(at).min(end);
         let x = health.physical(role, at);
         let o = (at - offset) as usize;
-        if sm.holder(role, at) == Some(role) {
-            at = stop; // the role's own place is this row's spare chunk: nothing of it to keep
+        if sm.holds_nothing(role, at) {
+            at = stop; // the role's place in this row is a spare chunk or unused: nothing to keep
             continue;
         }
         write_member(&members[x as usize], &buf[o..o + (stop - at) as usize], at).map_err(|e| (x, e))?;

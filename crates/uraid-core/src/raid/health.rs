@@ -231,9 +231,9 @@ impl Health {
                 true => (self.home_once(x, at).unwrap_or(x), self.state(x) != MemberState::Spared || stop <= self.recovery(x)),
                 false => (x, true),
             };
-            // x == m: the row's spare chunk is the role's own place; the
-            // role holds no data or parity in this row, nothing to read.
-            let ok = x == m
+            // The role's place in this row is a spare chunk or unused: it
+            // holds no data or parity there, nothing to read.
+            let ok = sm.holds_nothing(m, at)
                 || hop_ok
                 && y != m
                 && match self.state(y) {

@@ -94,6 +94,18 @@ impl SpareMap {
         Some(self.map.spare((abs - self.base) / self.chunk, k))
     }
 
+    /// True when `role` holds no data or parity chunk in the chunk row of
+    /// absolute member offset `abs` (its place there is a spare chunk or
+    /// unused): a whole-row read of it there has nothing to find, a write
+    /// nothing to keep. False outside the volume.
+    pub fn holds_nothing(&self, role: u32, abs: u64) -> bool {
+        if abs < self.base || abs >= self.end {
+            return false;
+        }
+        let row = (abs - self.base) / self.chunk;
+        self.map.position(row, role) >= self.map.per_row() * self.map.width()
+    }
+
     /// The absolute member byte where the chunk row holding `abs` ends.
     #[inline]
     pub fn row_end(&self, abs: u64) -> u64 {
