@@ -223,18 +223,18 @@ impl Faults {
 
     /// The verdict on `op` of `len` bytes at absolute byte `offset`.
     pub fn intercept(&self, op: Op, offset: u64, len: u64) -> Verdict {
-        if op == Op::Flush {
-            self.flushes.fetch_add(1, Ordering::AcqRel);
-            if self.is_volatile() {
-                self.flushed();
-            }
-        }
-        if !self.armed.load(Ordering::Acquire) {
-            return Verdict::Pass;
-        }
-        let v = self.verdict(op, offset, len);
+        let v = if self.armed.load(Ordering::Acquire) { self.verdict(op, offset, len) } else { Verdict::Pass };
         if v != Verdict::Pass {
             self.injected.fetch_add(1, Ordering::AcqRel);
+        }
+        if op == Op::Flush {
+            self.flushes.fetch_add(1, Ordering::AcqRel);
+            // Only a flush that goes through makes the writes before it
+            // durable; one that fails (a vanished drive) leaves them at
+            // the power cut's mercy.
+            if self.is_volatile() && v == Verdict::Pass {
+                self.flushed();
+            }
         }
         v
     }
@@ -428,6 +428,19 @@ pub fn failpoints(m: &mut Member) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_flush_that_goes_through_makes_writes_durable() {
+        let f = Faults::new();
+        f.volatile_cache();
+        f.log_write(0, vec![0; 4096]);
+        assert_eq!(f.intercept(Op::Flush, 0, 0), Verdict::Pass);
+        assert_eq!(f.unflushed(), 0, "a flush that went through");
+        f.log_write(4096, vec![0; 4096]);
+        f.vanish();
+        assert_eq!(f.intercept(Op::Flush, 0, 0), Verdict::Fail(libc::ENXIO));
+        assert_eq!(f.unflushed(), 1, "a failed flush made a write durable");
+    }
 
     #[test]
     fn verdicts() {
