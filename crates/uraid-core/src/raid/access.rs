@@ -144,8 +144,6 @@ fn read_spared(members: &[Member], health: &Health, r: &Read, buf: &mut IoBuf) -
     let (mut at, end) = (r.offset, r.offset + r.len as u64);
     while at < end {
         let stop = sm.row_end(at).min(end);
-        let x = health.physical(r.member, at);
-        let m = &members[x as usize];
         let o = (at - r.offset) as usize;
         let len = (stop - at) as usize;
         if sm.holds_nothing(r.member, at) {
@@ -156,6 +154,8 @@ fn read_spared(members: &[Member], health: &Health, r: &Read, buf: &mut IoBuf) -
             at = stop;
             continue;
         }
+        let x = health.physical(r.member, at);
+        let m = &members[x as usize];
         if let Err(e) = throttled(m, false, len as u64, || m.read_exact_at(&mut buf[r.at + o..r.at + o + len], at)) {
             return Some((x, e));
         }
@@ -175,12 +175,12 @@ pub(crate) fn write_role(members: &[Member], health: &Health, role: u32, buf: &[
     let (mut at, end) = (offset, offset + buf.len() as u64);
     while at < end {
         let stop = sm.row_end(at).min(end);
-        let x = health.physical(role, at);
-        let o = (at - offset) as usize;
         if sm.holds_nothing(role, at) {
             at = stop; // the role's place in this row is a spare chunk or unused: nothing to keep
             continue;
         }
+        let x = health.physical(role, at);
+        let o = (at - offset) as usize;
         write_member(&members[x as usize], &buf[o..o + (stop - at) as usize], at).map_err(|e| (x, e))?;
         at = stop;
     }

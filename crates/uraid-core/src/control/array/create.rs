@@ -246,8 +246,7 @@ fn holders_of(dev: &str) -> Vec<String> {
 /// Lays out the requested volumes over members of at least `min_size`
 /// bytes: the first at [`DATA_OFFSET`], each next one at the following
 /// 1 MiB boundary. Errors, naming the volume: `InvalidInput` (names,
-/// levels, a declustered volume beside others, chunks, sizes, member
-/// counts) and `TooSmall` (they do not fit;
+/// levels, chunks, sizes, member counts) and `TooSmall` (they do not fit;
 /// `members` names the member that is too small).
 pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<Vec<VolumeEntry>> {
     let n = members.len();
@@ -261,11 +260,6 @@ pub(super) fn plan_volumes(opts: &CreateOptions, members: &[Member]) -> Result<V
     }
     if (opts.data.is_some() || opts.spares.is_some()) && !specs.iter().any(|v| Level::from_number(v.level).is_ok_and(|l| l.declustered())) {
         bail!(InvalidInput, "--data and --spares are for the declustered levels (draid5, draid6); give --level draid5 or draid6, or leave them out");
-    }
-    if specs.len() > 1 {
-        if let Some(v) = specs.iter().find(|v| Level::from_number(v.level).is_ok_and(|l| l.declustered())) {
-            bail!(InvalidInput, "{}", matrix_draid_refused(&v.name));
-        }
     }
     let mut plan = Vec::with_capacity(specs.len());
     let mut start = DATA_OFFSET;
@@ -407,17 +401,9 @@ pub fn create(specs: &[MemberSpec], opts: &CreateOptions) -> Result<Array> {
     Ok(arr)
 }
 
-/// Why declustered volume `name` cannot share its array with others.
-fn matrix_draid_refused(name: &str) -> String {
-    format!(
-        "volume '{name}' is declustered, and a declustered volume must be its array's only volume: its \
-         distributed spares take a failed member's whole role, which the other volumes' part of that \
-         member would need too; make the declustered volume an array of its own"
-    )
-}
-
 /// The checks of `create` that need no device: chunk, level, names, the
-/// member count and each volume's level against it. Errors:
+/// member count and each volume's level against it, a declustered volume
+/// beside others. Errors:
 /// `InvalidInput`, as [`create`].
 fn check_request(specs: &[MemberSpec], opts: &CreateOptions) -> Result<()> {
     check_chunk(opts.chunk)?;
@@ -428,7 +414,13 @@ fn check_request(specs: &[MemberSpec], opts: &CreateOptions) -> Result<()> {
     }
     if opts.volumes.len() > 1 {
         if let Some(v) = opts.volumes.iter().find(|v| Level::from_number(v.level).is_ok_and(|l| l.declustered())) {
-            bail!(InvalidInput, "{}", matrix_draid_refused(&v.name));
+            bail!(
+                InvalidInput,
+                "volume '{}' is declustered, and a declustered volume must be its array's only volume: its \
+                 distributed spares take a failed member's whole role, which the other volumes' part of that \
+                 member would need too; make the declustered volume an array of its own",
+                v.name
+            );
         }
     }
     for v in &opts.volumes {
